@@ -1,0 +1,24 @@
+//! dq-core: the job model and the contract every dq store keeps.
+//!
+//! No I/O lives here. The modules:
+//! - [`model`]: validated names ([`Topic`], [`JobId`]), [`Body`], jobs, leases,
+//!   and the request/response types of the [`Store`] contract.
+//! - [`limits`]: the bounds on input ([`Limits`]) and their checks.
+//! - [`retry`]: [`RetryPolicy`], the backoff between failed attempts.
+//! - [`topic`]: [`TopicConfig`] and its partial update [`TopicConfigPatch`].
+//! - [`clock`]: [`Clock`], the one source of "now" for code that depends on time.
+//! - [`store`]: the [`Store`] trait and [`StoreError`].
+
+pub mod clock;
+pub mod limits;
+pub mod model;
+pub mod retry;
+pub mod store;
+pub mod topic;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use limits::{InvalidInput, Limits};
+pub use model::*;
+pub use retry::RetryPolicy;
+pub use store::{Store, StoreError};
+pub use topic::{Delivery, TopicConfig, TopicConfigPatch};

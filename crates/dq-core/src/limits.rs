@@ -1,0 +1,209 @@
+//! Bounds on what a client may send, and the error that says which was broken.
+
+use serde::{Deserialize, Serialize};
+
+/// One day in milliseconds.
+pub const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Bounds enforced on every request before a store sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Largest job body, in bytes (after base64 decoding).
+    pub max_body_bytes: usize,
+    /// Largest delay (or due time minus now), in milliseconds.
+    pub max_delay_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 1024 * 1024,
+            max_delay_ms: 3650 * DAY_MS,
+        }
+    }
+}
+
+/// Most jobs in one batch enqueue.
+pub const MAX_BATCH: usize = 1000;
+/// Most jobs one claim (reserve) hands out.
+pub const MAX_CLAIM: usize = 1000;
+/// Longest time a reserve waits for a job, in milliseconds.
+pub const MAX_WAIT_MS: u64 = 30_000;
+/// Shortest and longest lease, in milliseconds.
+pub const LEASE_RANGE_MS: (u64, u64) = (100, 7 * DAY_MS);
+/// Most attempts a job may be given.
+pub const MAX_ATTEMPTS: u32 = 1000;
+/// Longest last-error text kept, in bytes; longer ones are cut.
+pub const MAX_ERROR_BYTES: usize = 4096;
+
+/// Bad input: a machine-readable code and a message for a person.
+///
+/// Codes are stable: clients may match on them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct InvalidInput {
+    /// Machine-readable code, e.g. `invalid_topic`.
+    pub code: &'static str,
+    /// What was wrong, for a person.
+    pub message: String,
+    /// Whether the input was too large (HTTP 413) rather than malformed (400).
+    pub too_large: bool,
+}
+
+impl InvalidInput {
+    /// Malformed input (HTTP 400).
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            too_large: false,
+        }
+    }
+
+    /// Input over a size limit (HTTP 413).
+    pub fn too_large(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            too_large: true,
+        }
+    }
+}
+
+impl Limits {
+    /// Checks a body's size.
+    ///
+    /// # Errors
+    /// `body_too_large` when over [`Limits::max_body_bytes`].
+    pub fn check_body(&self, len: usize) -> Result<(), InvalidInput> {
+        if len > self.max_body_bytes {
+            return Err(InvalidInput::too_large(
+                "body_too_large",
+                format!(
+                    "body is {len} bytes; the limit is {} bytes",
+                    self.max_body_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks a delay in milliseconds.
+    ///
+    /// # Errors
+    /// `invalid_delay` when over [`Limits::max_delay_ms`].
+    pub fn check_delay(&self, delay_ms: u64) -> Result<(), InvalidInput> {
+        if delay_ms > self.max_delay_ms {
+            return Err(InvalidInput::new(
+                "invalid_delay",
+                format!(
+                    "delay of {delay_ms} ms is over the limit of {} ms",
+                    self.max_delay_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks an absolute due time against now.
+    ///
+    /// # Errors
+    /// `invalid_due_at` when further than [`Limits::max_delay_ms`] in the future.
+    pub fn check_due_at(&self, due_at_ms: u64, now_ms: u64) -> Result<(), InvalidInput> {
+        if due_at_ms.saturating_sub(now_ms) > self.max_delay_ms {
+            return Err(InvalidInput::new(
+                "invalid_due_at",
+                format!(
+                    "due_at_ms {due_at_ms} is more than {} ms in the future",
+                    self.max_delay_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Checks a lease length.
+///
+/// # Errors
+/// `invalid_lease` outside [`LEASE_RANGE_MS`].
+pub fn check_lease(lease_ms: u64) -> Result<(), InvalidInput> {
+    let (lo, hi) = LEASE_RANGE_MS;
+    if !(lo..=hi).contains(&lease_ms) {
+        return Err(InvalidInput::new(
+            "invalid_lease",
+            format!("lease_ms must be between {lo} and {hi}, got {lease_ms}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a max-attempts value.
+///
+/// # Errors
+/// `invalid_max_attempts` outside 1..=[`MAX_ATTEMPTS`].
+pub fn check_max_attempts(n: u32) -> Result<(), InvalidInput> {
+    if !(1..=MAX_ATTEMPTS).contains(&n) {
+        return Err(InvalidInput::new(
+            "invalid_max_attempts",
+            format!("max_attempts must be between 1 and {MAX_ATTEMPTS}, got {n}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Cuts an error text to [`MAX_ERROR_BYTES`] on a character boundary.
+pub fn clip_error(text: &str) -> &str {
+    if text.len() <= MAX_ERROR_BYTES {
+        return text;
+    }
+    let mut end = MAX_ERROR_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_limit_is_inclusive() {
+        let l = Limits::default();
+        assert!(l.check_body(1024 * 1024).is_ok());
+        let e = l.check_body(1024 * 1024 + 1).unwrap_err();
+        assert_eq!(e.code, "body_too_large");
+        assert!(e.too_large);
+    }
+
+    #[test]
+    fn delay_and_due_limits() {
+        let l = Limits::default();
+        assert!(l.check_delay(3650 * DAY_MS).is_ok());
+        assert_eq!(l.check_delay(3650 * DAY_MS + 1).unwrap_err().code, "invalid_delay");
+        assert!(l.check_due_at(5, 1000).is_ok(), "a past due time is due now");
+        assert_eq!(
+            l.check_due_at(1000 + 3650 * DAY_MS + 1, 1000).unwrap_err().code,
+            "invalid_due_at"
+        );
+    }
+
+    #[test]
+    fn clip_error_keeps_char_boundaries() {
+        let s = "é".repeat(MAX_ERROR_BYTES);
+        let c = clip_error(&s);
+        assert!(c.len() <= MAX_ERROR_BYTES);
+        assert!(c.chars().all(|ch| ch == 'é'));
+        assert_eq!(clip_error("short"), "short");
+    }
+
+    #[test]
+    fn lease_and_attempt_bounds() {
+        assert!(check_lease(100).is_ok());
+        assert!(check_lease(99).is_err());
+        assert!(check_max_attempts(0).is_err());
+        assert!(check_max_attempts(1).is_ok());
+        assert!(check_max_attempts(MAX_ATTEMPTS + 1).is_err());
+    }
+}

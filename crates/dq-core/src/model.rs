@@ -1,0 +1,438 @@
+//! Validated names, bodies, jobs and leases: the values that cross the
+//! [`Store`](crate::Store) contract.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::limits::InvalidInput;
+use crate::retry::RetryPolicy;
+
+/// A topic name: 1–200 bytes of `[A-Za-z0-9._:-]`.
+///
+/// The character set keeps names safe inside Redis hash tags (`{` and `}` are
+/// excluded), URLs and log lines.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Topic(String);
+
+impl Topic {
+    /// Longest topic name, in bytes.
+    pub const MAX_LEN: usize = 200;
+
+    /// Validates a topic name.
+    ///
+    /// # Errors
+    /// `invalid_topic` when empty, too long, or with a character outside the set.
+    pub fn new(name: impl Into<String>) -> Result<Self, InvalidInput> {
+        let name = name.into();
+        if name.is_empty() || name.len() > Self::MAX_LEN {
+            return Err(InvalidInput::new(
+                "invalid_topic",
+                format!("topic must be 1-{} bytes, got {}", Self::MAX_LEN, name.len()),
+            ));
+        }
+        if let Some(c) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+        {
+            return Err(InvalidInput::new(
+                "invalid_topic",
+                format!("topic may hold only A-Z a-z 0-9 . _ : -, found {c:?}"),
+            ));
+        }
+        Ok(Self(name))
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Topic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Topic {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Topic::new(s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A job id: 1–256 bytes, printable, no whitespace.
+///
+/// Producers choose ids to make enqueue idempotent; when they do not, dq
+/// generates a time-ordered UUIDv7.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct JobId(String);
+
+impl JobId {
+    /// Longest id, in bytes.
+    pub const MAX_LEN: usize = 256;
+
+    /// Validates an id.
+    ///
+    /// # Errors
+    /// `invalid_id` when empty, too long, or holding whitespace or control characters.
+    pub fn new(id: impl Into<String>) -> Result<Self, InvalidInput> {
+        let id = id.into();
+        if id.is_empty() || id.len() > Self::MAX_LEN {
+            return Err(InvalidInput::new(
+                "invalid_id",
+                format!("id must be 1-{} bytes, got {}", Self::MAX_LEN, id.len()),
+            ));
+        }
+        if let Some(c) = id.chars().find(|c| c.is_whitespace() || c.is_control()) {
+            return Err(InvalidInput::new(
+                "invalid_id",
+                format!("id may not hold whitespace or control characters, found {c:?}"),
+            ));
+        }
+        Ok(Self(id))
+    }
+
+    /// A new time-ordered id (UUIDv7).
+    pub fn generate() -> Self {
+        Self(uuid::Uuid::now_v7().to_string())
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for JobId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        JobId::new(s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A job's payload: JSON text, or opaque bytes.
+///
+/// Kept apart so a JSON body comes back as JSON and bytes come back as base64.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// Serialized JSON text (already validated as JSON).
+    Json(String),
+    /// Opaque bytes.
+    Bytes(Vec<u8>),
+}
+
+impl Body {
+    /// Size in bytes as stored.
+    pub fn len(&self) -> usize {
+        match self {
+            Body::Json(s) => s.len(),
+            Body::Bytes(b) => b.len(),
+        }
+    }
+
+    /// Whether the body is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The stored bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Body::Json(s) => s.as_bytes(),
+            Body::Bytes(b) => b,
+        }
+    }
+
+    /// Whether the body is JSON.
+    pub fn is_json(&self) -> bool {
+        matches!(self, Body::Json(_))
+    }
+
+    /// Rebuilds a body from stored bytes and its kind. A stored JSON body
+    /// that is not UTF-8 any more (it cannot happen through dq) comes back as bytes.
+    pub fn from_stored(bytes: Vec<u8>, is_json: bool) -> Self {
+        if is_json {
+            match String::from_utf8(bytes) {
+                Ok(s) => Body::Json(s),
+                Err(e) => Body::Bytes(e.into_bytes()),
+            }
+        } else {
+            Body::Bytes(bytes)
+        }
+    }
+}
+
+/// When a new job becomes due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    /// After the topic's `default_delay_ms`.
+    TopicDefault,
+    /// After this many milliseconds from now.
+    DelayMs(u64),
+    /// At this Unix millisecond (in the past means now).
+    DueAtMs(u64),
+}
+
+/// A job to enqueue, already validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    /// The id (producer's or generated).
+    pub id: JobId,
+    /// The payload.
+    pub body: Body,
+    /// When it becomes due.
+    pub when: When,
+    /// Lower runs first (as in beanstalkd).
+    pub priority: u32,
+    /// Overrides the topic's `max_attempts`.
+    pub max_attempts: Option<u32>,
+    /// Overrides the topic's `lease_ms` for this job's reservations.
+    pub lease_ms: Option<u64>,
+    /// Overrides the topic's retry policy.
+    pub retry: Option<RetryPolicy>,
+    /// Replace an existing job with this id if it is still waiting.
+    pub replace: bool,
+}
+
+/// The default priority.
+pub const DEFAULT_PRIORITY: u32 = 1024;
+
+impl NewJob {
+    /// A job with defaults for everything but id, body and due time.
+    pub fn new(id: JobId, body: Body, when: When) -> Self {
+        Self {
+            id,
+            body,
+            when,
+            priority: DEFAULT_PRIORITY,
+            max_attempts: None,
+            lease_ms: None,
+            retry: None,
+            replace: false,
+        }
+    }
+}
+
+/// Where a job is in its lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Waiting for its due time.
+    Scheduled,
+    /// Due, waiting for a consumer.
+    Ready,
+    /// Held by a consumer under a lease.
+    Reserved,
+    /// Out of attempts or buried; kept in the dead letters.
+    Dead,
+}
+
+impl JobState {
+    /// The name used in APIs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Scheduled => "scheduled",
+            JobState::Ready => "ready",
+            JobState::Reserved => "reserved",
+            JobState::Dead => "dead",
+        }
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What enqueue did with one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The job's id.
+    pub id: JobId,
+    /// True when a new job was written.
+    pub created: bool,
+    /// True when an existing waiting job was replaced.
+    pub replaced: bool,
+    /// The job's due time (the existing job's when not created).
+    pub due_at_ms: u64,
+    /// The job's state after the call.
+    pub state: JobState,
+}
+
+/// Everything known about one job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobInfo {
+    /// The job's id.
+    pub id: JobId,
+    /// Where it is.
+    pub state: JobState,
+    /// When it is (or was) due.
+    pub due_at_ms: u64,
+    /// Its priority.
+    pub priority: u32,
+    /// Hand-outs so far.
+    pub attempts: u32,
+    /// The job's own `max_attempts` override, if any.
+    pub max_attempts: Option<u32>,
+    /// The job's own lease override, if any.
+    pub lease_ms: Option<u64>,
+    /// The last failure's text.
+    pub last_error: Option<String>,
+    /// When it was enqueued.
+    pub created_at_ms: u64,
+    /// The current lease's deadline, when reserved.
+    pub lease_deadline_ms: Option<u64>,
+    /// When it died, when dead.
+    pub died_at_ms: Option<u64>,
+    /// The payload.
+    pub body: Body,
+}
+
+/// A job handed to a consumer, with the token that proves the lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    /// The topic.
+    pub topic: Topic,
+    /// The job's id.
+    pub id: JobId,
+    /// Fencing token: ack, nack and touch must present it.
+    pub token: String,
+    /// Which hand-out this is (1 for the first).
+    pub attempt: u32,
+    /// The job's due time.
+    pub due_at_ms: u64,
+    /// When the lease ends unless touched.
+    pub lease_deadline_ms: u64,
+    /// The job's priority.
+    pub priority: u32,
+    /// The payload.
+    pub body: Body,
+}
+
+/// The result of a claim on one topic.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Claimed {
+    /// Jobs now leased to the caller, in order.
+    pub leases: Vec<Lease>,
+    /// The due time of the next scheduled job, if any: when to try again.
+    pub next_due_ms: Option<u64>,
+}
+
+/// What a nack (or an expired lease) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NackOutcome {
+    /// Scheduled again for another attempt.
+    Retry {
+        /// When it is due again.
+        due_at_ms: u64,
+    },
+    /// Out of attempts: moved to the dead letters.
+    Dead,
+}
+
+/// The result of one promotion pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Promoted {
+    /// Jobs moved from scheduled to ready.
+    pub moved: u64,
+    /// Due time of the next scheduled job.
+    pub next_due_ms: Option<u64>,
+}
+
+/// The result of one expired-lease pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Requeued {
+    /// Expired leases scheduled for another attempt.
+    pub retried: u64,
+    /// Expired leases that were the last attempt.
+    pub dead: u64,
+    /// The next lease deadline, if any lease is held.
+    pub next_deadline_ms: Option<u64>,
+}
+
+/// Counts and counters of one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TopicStats {
+    /// Jobs waiting for their due time.
+    pub scheduled: u64,
+    /// Due jobs waiting for a consumer.
+    pub ready: u64,
+    /// Jobs under a lease.
+    pub reserved: u64,
+    /// Dead letters kept.
+    pub dead: u64,
+    /// How long the most overdue waiting job has been due, in ms (0 if none).
+    pub oldest_overdue_ms: u64,
+    /// Running totals since the topic was created.
+    pub counters: TopicCounters,
+}
+
+/// Running totals of one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TopicCounters {
+    /// Jobs created.
+    pub enqueued: u64,
+    /// Jobs acknowledged.
+    pub acked: u64,
+    /// Failed attempts (nacks and expired leases).
+    pub failed: u64,
+    /// Leases that expired.
+    pub expired: u64,
+    /// Jobs that went dead.
+    pub dead: u64,
+    /// Jobs cancelled.
+    pub cancelled: u64,
+    /// Dead letters dropped over the cap.
+    pub dead_dropped: u64,
+    /// Dead letters replayed.
+    pub replayed: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_rules() {
+        assert!(Topic::new("orders.close-unpaid:v2_x").is_ok());
+        assert_eq!(Topic::new("").unwrap_err().code, "invalid_topic");
+        assert!(Topic::new("a".repeat(200)).is_ok());
+        assert!(Topic::new("a".repeat(201)).is_err());
+        for bad in ["a b", "a{b}", "a/b", "é"] {
+            assert!(Topic::new(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn id_rules() {
+        assert!(JobId::new("order-42/ünï").is_ok());
+        assert!(JobId::new("x".repeat(256)).is_ok());
+        assert!(JobId::new("x".repeat(257)).is_err());
+        for bad in ["", "a b", "a\tb", "a\u{7}b", "a\nb"] {
+            assert_eq!(JobId::new(bad).unwrap_err().code, "invalid_id", "{bad:?}");
+        }
+        let a = JobId::generate();
+        let b = JobId::generate();
+        assert_ne!(a, b);
+        assert!(JobId::new(a.as_str()).is_ok());
+    }
+
+    #[test]
+    fn body_round_trip() {
+        let j = Body::Json("{\"a\":1}".into());
+        assert_eq!(Body::from_stored(j.as_bytes().to_vec(), true), j);
+        let b = Body::Bytes(vec![0, 255]);
+        assert_eq!(Body::from_stored(vec![0, 255], false), b);
+    }
+}

@@ -1,0 +1,157 @@
+//! The contract every store keeps (see DESIGN.md, "Job lifecycle").
+//!
+//! Every method is one state transition done atomically by the store, with a
+//! bounded amount of work. Time comes in as `now_ms` from the caller's
+//! [`Clock`](crate::Clock), so stores never read a clock of their own and tests
+//! drive time exactly.
+
+use async_trait::async_trait;
+
+use crate::limits::InvalidInput;
+use crate::model::*;
+use crate::topic::{TopicConfig, TopicConfigPatch};
+
+/// Why a store call failed, phrased as what the caller does next.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No such job (acked, cancelled, dropped, or never there).
+    #[error("job not found")]
+    NotFound,
+    /// The job exists but is not in a state that allows this call.
+    #[error("job is {0}")]
+    NotInState(JobState),
+    /// The token is not the current lease's: another attempt holds (or held) it.
+    #[error("lease token does not match the job's current lease")]
+    LeaseMismatch,
+    /// Bad input; nothing was written.
+    #[error(transparent)]
+    Invalid(#[from] InvalidInput),
+    /// The store cannot be reached or answered with an error; try again later.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// A store result.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The storage behind dq. Implementations: Redis (`dq-redis`).
+///
+/// All ids and topics are already validated; bodies are within limits.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Enqueues up to [`MAX_BATCH`](crate::limits::MAX_BATCH) jobs on one topic,
+    /// in order, in one atomic step. An existing id is left as it is
+    /// (`created: false`) unless the job asks to `replace` and the existing
+    /// job is still waiting (scheduled or ready).
+    async fn enqueue(&self, topic: &Topic, jobs: &[NewJob], now_ms: u64)
+    -> StoreResult<Vec<Enqueued>>;
+
+    /// Reads one job.
+    async fn get(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobInfo>>;
+
+    /// Removes a job in any state. Returns the state it was in, or `None` if
+    /// there was no such job. A cancelled reserved job is not retried, and its
+    /// holder's ack reports [`StoreError::NotFound`].
+    async fn cancel(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobState>>;
+
+    /// Moves a waiting (scheduled or ready) job to a new due time.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], or [`StoreError::NotInState`] when reserved or dead.
+    async fn reschedule(&self, topic: &Topic, id: &JobId, due_at_ms: u64, now_ms: u64)
+    -> StoreResult<()>;
+
+    /// Hands out up to `max` due jobs of one topic under leases, most urgent
+    /// first (priority, then due time, then enqueue order). `lease_ms`
+    /// overrides the job's and the topic's lease length.
+    async fn claim(
+        &self,
+        topic: &Topic,
+        max: usize,
+        lease_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<Claimed>;
+
+    /// Extends a lease to `now + lease_ms`; returns the new deadline.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], [`StoreError::NotInState`] when not reserved,
+    /// [`StoreError::LeaseMismatch`] for a stale token.
+    async fn extend_lease(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        lease_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<u64>;
+
+    /// Completes a job: it is gone.
+    ///
+    /// # Errors
+    /// As [`Store::extend_lease`].
+    async fn ack(&self, topic: &Topic, id: &JobId, token: &str) -> StoreResult<()>;
+
+    /// Fails an attempt: the job is retried after `retry_in_ms` (or the retry
+    /// policy's wait), or goes dead when it was the last attempt.
+    ///
+    /// # Errors
+    /// As [`Store::extend_lease`].
+    async fn nack(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        error: &str,
+        retry_in_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<NackOutcome>;
+
+    /// Moves up to `max` due jobs from scheduled to ready.
+    async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted>;
+
+    /// Takes back up to `max` expired leases: each counts as a failed attempt.
+    async fn requeue_expired(&self, topic: &Topic, max: usize, now_ms: u64)
+    -> StoreResult<Requeued>;
+
+    /// Lists dead letters, oldest death first, starting at `offset`.
+    async fn list_dead(&self, topic: &Topic, offset: usize, limit: usize)
+    -> StoreResult<Vec<JobInfo>>;
+
+    /// Makes dead letters due now with a fresh attempt count: the named ones,
+    /// or (with `None`) up to `max` of the oldest. Returns how many.
+    async fn replay_dead(
+        &self,
+        topic: &Topic,
+        ids: Option<&[JobId]>,
+        max: usize,
+        now_ms: u64,
+    ) -> StoreResult<u64>;
+
+    /// Deletes up to `max` dead letters (oldest first). Returns how many.
+    async fn purge_dead(&self, topic: &Topic, max: usize) -> StoreResult<u64>;
+
+    /// Every known topic.
+    async fn topics(&self) -> StoreResult<Vec<Topic>>;
+
+    /// A topic's settings; `None` if the topic is unknown.
+    async fn topic_config(&self, topic: &Topic) -> StoreResult<Option<TopicConfig>>;
+
+    /// Creates or updates a topic's settings; fields left out keep their
+    /// value (or the default). Returns the resulting settings.
+    async fn put_topic_config(
+        &self,
+        topic: &Topic,
+        patch: &TopicConfigPatch,
+    ) -> StoreResult<TopicConfig>;
+
+    /// Deletes up to `max` of a topic's jobs; when none are left, forgets the
+    /// topic. Returns how many jobs were deleted and whether the topic is gone.
+    async fn delete_topic(&self, topic: &Topic, max: usize) -> StoreResult<(u64, bool)>;
+
+    /// Counts and counters of a topic.
+    async fn stats(&self, topic: &Topic, now_ms: u64) -> StoreResult<TopicStats>;
+
+    /// Checks the store answers.
+    async fn ping(&self) -> StoreResult<()>;
+}
