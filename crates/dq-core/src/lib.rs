@@ -20,5 +20,5 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use limits::{InvalidInput, Limits};
 pub use model::*;
 pub use retry::RetryPolicy;
-pub use store::{Store, StoreError};
+pub use store::{Store, StoreError, StoreResult, WakeFn};
 pub use topic::{Delivery, TopicConfig, TopicConfigPatch};

@@ -181,10 +181,18 @@ mod tests {
     fn delay_and_due_limits() {
         let l = Limits::default();
         assert!(l.check_delay(3650 * DAY_MS).is_ok());
-        assert_eq!(l.check_delay(3650 * DAY_MS + 1).unwrap_err().code, "invalid_delay");
-        assert!(l.check_due_at(5, 1000).is_ok(), "a past due time is due now");
         assert_eq!(
-            l.check_due_at(1000 + 3650 * DAY_MS + 1, 1000).unwrap_err().code,
+            l.check_delay(3650 * DAY_MS + 1).unwrap_err().code,
+            "invalid_delay"
+        );
+        assert!(
+            l.check_due_at(5, 1000).is_ok(),
+            "a past due time is due now"
+        );
+        assert_eq!(
+            l.check_due_at(1000 + 3650 * DAY_MS + 1, 1000)
+                .unwrap_err()
+                .code,
             "invalid_due_at"
         );
     }

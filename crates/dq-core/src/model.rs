@@ -29,7 +29,11 @@ impl Topic {
         if name.is_empty() || name.len() > Self::MAX_LEN {
             return Err(InvalidInput::new(
                 "invalid_topic",
-                format!("topic must be 1-{} bytes, got {}", Self::MAX_LEN, name.len()),
+                format!(
+                    "topic must be 1-{} bytes, got {}",
+                    Self::MAX_LEN,
+                    name.len()
+                ),
             ));
         }
         if let Some(c) = name

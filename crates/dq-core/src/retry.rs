@@ -196,7 +196,10 @@ mod tests {
     fn list_repeats_last_entry() {
         let p = RetryPolicy::DelaysMs(vec![60_000, 180_000, 300_000, 420_000]);
         let got: Vec<u64> = (1..=6).map(|n| p.delay_ms(n, 0.3)).collect();
-        assert_eq!(got, vec![60_000, 180_000, 300_000, 420_000, 420_000, 420_000]);
+        assert_eq!(
+            got,
+            vec![60_000, 180_000, 300_000, 420_000, 420_000, 420_000]
+        );
         assert_eq!(RetryPolicy::FixedMs(7).delay_ms(9, 0.1), 7);
     }
 
@@ -225,10 +228,9 @@ mod tests {
         assert_eq!(p, RetryPolicy::DelaysMs(vec![60000, 180000]));
         let p: RetryPolicy = serde_json::from_str(r#"{"fixed_ms":5}"#).unwrap();
         assert_eq!(p, RetryPolicy::FixedMs(5));
-        let p: RetryPolicy = serde_json::from_str(
-            r#"{"exponential":{"initial_ms":1,"factor":2,"max_ms":10}}"#,
-        )
-        .unwrap();
+        let p: RetryPolicy =
+            serde_json::from_str(r#"{"exponential":{"initial_ms":1,"factor":2,"max_ms":10}}"#)
+                .unwrap();
         assert!(matches!(p, RetryPolicy::Exponential { jitter, .. } if jitter == 0.0));
     }
 

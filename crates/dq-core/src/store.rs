@@ -43,8 +43,12 @@ pub trait Store: Send + Sync + 'static {
     /// in order, in one atomic step. An existing id is left as it is
     /// (`created: false`) unless the job asks to `replace` and the existing
     /// job is still waiting (scheduled or ready).
-    async fn enqueue(&self, topic: &Topic, jobs: &[NewJob], now_ms: u64)
-    -> StoreResult<Vec<Enqueued>>;
+    async fn enqueue(
+        &self,
+        topic: &Topic,
+        jobs: &[NewJob],
+        now_ms: u64,
+    ) -> StoreResult<Vec<Enqueued>>;
 
     /// Reads one job.
     async fn get(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobInfo>>;
@@ -58,8 +62,13 @@ pub trait Store: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError::NotFound`], or [`StoreError::NotInState`] when reserved or dead.
-    async fn reschedule(&self, topic: &Topic, id: &JobId, due_at_ms: u64, now_ms: u64)
-    -> StoreResult<()>;
+    async fn reschedule(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        due_at_ms: u64,
+        now_ms: u64,
+    ) -> StoreResult<()>;
 
     /// Hands out up to `max` due jobs of one topic under leases, most urgent
     /// first (priority, then due time, then enqueue order). `lease_ms`
@@ -111,12 +120,20 @@ pub trait Store: Send + Sync + 'static {
     async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted>;
 
     /// Takes back up to `max` expired leases: each counts as a failed attempt.
-    async fn requeue_expired(&self, topic: &Topic, max: usize, now_ms: u64)
-    -> StoreResult<Requeued>;
+    async fn requeue_expired(
+        &self,
+        topic: &Topic,
+        max: usize,
+        now_ms: u64,
+    ) -> StoreResult<Requeued>;
 
     /// Lists dead letters, oldest death first, starting at `offset`.
-    async fn list_dead(&self, topic: &Topic, offset: usize, limit: usize)
-    -> StoreResult<Vec<JobInfo>>;
+    async fn list_dead(
+        &self,
+        topic: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>>;
 
     /// Makes dead letters due now with a fresh attempt count: the named ones,
     /// or (with `None`) up to `max` of the oldest. Returns how many.
@@ -154,4 +171,17 @@ pub trait Store: Send + Sync + 'static {
 
     /// Checks the store answers.
     async fn ping(&self) -> StoreResult<()>;
+
+    /// Calls `on_wake(topic)` whenever a job of `topic` became due earlier
+    /// than before through *another* process (or this one), so waiting
+    /// consumers and the dispatcher can wake up. Runs until dropped,
+    /// reconnecting as needed. Stores used by one process only need not
+    /// implement it: the default waits forever.
+    async fn watch_wakes(&self, on_wake: WakeFn) {
+        let _ = on_wake;
+        std::future::pending::<()>().await
+    }
 }
+
+/// Callback for [`Store::watch_wakes`].
+pub type WakeFn = std::sync::Arc<dyn Fn(&str) + Send + Sync>;

@@ -142,12 +142,18 @@ mod tests {
             lease_ms: Some(1),
             ..Default::default()
         };
-        assert_eq!(p.validate(&Limits::default()).unwrap_err().code, "invalid_lease");
+        assert_eq!(
+            p.validate(&Limits::default()).unwrap_err().code,
+            "invalid_lease"
+        );
         let p = TopicConfigPatch {
             dead_cap: Some(MAX_DEAD_CAP + 1),
             ..Default::default()
         };
-        assert_eq!(p.validate(&Limits::default()).unwrap_err().code, "invalid_dead_cap");
+        assert_eq!(
+            p.validate(&Limits::default()).unwrap_err().code,
+            "invalid_dead_cap"
+        );
     }
 
     #[test]

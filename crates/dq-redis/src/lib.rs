@@ -1,1 +1,671 @@
-//! dq-redis
+//! dq-redis: the dq [`Store`] on one Redis server (7.0 or newer).
+//!
+//! The only crate that knows Redis. Modules:
+//! - [`keys`]: every key name, hash-tagged per topic.
+//! - `scripts`: the Lua scripts (`src/lua/*.lua`), one per state change.
+//! - `decode`: turns script replies into dq types and errors, in one place.
+//!
+//! Layout: a topic's schedule is a ZSET of ids scored by due time; due jobs
+//! move to a ready ZSET ordered by (priority, due, enqueue sequence); leases
+//! and dead letters are ZSETs of ids; each job is a small hash holding its
+//! body and metadata, deleted on ack and cancel. See `lua/common.lua`.
+//!
+//! Connections: one multiplexed [`ConnectionManager`] (created lazily, so dq
+//! starts while Redis is down), with TCP_NODELAY and an explicit response
+//! timeout; blocking commands are never used, so nothing stalls the shared
+//! connection. Wake-ups cross instances via pub/sub on a dedicated connection.
+
+mod decode;
+pub mod keys;
+mod scripts;
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dq_core::limits::clip_error;
+use dq_core::store::StoreResult;
+use dq_core::*;
+use futures::StreamExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::io::tcp::TcpSettings;
+use redis::{AsyncCommands, IntoConnectionInfo, Value};
+
+pub use keys::Keys;
+
+use decode::*;
+use scripts::Scripts;
+
+/// How to reach Redis.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// `redis://[user:password@]host:port[/db]` or `rediss://…` for TLS.
+    pub url: String,
+    /// Key namespace (default `dq`); several dq deployments can share a Redis
+    /// by using different prefixes.
+    pub prefix: String,
+    /// Longest wait for any single reply.
+    pub response_timeout: Duration,
+    /// Longest wait to connect.
+    pub connect_timeout: Duration,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:6379".into(),
+            prefix: "dq".into(),
+            response_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Errors building a [`RedisStore`].
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The URL cannot be parsed or names an unsupported scheme.
+    #[error("invalid Redis URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL with any password masked.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The store on one Redis server.
+pub struct RedisStore {
+    client: redis::Client,
+    conn: ConnectionManager,
+    keys: Keys,
+    scripts: Scripts,
+    /// Topics this process already added to the topics set.
+    known: Mutex<HashSet<String>>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("keys", &self.keys)
+            .finish()
+    }
+}
+
+/// Hides the password of a Redis URL for messages and logs.
+pub fn mask_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://***@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+impl RedisStore {
+    /// A store for `config`. Does not connect yet: the first call does, and
+    /// reconnects happen in the background, so this succeeds while Redis is down.
+    ///
+    /// # Errors
+    /// [`ConnectError::InvalidUrl`] for a URL redis-rs cannot use.
+    pub fn new(config: &RedisConfig) -> Result<Self, ConnectError> {
+        let invalid = |reason: String| ConnectError::InvalidUrl {
+            url: mask_url(&config.url),
+            reason,
+        };
+        let info = config
+            .url
+            .as_str()
+            .into_connection_info()
+            .map_err(|e| invalid(e.to_string()))?
+            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+        let client = redis::Client::open(info).map_err(|e| invalid(e.to_string()))?;
+        let cm_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.response_timeout))
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(2));
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), cm_config)
+            .map_err(|e| invalid(e.to_string()))?;
+        let keys = Keys::new(config.prefix.clone());
+        let scripts = Scripts::new(&keys.wake_channel());
+        Ok(Self {
+            client,
+            conn,
+            keys,
+            scripts,
+            known: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// The key builder (for tests and tools that inspect the keyspace).
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Loads every script now, so the first real call does not pay for it.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when Redis cannot be reached.
+    pub async fn load_scripts(&self) -> StoreResult<()> {
+        let mut conn = self.conn.clone();
+        for s in self.scripts.all() {
+            s.prepare_invoke()
+                .load_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    /// Adds `topic` to the topics set once per process.
+    async fn register(&self, topic: &Topic) -> StoreResult<()> {
+        if self
+            .known
+            .lock()
+            .expect("poisoned")
+            .contains(topic.as_str())
+        {
+            return Ok(());
+        }
+        let mut conn = self.conn.clone();
+        let _: i64 = conn
+            .sadd(self.keys.topics(), topic.as_str())
+            .await
+            .map_err(unavailable)?;
+        self.known
+            .lock()
+            .expect("poisoned")
+            .insert(topic.as_str().to_string());
+        Ok(())
+    }
+
+    /// Runs `script` with the topic's keys and `args` (the topic name first).
+    async fn run(
+        &self,
+        script: &redis::Script,
+        topic: &Topic,
+        args: &[&[u8]],
+    ) -> StoreResult<Value> {
+        let tk = self.keys.topic(topic);
+        let mut inv = script.prepare_invoke();
+        for k in &tk.all {
+            inv.key(k);
+        }
+        inv.arg(topic.as_str());
+        for a in args {
+            inv.arg(*a);
+        }
+        let mut conn = self.conn.clone();
+        inv.invoke_async(&mut conn).await.map_err(unavailable)
+    }
+
+    async fn hgetall(&self, key: &str) -> StoreResult<Vec<(String, Vec<u8>)>> {
+        let mut conn = self.conn.clone();
+        conn.hgetall(key).await.map_err(unavailable)
+    }
+}
+
+fn unavailable(e: redis::RedisError) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn n(v: u64) -> Vec<u8> {
+    v.to_string().into_bytes()
+}
+
+fn opt(v: Option<impl ToString>) -> Vec<u8> {
+    v.map(|x| x.to_string().into_bytes()).unwrap_or_default()
+}
+
+fn token_prefix() -> String {
+    format!("{:016x}.", rand::random::<u64>())
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn enqueue(
+        &self,
+        topic: &Topic,
+        jobs: &[NewJob],
+        now_ms: u64,
+    ) -> StoreResult<Vec<Enqueued>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.register(topic).await?;
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 10);
+        args.push(n(now_ms));
+        for j in jobs {
+            let (kind, value) = match j.when {
+                When::DelayMs(d) => ("d", d),
+                When::DueAtMs(t) => ("a", t),
+                When::TopicDefault => ("t", 0),
+            };
+            args.push(j.id.as_str().as_bytes().to_vec());
+            args.push(kind.as_bytes().to_vec());
+            args.push(n(value));
+            args.push(n(j.priority as u64));
+            args.push(opt(j.max_attempts));
+            args.push(opt(j.lease_ms));
+            args.push(opt(j.retry.as_ref().map(RetryPolicy::encode)));
+            args.push(if j.body.is_json() {
+                b"j".to_vec()
+            } else {
+                b"b".to_vec()
+            });
+            args.push(j.body.as_bytes().to_vec());
+            args.push(if j.replace {
+                b"1".to_vec()
+            } else {
+                b"0".to_vec()
+            });
+        }
+        let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let v = self.run(&self.scripts.enqueue, topic, &refs).await?;
+        decode_enqueued(v, jobs)
+    }
+
+    async fn get(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobInfo>> {
+        let fields = self.hgetall(&self.keys.job(topic, id)).await?;
+        Ok(decode_job(id.clone(), fields))
+    }
+
+    async fn cancel(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobState>> {
+        let v = self
+            .run(&self.scripts.cancel, topic, &[id.as_str().as_bytes()])
+            .await?;
+        match v {
+            Value::Nil => Ok(None),
+            other => Ok(Some(state_of(&string(&other)?)?)),
+        }
+    }
+
+    async fn reschedule(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        due_at_ms: u64,
+        now_ms: u64,
+    ) -> StoreResult<()> {
+        let v = self
+            .run(
+                &self.scripts.reschedule,
+                topic,
+                &[id.as_str().as_bytes(), &n(due_at_ms), &n(now_ms)],
+            )
+            .await?;
+        status(&v).map(|_| ())
+    }
+
+    async fn claim(
+        &self,
+        topic: &Topic,
+        max: usize,
+        lease_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<Claimed> {
+        let max = max.clamp(1, limits::MAX_CLAIM);
+        let v = self
+            .run(
+                &self.scripts.claim,
+                topic,
+                &[
+                    &n(now_ms),
+                    &n(max as u64),
+                    &opt(lease_ms),
+                    token_prefix().as_bytes(),
+                ],
+            )
+            .await?;
+        decode_claimed(topic, v)
+    }
+
+    async fn extend_lease(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        lease_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<u64> {
+        let v = self
+            .run(
+                &self.scripts.extend_lease,
+                topic,
+                &[
+                    id.as_str().as_bytes(),
+                    token.as_bytes(),
+                    &opt(lease_ms),
+                    &n(now_ms),
+                ],
+            )
+            .await?;
+        let items = status(&v)?;
+        int(items.get(1).unwrap_or(&Value::Nil)).map(|d| d as u64)
+    }
+
+    async fn ack(&self, topic: &Topic, id: &JobId, token: &str) -> StoreResult<()> {
+        let v = self
+            .run(
+                &self.scripts.ack,
+                topic,
+                &[id.as_str().as_bytes(), token.as_bytes()],
+            )
+            .await?;
+        status(&v).map(|_| ())
+    }
+
+    async fn nack(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        error: &str,
+        retry_in_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<NackOutcome> {
+        let v = self
+            .run(
+                &self.scripts.nack,
+                topic,
+                &[
+                    id.as_str().as_bytes(),
+                    token.as_bytes(),
+                    clip_error(error).as_bytes(),
+                    &opt(retry_in_ms),
+                    &n(now_ms),
+                    rand::random::<f64>().to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        let items = status(&v)?;
+        match int(&items[0])? {
+            1 => Ok(NackOutcome::Retry {
+                due_at_ms: int(items.get(1).unwrap_or(&Value::Nil))? as u64,
+            }),
+            _ => Ok(NackOutcome::Dead),
+        }
+    }
+
+    async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted> {
+        let v = self
+            .run(
+                &self.scripts.promote_due,
+                topic,
+                &[&n(now_ms), &n(max.max(1) as u64)],
+            )
+            .await?;
+        let items = array(v)?;
+        Ok(Promoted {
+            moved: int(&items[0])? as u64,
+            next_due_ms: opt_time(int(&items[1])?),
+        })
+    }
+
+    async fn requeue_expired(
+        &self,
+        topic: &Topic,
+        max: usize,
+        now_ms: u64,
+    ) -> StoreResult<Requeued> {
+        let v = self
+            .run(
+                &self.scripts.requeue_expired,
+                topic,
+                &[
+                    &n(now_ms),
+                    &n(max.max(1) as u64),
+                    rand::random::<f64>().to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        let items = array(v)?;
+        Ok(Requeued {
+            retried: int(&items[0])? as u64,
+            dead: int(&items[1])? as u64,
+            next_deadline_ms: opt_time(int(&items[2])?),
+        })
+    }
+
+    async fn list_dead(
+        &self,
+        topic: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>> {
+        let tk = self.keys.topic(topic);
+        let mut conn = self.conn.clone();
+        let stop = offset as isize + limit.max(1) as isize - 1;
+        let ids: Vec<String> = conn
+            .zrange(tk.dead(), offset as isize, stop)
+            .await
+            .map_err(unavailable)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.hgetall(tk.job(id));
+        }
+        let hashes: Vec<Vec<(String, Vec<u8>)>> =
+            pipe.query_async(&mut conn).await.map_err(unavailable)?;
+        Ok(ids
+            .into_iter()
+            .zip(hashes)
+            .filter_map(|(id, h)| JobId::new(id).ok().and_then(|id| decode_job(id, h)))
+            .collect())
+    }
+
+    async fn replay_dead(
+        &self,
+        topic: &Topic,
+        ids: Option<&[JobId]>,
+        max: usize,
+        now_ms: u64,
+    ) -> StoreResult<u64> {
+        let mut args: Vec<&[u8]> = Vec::new();
+        let now = n(now_ms);
+        let max = n(max.max(1) as u64);
+        args.push(&now);
+        args.push(&max);
+        if let Some(ids) = ids {
+            if ids.is_empty() {
+                return Ok(0);
+            }
+            args.extend(ids.iter().map(|i| i.as_str().as_bytes()));
+        }
+        let v = self.run(&self.scripts.replay_dead, topic, &args).await?;
+        Ok(int(&v)? as u64)
+    }
+
+    async fn purge_dead(&self, topic: &Topic, max: usize) -> StoreResult<u64> {
+        let v = self
+            .run(&self.scripts.purge_dead, topic, &[&n(max.max(1) as u64)])
+            .await?;
+        Ok(int(&v)? as u64)
+    }
+
+    async fn topics(&self) -> StoreResult<Vec<Topic>> {
+        let mut conn = self.conn.clone();
+        let names: Vec<String> = conn
+            .smembers(self.keys.topics())
+            .await
+            .map_err(unavailable)?;
+        let mut topics: Vec<Topic> = names
+            .into_iter()
+            .filter_map(|n| Topic::new(n).ok())
+            .collect();
+        topics.sort();
+        Ok(topics)
+    }
+
+    async fn topic_config(&self, topic: &Topic) -> StoreResult<Option<TopicConfig>> {
+        let mut conn = self.conn.clone();
+        let (member, fields): (bool, Vec<(String, String)>) = redis::pipe()
+            .sismember(self.keys.topics(), topic.as_str())
+            .hgetall(self.keys.topic(topic).cfg())
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        if !member && fields.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(decode_config(&fields)))
+    }
+
+    async fn put_topic_config(
+        &self,
+        topic: &Topic,
+        patch: &TopicConfigPatch,
+    ) -> StoreResult<TopicConfig> {
+        let tk = self.keys.topic(topic);
+        let mut fields: Vec<(&str, String)> = Vec::new();
+        if let Some(v) = patch.max_attempts {
+            fields.push(("max_attempts", v.to_string()));
+        }
+        if let Some(v) = patch.lease_ms {
+            fields.push(("lease_ms", v.to_string()));
+        }
+        if let Some(v) = patch.dead_cap {
+            fields.push(("dead_cap", v.to_string()));
+        }
+        if let Some(v) = patch.default_delay_ms {
+            fields.push(("default_delay_ms", v.to_string()));
+        }
+        if let Some(v) = &patch.retry {
+            fields.push(("retry", v.encode()));
+        }
+        if let Some(v) = &patch.delivery {
+            fields.push((
+                "delivery",
+                serde_json::to_string(v).expect("delivery serializes"),
+            ));
+        }
+        let mut conn = self.conn.clone();
+        if !fields.is_empty() {
+            let _: () = conn
+                .hset_multiple(tk.cfg(), &fields)
+                .await
+                .map_err(unavailable)?;
+        }
+        self.known.lock().expect("poisoned").remove(topic.as_str());
+        self.register(topic).await?;
+        Ok(self.topic_config(topic).await?.unwrap_or_default())
+    }
+
+    async fn delete_topic(&self, topic: &Topic, max: usize) -> StoreResult<(u64, bool)> {
+        let v = self
+            .run(&self.scripts.delete_topic, topic, &[&n(max.max(1) as u64)])
+            .await?;
+        let items = array(v)?;
+        let deleted = int(&items[0])? as u64;
+        let gone = int(&items[1])? == 1;
+        if gone {
+            let mut conn = self.conn.clone();
+            let _: i64 = conn
+                .srem(self.keys.topics(), topic.as_str())
+                .await
+                .map_err(unavailable)?;
+            self.known.lock().expect("poisoned").remove(topic.as_str());
+        }
+        Ok((deleted, gone))
+    }
+
+    async fn stats(&self, topic: &Topic, now_ms: u64) -> StoreResult<TopicStats> {
+        let tk = self.keys.topic(topic);
+        let mut conn = self.conn.clone();
+        #[allow(clippy::type_complexity)]
+        let (sched, ready, lease, dead, ctr, head, ready_head): (
+            u64,
+            u64,
+            u64,
+            u64,
+            Vec<(String, u64)>,
+            Vec<(String, f64)>,
+            Vec<String>,
+        ) = redis::pipe()
+            .zcard(tk.sched())
+            .zcard(tk.ready())
+            .zcard(tk.lease())
+            .zcard(tk.dead())
+            .hgetall(tk.ctr())
+            .zrange_withscores(tk.sched(), 0, 0)
+            .zrange(tk.ready(), 0, 0)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        let mut oldest_due: Option<u64> = None;
+        if let Some((_, due)) = head.first() {
+            oldest_due = Some(*due as u64);
+        }
+        if let Some(m) = ready_head.first() {
+            if let Some(due) = ready_member_due(m) {
+                oldest_due = Some(oldest_due.map_or(due, |d| d.min(due)));
+            }
+        }
+        let c = |name: &str| ctr.iter().find(|(k, _)| k == name).map_or(0, |(_, v)| *v);
+        Ok(TopicStats {
+            scheduled: sched,
+            ready,
+            reserved: lease,
+            dead,
+            oldest_overdue_ms: oldest_due.map_or(0, |d| now_ms.saturating_sub(d)),
+            counters: TopicCounters {
+                enqueued: c("enqueued"),
+                acked: c("acked"),
+                failed: c("failed"),
+                expired: c("expired"),
+                dead: c("dead"),
+                cancelled: c("cancelled"),
+                dead_dropped: c("dead_dropped"),
+                replayed: c("replayed"),
+            },
+        })
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        let mut conn = self.conn.clone();
+        let _: String = redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn watch_wakes(&self, on_wake: WakeFn) {
+        let channel = self.keys.wake_channel();
+        loop {
+            match self.client.get_async_pubsub().await {
+                Ok(mut pubsub) => {
+                    if let Err(e) = pubsub.subscribe(&channel).await {
+                        tracing::warn!(error = %e, "cannot subscribe to wake-ups; retrying");
+                    } else {
+                        // A wake-up may have been missed while disconnected:
+                        // tell every waiter to look again.
+                        on_wake("");
+                        let mut stream = pubsub.on_message();
+                        while let Some(msg) = stream.next().await {
+                            if let Ok(topic) = msg.get_payload::<String>() {
+                                on_wake(&topic);
+                            }
+                        }
+                        tracing::warn!("wake-up subscription lost; reconnecting");
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "wake-up subscription cannot connect"),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_url_hides_password() {
+        assert_eq!(mask_url("redis://:secret@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(mask_url("redis://h:1"), "redis://h:1");
+    }
+}

@@ -1,0 +1,208 @@
+//! Script replies to dq types, and script status codes to [`StoreError`]s:
+//! the one place that knows what each script returns.
+
+use dq_core::store::StoreResult;
+use dq_core::*;
+use redis::Value;
+
+fn protocol(what: &str) -> StoreError {
+    StoreError::Unavailable(format!("unexpected reply from Redis: {what}"))
+}
+
+pub(crate) fn int(v: &Value) -> StoreResult<i64> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| protocol("not an integer")),
+        _ => Err(protocol("not an integer")),
+    }
+}
+
+pub(crate) fn bytes(v: Value) -> StoreResult<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Ok(b),
+        Value::SimpleString(s) => Ok(s.into_bytes()),
+        Value::Int(i) => Ok(i.to_string().into_bytes()),
+        _ => Err(protocol("not a string")),
+    }
+}
+
+pub(crate) fn string(v: &Value) -> StoreResult<String> {
+    String::from_utf8(bytes(v.clone())?).map_err(|_| protocol("not UTF-8"))
+}
+
+pub(crate) fn array(v: Value) -> StoreResult<Vec<Value>> {
+    match v {
+        Value::Array(a) => Ok(a),
+        _ => Err(protocol("not an array")),
+    }
+}
+
+/// -1 means "none".
+pub(crate) fn opt_time(v: i64) -> Option<u64> {
+    (v >= 0).then_some(v as u64)
+}
+
+pub(crate) fn state_of(letter: &str) -> StoreResult<JobState> {
+    match letter {
+        "s" => Ok(JobState::Scheduled),
+        "y" => Ok(JobState::Ready),
+        "r" => Ok(JobState::Reserved),
+        "d" => Ok(JobState::Dead),
+        _ => Err(protocol("unknown job state")),
+    }
+}
+
+/// Decodes the `{code, ...}` replies of ack, nack, extend_lease and
+/// reschedule: positive codes are success (the items are returned), -1 not
+/// found, -2 token mismatch, -3 not in state.
+pub(crate) fn status(v: &Value) -> StoreResult<Vec<Value>> {
+    let items = array(v.clone())?;
+    let code = int(items.first().ok_or_else(|| protocol("empty status"))?)?;
+    match code {
+        c if c > 0 => Ok(items),
+        -1 => Err(StoreError::NotFound),
+        -2 => Err(StoreError::LeaseMismatch),
+        -3 => Err(StoreError::NotInState(state_of(&string(
+            items.get(1).ok_or_else(|| protocol("state missing"))?,
+        )?)?)),
+        _ => Err(protocol("unknown status code")),
+    }
+}
+
+pub(crate) fn decode_enqueued(v: Value, jobs: &[NewJob]) -> StoreResult<Vec<Enqueued>> {
+    let items = array(v)?;
+    if items.len() != jobs.len() * 3 {
+        return Err(protocol("enqueue reply length"));
+    }
+    items
+        .chunks(3)
+        .zip(jobs)
+        .map(|(c, j)| {
+            let outcome = int(&c[0])?;
+            Ok(Enqueued {
+                id: j.id.clone(),
+                created: outcome == 1,
+                replaced: outcome == 2,
+                due_at_ms: int(&c[1])? as u64,
+                state: state_of(&string(&c[2])?)?,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn decode_claimed(topic: &Topic, v: Value) -> StoreResult<Claimed> {
+    let mut items = array(v)?.into_iter();
+    let next = int(&items.next().ok_or_else(|| protocol("empty claim"))?)?;
+    let rest: Vec<Value> = items.collect();
+    if rest.len() % 8 != 0 {
+        return Err(protocol("claim reply length"));
+    }
+    let mut leases = Vec::with_capacity(rest.len() / 8);
+    let mut it = rest.into_iter();
+    while let Some(id) = it.next() {
+        let mut next_val = || it.next().ok_or_else(|| protocol("claim reply length"));
+        let token = string(&next_val()?)?;
+        let attempt = int(&next_val()?)? as u32;
+        let due = int(&next_val()?)? as u64;
+        let deadline = int(&next_val()?)? as u64;
+        let priority = int(&next_val()?)? as u32;
+        let kind = string(&next_val()?)?;
+        let body = bytes(next_val()?)?;
+        let id = JobId::new(string(&id)?).map_err(|_| protocol("bad id"))?;
+        leases.push(Lease {
+            topic: topic.clone(),
+            id,
+            token,
+            attempt,
+            due_at_ms: due,
+            lease_deadline_ms: deadline,
+            priority,
+            body: Body::from_stored(body, kind == "j"),
+        });
+    }
+    Ok(Claimed {
+        leases,
+        next_due_ms: opt_time(next),
+    })
+}
+
+/// A job hash (HGETALL) to [`JobInfo`]; `None` for a missing job.
+pub(crate) fn decode_job(id: JobId, fields: Vec<(String, Vec<u8>)>) -> Option<JobInfo> {
+    if fields.is_empty() {
+        return None;
+    }
+    let mut info = JobInfo {
+        id,
+        state: JobState::Scheduled,
+        due_at_ms: 0,
+        priority: DEFAULT_PRIORITY,
+        attempts: 0,
+        max_attempts: None,
+        lease_ms: None,
+        last_error: None,
+        created_at_ms: 0,
+        lease_deadline_ms: None,
+        died_at_ms: None,
+        body: Body::Bytes(Vec::new()),
+    };
+    let mut body = Vec::new();
+    let mut is_json = false;
+    let num = |v: &[u8]| -> u64 {
+        std::str::from_utf8(v)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    };
+    for (k, v) in fields {
+        match k.as_str() {
+            "b" => body = v,
+            "k" => is_json = v == b"j",
+            "s" => info.state = state_of(std::str::from_utf8(&v).unwrap_or("")).ok()?,
+            "d" => info.due_at_ms = num(&v),
+            "p" => info.priority = num(&v) as u32,
+            "a" => info.attempts = num(&v) as u32,
+            "m" => info.max_attempts = Some(num(&v) as u32),
+            "L" => info.lease_ms = Some(num(&v)),
+            "e" => info.last_error = Some(String::from_utf8_lossy(&v).into_owned()),
+            "c" => info.created_at_ms = num(&v),
+            "u" => info.lease_deadline_ms = Some(num(&v)),
+            "x" => info.died_at_ms = Some(num(&v)),
+            _ => {}
+        }
+    }
+    info.body = Body::from_stored(body, is_json);
+    Some(info)
+}
+
+/// The topic config hash to a [`TopicConfig`], defaults for missing fields.
+pub(crate) fn decode_config(fields: &[(String, String)]) -> TopicConfig {
+    let mut c = TopicConfig::default();
+    for (k, v) in fields {
+        match k.as_str() {
+            "max_attempts" => c.max_attempts = v.parse().unwrap_or(c.max_attempts),
+            "lease_ms" => c.lease_ms = v.parse().unwrap_or(c.lease_ms),
+            "dead_cap" => c.dead_cap = v.parse().unwrap_or(c.dead_cap),
+            "default_delay_ms" => c.default_delay_ms = v.parse().unwrap_or(c.default_delay_ms),
+            "retry" => {
+                if let Some(r) = RetryPolicy::decode(v) {
+                    c.retry = r;
+                }
+            }
+            "delivery" => {
+                if let Ok(d) = serde_json::from_str(v) {
+                    c.delivery = d;
+                }
+            }
+            _ => {}
+        }
+    }
+    c
+}
+
+/// The due time encoded at the front of a ready-set member.
+pub(crate) fn ready_member_due(member: &str) -> Option<u64> {
+    u64::from_str_radix(member.get(..11)?, 16).ok()
+}

@@ -1,0 +1,100 @@
+//! Every Redis key and channel dq uses, built in one place.
+//!
+//! All keys of one topic share the hash tag `{<topic>}` so that each script
+//! touches one Cluster slot. Topic names cannot hold `{` or `}` (see
+//! `dq_core::Topic`), so the tag is always the whole name.
+
+use dq_core::{JobId, Topic};
+
+/// Key builder for one namespace (default `dq`).
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+/// The keys of one topic, in the order every script receives them in KEYS.
+#[derive(Debug, Clone)]
+pub(crate) struct TopicKeys {
+    pub(crate) all: [String; 7],
+}
+
+impl TopicKeys {
+    pub(crate) fn sched(&self) -> &str {
+        &self.all[0]
+    }
+    pub(crate) fn ready(&self) -> &str {
+        &self.all[1]
+    }
+    pub(crate) fn lease(&self) -> &str {
+        &self.all[2]
+    }
+    pub(crate) fn dead(&self) -> &str {
+        &self.all[3]
+    }
+    pub(crate) fn ctr(&self) -> &str {
+        &self.all[4]
+    }
+    pub(crate) fn cfg(&self) -> &str {
+        &self.all[5]
+    }
+    pub(crate) fn job(&self, id: &str) -> String {
+        format!("{}{id}", self.all[6])
+    }
+}
+
+impl Keys {
+    /// Keys under `prefix` (e.g. `dq`).
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+        }
+    }
+
+    /// The set of all topic names (not hash-tagged: it is never touched by a script).
+    pub fn topics(&self) -> String {
+        format!("{}:topics", self.prefix)
+    }
+
+    /// The pub/sub channel on which scripts announce "topic X has a job due earlier".
+    pub fn wake_channel(&self) -> String {
+        format!("{}:wake", self.prefix)
+    }
+
+    /// The keys of one topic: sched, ready, lease, dead, ctr, cfg, job prefix.
+    pub(crate) fn topic(&self, topic: &Topic) -> TopicKeys {
+        let base = format!("{}:{{{}}}:", self.prefix, topic.as_str());
+        TopicKeys {
+            all: [
+                format!("{base}sched"),
+                format!("{base}ready"),
+                format!("{base}lease"),
+                format!("{base}dead"),
+                format!("{base}ctr"),
+                format!("{base}cfg"),
+                format!("{base}j:"),
+            ],
+        }
+    }
+
+    /// One job's hash.
+    pub fn job(&self, topic: &Topic, id: &JobId) -> String {
+        format!("{}:{{{}}}:j:{}", self.prefix, topic.as_str(), id.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_topic_keys_share_one_hash_tag() {
+        let k = Keys::new("dq");
+        let t = Topic::new("orders").unwrap();
+        let tk = k.topic(&t);
+        for key in &tk.all {
+            assert!(key.starts_with("dq:{orders}:"), "{key}");
+        }
+        assert_eq!(tk.job("42"), k.job(&t, &JobId::new("42").unwrap()));
+        assert_eq!(k.topics(), "dq:topics");
+    }
+}

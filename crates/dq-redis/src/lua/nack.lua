@@ -1,0 +1,20 @@
+-- nack: fails the current attempt of a reserved job; retried after
+-- retry_in_ms (or the job's / topic's retry policy), or dead when out of attempts.
+-- KEYS: the topic's keys (see common.lua).
+-- ARGV: topic, id, token, error text, retry_in_ms or '', now, random in [0,1)
+-- Returns: {1, due} retried | {2} dead | {-1} not found | {-2} token mismatch |
+--   {-3, state} not reserved
+-- Side effects: see fail() in common.lua.
+local id = ARGV[2]
+local jk = K.job .. id
+local f = redis.call('HMGET', jk, 's', 't')
+if not f[1] then return {-1} end
+if f[1] ~= 'r' then
+  if f[1] ~= 'd' and f[2] == false then return {-2} end
+  return {-3, f[1]}
+end
+if f[2] ~= ARGV[3] then return {-2} end
+local due, woke = fail(K, topic_cfg(K), id, jk, tonumber(ARGV[6]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[7]))
+if woke then wake() end
+if due < 0 then return {2} end
+return {1, due}

@@ -1,0 +1,28 @@
+-- replay_dead: makes dead letters due now with a fresh attempt count.
+-- KEYS: the topic's keys (see common.lua).
+-- ARGV: topic, now, max, then ids (none: the `max` oldest dead letters)
+-- Returns: number replayed (ids not dead are skipped)
+-- Side effects: dead -> ready, job hash a=0, x removed; ctr.replayed + n; PUBLISH.
+local now, max = tonumber(ARGV[2]), tonumber(ARGV[3])
+local ids = {}
+if #ARGV > 3 then
+  for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
+else
+  ids = redis.call('ZRANGE', K.dead, 0, max - 1)
+end
+local n = 0
+for _, id in ipairs(ids) do
+  local jk = K.job .. id
+  if redis.call('HGET', jk, 's') == 'd' then
+    redis.call('ZREM', K.dead, id)
+    redis.call('HSET', jk, 'a', '0', 'd', fmt(now))
+    redis.call('HDEL', jk, 'x')
+    place(K, id, jk, now, now)
+    n = n + 1
+  end
+end
+if n > 0 then
+  redis.call('HINCRBY', K.ctr, 'replayed', n)
+  wake()
+end
+return n

@@ -1,0 +1,79 @@
+//! The Lua scripts, one file per state change, each prepended with the shared
+//! helpers of `lua/common.lua` and a generated line of config defaults.
+//!
+//! Scripts run by SHA (EVALSHA); `redis::Script` reloads a script on NOSCRIPT
+//! (after a Redis restart or `SCRIPT FLUSH`). dq sends each script as its own
+//! command, never inside a pipeline, because redis-rs does not reload
+//! scripts inside pipelines (CRATES.md, trap 3). Every script is safe to
+//! retry after a connection error: the worst case is a reported "exists"
+//! or "not found" for work that was done.
+
+use dq_core::TopicConfig;
+use redis::Script;
+
+const COMMON: &str = include_str!("lua/common.lua");
+
+/// The loaded scripts.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) enqueue: Script,
+    pub(crate) claim: Script,
+    pub(crate) promote_due: Script,
+    pub(crate) extend_lease: Script,
+    pub(crate) ack: Script,
+    pub(crate) nack: Script,
+    pub(crate) requeue_expired: Script,
+    pub(crate) cancel: Script,
+    pub(crate) reschedule: Script,
+    pub(crate) replay_dead: Script,
+    pub(crate) purge_dead: Script,
+    pub(crate) delete_topic: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new(wake_channel: &str) -> Self {
+        let d = TopicConfig::default();
+        let prelude = format!(
+            "local DEFAULTS = {{max_attempts = {}, lease_ms = {}, dead_cap = {}, default_delay_ms = {}, retry = '{}'}}\nlocal WAKE_CHANNEL = '{}'\n{}",
+            d.max_attempts,
+            d.lease_ms,
+            d.dead_cap,
+            d.default_delay_ms,
+            d.retry.encode(),
+            wake_channel.replace('\'', ""),
+            COMMON
+        );
+        let s = |body: &str| Script::new(&format!("{prelude}\n{body}"));
+        Self {
+            enqueue: s(include_str!("lua/enqueue.lua")),
+            claim: s(include_str!("lua/claim.lua")),
+            promote_due: s(include_str!("lua/promote_due.lua")),
+            extend_lease: s(include_str!("lua/extend_lease.lua")),
+            ack: s(include_str!("lua/ack.lua")),
+            nack: s(include_str!("lua/nack.lua")),
+            requeue_expired: s(include_str!("lua/requeue_expired.lua")),
+            cancel: s(include_str!("lua/cancel.lua")),
+            reschedule: s(include_str!("lua/reschedule.lua")),
+            replay_dead: s(include_str!("lua/replay_dead.lua")),
+            purge_dead: s(include_str!("lua/purge_dead.lua")),
+            delete_topic: s(include_str!("lua/delete_topic.lua")),
+        }
+    }
+
+    pub(crate) fn all(&self) -> [&Script; 12] {
+        [
+            &self.enqueue,
+            &self.claim,
+            &self.promote_due,
+            &self.extend_lease,
+            &self.ack,
+            &self.nack,
+            &self.requeue_expired,
+            &self.cancel,
+            &self.reschedule,
+            &self.replay_dead,
+            &self.purge_dead,
+            &self.delete_topic,
+        ]
+    }
+}

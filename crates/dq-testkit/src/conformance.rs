@@ -1,0 +1,846 @@
+//! The Store contract as scenarios. Each `pub async fn` takes a fresh, empty
+//! store and checks one part of DESIGN.md's guarantees, with time given
+//! explicitly so every expectation is exact. [`conformance_tests!`] turns all
+//! of them into `#[tokio::test]`s for one store.
+//!
+//! Every assertion here would fail if the store broke the rule it checks.
+
+use dq_core::*;
+
+/// A fixed starting time for scenarios (2023-11-14).
+pub const T0: u64 = 1_700_000_000_000;
+
+fn topic(name: &str) -> Topic {
+    Topic::new(name).unwrap()
+}
+
+fn id(s: &str) -> JobId {
+    JobId::new(s).unwrap()
+}
+
+fn job(i: &str, when: When) -> NewJob {
+    NewJob::new(id(i), Body::Json(format!("{{\"n\":\"{i}\"}}")), when)
+}
+
+async fn put(s: &dyn Store, t: &Topic, j: NewJob, now: u64) -> Enqueued {
+    s.enqueue(t, &[j], now).await.unwrap().remove(0)
+}
+
+fn ids(c: &Claimed) -> Vec<String> {
+    c.leases.iter().map(|l| l.id.to_string()).collect()
+}
+
+/// Exact retry waits, no jitter: 100, 300, 700 ms; 4 attempts.
+async fn strict_topic(s: &dyn Store, t: &Topic) {
+    s.put_topic_config(
+        t,
+        &TopicConfigPatch {
+            max_attempts: Some(4),
+            retry: Some(RetryPolicy::DelaysMs(vec![100, 300, 700])),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// No job is handed out before its due time; a past due time means now.
+pub async fn never_early(s: &dyn Store) {
+    let t = topic("never-early");
+    let e = put(s, &t, job("a", When::DelayMs(1000)), T0).await;
+    assert!(e.created);
+    assert_eq!(e.due_at_ms, T0 + 1000);
+    assert_eq!(e.state, JobState::Scheduled);
+
+    let c = s.claim(&t, 10, None, T0 + 999).await.unwrap();
+    assert!(c.leases.is_empty(), "handed out 1 ms early");
+    assert_eq!(c.next_due_ms, Some(T0 + 1000), "tells when to look again");
+    assert!(s.promote_due(&t, 10, T0 + 999).await.unwrap().moved == 0);
+
+    let c = s.claim(&t, 10, None, T0 + 1000).await.unwrap();
+    assert_eq!(ids(&c), vec!["a"]);
+    assert_eq!(c.leases[0].attempt, 1);
+    assert_eq!(c.leases[0].due_at_ms, T0 + 1000);
+    assert_eq!(c.next_due_ms, None);
+
+    let e = put(s, &t, job("past", When::DueAtMs(T0 - 5000)), T0 + 2000).await;
+    assert_eq!(e.state, JobState::Ready, "a past due time is due now");
+    let e = put(s, &t, job("abs", When::DueAtMs(T0 + 5000)), T0 + 2000).await;
+    assert_eq!((e.due_at_ms, e.state), (T0 + 5000, JobState::Scheduled));
+    let c = s.claim(&t, 10, None, T0 + 4999).await.unwrap();
+    assert_eq!(ids(&c), vec!["past"]);
+    assert_eq!(c.next_due_ms, Some(T0 + 5000));
+}
+
+/// Due jobs go out by priority (lower first), then due time, then enqueue order.
+pub async fn order_priority_due_fifo(s: &dyn Store) {
+    let t = topic("order");
+    let mut specs = vec![
+        ("z-late", 1024, 300),
+        ("y-tie1", 1024, 200),
+        ("b-tie2", 1024, 200),
+        ("a-tie3", 1024, 200),
+        ("urgent", 1, 400),
+        ("lazy", 5000, 100),
+        ("x-early", 1024, 100),
+    ];
+    for (name, prio, delay) in specs.drain(..) {
+        let mut j = job(name, When::DelayMs(delay));
+        j.priority = prio;
+        put(s, &t, j, T0).await;
+    }
+    let c = s.claim(&t, 3, None, T0 + 1000).await.unwrap();
+    assert_eq!(ids(&c), vec!["urgent", "x-early", "y-tie1"]);
+    assert_eq!(c.next_due_ms, Some(T0 + 1000), "more are ready now");
+    let c = s.claim(&t, 10, None, T0 + 1000).await.unwrap();
+    assert_eq!(ids(&c), vec!["b-tie2", "a-tie3", "z-late", "lazy"]);
+}
+
+/// A batch enqueue reports a result per job, in order, duplicates included.
+pub async fn batch_enqueue_results_per_job(s: &dyn Store) {
+    let t = topic("batch");
+    put(s, &t, job("old", When::DelayMs(50)), T0).await;
+    let jobs: Vec<NewJob> = ["n1", "old", "n2", "n1"]
+        .iter()
+        .map(|i| job(i, When::DelayMs(10)))
+        .collect();
+    let r = s.enqueue(&t, &jobs, T0 + 1).await.unwrap();
+    let got: Vec<(String, bool, u64)> = r
+        .iter()
+        .map(|e| (e.id.to_string(), e.created, e.due_at_ms))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("n1".into(), true, T0 + 11),
+            ("old".into(), false, T0 + 50),
+            ("n2".into(), true, T0 + 11),
+            ("n1".into(), false, T0 + 11),
+        ]
+    );
+    let big: Vec<NewJob> = (0..limits::MAX_BATCH)
+        .map(|i| job(&format!("big-{i:04}"), When::DelayMs(0)))
+        .collect();
+    let r = s.enqueue(&t, &big, T0).await.unwrap();
+    assert_eq!(r.iter().filter(|e| e.created).count(), limits::MAX_BATCH);
+    let c = s
+        .claim(&t, limits::MAX_CLAIM, None, T0 + 100)
+        .await
+        .unwrap();
+    assert_eq!(c.leases.len(), limits::MAX_CLAIM);
+    assert_eq!(c.leases[0].id.as_str(), "big-0000", "FIFO within a batch");
+    assert_eq!(c.leases[999].id.as_str(), "big-0999");
+    assert_eq!(s.stats(&t, T0 + 100).await.unwrap().counters.enqueued, 1003);
+}
+
+/// Same id again: nothing changes; `replace` rewrites a waiting job only.
+pub async fn idempotent_enqueue_and_replace(s: &dyn Store) {
+    let t = topic("idem");
+    put(s, &t, job("k", When::DelayMs(1000)), T0).await;
+    let mut again = job("k", When::DelayMs(5));
+    again.body = Body::Json("\"new\"".into());
+    let e = put(s, &t, again.clone(), T0).await;
+    assert!(!e.created && !e.replaced);
+    assert_eq!((e.due_at_ms, e.state), (T0 + 1000, JobState::Scheduled));
+    let got = s.get(&t, &id("k")).await.unwrap().unwrap();
+    assert_eq!(
+        got.body,
+        Body::Json("{\"n\":\"k\"}".into()),
+        "body unchanged"
+    );
+
+    again.replace = true;
+    let e = put(s, &t, again.clone(), T0).await;
+    assert!(e.replaced && !e.created);
+    assert_eq!(e.due_at_ms, T0 + 5);
+    let got = s.get(&t, &id("k")).await.unwrap().unwrap();
+    assert_eq!(got.body, Body::Json("\"new\"".into()));
+    assert_eq!(
+        s.stats(&t, T0).await.unwrap().scheduled,
+        1,
+        "not duplicated"
+    );
+
+    let c = s.claim(&t, 1, None, T0 + 5).await.unwrap();
+    assert_eq!(ids(&c), vec!["k"]);
+    let mut third = again.clone();
+    third.body = Body::Json("\"third\"".into());
+    let e = put(s, &t, third, T0 + 6).await;
+    assert!(!e.created && !e.replaced, "a reserved job is not replaced");
+    assert_eq!(e.state, JobState::Reserved);
+    let got = s.get(&t, &id("k")).await.unwrap().unwrap();
+    assert_eq!(got.body, Body::Json("\"new\"".into()));
+    s.ack(&t, &id("k"), &c.leases[0].token).await.unwrap();
+}
+
+/// Among many concurrent claimers each job has one holder.
+pub async fn one_holder_among_concurrent_claimers(s: &dyn Store) {
+    let t = topic("race");
+    let jobs: Vec<NewJob> = (0..200)
+        .map(|i| job(&format!("j{i}"), When::DelayMs(0)))
+        .collect();
+    s.enqueue(&t, &jobs, T0).await.unwrap();
+    let claims = futures::future::join_all((0..16).map(|_| s.claim(&t, 20, None, T0 + 1))).await;
+    let mut seen = std::collections::HashSet::new();
+    for c in claims {
+        for l in c.unwrap().leases {
+            assert!(seen.insert(l.id.clone()), "{} handed out twice", l.id);
+        }
+    }
+    assert_eq!(seen.len(), 200);
+    let st = s.stats(&t, T0 + 1).await.unwrap();
+    assert_eq!((st.ready, st.reserved), (0, 200));
+}
+
+/// An expired lease makes the job come back as a failed attempt (attempt + 1),
+/// after the retry wait; a lease is valid up to and including its deadline.
+pub async fn lease_expiry_redelivers(s: &dyn Store) {
+    let t = topic("expiry");
+    strict_topic(s, &t).await;
+    put(s, &t, job("j", When::DelayMs(0)), T0).await;
+    let c = s.claim(&t, 1, Some(1000), T0).await.unwrap();
+    assert_eq!(c.leases[0].lease_deadline_ms, T0 + 1000);
+
+    let r = s.requeue_expired(&t, 100, T0 + 1000).await.unwrap();
+    assert_eq!((r.retried, r.dead), (0, 0), "not expired at its deadline");
+    assert_eq!(r.next_deadline_ms, Some(T0 + 1000));
+    assert!(
+        s.claim(&t, 1, None, T0 + 1000)
+            .await
+            .unwrap()
+            .leases
+            .is_empty()
+    );
+
+    let r = s.requeue_expired(&t, 100, T0 + 1001).await.unwrap();
+    assert_eq!((r.retried, r.dead, r.next_deadline_ms), (1, 0, None));
+    let info = s.get(&t, &id("j")).await.unwrap().unwrap();
+    assert_eq!(info.state, JobState::Scheduled);
+    assert_eq!(info.due_at_ms, T0 + 1001 + 100, "first retry wait");
+    assert_eq!(info.last_error.as_deref(), Some("lease expired"));
+    assert!(
+        s.claim(&t, 1, None, T0 + 1100)
+            .await
+            .unwrap()
+            .leases
+            .is_empty()
+    );
+    let c = s.claim(&t, 1, None, T0 + 1101).await.unwrap();
+    assert_eq!(c.leases[0].attempt, 2);
+    let st = s.stats(&t, T0 + 1101).await.unwrap();
+    assert_eq!((st.counters.expired, st.counters.failed), (1, 1));
+}
+
+/// Ack, nack and touch with a stale token are refused and change nothing.
+pub async fn stale_token_refused(s: &dyn Store) {
+    let t = topic("fence");
+    strict_topic(s, &t).await;
+    put(s, &t, job("j", When::DelayMs(0)), T0).await;
+    let first = s
+        .claim(&t, 1, Some(1000), T0)
+        .await
+        .unwrap()
+        .leases
+        .remove(0);
+    s.requeue_expired(&t, 10, T0 + 1001).await.unwrap();
+
+    // While the job waits for its retry, the old token is stale.
+    assert!(matches!(
+        s.ack(&t, &id("j"), &first.token).await,
+        Err(StoreError::LeaseMismatch)
+    ));
+    let second = s
+        .claim(&t, 1, Some(1000), T0 + 2000)
+        .await
+        .unwrap()
+        .leases
+        .remove(0);
+    assert_ne!(first.token, second.token);
+    let j = id("j");
+    assert!(matches!(
+        s.ack(&t, &j, &first.token).await,
+        Err(StoreError::LeaseMismatch)
+    ));
+    assert!(matches!(
+        s.nack(&t, &j, &first.token, "x", None, T0 + 2001).await,
+        Err(StoreError::LeaseMismatch)
+    ));
+    assert!(matches!(
+        s.extend_lease(&t, &j, &first.token, None, T0 + 2001).await,
+        Err(StoreError::LeaseMismatch)
+    ));
+    assert!(matches!(
+        s.ack(&t, &j, "").await,
+        Err(StoreError::LeaseMismatch)
+    ));
+    let info = s.get(&t, &j).await.unwrap().unwrap();
+    assert_eq!((info.state, info.attempts), (JobState::Reserved, 2));
+    assert_eq!(info.lease_deadline_ms, Some(T0 + 3000));
+    s.ack(&t, &j, &second.token).await.unwrap();
+    assert!(s.get(&t, &j).await.unwrap().is_none(), "acked job is gone");
+    assert!(matches!(
+        s.ack(&t, &j, &second.token).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        s.ack(&t, &id("never"), "tok").await,
+        Err(StoreError::NotFound)
+    ));
+}
+
+/// Touch pushes the deadline; the job does not expire at the old one.
+pub async fn touch_extends_lease(s: &dyn Store) {
+    let t = topic("touch");
+    put(s, &t, job("j", When::DelayMs(0)), T0).await;
+    let l = s
+        .claim(&t, 1, Some(1000), T0)
+        .await
+        .unwrap()
+        .leases
+        .remove(0);
+    let d = s
+        .extend_lease(&t, &id("j"), &l.token, Some(5000), T0 + 900)
+        .await
+        .unwrap();
+    assert_eq!(d, T0 + 5900);
+    let r = s.requeue_expired(&t, 10, T0 + 2000).await.unwrap();
+    assert_eq!(r.retried + r.dead, 0);
+    assert_eq!(r.next_deadline_ms, Some(T0 + 5900));
+    let d = s
+        .extend_lease(&t, &id("j"), &l.token, None, T0 + 1000)
+        .await
+        .unwrap();
+    assert_eq!(
+        d,
+        T0 + 1000 + TopicConfig::default().lease_ms,
+        "topic lease by default"
+    );
+    put(s, &t, job("w", When::DelayMs(10_000)), T0).await;
+    assert!(matches!(
+        s.extend_lease(&t, &id("w"), "x", None, T0).await,
+        Err(StoreError::NotInState(JobState::Scheduled))
+    ));
+}
+
+/// Nack waits follow the policy exactly; the last attempt goes dead with its
+/// error, attempts and timestamps kept.
+pub async fn backoff_schedule_and_dead_letter(s: &dyn Store) {
+    let t = topic("backoff");
+    strict_topic(s, &t).await;
+    put(s, &t, job("j", When::DelayMs(0)), T0).await;
+    let mut now = T0;
+    for (attempt, wait) in [(1u32, 100u64), (2, 300), (3, 700)] {
+        let l = s.claim(&t, 1, None, now).await.unwrap().leases.remove(0);
+        assert_eq!(l.attempt, attempt);
+        let out = s
+            .nack(
+                &t,
+                &id("j"),
+                &l.token,
+                &format!("boom {attempt}"),
+                None,
+                now + 1,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            out,
+            NackOutcome::Retry {
+                due_at_ms: now + 1 + wait
+            }
+        );
+        assert!(
+            s.claim(&t, 1, None, now + wait)
+                .await
+                .unwrap()
+                .leases
+                .is_empty()
+        );
+        now += 1 + wait;
+    }
+    let l = s.claim(&t, 1, None, now).await.unwrap().leases.remove(0);
+    assert_eq!(l.attempt, 4);
+    let out = s
+        .nack(&t, &id("j"), &l.token, "final", None, now + 5)
+        .await
+        .unwrap();
+    assert_eq!(out, NackOutcome::Dead);
+    let dead = s.list_dead(&t, 0, 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    let d = &dead[0];
+    assert_eq!((d.state, d.attempts), (JobState::Dead, 4));
+    assert_eq!(d.last_error.as_deref(), Some("final"));
+    assert_eq!(d.died_at_ms, Some(now + 5));
+    assert_eq!(d.created_at_ms, T0);
+    assert!(
+        s.claim(&t, 1, None, now + 1_000_000)
+            .await
+            .unwrap()
+            .leases
+            .is_empty()
+    );
+    let st = s.stats(&t, now).await.unwrap();
+    assert_eq!((st.dead, st.counters.dead, st.counters.failed), (1, 1, 4));
+    assert!(matches!(
+        s.nack(&t, &id("j"), &l.token, "again", None, now + 6).await,
+        Err(StoreError::NotInState(JobState::Dead))
+    ));
+}
+
+/// `retry_in_ms` overrides the policy; per-job retry and max_attempts
+/// override the topic; exponential waits match [`RetryPolicy::delay_ms`].
+pub async fn retry_overrides(s: &dyn Store) {
+    let t = topic("overrides");
+    strict_topic(s, &t).await;
+    let exp = RetryPolicy::Exponential {
+        initial_ms: 250,
+        factor: 3.0,
+        max_ms: 5000,
+        jitter: 0.0,
+    };
+    let mut j = job("e", When::DelayMs(0));
+    j.retry = Some(exp.clone());
+    j.max_attempts = Some(5);
+    put(s, &t, j, T0).await;
+    let mut now = T0;
+    for attempt in 1..=4u32 {
+        let l = s.claim(&t, 1, None, now).await.unwrap().leases.remove(0);
+        let out = s
+            .nack(&t, &id("e"), &l.token, "x", None, now)
+            .await
+            .unwrap();
+        let want = exp.delay_ms(attempt, 0.5);
+        assert_eq!(
+            out,
+            NackOutcome::Retry {
+                due_at_ms: now + want
+            },
+            "attempt {attempt}"
+        );
+        now += want;
+    }
+    let l = s.claim(&t, 1, None, now).await.unwrap().leases.remove(0);
+    assert_eq!(l.attempt, 5);
+    let out = s
+        .nack(&t, &id("e"), &l.token, "x", Some(1), now)
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        NackOutcome::Dead,
+        "job's max_attempts 5 beats topic's 4"
+    );
+
+    put(s, &t, job("r", When::DelayMs(0)), T0).await;
+    let l = s.claim(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    let out = s
+        .nack(&t, &id("r"), &l.token, "x", Some(42), T0 + 1)
+        .await
+        .unwrap();
+    assert_eq!(out, NackOutcome::Retry { due_at_ms: T0 + 43 });
+    let l = s
+        .claim(&t, 1, None, T0 + 43)
+        .await
+        .unwrap()
+        .leases
+        .remove(0);
+    let out = s
+        .nack(&t, &id("r"), &l.token, "x", Some(0), T0 + 50)
+        .await
+        .unwrap();
+    assert_eq!(out, NackOutcome::Retry { due_at_ms: T0 + 50 }, "retry now");
+    assert_eq!(
+        s.claim(&t, 1, None, T0 + 50).await.unwrap().leases[0].attempt,
+        3
+    );
+}
+
+/// An expired last attempt goes dead too.
+pub async fn expired_last_attempt_goes_dead(s: &dyn Store) {
+    let t = topic("expire-dead");
+    let mut j = job("j", When::DelayMs(0));
+    j.max_attempts = Some(1);
+    put(s, &t, j, T0).await;
+    s.claim(&t, 1, Some(100), T0).await.unwrap();
+    let r = s.requeue_expired(&t, 10, T0 + 101).await.unwrap();
+    assert_eq!((r.retried, r.dead), (0, 1));
+    let info = s.get(&t, &id("j")).await.unwrap().unwrap();
+    assert_eq!(info.state, JobState::Dead);
+    assert_eq!(info.last_error.as_deref(), Some("lease expired"));
+}
+
+/// Replay makes dead letters due now with a fresh attempt count; purge deletes them.
+pub async fn replay_and_purge_dead(s: &dyn Store) {
+    let t = topic("replay");
+    for i in ["a", "b", "c"] {
+        let mut j = job(i, When::DelayMs(0));
+        j.max_attempts = Some(1);
+        put(s, &t, j, T0).await;
+    }
+    for l in s.claim(&t, 10, None, T0).await.unwrap().leases {
+        assert_eq!(
+            s.nack(&t, &l.id, &l.token, "no", None, T0 + 1)
+                .await
+                .unwrap(),
+            NackOutcome::Dead
+        );
+    }
+    assert_eq!(
+        s.replay_dead(&t, Some(&[id("b"), id("zz")]), 100, T0 + 10)
+            .await
+            .unwrap(),
+        1
+    );
+    let info = s.get(&t, &id("b")).await.unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.attempts, info.due_at_ms),
+        (JobState::Ready, 0, T0 + 10)
+    );
+    assert_eq!(info.died_at_ms, None);
+    let l = s.claim(&t, 10, None, T0 + 10).await.unwrap().leases;
+    assert_eq!(l.len(), 1);
+    assert_eq!((l[0].id.as_str(), l[0].attempt), ("b", 1));
+
+    assert_eq!(
+        s.replay_dead(&t, None, 1, T0 + 20).await.unwrap(),
+        1,
+        "capped batch"
+    );
+    assert_eq!(s.list_dead(&t, 0, 10).await.unwrap().len(), 1);
+    assert_eq!(s.purge_dead(&t, 100).await.unwrap(), 1);
+    assert!(s.list_dead(&t, 0, 10).await.unwrap().is_empty());
+    assert!(
+        s.get(&t, &id("c")).await.unwrap().is_none(),
+        "purged letters are gone"
+    );
+    assert_eq!(s.stats(&t, T0).await.unwrap().counters.replayed, 2);
+}
+
+/// Beyond `dead_cap` the oldest dead letters are dropped and counted.
+pub async fn dead_cap_drops_oldest(s: &dyn Store) {
+    let t = topic("cap");
+    s.put_topic_config(
+        &t,
+        &TopicConfigPatch {
+            dead_cap: Some(2),
+            max_attempts: Some(1),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    for (i, name) in ["d1", "d2", "d3"].iter().enumerate() {
+        put(s, &t, job(name, When::DelayMs(0)), T0).await;
+        let l = s.claim(&t, 1, None, T0).await.unwrap().leases.remove(0);
+        s.nack(&t, &l.id, &l.token, "x", None, T0 + i as u64)
+            .await
+            .unwrap();
+    }
+    let dead: Vec<String> = s
+        .list_dead(&t, 0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| j.id.to_string())
+        .collect();
+    assert_eq!(dead, vec!["d2", "d3"]);
+    assert!(s.get(&t, &id("d1")).await.unwrap().is_none());
+    let st = s.stats(&t, T0).await.unwrap();
+    assert_eq!((st.dead, st.counters.dead_dropped), (2, 1));
+}
+
+/// Cancel works in every state; a cancelled reserved job is not retried and
+/// its holder's ack reports it gone.
+pub async fn cancel_in_every_state(s: &dyn Store) {
+    let t = topic("cancel");
+    put(s, &t, job("sched", When::DelayMs(10_000)), T0).await;
+    put(s, &t, job("ready", When::DelayMs(0)), T0).await;
+    put(s, &t, job("held", When::DelayMs(0)), T0).await;
+    let mut dj = job("dead", When::DelayMs(0));
+    dj.max_attempts = Some(1);
+    dj.priority = 0;
+    put(s, &t, dj, T0).await;
+    let l = s.claim(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    s.nack(&t, &l.id, &l.token, "x", None, T0).await.unwrap();
+    let held = s
+        .claim(&t, 1, Some(1000), T0)
+        .await
+        .unwrap()
+        .leases
+        .remove(0);
+    assert_eq!(held.id.as_str(), "ready");
+    // "ready" is now held; enqueue order put "held" behind it.
+    let got = s.get(&t, &id("held")).await.unwrap().unwrap();
+    assert_eq!(got.state, JobState::Ready);
+
+    assert_eq!(
+        s.cancel(&t, &id("sched")).await.unwrap(),
+        Some(JobState::Scheduled)
+    );
+    assert_eq!(
+        s.cancel(&t, &id("held")).await.unwrap(),
+        Some(JobState::Ready)
+    );
+    assert_eq!(
+        s.cancel(&t, &id("ready")).await.unwrap(),
+        Some(JobState::Reserved)
+    );
+    assert_eq!(
+        s.cancel(&t, &id("dead")).await.unwrap(),
+        Some(JobState::Dead)
+    );
+    assert_eq!(s.cancel(&t, &id("dead")).await.unwrap(), None);
+    assert!(matches!(
+        s.ack(&t, &id("ready"), &held.token).await,
+        Err(StoreError::NotFound)
+    ));
+    let r = s.requeue_expired(&t, 10, T0 + 5000).await.unwrap();
+    assert_eq!(
+        (r.retried, r.dead),
+        (0, 0),
+        "a cancelled job is not retried"
+    );
+    assert!(
+        s.claim(&t, 10, None, T0 + 100_000)
+            .await
+            .unwrap()
+            .leases
+            .is_empty()
+    );
+    let st = s.stats(&t, T0).await.unwrap();
+    assert_eq!((st.scheduled, st.ready, st.reserved, st.dead), (0, 0, 0, 0));
+    assert_eq!(st.counters.cancelled, 4);
+}
+
+/// Reschedule moves a waiting job; a reserved or dead one is refused.
+pub async fn reschedule_only_while_waiting(s: &dyn Store) {
+    let t = topic("resched");
+    put(s, &t, job("a", When::DelayMs(10_000)), T0).await;
+    s.reschedule(&t, &id("a"), T0 + 500, T0).await.unwrap();
+    assert!(
+        s.claim(&t, 1, None, T0 + 499)
+            .await
+            .unwrap()
+            .leases
+            .is_empty()
+    );
+    assert_eq!(
+        s.get(&t, &id("a")).await.unwrap().unwrap().due_at_ms,
+        T0 + 500
+    );
+    s.reschedule(&t, &id("a"), T0 + 20_000, T0).await.unwrap();
+    let c = s.claim(&t, 1, None, T0 + 10_000).await.unwrap();
+    assert!(c.leases.is_empty(), "moved later");
+    assert_eq!(c.next_due_ms, Some(T0 + 20_000));
+
+    put(s, &t, job("b", When::DelayMs(0)), T0).await;
+    assert_eq!(
+        s.get(&t, &id("b")).await.unwrap().unwrap().state,
+        JobState::Ready
+    );
+    s.reschedule(&t, &id("b"), T0 + 3000, T0 + 1).await.unwrap();
+    assert_eq!(
+        s.get(&t, &id("b")).await.unwrap().unwrap().state,
+        JobState::Scheduled
+    );
+    let l = s
+        .claim(&t, 1, None, T0 + 3000)
+        .await
+        .unwrap()
+        .leases
+        .remove(0);
+    assert!(matches!(
+        s.reschedule(&t, &id("b"), T0, T0 + 3000).await,
+        Err(StoreError::NotInState(JobState::Reserved))
+    ));
+    s.ack(&t, &id("b"), &l.token).await.unwrap();
+    assert!(matches!(
+        s.reschedule(&t, &id("b"), T0, T0).await,
+        Err(StoreError::NotFound)
+    ));
+}
+
+/// Get reports state, due, priority, attempts, body (JSON or bytes).
+pub async fn get_reports_job_and_bodies_round_trip(s: &dyn Store) {
+    let t = topic("get");
+    let mut j = NewJob::new(
+        id("bin"),
+        Body::Bytes(vec![0, 159, 255, b'\n']),
+        When::DelayMs(7),
+    );
+    j.priority = 3;
+    j.lease_ms = Some(2500);
+    put(s, &t, j, T0).await;
+    let info = s.get(&t, &id("bin")).await.unwrap().unwrap();
+    assert_eq!(info.body, Body::Bytes(vec![0, 159, 255, b'\n']));
+    assert_eq!(
+        (info.state, info.due_at_ms, info.priority),
+        (JobState::Scheduled, T0 + 7, 3)
+    );
+    assert_eq!(
+        (info.attempts, info.lease_ms, info.created_at_ms),
+        (0, Some(2500), T0)
+    );
+    let l = s.claim(&t, 1, None, T0 + 7).await.unwrap().leases.remove(0);
+    assert_eq!(l.lease_deadline_ms, T0 + 7 + 2500, "job's own lease");
+    assert_eq!(l.body, Body::Bytes(vec![0, 159, 255, b'\n']));
+    let info = s.get(&t, &id("bin")).await.unwrap().unwrap();
+    assert_eq!((info.state, info.attempts), (JobState::Reserved, 1));
+    assert_eq!(info.lease_deadline_ms, Some(T0 + 2507));
+
+    let json = "{\"order\":42,\"s\":\"ü\"}";
+    put(
+        s,
+        &t,
+        NewJob::new(id("js"), Body::Json(json.into()), When::DelayMs(0)),
+        T0,
+    )
+    .await;
+    assert_eq!(
+        s.get(&t, &id("js")).await.unwrap().unwrap().body,
+        Body::Json(json.into())
+    );
+    assert!(s.get(&t, &id("nope")).await.unwrap().is_none());
+    assert!(
+        s.get(&topic("no-such-topic"), &id("x"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// Topic settings: defaults, partial updates, the default delay, listing, deletion.
+pub async fn topic_config_and_listing(s: &dyn Store) {
+    let t = topic("cfg");
+    assert!(s.topic_config(&t).await.unwrap().is_none(), "unknown topic");
+    let c = s
+        .put_topic_config(
+            &t,
+            &TopicConfigPatch {
+                default_delay_ms: Some(777),
+                lease_ms: Some(1234),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (c.default_delay_ms, c.lease_ms, c.max_attempts),
+        (777, 1234, 5)
+    );
+    let c = s
+        .put_topic_config(
+            &t,
+            &TopicConfigPatch {
+                max_attempts: Some(9),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (c.default_delay_ms, c.max_attempts),
+        (777, 9),
+        "others kept"
+    );
+    assert_eq!(s.topic_config(&t).await.unwrap(), Some(c));
+
+    let e = put(s, &t, job("d", When::TopicDefault), T0).await;
+    assert_eq!(e.due_at_ms, T0 + 777);
+    let l = s
+        .claim(&t, 1, None, T0 + 777)
+        .await
+        .unwrap()
+        .leases
+        .remove(0);
+    assert_eq!(l.lease_deadline_ms, T0 + 777 + 1234, "topic lease");
+
+    put(s, &t, job("x", When::DelayMs(5)), T0).await;
+    let other = topic("implicit");
+    put(s, &other, job("y", When::DelayMs(5)), T0).await;
+    let names: Vec<String> = s
+        .topics()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    assert_eq!(names, vec!["cfg", "implicit"]);
+    assert_eq!(
+        s.topic_config(&other).await.unwrap(),
+        Some(TopicConfig::default())
+    );
+
+    let (n, gone) = s.delete_topic(&t, 1).await.unwrap();
+    assert_eq!((n, gone), (1, false), "bounded batch");
+    let (n, gone) = s.delete_topic(&t, 100).await.unwrap();
+    assert_eq!((n, gone), (1, true));
+    assert!(s.topic_config(&t).await.unwrap().is_none());
+    assert!(s.get(&t, &id("x")).await.unwrap().is_none());
+    assert_eq!(s.topics().await.unwrap(), vec![other]);
+}
+
+/// Stats count each state and report how overdue the oldest waiting job is.
+pub async fn stats_count_states(s: &dyn Store) {
+    let t = topic("stats");
+    for (i, d) in [0u64, 0, 0, 100, 5000].iter().enumerate() {
+        put(s, &t, job(&format!("j{i}"), When::DelayMs(*d)), T0).await;
+    }
+    let l = s.claim(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    s.ack(&t, &l.id, &l.token).await.unwrap();
+    s.claim(&t, 1, None, T0).await.unwrap();
+    let st = s.stats(&t, T0 + 300).await.unwrap();
+    assert_eq!((st.scheduled, st.ready, st.reserved, st.dead), (2, 1, 1, 0));
+    assert_eq!(st.oldest_overdue_ms, 300, "the ready job has waited 300 ms");
+    assert_eq!((st.counters.enqueued, st.counters.acked), (5, 1));
+    let p = s.promote_due(&t, 10, T0 + 300).await.unwrap();
+    assert_eq!(
+        p,
+        Promoted {
+            moved: 1,
+            next_due_ms: Some(T0 + 5000)
+        }
+    );
+    let st = s.stats(&t, T0 + 300).await.unwrap();
+    assert_eq!((st.scheduled, st.ready), (1, 2));
+    let empty = s.stats(&topic("empty"), T0).await.unwrap();
+    assert_eq!(empty, TopicStats::default());
+}
+
+/// Instantiates every scenario as a `#[tokio::test]`. `$make` is an async
+/// block returning `(store, guard)`: a fresh empty store and whatever must
+/// live as long as it (a Redis server, a temp dir).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make:expr) => {
+        $crate::conformance_tests!(@each $make;
+            never_early,
+            order_priority_due_fifo,
+            batch_enqueue_results_per_job,
+            idempotent_enqueue_and_replace,
+            one_holder_among_concurrent_claimers,
+            lease_expiry_redelivers,
+            stale_token_refused,
+            touch_extends_lease,
+            backoff_schedule_and_dead_letter,
+            retry_overrides,
+            expired_last_attempt_goes_dead,
+            replay_and_purge_dead,
+            dead_cap_drops_oldest,
+            cancel_in_every_state,
+            reschedule_only_while_waiting,
+            get_reports_job_and_bodies_round_trip,
+            topic_config_and_listing,
+            stats_count_states
+        );
+    };
+    (@each $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $name() {
+                let (store, _guard) = $make.await;
+                $crate::conformance::$name(&store).await;
+            }
+        )*
+    };
+}

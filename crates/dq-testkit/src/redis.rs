@@ -1,0 +1,151 @@
+//! Private `redis-server` processes for tests.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// A `redis-server` on a free loopback port with its own data directory,
+/// killed when dropped.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    child: Option<Child>,
+    dir: TempDir,
+    aof: bool,
+}
+
+impl RedisServer {
+    /// Starts a server that keeps nothing on disk.
+    pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// Starts a server with an append-only file fsynced on every write
+    /// (`appendfsync always`), so a restart keeps every acknowledged write.
+    pub fn start_durable() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(aof: bool) -> Self {
+        let mut last_err = String::new();
+        // A free port can be taken by someone else before redis binds it: retry.
+        for _ in 0..5 {
+            let mut s = Self {
+                port: crate::free_port(),
+                child: None,
+                dir: tempfile::tempdir().expect("temp dir"),
+                aof,
+            };
+            match s.spawn() {
+                Ok(()) => return s,
+                Err(e) => last_err = e,
+            }
+        }
+        panic!("cannot start redis-server: {last_err}");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--save")
+            .arg("")
+            .arg("--logfile")
+            .arg(self.dir.path().join("redis.log"));
+        if self.aof {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "redis-server not runnable ({e}); install it (apt-get install redis-server)"
+                )
+            })?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Err(format!("redis-server exited at start: {status}"));
+            }
+            if self.ping() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Err("redis-server did not answer PING within 10 s".into())
+    }
+
+    fn ping(&self) -> bool {
+        ::redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+            .and_then(|mut c| ::redis::cmd("PING").query::<String>(&mut c))
+            .is_ok()
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+
+    /// Kills the server (SIGKILL); its data directory stays.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and directory (an AOF server
+    /// reloads its data).
+    pub fn restart(&mut self) {
+        self.stop();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) if Instant::now() > deadline => panic!("cannot restart redis-server: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// A plain synchronous connection, for tests that inspect the keyspace.
+    pub fn connection(&self) -> ::redis::Connection {
+        ::redis::Client::open(self.url())
+            .and_then(|c| c.get_connection())
+            .expect("connect to test redis")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
