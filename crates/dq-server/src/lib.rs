@@ -1,1 +1,242 @@
-//! dq-server
+//! dq-server: the `dq serve` process as a library.
+//!
+//! - [`app`] builds the axum [`Router`] (HTTP API under `/v1`, health, the
+//!   OpenAPI document), so tests call it with `oneshot` or on port 0.
+//! - [`Server`] runs the router, the [`dispatcher::Dispatcher`] and the
+//!   cross-process wake-up listener as supervised tasks, with graceful shutdown.
+//! - Modules: `api` (handlers), [`error`] (`ApiError`), `extract` (JSON
+//!   bodies), `reserve` (the long-poll), [`dispatcher`], [`wakers`].
+
+mod api;
+pub mod dispatcher;
+pub mod error;
+mod extract;
+mod openapi;
+mod reserve;
+pub mod wakers;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use dq_core::{Clock, Limits, Store};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use error::ApiError;
+use wakers::Wakers;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// The source of "now".
+    pub clock: Arc<dyn Clock>,
+    /// Input bounds.
+    pub limits: Limits,
+    /// In-process wake-ups.
+    pub wakers: Arc<Wakers>,
+    /// Fires at shutdown: reserve stops taking jobs.
+    pub shutdown: CancellationToken,
+}
+
+impl AppState {
+    /// State with fresh wakers and shutdown token.
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, limits: Limits) -> Self {
+        Self {
+            store,
+            clock,
+            limits,
+            wakers: Arc::new(Wakers::default()),
+            shutdown: CancellationToken::new(),
+        }
+    }
+}
+
+/// The HTTP API. `max_request_bytes` caps every request body.
+pub fn app(state: AppState, max_request_bytes: usize) -> Router {
+    use api::*;
+    Router::new()
+        .route("/v1/topics", get(list_topics))
+        .route(
+            "/v1/topics/{topic}",
+            get(get_topic).put(put_topic).delete(delete_topic),
+        )
+        .route("/v1/topics/{topic}/jobs", post(enqueue))
+        .route("/v1/topics/{topic}/jobs:batch", post(enqueue_batch))
+        .route(
+            "/v1/topics/{topic}/jobs/{id}",
+            get(get_job).delete(cancel_job).patch(reschedule_job),
+        )
+        .route("/v1/topics/{topic}/jobs/{id}/ack", post(ack))
+        .route("/v1/topics/{topic}/jobs/{id}/nack", post(nack))
+        .route("/v1/topics/{topic}/jobs/{id}/touch", post(touch))
+        .route("/v1/topics/{topic}/dead", get(list_dead).delete(purge_dead))
+        .route("/v1/topics/{topic}/dead/replay", post(replay_dead))
+        .route("/v1/reserve", post(reserve))
+        .route("/v1/ack:batch", post(ack_batch))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/openapi.json", get(openapi::document))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(max_request_bytes))
+        .with_state(state)
+}
+
+/// How `dq serve` runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address of the HTTP API.
+    pub listen: SocketAddr,
+    /// Input bounds.
+    pub limits: Limits,
+    /// Largest request body.
+    pub max_request_bytes: usize,
+    /// How long in-flight requests may take to finish at shutdown.
+    pub shutdown_grace: Duration,
+    /// Longest dispatcher sleep (see [`dispatcher`]).
+    pub dispatcher_max_sleep: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
+            limits: Limits::default(),
+            max_request_bytes: 32 * 1024 * 1024,
+            shutdown_grace: Duration::from_secs(10),
+            dispatcher_max_sleep: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A running server.
+pub struct Server {
+    config: ServerConfig,
+    state: AppState,
+}
+
+impl Server {
+    /// A server over `store`.
+    pub fn new(config: ServerConfig, store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+        let state = AppState::new(store, clock, config.limits);
+        Self { config, state }
+    }
+
+    /// Binds the listen address (port 0 picks a free port).
+    ///
+    /// # Errors
+    /// When the address cannot be bound.
+    pub async fn bind(&self) -> std::io::Result<tokio::net::TcpListener> {
+        tokio::net::TcpListener::bind(self.config.listen).await
+    }
+
+    /// Serves on `listener` until `signal` completes, then shuts down:
+    /// reservations stop (waiting reserves return empty), in-flight requests
+    /// get `shutdown_grace` to finish, background loops stop.
+    ///
+    /// # Errors
+    /// Only I/O errors of the listener.
+    pub async fn run(
+        self,
+        listener: tokio::net::TcpListener,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let tracker = TaskTracker::new();
+        let loops = CancellationToken::new();
+        let state = self.state.clone();
+
+        {
+            let store = state.store.clone();
+            let wakers = state.wakers.clone();
+            supervise(&tracker, &loops, "wake-listener", move || {
+                let store = store.clone();
+                let wakers = wakers.clone();
+                async move {
+                    let w = wakers.clone();
+                    store.watch_wakes(Arc::new(move |t: &str| w.wake(t))).await;
+                }
+            });
+        }
+        {
+            let st = state.clone();
+            let max_sleep = self.config.dispatcher_max_sleep;
+            let cancel = loops.clone();
+            supervise(&tracker, &loops, "dispatcher", move || {
+                let d = dispatcher::Dispatcher {
+                    store: st.store.clone(),
+                    clock: st.clock.clone(),
+                    wakers: st.wakers.clone(),
+                    max_sleep,
+                };
+                d.run(cancel.clone())
+            });
+        }
+
+        let router = app(state.clone(), self.config.max_request_bytes);
+        let shutdown = state.shutdown.clone();
+        let graceful = {
+            let shutdown = shutdown.clone();
+            async move {
+                signal.await;
+                tracing::info!("shutting down: no new reservations; finishing in-flight requests");
+                shutdown.cancel();
+            }
+        };
+        let server = axum::serve(listener, router).with_graceful_shutdown(graceful);
+        let grace = self.config.shutdown_grace;
+        let serve = tokio::spawn(async move { server.await });
+        // Wait for the signal, then give in-flight requests the grace period.
+        shutdown.cancelled().await;
+        match tokio::time::timeout(grace, serve).await {
+            Ok(Ok(r)) => r?,
+            Ok(Err(e)) => tracing::error!(error = %e, "HTTP server task failed"),
+            Err(_) => tracing::warn!(?grace, "in-flight requests did not finish within the grace period"),
+        }
+        loops.cancel();
+        tracker.close();
+        let _ = tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Runs `make()` as a task on `tracker`; a panic is logged and the task
+/// restarted after a backoff (up to 30 s); it ends when `cancel` fires.
+fn supervise<F, Fut>(tracker: &TaskTracker, cancel: &CancellationToken, name: &'static str, make: F)
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let cancel = cancel.clone();
+    tracker.spawn(async move {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let task = tokio::spawn(make());
+            let abort = task.abort_handle();
+            tokio::select! {
+                r = task => match r {
+                    Ok(()) => return,
+                    Err(e) if e.is_panic() => {
+                        tracing::error!(task = name, ?backoff, "background task panicked; restarting");
+                    }
+                    Err(_) => return,
+                },
+                _ = cancel.cancelled() => {
+                    abort.abort();
+                    return;
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = cancel.cancelled() => return,
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(30));
+        }
+    });
+}

@@ -1,0 +1,656 @@
+//! The HTTP/JSON API under `/v1` (see docs/api.md).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use dq_core::limits::{self, MAX_BATCH, MAX_CLAIM, MAX_WAIT_MS};
+use dq_core::*;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{JsonBody, parse};
+
+type ApiResult<T = Response> = Result<T, ApiError>;
+
+fn topic(name: String) -> Result<Topic, ApiError> {
+    Ok(Topic::new(name)?)
+}
+
+fn job_id(id: String) -> Result<JobId, ApiError> {
+    Ok(JobId::new(id)?)
+}
+
+/// A job as clients send it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EnqueueReq {
+    id: Option<String>,
+    body: Option<Box<RawValue>>,
+    body_base64: Option<String>,
+    delay_ms: Option<i64>,
+    due_at_ms: Option<i64>,
+    priority: Option<u32>,
+    max_attempts: Option<u32>,
+    lease_ms: Option<u64>,
+    retry: Option<RetryPolicy>,
+    #[serde(default)]
+    replace: bool,
+}
+
+impl EnqueueReq {
+    /// Validates everything; nothing is written before this passes.
+    fn into_job(self, limits: &Limits, now_ms: u64) -> Result<NewJob, ApiError> {
+        let id = match self.id {
+            Some(id) => job_id(id)?,
+            None => JobId::generate(),
+        };
+        let body = match (self.body, self.body_base64) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::bad_request(
+                    "invalid_body",
+                    "give body or body_base64, not both",
+                ));
+            }
+            (Some(raw), None) => Body::Json(raw.get().to_string()),
+            (None, Some(b64)) => Body::Bytes(B64.decode(b64.as_bytes()).map_err(|e| {
+                ApiError::bad_request("invalid_body", format!("body_base64 is not base64: {e}"))
+            })?),
+            (None, None) => Body::Json("null".into()),
+        };
+        limits.check_body(body.len())?;
+        let when = match (self.delay_ms, self.due_at_ms) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::bad_request(
+                    "invalid_delay",
+                    "give delay_ms or due_at_ms, not both",
+                ));
+            }
+            (Some(d), None) => {
+                let d = u64::try_from(d).map_err(|_| {
+                    ApiError::bad_request("invalid_delay", format!("delay_ms must be >= 0, got {d}"))
+                })?;
+                limits.check_delay(d)?;
+                When::DelayMs(d)
+            }
+            (None, Some(t)) => {
+                let t = u64::try_from(t).map_err(|_| {
+                    ApiError::bad_request(
+                        "invalid_due_at",
+                        format!("due_at_ms must be >= 0, got {t}"),
+                    )
+                })?;
+                limits.check_due_at(t, now_ms)?;
+                When::DueAtMs(t)
+            }
+            (None, None) => When::TopicDefault,
+        };
+        if let Some(n) = self.max_attempts {
+            limits::check_max_attempts(n)?;
+        }
+        if let Some(ms) = self.lease_ms {
+            limits::check_lease(ms)?;
+        }
+        if let Some(r) = &self.retry {
+            r.validate()?;
+        }
+        Ok(NewJob {
+            id,
+            body,
+            when,
+            priority: self.priority.unwrap_or(DEFAULT_PRIORITY),
+            max_attempts: self.max_attempts,
+            lease_ms: self.lease_ms,
+            retry: self.retry,
+            replace: self.replace,
+        })
+    }
+}
+
+fn enqueued_json(e: &Enqueued) -> Value {
+    json!({
+        "id": e.id,
+        "created": e.created,
+        "replaced": e.replaced,
+        "due_at_ms": e.due_at_ms,
+        "state": e.state,
+    })
+}
+
+/// Adds `body` (JSON) or `body_base64` (bytes) to an object.
+fn put_body(obj: &mut Value, body: &Body) {
+    match body {
+        Body::Json(s) => {
+            obj["body"] = serde_json::from_str(s).unwrap_or(Value::Null);
+        }
+        Body::Bytes(b) => obj["body_base64"] = Value::String(B64.encode(b)),
+    }
+}
+
+fn job_json(topic: &Topic, j: &JobInfo, cfg: &TopicConfig) -> Value {
+    let mut v = json!({
+        "topic": topic,
+        "id": j.id,
+        "state": j.state,
+        "due_at_ms": j.due_at_ms,
+        "priority": j.priority,
+        "attempts": j.attempts,
+        "max_attempts": j.max_attempts.unwrap_or(cfg.max_attempts),
+        "lease_ms": j.lease_ms.unwrap_or(cfg.lease_ms),
+        "last_error": j.last_error,
+        "created_at_ms": j.created_at_ms,
+        "lease_deadline_ms": j.lease_deadline_ms,
+        "died_at_ms": j.died_at_ms,
+    });
+    put_body(&mut v, &j.body);
+    v
+}
+
+fn lease_json(l: &Lease) -> Value {
+    let mut v = json!({
+        "topic": l.topic,
+        "id": l.id,
+        "token": l.token,
+        "attempt": l.attempt,
+        "due_at_ms": l.due_at_ms,
+        "lease_deadline_ms": l.lease_deadline_ms,
+        "priority": l.priority,
+    });
+    put_body(&mut v, &l.body);
+    v
+}
+
+/// `POST /v1/topics/{topic}/jobs`
+pub(crate) async fn enqueue(
+    State(st): State<AppState>,
+    Path(t): Path<String>,
+    JsonBody(req): JsonBody<EnqueueReq>,
+) -> ApiResult {
+    let t = topic(t)?;
+    let now = st.clock.now_ms();
+    let job = req.into_job(&st.limits, now)?;
+    let mut out = st.store.enqueue(&t, std::slice::from_ref(&job), now).await?;
+    let e = out.pop().ok_or_else(|| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "no result")
+    })?;
+    if e.created || e.replaced {
+        st.wakers.wake(t.as_str());
+    }
+    let status = if e.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(enqueued_json(&e))).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BatchReq {
+    jobs: Vec<Box<RawValue>>,
+}
+
+/// `POST /v1/topics/{topic}/jobs:batch` — a result per job; invalid jobs are
+/// reported and skipped, the valid ones written in one store call.
+pub(crate) async fn enqueue_batch(
+    State(st): State<AppState>,
+    Path(t): Path<String>,
+    JsonBody(req): JsonBody<BatchReq>,
+) -> ApiResult {
+    let t = topic(t)?;
+    if req.jobs.is_empty() || req.jobs.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(
+            "invalid_batch",
+            format!("jobs must hold 1 to {MAX_BATCH} jobs, got {}", req.jobs.len()),
+        ));
+    }
+    let now = st.clock.now_ms();
+    let mut results: Vec<Value> = Vec::with_capacity(req.jobs.len());
+    let mut valid: Vec<NewJob> = Vec::new();
+    let mut slots: Vec<usize> = Vec::new();
+    for raw in &req.jobs {
+        match parse::<EnqueueReq>(raw.get().as_bytes()).and_then(|r| r.into_job(&st.limits, now)) {
+            Ok(job) => {
+                slots.push(results.len());
+                results.push(Value::Null);
+                valid.push(job);
+            }
+            Err(e) => results.push(e.body()),
+        }
+    }
+    if !valid.is_empty() {
+        let out = st.store.enqueue(&t, &valid, now).await?;
+        if out.iter().any(|e| e.created || e.replaced) {
+            st.wakers.wake(t.as_str());
+        }
+        for (slot, e) in slots.into_iter().zip(out.iter()) {
+            results[slot] = enqueued_json(e);
+        }
+    }
+    Ok(Json(json!({ "results": results })).into_response())
+}
+
+/// `GET /v1/topics/{topic}/jobs/{id}`
+pub(crate) async fn get_job(
+    State(st): State<AppState>,
+    Path((t, id)): Path<(String, String)>,
+) -> ApiResult {
+    let (t, id) = (topic(t)?, job_id(id)?);
+    let job = st.store.get(&t, &id).await?.ok_or_else(ApiError::job_not_found)?;
+    let cfg = st.store.topic_config(&t).await?.unwrap_or_default();
+    Ok(Json(job_json(&t, &job, &cfg)).into_response())
+}
+
+/// `DELETE /v1/topics/{topic}/jobs/{id}`
+pub(crate) async fn cancel_job(
+    State(st): State<AppState>,
+    Path((t, id)): Path<(String, String)>,
+) -> ApiResult {
+    let (t, id) = (topic(t)?, job_id(id)?);
+    let was = st.store.cancel(&t, &id).await?.ok_or_else(ApiError::job_not_found)?;
+    tracing::info!(topic = %t, id = %id, state = %was, "job cancelled");
+    Ok(Json(json!({"id": id, "cancelled": true, "state": was})).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RescheduleReq {
+    delay_ms: Option<i64>,
+    due_at_ms: Option<i64>,
+}
+
+/// `PATCH /v1/topics/{topic}/jobs/{id}` — move a waiting job.
+pub(crate) async fn reschedule_job(
+    State(st): State<AppState>,
+    Path((t, id)): Path<(String, String)>,
+    JsonBody(req): JsonBody<RescheduleReq>,
+) -> ApiResult {
+    let (t, id) = (topic(t)?, job_id(id)?);
+    let now = st.clock.now_ms();
+    let due = match (req.delay_ms, req.due_at_ms) {
+        (Some(d), None) => {
+            let d = u64::try_from(d).map_err(|_| {
+                ApiError::bad_request("invalid_delay", format!("delay_ms must be >= 0, got {d}"))
+            })?;
+            st.limits.check_delay(d)?;
+            now + d
+        }
+        (None, Some(t)) => {
+            let t = u64::try_from(t).map_err(|_| {
+                ApiError::bad_request("invalid_due_at", format!("due_at_ms must be >= 0, got {t}"))
+            })?;
+            st.limits.check_due_at(t, now)?;
+            t
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "invalid_delay",
+                "give exactly one of delay_ms and due_at_ms",
+            ));
+        }
+    };
+    st.store.reschedule(&t, &id, due, now).await?;
+    st.wakers.wake(t.as_str());
+    Ok(Json(json!({"id": id, "due_at_ms": due})).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReserveReq {
+    topics: Vec<String>,
+    max: Option<usize>,
+    lease_ms: Option<u64>,
+    wait_ms: Option<u64>,
+}
+
+/// Most topics one reserve may name.
+const MAX_RESERVE_TOPICS: usize = 100;
+
+/// `POST /v1/reserve` — lease up to `max` due jobs from the topics, waiting
+/// up to `wait_ms` for one to become due.
+pub(crate) async fn reserve(
+    State(st): State<AppState>,
+    JsonBody(req): JsonBody<ReserveReq>,
+) -> ApiResult {
+    if req.topics.is_empty() || req.topics.len() > MAX_RESERVE_TOPICS {
+        return Err(ApiError::bad_request(
+            "invalid_topics",
+            format!("topics must name 1 to {MAX_RESERVE_TOPICS} topics"),
+        ));
+    }
+    let mut topics: Vec<Topic> = Vec::with_capacity(req.topics.len());
+    for name in req.topics {
+        let t = topic(name)?;
+        if !topics.contains(&t) {
+            topics.push(t);
+        }
+    }
+    let max = req.max.unwrap_or(1);
+    if !(1..=MAX_CLAIM).contains(&max) {
+        return Err(ApiError::bad_request(
+            "invalid_max",
+            format!("max must be between 1 and {MAX_CLAIM}, got {max}"),
+        ));
+    }
+    if let Some(ms) = req.lease_ms {
+        limits::check_lease(ms)?;
+    }
+    let wait_ms = req.wait_ms.unwrap_or(0);
+    if wait_ms > MAX_WAIT_MS {
+        return Err(ApiError::bad_request(
+            "invalid_wait",
+            format!("wait_ms must be at most {MAX_WAIT_MS}, got {wait_ms}"),
+        ));
+    }
+    if st.shutdown.is_cancelled() {
+        return Err(ApiError::shutting_down());
+    }
+    let leases = crate::reserve::reserve(&st, &topics, max, req.lease_ms, wait_ms).await;
+    for t in &topics {
+        st.wakers.release(t.as_str());
+    }
+    let leases = leases?;
+    let jobs: Vec<Value> = leases.iter().map(lease_json).collect();
+    Ok(Json(json!({ "jobs": jobs })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TokenReq {
+    token: String,
+}
+
+/// `POST /v1/topics/{topic}/jobs/{id}/ack`
+pub(crate) async fn ack(
+    State(st): State<AppState>,
+    Path((t, id)): Path<(String, String)>,
+    JsonBody(req): JsonBody<TokenReq>,
+) -> ApiResult {
+    let (t, id) = (topic(t)?, job_id(id)?);
+    st.store.ack(&t, &id, &req.token).await?;
+    Ok(Json(json!({"id": id, "acked": true})).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NackReq {
+    token: String,
+    error: Option<String>,
+    retry_in_ms: Option<i64>,
+}
+
+/// `POST /v1/topics/{topic}/jobs/{id}/nack`
+pub(crate) async fn nack(
+    State(st): State<AppState>,
+    Path((t, id)): Path<(String, String)>,
+    JsonBody(req): JsonBody<NackReq>,
+) -> ApiResult {
+    let (t, id) = (topic(t)?, job_id(id)?);
+    let retry_in = match req.retry_in_ms {
+        None => None,
+        Some(ms) => {
+            let ms = u64::try_from(ms).map_err(|_| {
+                ApiError::bad_request(
+                    "invalid_delay",
+                    format!("retry_in_ms must be >= 0, got {ms}"),
+                )
+            })?;
+            st.limits.check_delay(ms)?;
+            Some(ms)
+        }
+    };
+    let error = req.error.unwrap_or_else(|| "nacked".into());
+    let now = st.clock.now_ms();
+    let out = st.store.nack(&t, &id, &req.token, &error, retry_in, now).await?;
+    let body = match out {
+        NackOutcome::Retry { due_at_ms } => {
+            tracing::info!(topic = %t, id = %id, error = %limits::clip_error(&error), retry_at_ms = due_at_ms, "job failed; will retry");
+            st.wakers.wake(t.as_str());
+            json!({"id": id, "state": "scheduled", "due_at_ms": due_at_ms})
+        }
+        NackOutcome::Dead => {
+            tracing::warn!(topic = %t, id = %id, error = %limits::clip_error(&error), "job failed for the last time; dead");
+            json!({"id": id, "state": "dead"})
+        }
+    };
+    Ok(Json(body).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TouchReq {
+    token: String,
+    lease_ms: Option<u64>,
+}
+
+/// `POST /v1/topics/{topic}/jobs/{id}/touch`
+pub(crate) async fn touch(
+    State(st): State<AppState>,
+    Path((t, id)): Path<(String, String)>,
+    JsonBody(req): JsonBody<TouchReq>,
+) -> ApiResult {
+    let (t, id) = (topic(t)?, job_id(id)?);
+    if let Some(ms) = req.lease_ms {
+        limits::check_lease(ms)?;
+    }
+    let now = st.clock.now_ms();
+    let deadline = st
+        .store
+        .extend_lease(&t, &id, &req.token, req.lease_ms, now)
+        .await?;
+    Ok(Json(json!({"id": id, "lease_deadline_ms": deadline})).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AckBatchReq {
+    acks: Vec<AckItem>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AckItem {
+    topic: String,
+    id: String,
+    token: String,
+}
+
+/// `POST /v1/ack:batch` — a result per ack.
+pub(crate) async fn ack_batch(
+    State(st): State<AppState>,
+    JsonBody(req): JsonBody<AckBatchReq>,
+) -> ApiResult {
+    if req.acks.is_empty() || req.acks.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(
+            "invalid_batch",
+            format!("acks must hold 1 to {MAX_BATCH} items, got {}", req.acks.len()),
+        ));
+    }
+    let results = futures::future::join_all(req.acks.into_iter().map(|a| {
+        let st = st.clone();
+        async move {
+            let r: Result<(), ApiError> = async {
+                let (t, id) = (topic(a.topic)?, job_id(a.id)?);
+                Ok(st.store.ack(&t, &id, &a.token).await?)
+            }
+            .await;
+            match r {
+                Ok(()) => json!({"acked": true}),
+                Err(e) => e.body(),
+            }
+        }
+    }))
+    .await;
+    Ok(Json(json!({ "results": results })).into_response())
+}
+
+async fn topic_summary(st: &AppState, t: &Topic) -> ApiResult<Value> {
+    let stats = st.store.stats(t, st.clock.now_ms()).await?;
+    Ok(json!({"name": t, "stats": stats}))
+}
+
+/// `GET /v1/topics`
+pub(crate) async fn list_topics(State(st): State<AppState>) -> ApiResult {
+    let topics = st.store.topics().await?;
+    let mut out = Vec::with_capacity(topics.len());
+    for t in &topics {
+        out.push(topic_summary(&st, t).await?);
+    }
+    Ok(Json(json!({ "topics": out })).into_response())
+}
+
+/// `GET /v1/topics/{topic}`
+pub(crate) async fn get_topic(State(st): State<AppState>, Path(t): Path<String>) -> ApiResult {
+    let t = topic(t)?;
+    let cfg = st
+        .store
+        .topic_config(&t)
+        .await?
+        .ok_or_else(|| ApiError::topic_not_found(t.as_str()))?;
+    let mut v = topic_summary(&st, &t).await?;
+    v["config"] = serde_json::to_value(cfg).unwrap_or(Value::Null);
+    Ok(Json(v).into_response())
+}
+
+/// `PUT /v1/topics/{topic}` — fields left out keep their value.
+pub(crate) async fn put_topic(
+    State(st): State<AppState>,
+    Path(t): Path<String>,
+    JsonBody(patch): JsonBody<TopicConfigPatch>,
+) -> ApiResult {
+    let t = topic(t)?;
+    patch.validate(&st.limits)?;
+    let cfg = st.store.put_topic_config(&t, &patch).await?;
+    tracing::info!(topic = %t, config = ?cfg, "topic configured");
+    Ok(Json(json!({"name": t, "config": cfg})).into_response())
+}
+
+/// `DELETE /v1/topics/{topic}` — deletes the topic and all its jobs.
+pub(crate) async fn delete_topic(State(st): State<AppState>, Path(t): Path<String>) -> ApiResult {
+    let t = topic(t)?;
+    if st.store.topic_config(&t).await?.is_none() {
+        return Err(ApiError::topic_not_found(t.as_str()));
+    }
+    let mut deleted = 0;
+    loop {
+        let (n, gone) = st.store.delete_topic(&t, 1000).await?;
+        deleted += n;
+        if gone {
+            break;
+        }
+    }
+    tracing::warn!(topic = %t, deleted, "topic deleted");
+    Ok(Json(json!({"name": t, "deleted_jobs": deleted})).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DeadQuery {
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
+/// `GET /v1/topics/{topic}/dead?offset=&limit=` — oldest death first.
+pub(crate) async fn list_dead(
+    State(st): State<AppState>,
+    Path(t): Path<String>,
+    Query(q): Query<DeadQuery>,
+) -> ApiResult {
+    let t = topic(t)?;
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_request(
+            "invalid_limit",
+            format!("limit must be between 1 and 1000, got {limit}"),
+        ));
+    }
+    let cfg = st.store.topic_config(&t).await?.unwrap_or_default();
+    let jobs = st.store.list_dead(&t, q.offset.unwrap_or(0), limit).await?;
+    let jobs: Vec<Value> = jobs.iter().map(|j| job_json(&t, j, &cfg)).collect();
+    Ok(Json(json!({ "jobs": jobs })).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReplayReq {
+    ids: Option<Vec<String>>,
+}
+
+/// `POST /v1/topics/{topic}/dead/replay` — the named dead letters, or all.
+pub(crate) async fn replay_dead(
+    State(st): State<AppState>,
+    Path(t): Path<String>,
+    JsonBody(req): JsonBody<ReplayReq>,
+) -> ApiResult {
+    let t = topic(t)?;
+    let now = st.clock.now_ms();
+    let replayed = match req.ids {
+        Some(ids) => {
+            if ids.len() > MAX_BATCH {
+                return Err(ApiError::bad_request(
+                    "invalid_batch",
+                    format!("ids may hold at most {MAX_BATCH} ids"),
+                ));
+            }
+            let ids = ids.into_iter().map(job_id).collect::<Result<Vec<_>, _>>()?;
+            st.store.replay_dead(&t, Some(&ids), ids.len(), now).await?
+        }
+        None => {
+            let mut total = 0;
+            loop {
+                let n = st.store.replay_dead(&t, None, 1000, now).await?;
+                total += n;
+                if n < 1000 {
+                    break total;
+                }
+            }
+        }
+    };
+    if replayed > 0 {
+        st.wakers.wake(t.as_str());
+        tracing::info!(topic = %t, replayed, "dead letters replayed");
+    }
+    Ok(Json(json!({ "replayed": replayed })).into_response())
+}
+
+/// `DELETE /v1/topics/{topic}/dead`
+pub(crate) async fn purge_dead(State(st): State<AppState>, Path(t): Path<String>) -> ApiResult {
+    let t = topic(t)?;
+    let mut total = 0;
+    loop {
+        let n = st.store.purge_dead(&t, 1000).await?;
+        total += n;
+        if n < 1000 {
+            break;
+        }
+    }
+    tracing::info!(topic = %t, purged = total, "dead letters purged");
+    Ok(Json(json!({ "purged": total })).into_response())
+}
+
+/// `GET /healthz` — the process answers.
+pub(crate) async fn healthz() -> Response {
+    Json(json!({"status": "ok"})).into_response()
+}
+
+/// `GET /readyz` — the store answers.
+pub(crate) async fn readyz(State(st): State<AppState>) -> ApiResult {
+    let ping = tokio::time::timeout(Duration::from_secs(2), st.store.ping()).await;
+    match ping {
+        Ok(Ok(())) => Ok(Json(json!({"status": "ready"})).into_response()),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(StoreError::Unavailable("ping timed out".into()).into()),
+    }
+}
+
+/// Fallback for unknown routes.
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "route_not_found", "no such route")
+}

@@ -1,0 +1,114 @@
+//! The one error type of the HTTP API: a status, a stable machine-readable
+//! code and a message, as `{"error": {"code", "message"}}`. Internal details
+//! (Redis errors) are logged, not returned.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use dq_core::{InvalidInput, StoreError};
+use serde_json::json;
+
+/// An API error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable code, e.g. `lease_mismatch`.
+    pub code: &'static str,
+    /// For a person.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with any status.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400 with a code.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// 404 for a job.
+    pub fn job_not_found() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "job_not_found", "no such job")
+    }
+
+    /// 404 for a topic.
+    pub fn topic_not_found(topic: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "topic_not_found",
+            format!("no topic named {topic:?}"),
+        )
+    }
+
+    /// 503 while shutting down.
+    pub fn shutting_down() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "this dq instance is shutting down; retry on another",
+        )
+    }
+}
+
+impl From<InvalidInput> for ApiError {
+    fn from(e: InvalidInput) -> Self {
+        let status = if e.too_large {
+            StatusCode::PAYLOAD_TOO_LARGE
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        Self::new(status, e.code, e.message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound => Self::job_not_found(),
+            StoreError::NotInState(s) => Self::new(
+                StatusCode::CONFLICT,
+                "not_in_state",
+                format!("job is {s}; this call is not allowed in that state"),
+            ),
+            StoreError::LeaseMismatch => Self::new(
+                StatusCode::CONFLICT,
+                "lease_mismatch",
+                "token does not match the job's current lease (the lease expired and the job was handed out again, or the token is wrong)",
+            ),
+            StoreError::Invalid(i) => i.into(),
+            StoreError::Unavailable(detail) => {
+                tracing::warn!(error = %detail, "store unavailable");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    "the store is unavailable; retry later",
+                )
+            }
+        }
+    }
+}
+
+impl ApiError {
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": {"code": self.code, "message": self.message}})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut res = (self.status, axum::Json(self.body())).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        res
+    }
+}

@@ -1,0 +1,62 @@
+//! Request body extraction with our own errors: 415 for a wrong content type,
+//! 413 over the request size limit, 400 with serde's message for bad JSON.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{StatusCode, header};
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// A JSON request body. An empty body reads as `{}`.
+#[derive(Debug)]
+pub(crate) struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let ct = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request_too_large",
+                    "request body is over the server's max_request_bytes",
+                )
+            } else {
+                ApiError::bad_request("invalid_body", e.body_text())
+            }
+        })?;
+        if bytes.is_empty() {
+            return parse(b"{}").map(JsonBody);
+        }
+        match ct.as_deref() {
+            Some("application/json") => {}
+            Some(other) => {
+                return Err(ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported_media_type",
+                    format!("content type must be application/json, got {other:?}"),
+                ));
+            }
+            None => {
+                return Err(ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported_media_type",
+                    "content type must be application/json",
+                ));
+            }
+        }
+        parse(&bytes).map(JsonBody)
+    }
+}
+
+/// Parses JSON with a 400 `invalid_json` error naming where it broke.
+pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))
+}

@@ -1,0 +1,87 @@
+//! The long-poll behind `POST /v1/reserve`.
+//!
+//! Claims from each topic; when nothing is due, sleeps until the earliest
+//! next due time any claim reported, until a wake-up for one of the topics
+//! (a local enqueue, or another process via the store), or until the wait
+//! ends — never on a fixed polling interval.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dq_core::{Lease, StoreError, Topic};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::AppState;
+
+/// Leases up to `max` jobs from `topics`, waiting up to `wait_ms` for one.
+///
+/// # Errors
+/// A store error when nothing was claimed; once some jobs are leased they are
+/// returned even if a later claim fails (they would otherwise only come back
+/// after their lease expired).
+pub(crate) async fn reserve(
+    st: &AppState,
+    topics: &[Topic],
+    max: usize,
+    lease_ms: Option<u64>,
+    wait_ms: u64,
+) -> Result<Vec<Lease>, StoreError> {
+    let deadline = Instant::now() + Duration::from_millis(wait_ms);
+    let notifiers: Vec<Arc<Notify>> = topics.iter().map(|t| st.wakers.topic(t.as_str())).collect();
+    // Start at a different topic each call so one busy topic cannot starve the others.
+    let start = rand_index(topics.len());
+    loop {
+        let mut notified: Vec<Pin<Box<tokio::sync::futures::Notified<'_>>>> =
+            notifiers.iter().map(|n| Box::pin(n.notified())).collect();
+        for n in &mut notified {
+            n.as_mut().enable();
+        }
+        let now = st.clock.now_ms();
+        let mut leases: Vec<Lease> = Vec::new();
+        let mut next_due: Option<u64> = None;
+        for i in 0..topics.len() {
+            if leases.len() >= max {
+                break;
+            }
+            let t = &topics[(start + i) % topics.len()];
+            match st.store.claim(t, max - leases.len(), lease_ms, now).await {
+                Ok(c) => {
+                    leases.extend(c.leases);
+                    next_due = match (next_due, c.next_due_ms) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                Err(e) if leases.is_empty() => return Err(e),
+                Err(e) => {
+                    tracing::warn!(topic = %t, error = %e, "claim failed; returning the jobs already leased");
+                    break;
+                }
+            }
+        }
+        if !leases.is_empty() || Instant::now() >= deadline || st.shutdown.is_cancelled() {
+            return Ok(leases);
+        }
+        let mut wake_at = deadline;
+        if let Some(due) = next_due {
+            let in_ms = due.saturating_sub(st.clock.now_ms());
+            wake_at = wake_at.min(Instant::now() + Duration::from_millis(in_ms));
+        }
+        tokio::select! {
+            _ = futures::future::select_all(notified) => {}
+            _ = tokio::time::sleep_until(wake_at) => {}
+            _ = st.shutdown.cancelled() => return Ok(Vec::new()),
+        }
+    }
+}
+
+fn rand_index(n: usize) -> usize {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as usize)
+        .unwrap_or(0);
+    nanos % n.max(1)
+}
