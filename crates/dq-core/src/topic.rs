@@ -77,13 +77,13 @@ impl TopicConfigPatch {
         if let Some(ms) = self.lease_ms {
             limits::check_lease(ms)?;
         }
-        if let Some(cap) = self.dead_cap {
-            if cap > MAX_DEAD_CAP {
-                return Err(InvalidInput::new(
-                    "invalid_dead_cap",
-                    format!("dead_cap must be at most {MAX_DEAD_CAP}, got {cap}"),
-                ));
-            }
+        if let Some(cap) = self.dead_cap
+            && cap > MAX_DEAD_CAP
+        {
+            return Err(InvalidInput::new(
+                "invalid_dead_cap",
+                format!("dead_cap must be at most {MAX_DEAD_CAP}, got {cap}"),
+            ));
         }
         if let Some(ms) = self.default_delay_ms {
             limits.check_delay(ms)?;

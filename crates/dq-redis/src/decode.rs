@@ -97,7 +97,7 @@ pub(crate) fn decode_claimed(topic: &Topic, v: Value) -> StoreResult<Claimed> {
     let mut items = array(v)?.into_iter();
     let next = int(&items.next().ok_or_else(|| protocol("empty claim"))?)?;
     let rest: Vec<Value> = items.collect();
-    if rest.len() % 8 != 0 {
+    if !rest.len().is_multiple_of(8) {
         return Err(protocol("claim reply length"));
     }
     let mut leases = Vec::with_capacity(rest.len() / 8);

@@ -598,10 +598,8 @@ impl Store for RedisStore {
         if let Some((_, due)) = head.first() {
             oldest_due = Some(*due as u64);
         }
-        if let Some(m) = ready_head.first() {
-            if let Some(due) = ready_member_due(m) {
-                oldest_due = Some(oldest_due.map_or(due, |d| d.min(due)));
-            }
+        if let Some(due) = ready_head.first().and_then(|m| ready_member_due(m)) {
+            oldest_due = Some(oldest_due.map_or(due, |d| d.min(due)));
         }
         let c = |name: &str| ctr.iter().find(|(k, _)| k == name).map_or(0, |(_, v)| *v);
         Ok(TopicStats {

@@ -75,7 +75,10 @@ impl EnqueueReq {
             }
             (Some(d), None) => {
                 let d = u64::try_from(d).map_err(|_| {
-                    ApiError::bad_request("invalid_delay", format!("delay_ms must be >= 0, got {d}"))
+                    ApiError::bad_request(
+                        "invalid_delay",
+                        format!("delay_ms must be >= 0, got {d}"),
+                    )
                 })?;
                 limits.check_delay(d)?;
                 When::DelayMs(d)
@@ -176,10 +179,13 @@ pub(crate) async fn enqueue(
     let t = topic(t)?;
     let now = st.clock.now_ms();
     let job = req.into_job(&st.limits, now)?;
-    let mut out = st.store.enqueue(&t, std::slice::from_ref(&job), now).await?;
-    let e = out.pop().ok_or_else(|| {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "no result")
-    })?;
+    let mut out = st
+        .store
+        .enqueue(&t, std::slice::from_ref(&job), now)
+        .await?;
+    let e = out
+        .pop()
+        .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "no result"))?;
     if e.created || e.replaced {
         st.wakers.wake(t.as_str());
     }
@@ -208,7 +214,10 @@ pub(crate) async fn enqueue_batch(
     if req.jobs.is_empty() || req.jobs.len() > MAX_BATCH {
         return Err(ApiError::bad_request(
             "invalid_batch",
-            format!("jobs must hold 1 to {MAX_BATCH} jobs, got {}", req.jobs.len()),
+            format!(
+                "jobs must hold 1 to {MAX_BATCH} jobs, got {}",
+                req.jobs.len()
+            ),
         ));
     }
     let now = st.clock.now_ms();
@@ -243,7 +252,11 @@ pub(crate) async fn get_job(
     Path((t, id)): Path<(String, String)>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
-    let job = st.store.get(&t, &id).await?.ok_or_else(ApiError::job_not_found)?;
+    let job = st
+        .store
+        .get(&t, &id)
+        .await?
+        .ok_or_else(ApiError::job_not_found)?;
     let cfg = st.store.topic_config(&t).await?.unwrap_or_default();
     Ok(Json(job_json(&t, &job, &cfg)).into_response())
 }
@@ -254,7 +267,11 @@ pub(crate) async fn cancel_job(
     Path((t, id)): Path<(String, String)>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
-    let was = st.store.cancel(&t, &id).await?.ok_or_else(ApiError::job_not_found)?;
+    let was = st
+        .store
+        .cancel(&t, &id)
+        .await?
+        .ok_or_else(ApiError::job_not_found)?;
     tracing::info!(topic = %t, id = %id, state = %was, "job cancelled");
     Ok(Json(json!({"id": id, "cancelled": true, "state": was})).into_response())
 }
@@ -408,7 +425,10 @@ pub(crate) async fn nack(
     };
     let error = req.error.unwrap_or_else(|| "nacked".into());
     let now = st.clock.now_ms();
-    let out = st.store.nack(&t, &id, &req.token, &error, retry_in, now).await?;
+    let out = st
+        .store
+        .nack(&t, &id, &req.token, &error, retry_in, now)
+        .await?;
     let body = match out {
         NackOutcome::Retry { due_at_ms } => {
             tracing::info!(topic = %t, id = %id, error = %limits::clip_error(&error), retry_at_ms = due_at_ms, "job failed; will retry");
@@ -470,7 +490,10 @@ pub(crate) async fn ack_batch(
     if req.acks.is_empty() || req.acks.len() > MAX_BATCH {
         return Err(ApiError::bad_request(
             "invalid_batch",
-            format!("acks must hold 1 to {MAX_BATCH} items, got {}", req.acks.len()),
+            format!(
+                "acks must hold 1 to {MAX_BATCH} items, got {}",
+                req.acks.len()
+            ),
         ));
     }
     let results = futures::future::join_all(req.acks.into_iter().map(|a| {

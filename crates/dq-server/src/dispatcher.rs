@@ -47,7 +47,7 @@ impl Dispatcher {
                 Err(e) => {
                     failures += 1;
                     // Log the first failure and then every 30th, not every retry.
-                    if failures == 1 || failures % 30 == 0 {
+                    if failures == 1 || failures.is_multiple_of(30) {
                         tracing::warn!(error = %e, failures, "dispatcher pass failed; retrying");
                     }
                     Instant::now() + Duration::from_secs(1).min(self.max_sleep)

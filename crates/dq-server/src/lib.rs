@@ -196,7 +196,10 @@ impl Server {
         match tokio::time::timeout(grace, serve).await {
             Ok(Ok(r)) => r?,
             Ok(Err(e)) => tracing::error!(error = %e, "HTTP server task failed"),
-            Err(_) => tracing::warn!(?grace, "in-flight requests did not finish within the grace period"),
+            Err(_) => tracing::warn!(
+                ?grace,
+                "in-flight requests did not finish within the grace period"
+            ),
         }
         loops.cancel();
         tracker.close();

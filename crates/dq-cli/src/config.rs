@@ -1,0 +1,226 @@
+//! `dq serve` settings: defaults, then `dq.toml` (or `--config`), then
+//! `DQ_*` environment variables, then flags — each later source wins.
+//! Documented in docs/configuration.md; keep the two in step.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde::Deserialize;
+
+/// Flags of `dq serve`; each also reads a `DQ_*` environment variable.
+#[derive(Debug, Args, Default)]
+pub(crate) struct ServeArgs {
+    /// TOML file with any of the keys below [default: ./dq.toml when present]
+    #[arg(long, env = "DQ_CONFIG")]
+    pub(crate) config: Option<PathBuf>,
+    /// Address of the HTTP API [default: 127.0.0.1:7070]
+    #[arg(long, env = "DQ_LISTEN")]
+    pub(crate) listen: Option<String>,
+    /// Redis URL: redis://[user:password@]host:port[/db], rediss:// for TLS [default: redis://127.0.0.1:6379]
+    #[arg(long, env = "DQ_REDIS")]
+    pub(crate) redis: Option<String>,
+    /// Key namespace in Redis [default: dq]
+    #[arg(long, env = "DQ_REDIS_PREFIX")]
+    pub(crate) redis_prefix: Option<String>,
+    /// Longest wait for one Redis reply, e.g. 5s [default: 5s]
+    #[arg(long, env = "DQ_REDIS_TIMEOUT")]
+    pub(crate) redis_timeout: Option<String>,
+    /// Largest job body in bytes [default: 1048576]
+    #[arg(long, env = "DQ_MAX_BODY_BYTES")]
+    pub(crate) max_body_bytes: Option<usize>,
+    /// Largest delay, e.g. 3650d [default: 3650d]
+    #[arg(long, env = "DQ_MAX_DELAY")]
+    pub(crate) max_delay: Option<String>,
+    /// Largest HTTP request body in bytes [default: 33554432]
+    #[arg(long, env = "DQ_MAX_REQUEST_BYTES")]
+    pub(crate) max_request_bytes: Option<usize>,
+    /// Time in-flight requests get to finish at shutdown [default: 10s]
+    #[arg(long, env = "DQ_SHUTDOWN_GRACE")]
+    pub(crate) shutdown_grace: Option<String>,
+    /// Longest dispatcher sleep; bounds how late leases taken through other instances are noticed to expire [default: 1s]
+    #[arg(long, env = "DQ_DISPATCHER_MAX_SLEEP")]
+    pub(crate) dispatcher_max_sleep: Option<String>,
+    /// Log format: text or json [default: text]
+    #[arg(long, env = "DQ_LOG_FORMAT")]
+    pub(crate) log_format: Option<String>,
+    /// Log filter, e.g. info or dq_server=debug,info [default: info]
+    #[arg(long, env = "DQ_LOG_LEVEL")]
+    pub(crate) log_level: Option<String>,
+}
+
+/// The same keys in the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    redis: Option<String>,
+    redis_prefix: Option<String>,
+    redis_timeout: Option<String>,
+    max_body_bytes: Option<usize>,
+    max_delay: Option<String>,
+    max_request_bytes: Option<usize>,
+    shutdown_grace: Option<String>,
+    dispatcher_max_sleep: Option<String>,
+    log_format: Option<String>,
+    log_level: Option<String>,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Everything resolved.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) server: dq_server::ServerConfig,
+    pub(crate) redis: dq_redis::RedisConfig,
+    pub(crate) log_format: LogFormat,
+    pub(crate) log_level: String,
+}
+
+fn duration(key: &str, text: &str) -> Result<Duration> {
+    humantime::parse_duration(text)
+        .with_context(|| format!("{key}: {text:?} is not a duration like 500ms, 30s, 15m, 3650d"))
+}
+
+impl ServeArgs {
+    /// Merges flags/env over the file over the defaults.
+    pub(crate) fn resolve(self) -> Result<Settings> {
+        let file = match &self.config {
+            Some(path) => read_file(path)?,
+            None => {
+                let default = PathBuf::from("dq.toml");
+                if default.exists() {
+                    read_file(&default)?
+                } else {
+                    FileConfig::default()
+                }
+            }
+        };
+        let mut server = dq_server::ServerConfig::default();
+        let mut redis = dq_redis::RedisConfig::default();
+        if let Some(l) = self.listen.or(file.listen) {
+            server.listen = l
+                .parse::<SocketAddr>()
+                .with_context(|| format!("listen: {l:?} is not an address like 127.0.0.1:7070"))?;
+        }
+        if let Some(u) = self.redis.or(file.redis) {
+            redis.url = u;
+        }
+        if let Some(p) = self.redis_prefix.or(file.redis_prefix) {
+            if p.is_empty() || p.contains(['{', '}']) {
+                bail!("redis_prefix: must be non-empty and hold no braces");
+            }
+            redis.prefix = p;
+        }
+        if let Some(t) = self.redis_timeout.or(file.redis_timeout) {
+            redis.response_timeout = duration("redis_timeout", &t)?;
+        }
+        if let Some(b) = self.max_body_bytes.or(file.max_body_bytes) {
+            server.limits.max_body_bytes = b;
+        }
+        if let Some(d) = self.max_delay.or(file.max_delay) {
+            server.limits.max_delay_ms = duration("max_delay", &d)?.as_millis() as u64;
+        }
+        if let Some(b) = self.max_request_bytes.or(file.max_request_bytes) {
+            server.max_request_bytes = b;
+        }
+        if let Some(g) = self.shutdown_grace.or(file.shutdown_grace) {
+            server.shutdown_grace = duration("shutdown_grace", &g)?;
+        }
+        if let Some(s) = self.dispatcher_max_sleep.or(file.dispatcher_max_sleep) {
+            server.dispatcher_max_sleep = duration("dispatcher_max_sleep", &s)?;
+            if server.dispatcher_max_sleep.is_zero() {
+                bail!("dispatcher_max_sleep: must be more than 0");
+            }
+        }
+        let log_format = match self.log_format.or(file.log_format).as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => bail!("log_format: {other:?} is neither text nor json"),
+        };
+        let log_level = self
+            .log_level
+            .or(file.log_level)
+            .unwrap_or_else(|| "info".into());
+        Ok(Settings {
+            server,
+            redis,
+            log_format,
+            log_level,
+        })
+    }
+}
+
+fn read_file(path: &PathBuf) -> Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let s = ServeArgs {
+            config: Some(PathBuf::from("/dev/null")),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(s.server.listen.to_string(), "127.0.0.1:7070");
+        assert_eq!(s.redis.url, "redis://127.0.0.1:6379");
+        assert_eq!(s.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn flags_win_over_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dq.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:9000\"\nredis = \"redis://file:1\"\nmax_delay = \"1d\"\n",
+        )
+        .unwrap();
+        let s = ServeArgs {
+            config: Some(path),
+            redis: Some("redis://flag:2".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(s.server.listen.to_string(), "127.0.0.1:9000");
+        assert_eq!(s.redis.url, "redis://flag:2");
+        assert_eq!(s.server.limits.max_delay_ms, 86_400_000);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dq.toml");
+        std::fs::write(&path, "lisen = \"x\"\n").unwrap();
+        let e = ServeArgs {
+            config: Some(path),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("lisen"), "{e:#}");
+        let e = ServeArgs {
+            config: Some(PathBuf::from("/dev/null")),
+            shutdown_grace: Some("soon".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("shutdown_grace"), "{e:#}");
+    }
+}
