@@ -63,7 +63,9 @@ impl Api {
     async fn raw(&self, req: Request<Body>) -> (StatusCode, Value) {
         let res = self.router.clone().oneshot(req).await.unwrap();
         let status = res.status();
-        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX).await.unwrap();
+        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap();
         let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         (status, v)
     }
@@ -76,11 +78,22 @@ impl Api {
         v["stats"].clone()
     }
 
-    async fn expect_error(&self, method: &str, uri: &str, body: Option<Value>, status: u16, code: &str) {
+    async fn expect_error(
+        &self,
+        method: &str,
+        uri: &str,
+        body: Option<Value>,
+        status: u16,
+        code: &str,
+    ) {
         let (s, v) = self.call(method, uri, body).await;
         assert_eq!(s.as_u16(), status, "{method} {uri}: {v}");
         assert_eq!(v["error"]["code"], json!(code), "{method} {uri}: {v}");
-        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
     }
 }
 
@@ -96,22 +109,46 @@ async fn unpaid_order_tour() {
         )
         .await;
     assert_eq!(s, StatusCode::CREATED, "{v}");
-    assert_eq!(v, json!({"id": "order-1", "created": true, "replaced": false, "due_at_ms": 1_700_001_800_000u64, "state": "scheduled"}));
+    assert_eq!(
+        v,
+        json!({"id": "order-1", "created": true, "replaced": false, "due_at_ms": 1_700_001_800_000u64, "state": "scheduled"})
+    );
     let (s, v) = a
-        .call("POST", "/v1/topics/orders/jobs", Some(json!({"id": "order-1", "body": 2})))
+        .call(
+            "POST",
+            "/v1/topics/orders/jobs",
+            Some(json!({"id": "order-1", "body": 2})),
+        )
         .await;
     assert_eq!((s, &v["created"]), (StatusCode::OK, &json!(false)));
-    a.call("POST", "/v1/topics/orders/jobs", Some(json!({"id": "order-2", "body": {"order": 2}, "delay_ms": 1_800_000})))
-        .await;
+    a.call(
+        "POST",
+        "/v1/topics/orders/jobs",
+        Some(json!({"id": "order-2", "body": {"order": 2}, "delay_ms": 1_800_000})),
+    )
+    .await;
 
     // Order 1 is paid: cancel its timeout.
-    let (s, v) = a.call("DELETE", "/v1/topics/orders/jobs/order-1", None).await;
-    assert_eq!((s, v["state"].clone()), (StatusCode::OK, json!("scheduled")));
+    let (s, v) = a
+        .call("DELETE", "/v1/topics/orders/jobs/order-1", None)
+        .await;
+    assert_eq!(
+        (s, v["state"].clone()),
+        (StatusCode::OK, json!("scheduled"))
+    );
 
-    let (_, v) = a.call("POST", "/v1/reserve", Some(json!({"topics": ["orders"]}))).await;
+    let (_, v) = a
+        .call("POST", "/v1/reserve", Some(json!({"topics": ["orders"]})))
+        .await;
     assert_eq!(v["jobs"], json!([]), "nothing due yet");
     clock.advance(1_800_000);
-    let (s, v) = a.call("POST", "/v1/reserve", Some(json!({"topics": ["orders"], "max": 10}))).await;
+    let (s, v) = a
+        .call(
+            "POST",
+            "/v1/reserve",
+            Some(json!({"topics": ["orders"], "max": 10})),
+        )
+        .await;
     assert_eq!(s, StatusCode::OK);
     let jobs = v["jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 1);
@@ -126,17 +163,38 @@ async fn unpaid_order_tour() {
     assert_eq!(v["max_attempts"], json!(5));
 
     let (s, v) = a
-        .call("POST", "/v1/topics/orders/jobs/order-2/touch", Some(json!({"token": token, "lease_ms": 60000})))
+        .call(
+            "POST",
+            "/v1/topics/orders/jobs/order-2/touch",
+            Some(json!({"token": token, "lease_ms": 60000})),
+        )
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["lease_deadline_ms"], json!(1_700_001_860_000u64));
     let (s, _) = a
-        .call("POST", "/v1/topics/orders/jobs/order-2/ack", Some(json!({"token": token})))
+        .call(
+            "POST",
+            "/v1/topics/orders/jobs/order-2/ack",
+            Some(json!({"token": token})),
+        )
         .await;
     assert_eq!(s, StatusCode::OK);
-    a.expect_error("GET", "/v1/topics/orders/jobs/order-2", None, 404, "job_not_found").await;
+    a.expect_error(
+        "GET",
+        "/v1/topics/orders/jobs/order-2",
+        None,
+        404,
+        "job_not_found",
+    )
+    .await;
     let st = a.stats("orders").await;
-    assert_eq!((st["counters"]["acked"].clone(), st["counters"]["cancelled"].clone()), (json!(1), json!(1)));
+    assert_eq!(
+        (
+            st["counters"]["acked"].clone(),
+            st["counters"]["cancelled"].clone()
+        ),
+        (json!(1), json!(1))
+    );
 }
 
 #[tokio::test]
@@ -144,14 +202,25 @@ async fn nack_retries_then_dead_replay_and_purge() {
     let clock = ManualClock::new(1_700_000_000_000);
     let a = api_with_clock(Arc::new(clock.clone()));
     let (s, v) = a
-        .call("PUT", "/v1/topics/hooks", Some(json!({"max_attempts": 2, "retry": {"delays_ms": [60000]}})))
+        .call(
+            "PUT",
+            "/v1/topics/hooks",
+            Some(json!({"max_attempts": 2, "retry": {"delays_ms": [60000]}})),
+        )
         .await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["config"]["max_attempts"], json!(2));
     assert_eq!(v["config"]["lease_ms"], json!(30000), "defaults kept");
-    a.call("POST", "/v1/topics/hooks/jobs", Some(json!({"id": "h", "body_base64": "AP8="}))).await;
+    a.call(
+        "POST",
+        "/v1/topics/hooks/jobs",
+        Some(json!({"id": "h", "body_base64": "AP8="})),
+    )
+    .await;
     for attempt in 1..=2 {
-        let (_, v) = a.call("POST", "/v1/reserve", Some(json!({"topics": ["hooks"]}))).await;
+        let (_, v) = a
+            .call("POST", "/v1/reserve", Some(json!({"topics": ["hooks"]})))
+            .await;
         let job = &v["jobs"][0];
         assert_eq!(job["attempt"], json!(attempt));
         assert_eq!(job["body_base64"], json!("AP8="));
@@ -164,7 +233,10 @@ async fn nack_retries_then_dead_replay_and_purge() {
             .await;
         assert_eq!(s, StatusCode::OK);
         if attempt == 1 {
-            assert_eq!(v, json!({"id": "h", "state": "scheduled", "due_at_ms": 1_700_000_060_000u64}));
+            assert_eq!(
+                v,
+                json!({"id": "h", "state": "scheduled", "due_at_ms": 1_700_000_060_000u64})
+            );
             clock.advance(60_000);
         } else {
             assert_eq!(v, json!({"id": "h", "state": "dead"}));
@@ -174,19 +246,40 @@ async fn nack_retries_then_dead_replay_and_purge() {
     assert_eq!(v["jobs"][0]["id"], json!("h"));
     assert_eq!(v["jobs"][0]["last_error"], json!("HTTP 500 #2"));
     assert_eq!(v["jobs"][0]["attempts"], json!(2));
-    let (_, v) = a.call("POST", "/v1/topics/hooks/dead/replay", Some(json!({}))).await;
+    let (_, v) = a
+        .call("POST", "/v1/topics/hooks/dead/replay", Some(json!({})))
+        .await;
     assert_eq!(v, json!({"replayed": 1}));
-    let (_, v) = a.call("POST", "/v1/reserve", Some(json!({"topics": ["hooks"]}))).await;
-    assert_eq!(v["jobs"][0]["attempt"], json!(1), "fresh attempts after replay");
+    let (_, v) = a
+        .call("POST", "/v1/reserve", Some(json!({"topics": ["hooks"]})))
+        .await;
+    assert_eq!(
+        v["jobs"][0]["attempt"],
+        json!(1),
+        "fresh attempts after replay"
+    );
     let token = v["jobs"][0]["token"].clone();
-    a.call("POST", "/v1/topics/hooks/jobs/h/nack", Some(json!({"token": token, "retry_in_ms": 0}))).await;
-    let (_, v) = a.call("POST", "/v1/reserve", Some(json!({"topics": ["hooks"]}))).await;
-    a.call("POST", "/v1/topics/hooks/jobs/h/nack", Some(json!({"token": v["jobs"][0]["token"]}))).await;
+    a.call(
+        "POST",
+        "/v1/topics/hooks/jobs/h/nack",
+        Some(json!({"token": token, "retry_in_ms": 0})),
+    )
+    .await;
+    let (_, v) = a
+        .call("POST", "/v1/reserve", Some(json!({"topics": ["hooks"]})))
+        .await;
+    a.call(
+        "POST",
+        "/v1/topics/hooks/jobs/h/nack",
+        Some(json!({"token": v["jobs"][0]["token"]})),
+    )
+    .await;
     let (_, v) = a.call("DELETE", "/v1/topics/hooks/dead", None).await;
     assert_eq!(v, json!({"purged": 1}));
     let (s, v) = a.call("DELETE", "/v1/topics/hooks", None).await;
     assert_eq!(s, StatusCode::OK, "{v}");
-    a.expect_error("GET", "/v1/topics/hooks", None, 404, "topic_not_found").await;
+    a.expect_error("GET", "/v1/topics/hooks", None, 404, "topic_not_found")
+        .await;
 }
 
 #[tokio::test]
@@ -212,7 +305,13 @@ async fn batch_enqueue_and_batch_ack_report_per_item() {
     assert_eq!(r[2]["error"]["code"], json!("invalid_delay"));
     assert_eq!(r[3]["created"], json!(false));
     assert_eq!(r[4]["created"], json!(true));
-    let (_, v) = a.call("POST", "/v1/reserve", Some(json!({"topics": ["b"], "max": 10}))).await;
+    let (_, v) = a
+        .call(
+            "POST",
+            "/v1/reserve",
+            Some(json!({"topics": ["b"], "max": 10})),
+        )
+        .await;
     let jobs = v["jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 2);
     let mut acks: Vec<Value> = jobs
@@ -220,7 +319,9 @@ async fn batch_enqueue_and_batch_ack_report_per_item() {
         .map(|j| json!({"topic": "b", "id": j["id"], "token": j["token"]}))
         .collect();
     acks.push(json!({"topic": "b", "id": "1", "token": "stale"}));
-    let (s, v) = a.call("POST", "/v1/ack:batch", Some(json!({ "acks": acks }))).await;
+    let (s, v) = a
+        .call("POST", "/v1/ack:batch", Some(json!({ "acks": acks })))
+        .await;
     assert_eq!(s, StatusCode::OK);
     let r = v["results"].as_array().unwrap();
     assert_eq!(r[0], json!({"acked": true}));
@@ -236,22 +337,38 @@ async fn reserve_long_poll_wakes_on_enqueue_and_due_time() {
         tokio::spawn(async move {
             let t0 = std::time::Instant::now();
             let (_, v) = a
-                .call("POST", "/v1/reserve", Some(json!({"topics": ["lp"], "wait_ms": 10000})))
+                .call(
+                    "POST",
+                    "/v1/reserve",
+                    Some(json!({"topics": ["lp"], "wait_ms": 10000})),
+                )
                 .await;
             (v, t0.elapsed())
         })
     };
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    a.call("POST", "/v1/topics/lp/jobs", Some(json!({"id": "soon", "delay_ms": 300}))).await;
+    a.call(
+        "POST",
+        "/v1/topics/lp/jobs",
+        Some(json!({"id": "soon", "delay_ms": 300})),
+    )
+    .await;
     let (v, took) = waiter.await.unwrap();
     assert_eq!(v["jobs"][0]["id"], json!("soon"));
     assert!(took.as_millis() >= 390, "not before due: {took:?}");
-    assert!(took.as_millis() < 5000, "woke at the due time, not the wait's end: {took:?}");
+    assert!(
+        took.as_millis() < 5000,
+        "woke at the due time, not the wait's end: {took:?}"
+    );
 
     // Nothing due: the call returns empty after wait_ms.
     let t0 = std::time::Instant::now();
     let (_, v) = a
-        .call("POST", "/v1/reserve", Some(json!({"topics": ["lp"], "wait_ms": 200})))
+        .call(
+            "POST",
+            "/v1/reserve",
+            Some(json!({"topics": ["lp"], "wait_ms": 200})),
+        )
         .await;
     assert_eq!(v["jobs"], json!([]));
     assert!(t0.elapsed().as_millis() >= 200);
@@ -261,25 +378,158 @@ async fn reserve_long_poll_wakes_on_enqueue_and_due_time() {
 async fn every_error_code_and_nothing_written() {
     let a = api();
     let j = "/v1/topics/t/jobs";
-    a.expect_error("POST", j, Some(json!({"body": 1, "delay_ms": -5})), 400, "invalid_delay").await;
-    a.expect_error("POST", j, Some(json!({"body": 1, "delay_ms": 5, "due_at_ms": 5})), 400, "invalid_delay").await;
-    a.expect_error("POST", j, Some(json!({"body": 1, "delay_ms": 3650u64 * 86_400_000 + 1})), 400, "invalid_delay").await;
-    a.expect_error("POST", j, Some(json!({"body": 1, "due_at_ms": u64::MAX / 2})), 400, "invalid_due_at").await;
-    a.expect_error("POST", j, Some(json!({"body": 1, "delay_ms": 1e300})), 400, "invalid_json").await;
-    a.expect_error("POST", j, Some(json!({"id": "", "body": 1})), 400, "invalid_id").await;
-    a.expect_error("POST", j, Some(json!({"id": "x".repeat(257)})), 400, "invalid_id").await;
-    a.expect_error("POST", j, Some(json!({"body": 1, "dealy_ms": 5})), 400, "invalid_json").await;
-    a.expect_error("POST", j, Some(json!({"body": 1, "body_base64": "AA=="})), 400, "invalid_body").await;
-    a.expect_error("POST", j, Some(json!({"body_base64": "!!"})), 400, "invalid_body").await;
-    a.expect_error("POST", j, Some(json!({"body": 1, "max_attempts": 0})), 400, "invalid_max_attempts").await;
-    a.expect_error("POST", j, Some(json!({"body": 1, "lease_ms": 5})), 400, "invalid_lease").await;
-    a.expect_error("POST", j, Some(json!({"body": 1, "priority": -1})), 400, "invalid_json").await;
-    a.expect_error("POST", j, Some(json!({"body": 1, "retry": {"fixed_ms": 1, "x": 2}})), 400, "invalid_json").await;
-    a.expect_error("POST", j, Some(json!({"retry": {"delays_ms": []}})), 400, "invalid_retry").await;
-    a.expect_error("POST", "/v1/topics/bad%20topic/jobs", Some(json!({})), 400, "invalid_topic").await;
-    a.expect_error("POST", j, Some(json!({"body": "x".repeat(1000)})), 413, "body_too_large").await;
-    a.expect_error("POST", j, Some(json!({"body": "x".repeat(70_000)})), 413, "request_too_large").await;
-    a.expect_error("POST", "/v1/topics/t/jobs:batch", Some(json!({"jobs": []})), 400, "invalid_batch").await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"body": 1, "delay_ms": -5})),
+        400,
+        "invalid_delay",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"body": 1, "delay_ms": 5, "due_at_ms": 5})),
+        400,
+        "invalid_delay",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"body": 1, "delay_ms": 3650u64 * 86_400_000 + 1})),
+        400,
+        "invalid_delay",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"body": 1, "due_at_ms": u64::MAX / 2})),
+        400,
+        "invalid_due_at",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"body": 1, "delay_ms": 1e300})),
+        400,
+        "invalid_json",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"id": "", "body": 1})),
+        400,
+        "invalid_id",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"id": "x".repeat(257)})),
+        400,
+        "invalid_id",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"body": 1, "dealy_ms": 5})),
+        400,
+        "invalid_json",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"body": 1, "body_base64": "AA=="})),
+        400,
+        "invalid_body",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"body_base64": "!!"})),
+        400,
+        "invalid_body",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"body": 1, "max_attempts": 0})),
+        400,
+        "invalid_max_attempts",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"body": 1, "lease_ms": 5})),
+        400,
+        "invalid_lease",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"body": 1, "priority": -1})),
+        400,
+        "invalid_json",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"body": 1, "retry": {"fixed_ms": 1, "x": 2}})),
+        400,
+        "invalid_json",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"retry": {"delays_ms": []}})),
+        400,
+        "invalid_retry",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        "/v1/topics/bad%20topic/jobs",
+        Some(json!({})),
+        400,
+        "invalid_topic",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"body": "x".repeat(1000)})),
+        413,
+        "body_too_large",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        j,
+        Some(json!({"body": "x".repeat(70_000)})),
+        413,
+        "request_too_large",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        "/v1/topics/t/jobs:batch",
+        Some(json!({"jobs": []})),
+        400,
+        "invalid_batch",
+    )
+    .await;
 
     // Malformed bytes: invalid UTF-8, broken JSON, wrong content type.
     let raw = |body: Vec<u8>, ct: &str| {
@@ -291,12 +541,26 @@ async fn every_error_code_and_nothing_written() {
             .unwrap()
     };
     for (body, ct, status, code) in [
-        (b"{\"body\": \"\xff\xfe\"}".to_vec(), "application/json", 400, "invalid_json"),
-        (b"{\"body\": ".to_vec(), "application/json", 400, "invalid_json"),
+        (
+            b"{\"body\": \"\xff\xfe\"}".to_vec(),
+            "application/json",
+            400,
+            "invalid_json",
+        ),
+        (
+            b"{\"body\": ".to_vec(),
+            "application/json",
+            400,
+            "invalid_json",
+        ),
         (b"{}".to_vec(), "text/plain", 415, "unsupported_media_type"),
     ] {
         let (s, v) = a.raw(raw(body, ct)).await;
-        assert_eq!((s.as_u16(), v["error"]["code"].clone()), (status, json!(code)), "{v}");
+        assert_eq!(
+            (s.as_u16(), v["error"]["code"].clone()),
+            (status, json!(code)),
+            "{v}"
+        );
     }
     let st = a.stats("t").await;
     assert_eq!(
@@ -307,46 +571,210 @@ async fn every_error_code_and_nothing_written() {
 
     // Reserve, ack, nack, touch.
     let r = "/v1/reserve";
-    a.expect_error("POST", r, Some(json!({"topics": []})), 400, "invalid_topics").await;
-    a.expect_error("POST", r, Some(json!({"topics": ["a b"]})), 400, "invalid_topic").await;
-    a.expect_error("POST", r, Some(json!({"topics": ["t"], "max": 0})), 400, "invalid_max").await;
-    a.expect_error("POST", r, Some(json!({"topics": ["t"], "max": 1001})), 400, "invalid_max").await;
-    a.expect_error("POST", r, Some(json!({"topics": ["t"], "wait_ms": 30001})), 400, "invalid_wait").await;
-    a.expect_error("POST", r, Some(json!({"topics": ["t"], "lease_ms": 1})), 400, "invalid_lease").await;
-    a.expect_error("POST", "/v1/topics/t/jobs/nope/ack", Some(json!({"token": "x"})), 404, "job_not_found").await;
-    a.expect_error("POST", "/v1/topics/t/jobs/nope/ack", Some(json!({})), 400, "invalid_json").await;
-    a.call("POST", j, Some(json!({"id": "w", "delay_ms": 60000}))).await;
-    a.expect_error("POST", "/v1/topics/t/jobs/w/ack", Some(json!({"token": "x"})), 409, "lease_mismatch").await;
-    a.expect_error("POST", "/v1/topics/t/jobs/w/touch", Some(json!({"token": "x"})), 409, "not_in_state").await;
+    a.expect_error(
+        "POST",
+        r,
+        Some(json!({"topics": []})),
+        400,
+        "invalid_topics",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        r,
+        Some(json!({"topics": ["a b"]})),
+        400,
+        "invalid_topic",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        r,
+        Some(json!({"topics": ["t"], "max": 0})),
+        400,
+        "invalid_max",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        r,
+        Some(json!({"topics": ["t"], "max": 1001})),
+        400,
+        "invalid_max",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        r,
+        Some(json!({"topics": ["t"], "wait_ms": 30001})),
+        400,
+        "invalid_wait",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        r,
+        Some(json!({"topics": ["t"], "lease_ms": 1})),
+        400,
+        "invalid_lease",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        "/v1/topics/t/jobs/nope/ack",
+        Some(json!({"token": "x"})),
+        404,
+        "job_not_found",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        "/v1/topics/t/jobs/nope/ack",
+        Some(json!({})),
+        400,
+        "invalid_json",
+    )
+    .await;
+    a.call("POST", j, Some(json!({"id": "w", "delay_ms": 60000})))
+        .await;
+    a.expect_error(
+        "POST",
+        "/v1/topics/t/jobs/w/ack",
+        Some(json!({"token": "x"})),
+        409,
+        "lease_mismatch",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        "/v1/topics/t/jobs/w/touch",
+        Some(json!({"token": "x"})),
+        409,
+        "not_in_state",
+    )
+    .await;
     a.call("POST", j, Some(json!({"id": "now"}))).await;
     let (_, v) = a.call("POST", r, Some(json!({"topics": ["t"]}))).await;
     let token = v["jobs"][0]["token"].clone();
-    a.expect_error("POST", "/v1/topics/t/jobs/now/ack", Some(json!({"token": "stale"})), 409, "lease_mismatch").await;
-    a.expect_error("POST", "/v1/topics/t/jobs/now/nack", Some(json!({"token": "stale"})), 409, "lease_mismatch").await;
-    a.expect_error("POST", "/v1/topics/t/jobs/now/nack", Some(json!({"token": token, "retry_in_ms": -1})), 400, "invalid_delay").await;
-    a.expect_error("PATCH", "/v1/topics/t/jobs/now", Some(json!({"delay_ms": 5})), 409, "not_in_state").await;
-    a.expect_error("PATCH", "/v1/topics/t/jobs/w", Some(json!({})), 400, "invalid_delay").await;
-    a.expect_error("PATCH", "/v1/topics/t/jobs/gone", Some(json!({"delay_ms": 5})), 404, "job_not_found").await;
-    let (s, _) = a.call("POST", "/v1/topics/t/jobs/now/ack", Some(json!({"token": token}))).await;
-    assert_eq!(s, StatusCode::OK, "the holder's token still works after the refusals");
+    a.expect_error(
+        "POST",
+        "/v1/topics/t/jobs/now/ack",
+        Some(json!({"token": "stale"})),
+        409,
+        "lease_mismatch",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        "/v1/topics/t/jobs/now/nack",
+        Some(json!({"token": "stale"})),
+        409,
+        "lease_mismatch",
+    )
+    .await;
+    a.expect_error(
+        "POST",
+        "/v1/topics/t/jobs/now/nack",
+        Some(json!({"token": token, "retry_in_ms": -1})),
+        400,
+        "invalid_delay",
+    )
+    .await;
+    a.expect_error(
+        "PATCH",
+        "/v1/topics/t/jobs/now",
+        Some(json!({"delay_ms": 5})),
+        409,
+        "not_in_state",
+    )
+    .await;
+    a.expect_error(
+        "PATCH",
+        "/v1/topics/t/jobs/w",
+        Some(json!({})),
+        400,
+        "invalid_delay",
+    )
+    .await;
+    a.expect_error(
+        "PATCH",
+        "/v1/topics/t/jobs/gone",
+        Some(json!({"delay_ms": 5})),
+        404,
+        "job_not_found",
+    )
+    .await;
+    let (s, _) = a
+        .call(
+            "POST",
+            "/v1/topics/t/jobs/now/ack",
+            Some(json!({"token": token})),
+        )
+        .await;
+    assert_eq!(
+        s,
+        StatusCode::OK,
+        "the holder's token still works after the refusals"
+    );
 
     // Topics, dead letters, routes.
-    a.expect_error("GET", "/v1/topics/unknown", None, 404, "topic_not_found").await;
-    a.expect_error("DELETE", "/v1/topics/unknown", None, 404, "topic_not_found").await;
-    a.expect_error("PUT", "/v1/topics/t", Some(json!({"lease_ms": 0})), 400, "invalid_lease").await;
-    a.expect_error("PUT", "/v1/topics/t", Some(json!({"dead_cap": 10_000_001})), 400, "invalid_dead_cap").await;
-    a.expect_error("PUT", "/v1/topics/t", Some(json!({"delivery": {"mode": "push"}})), 400, "invalid_json").await;
-    a.expect_error("GET", "/v1/topics/t/dead?limit=0", None, 400, "invalid_limit").await;
-    a.expect_error("GET", "/v1/nothing", None, 404, "route_not_found").await;
+    a.expect_error("GET", "/v1/topics/unknown", None, 404, "topic_not_found")
+        .await;
+    a.expect_error("DELETE", "/v1/topics/unknown", None, 404, "topic_not_found")
+        .await;
+    a.expect_error(
+        "PUT",
+        "/v1/topics/t",
+        Some(json!({"lease_ms": 0})),
+        400,
+        "invalid_lease",
+    )
+    .await;
+    a.expect_error(
+        "PUT",
+        "/v1/topics/t",
+        Some(json!({"dead_cap": 10_000_001})),
+        400,
+        "invalid_dead_cap",
+    )
+    .await;
+    a.expect_error(
+        "PUT",
+        "/v1/topics/t",
+        Some(json!({"delivery": {"mode": "push"}})),
+        400,
+        "invalid_json",
+    )
+    .await;
+    a.expect_error(
+        "GET",
+        "/v1/topics/t/dead?limit=0",
+        None,
+        400,
+        "invalid_limit",
+    )
+    .await;
+    a.expect_error("GET", "/v1/nothing", None, 404, "route_not_found")
+        .await;
     let (_, v) = a.call("GET", "/v1/topics/t", None).await;
-    assert_eq!(v["config"]["lease_ms"], json!(30000), "rejected PUTs changed nothing");
+    assert_eq!(
+        v["config"]["lease_ms"],
+        json!(30000),
+        "rejected PUTs changed nothing"
+    );
 }
 
 #[tokio::test]
 async fn store_down_gives_503_with_retry_after() {
     let port = dq_testkit::free_port();
-    let router = app(state_for(format!("redis://127.0.0.1:{port}"), Arc::new(SystemClock)), 64 * 1024);
-    let a = Api { router, _redis: None };
+    let router = app(
+        state_for(format!("redis://127.0.0.1:{port}"), Arc::new(SystemClock)),
+        64 * 1024,
+    );
+    let a = Api {
+        router,
+        _redis: None,
+    };
     let req = Request::builder()
         .method("POST")
         .uri("/v1/topics/t/jobs")
@@ -356,7 +784,8 @@ async fn store_down_gives_503_with_retry_after() {
     let res = a.router.clone().oneshot(req).await.unwrap();
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(res.headers().get(header::RETRY_AFTER).unwrap(), "1");
-    a.expect_error("GET", "/readyz", None, 503, "store_unavailable").await;
+    a.expect_error("GET", "/readyz", None, 503, "store_unavailable")
+        .await;
     let (s, _) = a.call("GET", "/healthz", None).await;
     assert_eq!(s, StatusCode::OK, "the process itself is healthy");
 }

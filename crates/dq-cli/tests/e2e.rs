@@ -1,0 +1,470 @@
+//! End-to-end: the built `dq` binary against private redis-servers, driven
+//! over HTTP like any client would.
+
+use std::collections::{HashMap, HashSet};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use dq_testkit::{RedisServer, free_port};
+use serde_json::{Value, json};
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A `dq serve` child process.
+struct Dq {
+    child: Child,
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Dq {
+    async fn start(redis_url: &str) -> Dq {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_dq"))
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--redis",
+                redis_url,
+            ])
+            .args([
+                "--redis-timeout",
+                "1s",
+                "--shutdown-grace",
+                "3s",
+                "--log-level",
+                "warn",
+            ])
+            .args(["--config", "/dev/null"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn dq");
+        let dq = Dq {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(64)
+                .build()
+                .unwrap(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = dq.http.get(format!("{}/readyz", dq.base)).send().await
+                && r.status().is_success()
+            {
+                return dq;
+            }
+            assert!(Instant::now() < deadline, "dq serve did not become ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value, Option<String>) {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        match req.send().await {
+            Ok(res) => {
+                let status = res.status().as_u16();
+                let retry_after = res
+                    .headers()
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap_or("").to_string());
+                let v = res.json::<Value>().await.unwrap_or(Value::Null);
+                (status, v, retry_after)
+            }
+            Err(e) => (0, json!({"transport": e.to_string()}), None),
+        }
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let (s, v, _) = self.call(reqwest::Method::POST, path, Some(body)).await;
+        (s, v)
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn sigterm(&self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+}
+
+impl Drop for Dq {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// What consumers saw.
+#[derive(Default)]
+struct Seen {
+    /// id -> (due, received, attempt) for every hand-out.
+    handouts: Vec<(String, u64, u64, u64)>,
+}
+
+/// A consumer loop: reserve (long-poll) from `dq`, record, ack in batch,
+/// until `stop` says so.
+async fn consume(
+    dq: Arc<Dq>,
+    topic: &'static str,
+    seen: Arc<Mutex<Seen>>,
+    stop: Arc<dyn Fn() -> bool + Send + Sync>,
+    ack: bool,
+) {
+    while !stop() {
+        let (s, v) = dq
+            .post(
+                "/v1/reserve",
+                json!({"topics": [topic], "max": 100, "wait_ms": 500, "lease_ms": 60000}),
+            )
+            .await;
+        if s != 200 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        let received = now_ms();
+        let jobs = v["jobs"].as_array().cloned().unwrap_or_default();
+        if jobs.is_empty() {
+            continue;
+        }
+        {
+            let mut seen = seen.lock().unwrap();
+            for j in &jobs {
+                seen.handouts.push((
+                    j["id"].as_str().unwrap().to_string(),
+                    j["due_at_ms"].as_u64().unwrap(),
+                    received,
+                    j["attempt"].as_u64().unwrap(),
+                ));
+            }
+        }
+        if ack {
+            let acks: Vec<Value> = jobs
+                .iter()
+                .map(|j| json!({"topic": topic, "id": j["id"], "token": j["token"]}))
+                .collect();
+            let (s, v) = dq.post("/v1/ack:batch", json!({ "acks": acks })).await;
+            assert_eq!(s, 200, "{v}");
+            for r in v["results"].as_array().unwrap() {
+                assert_eq!(
+                    r,
+                    &json!({"acked": true}),
+                    "every ack of a live lease succeeds"
+                );
+            }
+        }
+    }
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+/// (a) 10,000 jobs with random delays 0–3 s: none early, none lost, none
+/// handed out twice; lateness and throughput printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_jobs_none_early_none_lost_none_twice() {
+    let redis = RedisServer::start();
+    let dq = Arc::new(Dq::start(&redis.url()).await);
+    const N: usize = 10_000;
+    let start = Instant::now();
+    let mut due: HashMap<String, u64> = HashMap::new();
+    for batch in 0..N / 1000 {
+        let jobs: Vec<Value> = (0..1000)
+            .map(|i| {
+                let n = batch * 1000 + i;
+                json!({"id": format!("job-{n}"), "body": {"n": n}, "delay_ms": rand::random_range(0..=3000u64)})
+            })
+            .collect();
+        let (s, v) = dq
+            .post("/v1/topics/e2e/jobs:batch", json!({ "jobs": jobs }))
+            .await;
+        assert_eq!(s, 200, "{v}");
+        for r in v["results"].as_array().unwrap() {
+            assert_eq!(r["created"], json!(true), "{r}");
+            due.insert(
+                r["id"].as_str().unwrap().into(),
+                r["due_at_ms"].as_u64().unwrap(),
+            );
+        }
+    }
+    let enqueue_secs = start.elapsed().as_secs_f64();
+
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let stop: Arc<dyn Fn() -> bool + Send + Sync> = {
+        let seen = seen.clone();
+        Arc::new(move || seen.lock().unwrap().handouts.len() >= N || Instant::now() > deadline)
+    };
+    let consumers: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(consume(dq.clone(), "e2e", seen.clone(), stop.clone(), true)))
+        .collect();
+    for c in consumers {
+        c.await.unwrap();
+    }
+    let total_secs = start.elapsed().as_secs_f64();
+    let handouts = std::mem::take(&mut seen.lock().unwrap().handouts);
+    let mut ids = HashSet::new();
+    let mut lateness = Vec::with_capacity(N);
+    for (id, d, received, attempt) in &handouts {
+        assert!(ids.insert(id.clone()), "{id} handed out twice");
+        assert_eq!(*attempt, 1);
+        assert_eq!(due[id], *d, "due time as enqueued");
+        assert!(received >= d, "{id} handed out {} ms early", d - received);
+        lateness.push(received - d);
+    }
+    assert_eq!(ids.len(), N, "lost {} jobs", N - ids.len());
+    lateness.sort_unstable();
+    eprintln!(
+        "e2e 10k: enqueue {:.0} jobs/s; all {N} handed out and acked in {total_secs:.2} s ({:.0} jobs/s overall); lateness ms p50 {} p99 {} max {}",
+        N as f64 / enqueue_secs,
+        N as f64 / total_secs,
+        percentile(&lateness, 0.5),
+        percentile(&lateness, 0.99),
+        lateness.last().unwrap()
+    );
+    let (_, v, _) = dq.call(reqwest::Method::GET, "/v1/topics/e2e", None).await;
+    assert_eq!(v["stats"]["counters"]["acked"], json!(N));
+    assert_eq!(v["stats"]["reserved"], json!(0));
+}
+
+/// (b) A `dq serve` holding leases is killed with SIGKILL: a second one hands
+/// the jobs out again once the leases expire, as attempt 2, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_server_leases_come_back_after_expiry() {
+    let redis = RedisServer::start();
+    let mut a = Dq::start(&redis.url()).await;
+    let (s, _) = a
+        .call(
+            reqwest::Method::PUT,
+            "/v1/topics/k",
+            Some(json!({"retry": {"fixed_ms": 0}})),
+        )
+        .await
+        .into_pair();
+    assert_eq!(s, 200);
+    let jobs: Vec<Value> = (0..50).map(|i| json!({"id": format!("k{i}")})).collect();
+    a.post("/v1/topics/k/jobs:batch", json!({ "jobs": jobs }))
+        .await;
+    let (_, v) = a
+        .post(
+            "/v1/reserve",
+            json!({"topics": ["k"], "max": 100, "lease_ms": 1500}),
+        )
+        .await;
+    let leased = v["jobs"].as_array().unwrap();
+    assert_eq!(leased.len(), 50);
+    let deadline = leased
+        .iter()
+        .map(|j| j["lease_deadline_ms"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    a.kill9();
+
+    let b = Dq::start(&redis.url()).await;
+    let mut back = HashSet::new();
+    let give_up = Instant::now() + Duration::from_secs(15);
+    while back.len() < 50 && Instant::now() < give_up {
+        let (s, v) = b
+            .post(
+                "/v1/reserve",
+                json!({"topics": ["k"], "max": 100, "wait_ms": 2000}),
+            )
+            .await;
+        assert_eq!(s, 200);
+        let received = now_ms();
+        for j in v["jobs"].as_array().unwrap() {
+            assert!(
+                received > deadline - 1500,
+                "handed out while the first lease held"
+            );
+            assert_eq!(j["attempt"], json!(2));
+            assert!(back.insert(j["id"].as_str().unwrap().to_string()), "twice");
+        }
+    }
+    assert_eq!(back.len(), 50, "every leased job came back");
+    assert!(now_ms() > deadline, "not before the leases ended");
+}
+
+trait IntoPair {
+    fn into_pair(self) -> (u16, Value);
+}
+impl IntoPair for (u16, Value, Option<String>) {
+    fn into_pair(self) -> (u16, Value) {
+        (self.0, self.1)
+    }
+}
+
+/// (c) Two `dq serve` on one Redis: consumers on both, each job has one holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_one_redis_one_holder_per_job() {
+    let redis = RedisServer::start();
+    let a = Arc::new(Dq::start(&redis.url()).await);
+    let b = Arc::new(Dq::start(&redis.url()).await);
+    const N: usize = 3000;
+    for (k, dq) in [&a, &b, &a].iter().enumerate() {
+        let jobs: Vec<Value> = (0..1000)
+            .map(
+                |i| json!({"id": format!("p{k}-{i}"), "delay_ms": rand::random_range(0..=1000u64)}),
+            )
+            .collect();
+        let (s, _) = dq
+            .post("/v1/topics/two/jobs:batch", json!({ "jobs": jobs }))
+            .await;
+        assert_eq!(s, 200);
+    }
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let stop: Arc<dyn Fn() -> bool + Send + Sync> = {
+        let seen = seen.clone();
+        Arc::new(move || seen.lock().unwrap().handouts.len() >= N || Instant::now() > deadline)
+    };
+    let consumers: Vec<_> = (0..6)
+        .map(|i| {
+            let dq = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(consume(dq, "two", seen.clone(), stop.clone(), i < 3))
+        })
+        .collect();
+    for c in consumers {
+        c.await.unwrap();
+    }
+    let seen = seen.lock().unwrap();
+    let mut ids = HashSet::new();
+    for (id, d, received, _) in &seen.handouts {
+        assert!(ids.insert(id.clone()), "{id} handed to two holders");
+        assert!(received >= d, "early");
+    }
+    assert_eq!(ids.len(), N);
+}
+
+/// (d) Redis (AOF, appendfsync always) is killed mid-load: enqueues get 503
+/// with Retry-After; after a restart service resumes and every enqueue that
+/// was answered OK is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_mid_load_loses_nothing_acknowledged() {
+    let mut redis = RedisServer::start_durable();
+    let dq = Dq::start(&redis.url()).await;
+    let mut acknowledged: Vec<String> = Vec::new();
+    let mut saw_503 = false;
+    let mut n = 0;
+    let mut restarted = false;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        let id = format!("d{n}");
+        n += 1;
+        let (s, v, retry_after) = dq
+            .call(
+                reqwest::Method::POST,
+                "/v1/topics/durable/jobs",
+                Some(json!({"id": id, "body": {"n": n}, "delay_ms": 3_600_000})),
+            )
+            .await;
+        match s {
+            201 | 200 => acknowledged.push(id),
+            503 => {
+                assert_eq!(v["error"]["code"], json!("store_unavailable"));
+                assert_eq!(retry_after.as_deref(), Some("1"));
+                saw_503 = true;
+            }
+            other => panic!("unexpected {other}: {v}"),
+        }
+        if n == 300 {
+            redis.stop();
+        }
+        if saw_503 && !restarted {
+            redis.restart();
+            restarted = true;
+        }
+        if restarted && acknowledged.len() >= 600 {
+            break;
+        }
+    }
+    assert!(saw_503, "a dead Redis gives 503");
+    assert!(
+        acknowledged.len() >= 600,
+        "service resumed after the restart"
+    );
+    let (_, v, _) = dq
+        .call(reqwest::Method::GET, "/v1/topics/durable", None)
+        .await;
+    let scheduled = v["stats"]["scheduled"].as_u64().unwrap() as usize;
+    for id in &acknowledged {
+        let (s, v, _) = dq
+            .call(
+                reqwest::Method::GET,
+                &format!("/v1/topics/durable/jobs/{id}"),
+                None,
+            )
+            .await;
+        assert_eq!(s, 200, "acknowledged enqueue {id} lost: {v}");
+    }
+    assert!(scheduled >= acknowledged.len());
+}
+
+/// SIGTERM: a waiting reserve returns at once, the process exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_gracefully() {
+    let redis = RedisServer::start();
+    let mut dq = Dq::start(&redis.url()).await;
+    let http = dq.http.clone();
+    let url = format!("{}/v1/reserve", dq.base);
+    let waiter = tokio::spawn(async move {
+        let t0 = Instant::now();
+        let r = http
+            .post(url)
+            .json(&json!({"topics": ["quiet"], "wait_ms": 30000}))
+            .send()
+            .await
+            .unwrap();
+        (
+            r.status().as_u16(),
+            r.json::<Value>().await.unwrap(),
+            t0.elapsed(),
+        )
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    dq.sigterm();
+    let (status, body, took) = waiter.await.unwrap();
+    assert_eq!((status, body), (200, json!({"jobs": []})));
+    assert!(
+        took < Duration::from_secs(5),
+        "the waiting reserve returned at shutdown: {took:?}"
+    );
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = dq.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "did not exit");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "exit status {status}");
+}
