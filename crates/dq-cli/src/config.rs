@@ -114,8 +114,13 @@ impl ServeArgs {
             redis.url = u;
         }
         if let Some(p) = self.redis_prefix.or(file.redis_prefix) {
-            if p.is_empty() || p.contains(['{', '}']) {
-                bail!("redis_prefix: must be non-empty and hold no braces");
+            if p.is_empty()
+                || p.len() > 64
+                || !p
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'))
+            {
+                bail!("redis_prefix: {p:?} must be 1-64 characters of A-Z a-z 0-9 . _ : -");
             }
             redis.prefix = p;
         }

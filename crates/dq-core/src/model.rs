@@ -333,16 +333,21 @@ pub struct Claimed {
     pub next_due_ms: Option<u64>,
 }
 
-/// What a nack (or an expired lease) did.
+/// What a nack (or an expired lease) did with the attempt that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NackOutcome {
     /// Scheduled again for another attempt.
     Retry {
         /// When it is due again.
         due_at_ms: u64,
+        /// The attempt that failed (1 for the first).
+        attempt: u32,
     },
     /// Out of attempts: moved to the dead letters.
-    Dead,
+    Dead {
+        /// The attempt that failed: the last one.
+        attempt: u32,
+    },
 }
 
 /// The result of one promotion pass.
@@ -355,7 +360,7 @@ pub struct Promoted {
 }
 
 /// The result of one expired-lease pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Requeued {
     /// Expired leases scheduled for another attempt.
     pub retried: u64,
@@ -363,6 +368,8 @@ pub struct Requeued {
     pub dead: u64,
     /// The next lease deadline, if any lease is held.
     pub next_deadline_ms: Option<u64>,
+    /// Each job taken back and what became of it.
+    pub jobs: Vec<(JobId, NackOutcome)>,
 }
 
 /// Counts and counters of one topic.

@@ -72,6 +72,44 @@ pub(crate) fn status(v: &Value) -> StoreResult<Vec<Value>> {
     }
 }
 
+/// nack's `{1, due, attempt}` or `{2, attempt}`.
+pub(crate) fn decode_nacked(items: &[Value]) -> StoreResult<NackOutcome> {
+    let at = |i: usize| int(items.get(i).ok_or_else(|| protocol("nack reply length"))?);
+    match at(0)? {
+        1 => Ok(NackOutcome::Retry {
+            due_at_ms: at(1)? as u64,
+            attempt: at(2)? as u32,
+        }),
+        _ => Ok(NackOutcome::Dead {
+            attempt: at(1)? as u32,
+        }),
+    }
+}
+
+/// requeue_expired's `{retried, dead, next, (id, attempt, due|-1)*}`.
+pub(crate) fn decode_requeued(v: Value) -> StoreResult<Requeued> {
+    let items = array(v)?;
+    if items.len() < 3 || !(items.len() - 3).is_multiple_of(3) {
+        return Err(protocol("requeue_expired reply length"));
+    }
+    let mut jobs = Vec::with_capacity((items.len() - 3) / 3);
+    for c in items[3..].chunks(3) {
+        let id = JobId::new(string(&c[0])?).map_err(|_| protocol("bad id"))?;
+        let attempt = int(&c[1])? as u32;
+        let outcome = match opt_time(int(&c[2])?) {
+            Some(due_at_ms) => NackOutcome::Retry { due_at_ms, attempt },
+            None => NackOutcome::Dead { attempt },
+        };
+        jobs.push((id, outcome));
+    }
+    Ok(Requeued {
+        retried: int(&items[0])? as u64,
+        dead: int(&items[1])? as u64,
+        next_deadline_ms: opt_time(int(&items[2])?),
+        jobs,
+    })
+}
+
 pub(crate) fn decode_enqueued(v: Value, jobs: &[NewJob]) -> StoreResult<Vec<Enqueued>> {
     let items = array(v)?;
     if items.len() != jobs.len() * 3 {

@@ -378,13 +378,7 @@ impl Store for RedisStore {
                 ],
             )
             .await?;
-        let items = status(&v)?;
-        match int(&items[0])? {
-            1 => Ok(NackOutcome::Retry {
-                due_at_ms: int(items.get(1).unwrap_or(&Value::Nil))? as u64,
-            }),
-            _ => Ok(NackOutcome::Dead),
-        }
+        decode_nacked(&status(&v)?)
     }
 
     async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted> {
@@ -419,12 +413,7 @@ impl Store for RedisStore {
                 ],
             )
             .await?;
-        let items = array(v)?;
-        Ok(Requeued {
-            retried: int(&items[0])? as u64,
-            dead: int(&items[1])? as u64,
-            next_deadline_ms: opt_time(int(&items[2])?),
-        })
+        decode_requeued(v)
     }
 
     async fn list_dead(

@@ -430,13 +430,13 @@ pub(crate) async fn nack(
         .nack(&t, &id, &req.token, &error, retry_in, now)
         .await?;
     let body = match out {
-        NackOutcome::Retry { due_at_ms } => {
-            tracing::info!(topic = %t, id = %id, error = %limits::clip_error(&error), retry_at_ms = due_at_ms, "job failed; will retry");
+        NackOutcome::Retry { due_at_ms, attempt } => {
+            tracing::info!(topic = %t, id = %id, attempt, error = %limits::clip_error(&error), retry_at_ms = due_at_ms, "job failed; will retry");
             st.wakers.wake(t.as_str());
             json!({"id": id, "state": "scheduled", "due_at_ms": due_at_ms})
         }
-        NackOutcome::Dead => {
-            tracing::warn!(topic = %t, id = %id, error = %limits::clip_error(&error), "job failed for the last time; dead");
+        NackOutcome::Dead { attempt } => {
+            tracing::warn!(topic = %t, id = %id, attempt, error = %limits::clip_error(&error), "job failed for the last time; dead");
             json!({"id": id, "state": "dead"})
         }
     };

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use dq_core::{Clock, Store, StoreError};
+use dq_core::{Clock, NackOutcome, Store, StoreError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -69,8 +69,17 @@ impl Dispatcher {
             loop {
                 let now = self.clock.now_ms();
                 let r = self.store.requeue_expired(&topic, BATCH, now).await?;
-                if r.retried + r.dead > 0 {
-                    tracing::info!(topic = %topic, retried = r.retried, dead = r.dead, "expired leases taken back");
+                for (id, outcome) in &r.jobs {
+                    match outcome {
+                        NackOutcome::Retry { due_at_ms, attempt } => tracing::info!(
+                            topic = %topic, id = %id, attempt, error = "lease expired",
+                            retry_at_ms = due_at_ms, "job failed; will retry"
+                        ),
+                        NackOutcome::Dead { attempt } => tracing::warn!(
+                            topic = %topic, id = %id, attempt, error = "lease expired",
+                            "job failed for the last time; dead"
+                        ),
+                    }
                 }
                 if (r.retried + r.dead) < BATCH as u64 {
                     if let Some(d) = r.next_deadline_ms {

@@ -346,7 +346,8 @@ pub async fn backoff_schedule_and_dead_letter(s: &dyn Store) {
         assert_eq!(
             out,
             NackOutcome::Retry {
-                due_at_ms: now + 1 + wait
+                due_at_ms: now + 1 + wait,
+                attempt
             }
         );
         assert!(
@@ -364,7 +365,7 @@ pub async fn backoff_schedule_and_dead_letter(s: &dyn Store) {
         .nack(&t, &id("j"), &l.token, "final", None, now + 5)
         .await
         .unwrap();
-    assert_eq!(out, NackOutcome::Dead);
+    assert_eq!(out, NackOutcome::Dead { attempt: 4 });
     let dead = s.list_dead(&t, 0, 10).await.unwrap();
     assert_eq!(dead.len(), 1);
     let d = &dead[0];
@@ -413,7 +414,8 @@ pub async fn retry_overrides(s: &dyn Store) {
         assert_eq!(
             out,
             NackOutcome::Retry {
-                due_at_ms: now + want
+                due_at_ms: now + want,
+                attempt
             },
             "attempt {attempt}"
         );
@@ -427,7 +429,7 @@ pub async fn retry_overrides(s: &dyn Store) {
         .unwrap();
     assert_eq!(
         out,
-        NackOutcome::Dead,
+        NackOutcome::Dead { attempt: 5 },
         "job's max_attempts 5 beats topic's 4"
     );
 
@@ -437,7 +439,13 @@ pub async fn retry_overrides(s: &dyn Store) {
         .nack(&t, &id("r"), &l.token, "x", Some(42), T0 + 1)
         .await
         .unwrap();
-    assert_eq!(out, NackOutcome::Retry { due_at_ms: T0 + 43 });
+    assert_eq!(
+        out,
+        NackOutcome::Retry {
+            due_at_ms: T0 + 43,
+            attempt: 1
+        }
+    );
     let l = s
         .claim(&t, 1, None, T0 + 43)
         .await
@@ -448,7 +456,14 @@ pub async fn retry_overrides(s: &dyn Store) {
         .nack(&t, &id("r"), &l.token, "x", Some(0), T0 + 50)
         .await
         .unwrap();
-    assert_eq!(out, NackOutcome::Retry { due_at_ms: T0 + 50 }, "retry now");
+    assert_eq!(
+        out,
+        NackOutcome::Retry {
+            due_at_ms: T0 + 50,
+            attempt: 2
+        },
+        "retry now"
+    );
     assert_eq!(
         s.claim(&t, 1, None, T0 + 50).await.unwrap().leases[0].attempt,
         3
@@ -464,6 +479,11 @@ pub async fn expired_last_attempt_goes_dead(s: &dyn Store) {
     s.claim(&t, 1, Some(100), T0).await.unwrap();
     let r = s.requeue_expired(&t, 10, T0 + 101).await.unwrap();
     assert_eq!((r.retried, r.dead), (0, 1));
+    assert_eq!(
+        r.jobs,
+        vec![(id("j"), NackOutcome::Dead { attempt: 1 })],
+        "each expired job is reported, for the log"
+    );
     let info = s.get(&t, &id("j")).await.unwrap().unwrap();
     assert_eq!(info.state, JobState::Dead);
     assert_eq!(info.last_error.as_deref(), Some("lease expired"));
@@ -482,7 +502,7 @@ pub async fn replay_and_purge_dead(s: &dyn Store) {
             s.nack(&t, &l.id, &l.token, "no", None, T0 + 1)
                 .await
                 .unwrap(),
-            NackOutcome::Dead
+            NackOutcome::Dead { attempt: 1 }
         );
     }
     assert_eq!(

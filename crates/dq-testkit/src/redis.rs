@@ -14,21 +14,28 @@ pub struct RedisServer {
     child: Option<Child>,
     dir: TempDir,
     aof: bool,
+    extra: Vec<String>,
+    password: Option<String>,
 }
 
 impl RedisServer {
     /// Starts a server that keeps nothing on disk.
     pub fn start() -> Self {
-        Self::start_with(false)
+        Self::start_with(false, None)
+    }
+
+    /// Starts a server that requires `password` (`requirepass`).
+    pub fn start_with_password(password: &str) -> Self {
+        Self::start_with(false, Some(password.to_string()))
     }
 
     /// Starts a server with an append-only file fsynced on every write
     /// (`appendfsync always`), so a restart keeps every acknowledged write.
     pub fn start_durable() -> Self {
-        Self::start_with(true)
+        Self::start_with(true, None)
     }
 
-    fn start_with(aof: bool) -> Self {
+    fn start_with(aof: bool, password: Option<String>) -> Self {
         let mut last_err = String::new();
         // A free port can be taken by someone else before redis binds it: retry.
         for _ in 0..5 {
@@ -37,6 +44,11 @@ impl RedisServer {
                 child: None,
                 dir: tempfile::tempdir().expect("temp dir"),
                 aof,
+                extra: password
+                    .iter()
+                    .flat_map(|p| ["--requirepass".to_string(), p.clone()])
+                    .collect(),
+                password: password.clone(),
             };
             match s.spawn() {
                 Ok(()) => return s,
@@ -58,6 +70,7 @@ impl RedisServer {
             .arg("")
             .arg("--logfile")
             .arg(self.dir.path().join("redis.log"));
+        cmd.args(&self.extra);
         if self.aof {
             cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
         } else {
@@ -99,9 +112,12 @@ impl RedisServer {
             .is_ok()
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>` (with the password, if any).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match &self.password {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
     }
 
     /// The port.

@@ -147,7 +147,8 @@ end
 
 -- A failed attempt of reserved job `id`: retry after a wait, or dead when
 -- it was the last attempt. `retry_in` (ms) overrides the policy when given.
--- Returns due ms of the retry, or -1 when dead, and whether to wake.
+-- Returns due ms of the retry (or -1 when dead), whether to wake, and the
+-- number of the attempt that failed.
 local function fail(K, cfg, id, jk, now, err, retry_in, rand)
   local f = redis.call('HMGET', jk, 'a', 'm', 'r')
   local attempts = tonumber(f[1]) or 0
@@ -161,13 +162,13 @@ local function fail(K, cfg, id, jk, now, err, retry_in, rand)
     redis.call('ZADD', K.dead, now, id)
     redis.call('HINCRBY', K.ctr, 'dead', 1)
     trim_dead(K, cfg.dead_cap)
-    return -1, false
+    return -1, false, attempts
   end
   local wait = retry_in
   if wait == nil then wait = backoff(f[3] or cfg.retry, attempts, rand) end
   local due = now + wait
   redis.call('HSET', jk, 'd', fmt(due))
-  return due, place(K, id, jk, due, now)
+  return due, place(K, id, jk, due, now), attempts
 end
 
 -- Tells every dq instance (in-process waiters and the dispatcher) that

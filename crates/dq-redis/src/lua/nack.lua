@@ -2,7 +2,7 @@
 -- retry_in_ms (or the job's / topic's retry policy), or dead when out of attempts.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, id, token, error text, retry_in_ms or '', now, random in [0,1)
--- Returns: {1, due} retried | {2} dead | {-1} not found | {-2} token mismatch |
+-- Returns: {1, due, attempt} retried | {2, attempt} dead | {-1} not found | {-2} token mismatch |
 --   {-3, state} not reserved
 -- Side effects: see fail() in common.lua.
 local id = ARGV[2]
@@ -14,7 +14,7 @@ if f[1] ~= 'r' then
   return {-3, f[1]}
 end
 if f[2] ~= ARGV[3] then return {-2} end
-local due, woke = fail(K, topic_cfg(K), id, jk, tonumber(ARGV[6]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[7]))
+local due, woke, attempt = fail(K, topic_cfg(K), id, jk, tonumber(ARGV[6]), ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[7]))
 if woke then wake() end
-if due < 0 then return {2} end
-return {1, due}
+if due < 0 then return {2, attempt} end
+return {1, due, attempt}

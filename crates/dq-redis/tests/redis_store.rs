@@ -1,0 +1,193 @@
+//! What only the Redis store has: its keyspace, script reloading, URLs with
+//! password and db, wake-ups across processes.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dq_core::*;
+use dq_redis::{RedisConfig, RedisStore};
+use dq_testkit::RedisServer;
+use redis::Commands;
+
+const T0: u64 = 1_700_000_000_000;
+
+fn store(url: String) -> RedisStore {
+    RedisStore::new(&RedisConfig {
+        url,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn job(id: &str, delay: u64) -> NewJob {
+    NewJob::new(
+        JobId::new(id).unwrap(),
+        Body::Json("{\"secret-body\":1}".into()),
+        When::DelayMs(delay),
+    )
+}
+
+fn keys(conn: &mut redis::Connection) -> Vec<String> {
+    let mut k: Vec<String> = conn.keys("*").unwrap();
+    k.sort();
+    k
+}
+
+/// Schedule members are ids (never bodies); job hashes, bodies included, are
+/// deleted on ack, cancel and purge, leaving only the topic's counters.
+#[tokio::test]
+async fn keyspace_holds_ids_and_frees_bodies() {
+    let server = RedisServer::start();
+    let s = store(server.url());
+    let t = Topic::new("keys").unwrap();
+    s.enqueue(
+        &t,
+        &[job("a", 0), job("b", 0), job("c", 0), job("later", 60_000)],
+        T0,
+    )
+    .await
+    .unwrap();
+    let mut conn = server.connection();
+    let sched: Vec<String> = conn.zrange("dq:{keys}:sched", 0, -1).unwrap();
+    assert_eq!(sched, vec!["later"]);
+    let ready: Vec<String> = conn.zrange("dq:{keys}:ready", 0, -1).unwrap();
+    assert_eq!(ready.len(), 3);
+    for m in &ready {
+        assert!(
+            !m.contains("secret-body"),
+            "ready members hold no bodies: {m}"
+        );
+        assert_eq!(m.len(), 23 + 1, "11+12 hex digits then the id: {m}");
+    }
+    assert_eq!(
+        keys(&mut conn),
+        vec![
+            "dq:topics",
+            "dq:{keys}:ctr",
+            "dq:{keys}:j:a",
+            "dq:{keys}:j:b",
+            "dq:{keys}:j:c",
+            "dq:{keys}:j:later",
+            "dq:{keys}:ready",
+            "dq:{keys}:sched",
+        ]
+    );
+
+    let mut leases = s.claim(&t, 3, None, T0).await.unwrap().leases;
+    let c = leases.pop().unwrap();
+    let b = leases.pop().unwrap();
+    let a = leases.pop().unwrap();
+    s.ack(&t, &a.id, &a.token).await.unwrap();
+    s.cancel(&t, &b.id).await.unwrap();
+    s.put_topic_config(
+        &t,
+        &TopicConfigPatch {
+            max_attempts: Some(1),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    s.nack(&t, &c.id, &c.token, "bye", None, T0).await.unwrap();
+    assert_eq!(s.purge_dead(&t, 10).await.unwrap(), 1);
+    s.cancel(&t, &JobId::new("later").unwrap()).await.unwrap();
+    assert_eq!(
+        keys(&mut conn),
+        vec!["dq:topics", "dq:{keys}:cfg", "dq:{keys}:ctr"],
+        "no job hash, schedule, ready, lease or dead key is left"
+    );
+}
+
+/// After SCRIPT FLUSH (or a Redis restart) scripts are loaded again.
+#[tokio::test]
+async fn scripts_reload_after_noscript() {
+    let server = RedisServer::start();
+    let s = store(server.url());
+    s.load_scripts().await.unwrap();
+    let t = Topic::new("flush").unwrap();
+    s.enqueue(&t, &[job("a", 0)], T0).await.unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut server.connection())
+        .unwrap();
+    let c = s.claim(&t, 1, None, T0).await.unwrap();
+    assert_eq!(c.leases.len(), 1);
+}
+
+/// A URL with a password and a database number is honoured.
+#[tokio::test]
+async fn url_with_password_and_db() {
+    let server = RedisServer::start_with_password("s3cret");
+    let wrong = store(server.url().replace("s3cret", "nope"));
+    assert!(matches!(
+        wrong.ping().await,
+        Err(StoreError::Unavailable(_))
+    ));
+    let s = store(format!("{}/3", server.url()));
+    s.ping().await.unwrap();
+    let t = Topic::new("db3").unwrap();
+    s.enqueue(&t, &[job("x", 0)], T0).await.unwrap();
+    let mut conn = server.connection();
+    let in_db0: Vec<String> = conn.keys("*").unwrap();
+    assert!(in_db0.is_empty(), "nothing in db 0: {in_db0:?}");
+    let _: () = redis::cmd("SELECT").arg(3).query(&mut conn).unwrap();
+    let in_db3: Vec<String> = conn.keys("dq:{db3}:*").unwrap();
+    assert!(!in_db3.is_empty());
+}
+
+/// An invalid URL is refused up front, with the password masked.
+#[test]
+fn invalid_url_is_refused() {
+    let e = RedisStore::new(&RedisConfig {
+        url: "http://:pw@host".into(),
+        ..Default::default()
+    })
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("invalid Redis URL"), "{msg}");
+    assert!(!msg.contains("pw@"), "password masked: {msg}");
+}
+
+/// An enqueue through one store wakes watchers of another on the same Redis
+/// when the job is due now or earlier than the schedule's head, not otherwise.
+#[tokio::test]
+async fn wake_ups_cross_processes() {
+    let server = RedisServer::start();
+    let a = store(server.url());
+    let b = Arc::new(store(server.url()));
+    let got: Arc<Mutex<Vec<String>>> = Arc::default();
+    let watcher = {
+        let got = got.clone();
+        let b = b.clone();
+        tokio::spawn(async move {
+            b.watch_wakes(Arc::new(move |t: &str| {
+                got.lock().unwrap().push(t.to_string())
+            }))
+            .await
+        })
+    };
+    // The watcher reports "" (look at everything) once subscribed.
+    wait_for(&got, |g| g.iter().any(|t| t.is_empty())).await;
+    let t = Topic::new("wake").unwrap();
+    a.enqueue(&t, &[job("far", 60_000)], T0).await.unwrap();
+    a.enqueue(&t, &[job("farther", 120_000)], T0).await.unwrap();
+    a.enqueue(&t, &[job("now", 0)], T0).await.unwrap();
+    wait_for(&got, |g| g.iter().filter(|t| *t == "wake").count() >= 2).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let wakes = got.lock().unwrap().iter().filter(|t| *t == "wake").count();
+    assert_eq!(
+        wakes, 2,
+        "the new head and the due job wake; a later job does not"
+    );
+    watcher.abort();
+}
+
+async fn wait_for(got: &Arc<Mutex<Vec<String>>>, pred: impl Fn(&Vec<String>) -> bool) {
+    for _ in 0..500 {
+        if pred(&got.lock().unwrap()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out; got {:?}", got.lock().unwrap());
+}
