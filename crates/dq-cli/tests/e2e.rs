@@ -195,6 +195,17 @@ async fn ten_thousand_jobs_none_early_none_lost_none_twice() {
     let redis = RedisServer::start();
     let dq = Arc::new(Dq::start(&redis.url()).await);
     const N: usize = 10_000;
+    // Consumers first, so that jobs due at once are not late by the time it
+    // takes to enqueue the rest.
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let stop: Arc<dyn Fn() -> bool + Send + Sync> = {
+        let seen = seen.clone();
+        Arc::new(move || seen.lock().unwrap().handouts.len() >= N || Instant::now() > deadline)
+    };
+    let consumers: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(consume(dq.clone(), "e2e", seen.clone(), stop.clone(), true)))
+        .collect();
     let start = Instant::now();
     let mut due: HashMap<String, u64> = HashMap::new();
     for batch in 0..N / 1000 {
@@ -217,16 +228,6 @@ async fn ten_thousand_jobs_none_early_none_lost_none_twice() {
         }
     }
     let enqueue_secs = start.elapsed().as_secs_f64();
-
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let stop: Arc<dyn Fn() -> bool + Send + Sync> = {
-        let seen = seen.clone();
-        Arc::new(move || seen.lock().unwrap().handouts.len() >= N || Instant::now() > deadline)
-    };
-    let consumers: Vec<_> = (0..8)
-        .map(|_| tokio::spawn(consume(dq.clone(), "e2e", seen.clone(), stop.clone(), true)))
-        .collect();
     for c in consumers {
         c.await.unwrap();
     }
@@ -467,4 +468,126 @@ async fn sigterm_stops_gracefully() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(status.success(), "exit status {status}");
+}
+
+/// (e) Each error status through the binary: the codes of docs/api.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_codes_through_the_binary() {
+    use reqwest::Method;
+    let redis = RedisServer::start();
+    let dq = Dq::start(&redis.url()).await;
+    let cases: Vec<(Method, &str, Option<Value>, u16, &str)> = vec![
+        (
+            Method::POST,
+            "/v1/topics/t/jobs",
+            Some(json!({"delay_ms": -1})),
+            400,
+            "invalid_delay",
+        ),
+        (
+            Method::POST,
+            "/v1/topics/t/jobs",
+            Some(json!({"dealy_ms": 1})),
+            400,
+            "invalid_json",
+        ),
+        (
+            Method::POST,
+            "/v1/topics/t%20t/jobs",
+            Some(json!({})),
+            400,
+            "invalid_topic",
+        ),
+        (
+            Method::POST,
+            "/v1/topics/t/jobs",
+            Some(json!({"body": "x".repeat(1024 * 1024)})),
+            413,
+            "body_too_large",
+        ),
+        (
+            Method::POST,
+            "/v1/topics/t/jobs",
+            Some(json!({"body": "x".repeat(33 * 1024 * 1024)})),
+            413,
+            "request_too_large",
+        ),
+        (
+            Method::GET,
+            "/v1/topics/t/jobs/none",
+            None,
+            404,
+            "job_not_found",
+        ),
+        (Method::GET, "/v1/topics/none", None, 404, "topic_not_found"),
+        (Method::GET, "/v2", None, 404, "route_not_found"),
+    ];
+    for (m, path, body, status, code) in cases {
+        let (s, v, _) = dq.call(m.clone(), path, body).await;
+        assert_eq!(
+            (s, v["error"]["code"].clone()),
+            (status, json!(code)),
+            "{m} {path}: {v}"
+        );
+    }
+    dq.post("/v1/topics/t/jobs", json!({"id": "j"})).await;
+    let (s, v) = dq
+        .post("/v1/topics/t/jobs/j/ack", json!({"token": "stale"}))
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].clone()),
+        (409, json!("lease_mismatch"))
+    );
+    let res = dq
+        .http
+        .post(format!("{}/v1/topics/t/jobs", dq.base))
+        .header("content-type", "text/plain")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 415);
+
+    // A dq whose Redis is gone answers 503 with Retry-After.
+    let dead_port = free_port();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let port = free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dq"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "--redis",
+            &format!("redis://127.0.0.1:{dead_port}"),
+            "--redis-timeout",
+            "500ms",
+        ])
+        .args(["--config", "/dev/null", "--log-level", "error"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let t0 = Instant::now();
+    while http.get(format!("{base}/healthz")).send().await.is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "dq did not start without Redis"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let res = http
+        .post(format!("{base}/v1/topics/t/jobs"))
+        .json(&json!({"id": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status().as_u16(), 503);
+    assert_eq!(res.headers()["retry-after"], "1");
+    let v: Value = res.json().await.unwrap();
+    assert_eq!(v["error"]["code"], json!("store_unavailable"));
+    let res = http.get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(res.status().as_u16(), 503);
+    let _ = child.kill();
+    let _ = child.wait();
 }
