@@ -84,8 +84,9 @@ pub trait Store: Send + Sync + 'static {
     /// Extends a lease to `now + lease_ms`; returns the new deadline.
     ///
     /// # Errors
-    /// [`StoreError::NotFound`], [`StoreError::NotInState`] when not reserved,
-    /// [`StoreError::LeaseMismatch`] for a stale token.
+    /// [`StoreError::NotFound`]; [`StoreError::LeaseMismatch`] for a token
+    /// that is not the current lease's (a waiting job has no lease, so any
+    /// token is stale); [`StoreError::NotInState`] when the job is dead.
     async fn extend_lease(
         &self,
         topic: &Topic,

@@ -650,7 +650,7 @@ async fn every_error_code_and_nothing_written() {
         "/v1/topics/t/jobs/w/touch",
         Some(json!({"token": "x"})),
         409,
-        "not_in_state",
+        "lease_mismatch",
     )
     .await;
     a.call("POST", j, Some(json!({"id": "now"}))).await;

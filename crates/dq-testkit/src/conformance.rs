@@ -316,9 +316,16 @@ pub async fn touch_extends_lease(s: &dyn Store) {
         "topic lease by default"
     );
     put(s, &t, job("w", When::DelayMs(10_000)), T0).await;
+    assert!(
+        matches!(
+            s.extend_lease(&t, &id("w"), "x", None, T0).await,
+            Err(StoreError::LeaseMismatch)
+        ),
+        "a waiting job has no lease: any token is stale"
+    );
     assert!(matches!(
-        s.extend_lease(&t, &id("w"), "x", None, T0).await,
-        Err(StoreError::NotInState(JobState::Scheduled))
+        s.extend_lease(&t, &id("nope"), "x", None, T0).await,
+        Err(StoreError::NotFound)
     ));
 }
 

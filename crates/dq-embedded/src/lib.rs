@@ -1,0 +1,342 @@
+//! dq-embedded: the dq [`Store`](dq_core::Store) on local disk, for `dq serve`
+//! with no Redis.
+//!
+//! SQLite in WAL mode with `synchronous=FULL`: a call returns only after its
+//! transaction is on disk, so an enqueue that returned OK survives `kill -9`
+//! and power loss. Throughput comes from group commit: one writer thread
+//! owns the database and runs every operation that arrived meanwhile in one
+//! transaction, one fsync (see [`writer`]).
+//!
+//! Modules:
+//! - [`writer`]: the writer thread, group commit, savepoint per operation.
+//! - `schema`: tables, indexes, the file's identity checks.
+//! - `ops`: each state change as SQL, mirroring `dq-redis`'s Lua scripts.
+//!
+//! A data directory has one owner: `dq.lock` is locked for the life of the
+//! store, and a second process opening the same directory gets
+//! [`OpenError::Locked`].
+
+mod ops;
+mod schema;
+pub mod writer;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use dq_core::store::StoreResult;
+use dq_core::*;
+
+use writer::Writer;
+
+/// Why a data directory cannot be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The directory or its files cannot be created or read.
+    #[error("cannot use data directory {dir}: {source}")]
+    Io {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another process holds the directory.
+    #[error(
+        "data directory {dir} is in use by another dq process (lock file {dir}/dq.lock); stop it or choose another --data-dir"
+    )]
+    Locked {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The database file is not a dq data file (another program's SQLite file).
+    #[error("{file} is not a dq data file ({reason}); move it away or choose another --data-dir")]
+    Foreign {
+        /// The file.
+        file: PathBuf,
+        /// What was found.
+        reason: String,
+    },
+    /// The database file is damaged or not SQLite at all.
+    #[error("{file} cannot be opened as a dq data file: {reason}")]
+    Corrupt {
+        /// The file.
+        file: PathBuf,
+        /// SQLite's words.
+        reason: String,
+    },
+}
+
+/// The store in one data directory.
+pub struct EmbeddedStore {
+    writer: Writer,
+    wakes: Arc<Mutex<Vec<(u64, WakeFn)>>>,
+    dir: PathBuf,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedStore")
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+/// The database file's name inside the data directory.
+pub const DB_FILE: &str = "dq.sqlite3";
+
+impl EmbeddedStore {
+    /// Opens (creating if needed) the store in `dir`.
+    ///
+    /// # Errors
+    /// See [`OpenError`].
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, OpenError> {
+        Self::open_with(dir, None)
+    }
+
+    /// As [`EmbeddedStore::open`], with SQLite's `max_page_count` capped (in
+    /// pages of 4 KiB): a way to test a full disk.
+    ///
+    /// # Errors
+    /// See [`OpenError`].
+    pub fn open_with(dir: impl AsRef<Path>, max_pages: Option<u64>) -> Result<Self, OpenError> {
+        let dir = dir.as_ref().to_path_buf();
+        let io = |source| OpenError::Io {
+            dir: dir.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("dq.lock"))
+            .map_err(io)?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(OpenError::Locked { dir }),
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+        }
+        let conn = schema::open(&dir.join(DB_FILE), max_pages)?;
+        let wakes: Arc<Mutex<Vec<(u64, WakeFn)>>> = Arc::default();
+        let writer = Writer::start(conn, lock, wakes.clone());
+        Ok(Self { writer, wakes, dir })
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// Removes a wake callback when its watcher is dropped.
+struct WakeGuard {
+    wakes: Arc<Mutex<Vec<(u64, WakeFn)>>>,
+    key: u64,
+}
+
+impl Drop for WakeGuard {
+    fn drop(&mut self) {
+        self.wakes
+            .lock()
+            .expect("poisoned")
+            .retain(|(k, _)| *k != self.key);
+    }
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    async fn enqueue(
+        &self,
+        topic: &Topic,
+        jobs: &[NewJob],
+        now_ms: u64,
+    ) -> StoreResult<Vec<Enqueued>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (topic, jobs) = (topic.clone(), jobs.to_vec());
+        self.writer
+            .exec(move |cx| ops::enqueue(cx, &topic, &jobs, now_ms))
+            .await
+    }
+
+    async fn get(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobInfo>> {
+        let (topic, id) = (topic.clone(), id.clone());
+        self.writer.read(move |cx| ops::get(cx, &topic, &id)).await
+    }
+
+    async fn cancel(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobState>> {
+        let (topic, id) = (topic.clone(), id.clone());
+        self.writer
+            .exec(move |cx| ops::cancel(cx, &topic, &id))
+            .await
+    }
+
+    async fn reschedule(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        due_at_ms: u64,
+        now_ms: u64,
+    ) -> StoreResult<()> {
+        let (topic, id) = (topic.clone(), id.clone());
+        self.writer
+            .exec(move |cx| ops::reschedule(cx, &topic, &id, due_at_ms, now_ms))
+            .await
+    }
+
+    async fn claim(
+        &self,
+        topic: &Topic,
+        max: usize,
+        lease_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<Claimed> {
+        let topic = topic.clone();
+        let max = max.clamp(1, limits::MAX_CLAIM);
+        self.writer
+            .exec(move |cx| ops::claim(cx, &topic, max, lease_ms, now_ms))
+            .await
+    }
+
+    async fn extend_lease(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        lease_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<u64> {
+        let (topic, id, token) = (topic.clone(), id.clone(), token.to_string());
+        self.writer
+            .exec(move |cx| ops::extend_lease(cx, &topic, &id, &token, lease_ms, now_ms))
+            .await
+    }
+
+    async fn ack(&self, topic: &Topic, id: &JobId, token: &str) -> StoreResult<()> {
+        let (topic, id, token) = (topic.clone(), id.clone(), token.to_string());
+        self.writer
+            .exec(move |cx| ops::ack(cx, &topic, &id, &token))
+            .await
+    }
+
+    async fn nack(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        error: &str,
+        retry_in_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<NackOutcome> {
+        let (topic, id, token) = (topic.clone(), id.clone(), token.to_string());
+        let error = limits::clip_error(error).to_string();
+        self.writer
+            .exec(move |cx| ops::nack(cx, &topic, &id, &token, &error, retry_in_ms, now_ms))
+            .await
+    }
+
+    async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted> {
+        let topic = topic.clone();
+        self.writer
+            .exec(move |cx| ops::promote_due(cx, &topic, max.max(1), now_ms))
+            .await
+    }
+
+    async fn requeue_expired(
+        &self,
+        topic: &Topic,
+        max: usize,
+        now_ms: u64,
+    ) -> StoreResult<Requeued> {
+        let topic = topic.clone();
+        self.writer
+            .exec(move |cx| ops::requeue_expired(cx, &topic, max.max(1), now_ms))
+            .await
+    }
+
+    async fn list_dead(
+        &self,
+        topic: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>> {
+        let topic = topic.clone();
+        self.writer
+            .read(move |cx| ops::list_dead(cx, &topic, offset, limit.max(1)))
+            .await
+    }
+
+    async fn replay_dead(
+        &self,
+        topic: &Topic,
+        ids: Option<&[JobId]>,
+        max: usize,
+        now_ms: u64,
+    ) -> StoreResult<u64> {
+        let topic = topic.clone();
+        let ids = ids.map(<[JobId]>::to_vec);
+        self.writer
+            .exec(move |cx| ops::replay_dead(cx, &topic, ids.as_deref(), max.max(1), now_ms))
+            .await
+    }
+
+    async fn purge_dead(&self, topic: &Topic, max: usize) -> StoreResult<u64> {
+        let topic = topic.clone();
+        self.writer
+            .exec(move |cx| ops::purge_dead(cx, &topic, max.max(1)))
+            .await
+    }
+
+    async fn topics(&self) -> StoreResult<Vec<Topic>> {
+        self.writer.read(ops::topics).await
+    }
+
+    async fn topic_config(&self, topic: &Topic) -> StoreResult<Option<TopicConfig>> {
+        let topic = topic.clone();
+        self.writer
+            .read(move |cx| ops::topic_config(cx, &topic))
+            .await
+    }
+
+    async fn put_topic_config(
+        &self,
+        topic: &Topic,
+        patch: &TopicConfigPatch,
+    ) -> StoreResult<TopicConfig> {
+        let (topic, patch) = (topic.clone(), patch.clone());
+        self.writer
+            .exec(move |cx| ops::put_topic_config(cx, &topic, &patch))
+            .await
+    }
+
+    async fn delete_topic(&self, topic: &Topic, max: usize) -> StoreResult<(u64, bool)> {
+        let topic = topic.clone();
+        self.writer
+            .exec(move |cx| ops::delete_topic(cx, &topic, max.max(1)))
+            .await
+    }
+
+    async fn stats(&self, topic: &Topic, now_ms: u64) -> StoreResult<TopicStats> {
+        let topic = topic.clone();
+        self.writer
+            .read(move |cx| ops::stats(cx, &topic, now_ms))
+            .await
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.writer.read(ops::ping).await
+    }
+
+    async fn watch_wakes(&self, on_wake: WakeFn) {
+        let key = rand::random::<u64>();
+        self.wakes.lock().expect("poisoned").push((key, on_wake));
+        let _guard = WakeGuard {
+            wakes: self.wakes.clone(),
+            key,
+        };
+        std::future::pending::<()>().await
+    }
+}

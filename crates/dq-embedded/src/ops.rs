@@ -1,0 +1,839 @@
+//! Each store operation as SQL, run by the writer thread inside a
+//! transaction. The semantics mirror `dq-redis`'s Lua scripts one for one;
+//! the conformance suite holds both to the same contract.
+//!
+//! Every transition of a job between states goes through [`place`] or
+//! [`counts`], which keep the per-state counts in the `topics` row (`n0`–`n3`)
+//! so stats never count rows.
+
+use dq_core::*;
+use rusqlite::{OptionalExtension, params};
+
+use crate::writer::{Ctx, Failure, OpResult};
+
+const SCHEDULED: i64 = 0;
+const READY: i64 = 1;
+const RESERVED: i64 = 2;
+const DEAD: i64 = 3;
+
+/// Most jobs moved or deleted per statement.
+const BATCH: i64 = 1000;
+
+fn state_of(code: i64) -> JobState {
+    match code {
+        SCHEDULED => JobState::Scheduled,
+        READY => JobState::Ready,
+        RESERVED => JobState::Reserved,
+        _ => JobState::Dead,
+    }
+}
+
+/// The topic's id, if the topic exists.
+fn tid(cx: &mut Ctx, topic: &Topic) -> OpResult<Option<i64>> {
+    if let Some(t) = cx.tids.get(topic.as_str()) {
+        return Ok(Some(*t));
+    }
+    let t: Option<i64> = cx
+        .conn
+        .prepare_cached("SELECT tid FROM topics WHERE name = ?1")?
+        .query_row([topic.as_str()], |r| r.get(0))
+        .optional()?;
+    if let Some(t) = t {
+        cx.tids.insert(topic.as_str().to_string(), t);
+    }
+    Ok(t)
+}
+
+/// The topic's id, creating the topic if needed.
+fn ensure_tid(cx: &mut Ctx, topic: &Topic) -> OpResult<i64> {
+    if let Some(t) = tid(cx, topic)? {
+        return Ok(t);
+    }
+    cx.conn
+        .prepare_cached("INSERT INTO topics (name) VALUES (?1)")?
+        .execute([topic.as_str()])?;
+    let t = cx.conn.last_insert_rowid();
+    cx.tids.insert(topic.as_str().to_string(), t);
+    Ok(t)
+}
+
+fn config(cx: &Ctx, tid: i64) -> OpResult<TopicConfig> {
+    let d = TopicConfig::default();
+    let c = cx
+        .conn
+        .prepare_cached(
+            "SELECT max_attempts, lease_ms, dead_cap, default_delay_ms, retry, delivery FROM topics WHERE tid = ?1",
+        )?
+        .query_row([tid], |r| {
+            Ok(TopicConfig {
+                max_attempts: r.get::<_, Option<u32>>(0)?.unwrap_or(d.max_attempts),
+                lease_ms: r.get::<_, Option<u64>>(1)?.unwrap_or(d.lease_ms),
+                dead_cap: r.get::<_, Option<u64>>(2)?.unwrap_or(d.dead_cap),
+                default_delay_ms: r.get::<_, Option<u64>>(3)?.unwrap_or(d.default_delay_ms),
+                retry: r
+                    .get::<_, Option<String>>(4)?
+                    .and_then(|s| RetryPolicy::decode(&s))
+                    .unwrap_or(d.retry.clone()),
+                delivery: r
+                    .get::<_, Option<String>>(5)?
+                    .and_then(|s| serde_json::from_str(&s).ok())
+                    .unwrap_or(d.delivery.clone()),
+            })
+        })?;
+    Ok(c)
+}
+
+/// Adds to a running total of the topic. `name` is one of the counter columns.
+fn bump(cx: &Ctx, tid: i64, name: &'static str, n: i64) -> OpResult<()> {
+    if n != 0 {
+        cx.conn
+            .prepare_cached(&format!(
+                "UPDATE topics SET {name} = {name} + ?1 WHERE tid = ?2"
+            ))?
+            .execute(params![n, tid])?;
+    }
+    Ok(())
+}
+
+/// Adds `d[state]` to the topic's count of jobs in each state.
+fn counts(cx: &Ctx, tid: i64, d: [i64; 4]) -> OpResult<()> {
+    if d != [0; 4] {
+        cx.conn
+            .prepare_cached(
+                "UPDATE topics SET n0 = n0 + ?1, n1 = n1 + ?2, n2 = n2 + ?3, n3 = n3 + ?4 WHERE tid = ?5",
+            )?
+            .execute(params![d[0], d[1], d[2], d[3], tid])?;
+    }
+    Ok(())
+}
+
+fn delta(from: Option<i64>, to: Option<i64>) -> [i64; 4] {
+    let mut d = [0; 4];
+    if let Some(f) = from {
+        d[f as usize] -= 1;
+    }
+    if let Some(t) = to {
+        d[t as usize] += 1;
+    }
+    d
+}
+
+/// Due time of the schedule's head.
+fn sched_head(cx: &Ctx, tid: i64) -> OpResult<Option<u64>> {
+    Ok(cx
+        .conn
+        .prepare_cached("SELECT min(due_ms) FROM jobs WHERE tid = ?1 AND state = 0")?
+        .query_row([tid], |r| r.get::<_, Option<u64>>(0))?)
+}
+
+/// Puts job `seq` (coming from state `from`) where its due time says: ready
+/// if due, else scheduled. Wakes the topic's waiters, after commit, when the
+/// job is due now or is the new head of the schedule.
+fn place(
+    cx: &mut Ctx,
+    topic: &Topic,
+    tid: i64,
+    seq: i64,
+    from: Option<i64>,
+    due: u64,
+    now: u64,
+) -> OpResult<i64> {
+    let (to, wake) = if due <= now {
+        (READY, true)
+    } else {
+        let head = sched_head(cx, tid)?;
+        (SCHEDULED, head.is_none_or(|h| due < h))
+    };
+    cx.conn
+        .prepare_cached("UPDATE jobs SET state = ?1, due_ms = ?2 WHERE seq = ?3")?
+        .execute(params![to, due as i64, seq])?;
+    counts(cx, tid, delta(from, Some(to)))?;
+    if wake {
+        cx.wake.push(topic.as_str().to_string());
+    }
+    Ok(to)
+}
+
+pub(crate) fn enqueue(
+    cx: &mut Ctx,
+    topic: &Topic,
+    jobs: &[NewJob],
+    now: u64,
+) -> OpResult<Vec<Enqueued>> {
+    let tid = ensure_tid(cx, topic)?;
+    let mut cfg: Option<TopicConfig> = None;
+    let mut out = Vec::with_capacity(jobs.len());
+    let mut created = 0;
+    for j in jobs {
+        let existing: Option<(i64, i64, u64)> = cx
+            .conn
+            .prepare_cached("SELECT seq, state, due_ms FROM jobs WHERE tid = ?1 AND id = ?2")?
+            .query_row(params![tid, j.id.as_str()], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()?;
+        let mut replaced = false;
+        if let Some((seq, state, due)) = existing {
+            if j.replace && (state == SCHEDULED || state == READY) {
+                cx.conn
+                    .prepare_cached("DELETE FROM jobs WHERE seq = ?1")?
+                    .execute([seq])?;
+                counts(cx, tid, delta(Some(state), None))?;
+                replaced = true;
+            } else {
+                out.push(Enqueued {
+                    id: j.id.clone(),
+                    created: false,
+                    replaced: false,
+                    due_at_ms: due,
+                    state: state_of(state),
+                });
+                continue;
+            }
+        }
+        let due = match j.when {
+            When::DelayMs(d) => now + d,
+            When::DueAtMs(t) => t,
+            When::TopicDefault => {
+                if cfg.is_none() {
+                    cfg = Some(config(cx, tid)?);
+                }
+                now + cfg.as_ref().map_or(0, |c| c.default_delay_ms)
+            }
+        };
+        cx.conn
+            .prepare_cached(
+                "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body)
+                 VALUES (?1, ?2, -1, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?
+            .execute(params![
+                tid,
+                j.id.as_str(),
+                due as i64,
+                j.priority,
+                j.max_attempts,
+                j.lease_ms.map(|v| v as i64),
+                j.retry.as_ref().map(RetryPolicy::encode),
+                now as i64,
+                j.body.is_json(),
+                j.body.as_bytes(),
+            ])?;
+        let seq = cx.conn.last_insert_rowid();
+        let state = place(cx, topic, tid, seq, None, due, now)?;
+        if !replaced {
+            created += 1;
+        }
+        out.push(Enqueued {
+            id: j.id.clone(),
+            created: !replaced,
+            replaced,
+            due_at_ms: due,
+            state: state_of(state),
+        });
+    }
+    bump(cx, tid, "enqueued", created)?;
+    Ok(out)
+}
+
+type Row = (i64, JobInfo);
+
+fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    let id: String = r.get(1)?;
+    let body: Vec<u8> = r.get(15)?;
+    let is_json: bool = r.get(14)?;
+    Ok((
+        r.get(0)?,
+        JobInfo {
+            id: JobId::new(id).map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    1,
+                    rusqlite::types::Type::Text,
+                    Box::new(e),
+                )
+            })?,
+            state: state_of(r.get(2)?),
+            due_at_ms: r.get(3)?,
+            priority: r.get(4)?,
+            attempts: r.get(5)?,
+            max_attempts: r.get(6)?,
+            lease_ms: r.get(7)?,
+            last_error: r.get(9)?,
+            created_at_ms: r.get(10)?,
+            lease_deadline_ms: r.get(12)?,
+            died_at_ms: r.get(13)?,
+            body: Body::from_stored(body, is_json),
+        },
+    ))
+}
+
+const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body";
+
+pub(crate) fn get(cx: &mut Ctx, topic: &Topic, id: &JobId) -> OpResult<Option<JobInfo>> {
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok(None);
+    };
+    Ok(cx
+        .conn
+        .prepare_cached(&format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND id = ?2"
+        ))?
+        .query_row(params![tid, id.as_str()], job_row)
+        .optional()?
+        .map(|(_, j)| j))
+}
+
+/// Lease-holder checks shared by ack, nack and touch: returns the job's seq.
+/// A waiting job has no lease, so any token is stale (`LeaseMismatch`); a
+/// dead job reports its state.
+fn held(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str) -> OpResult<(i64, i64)> {
+    let tid = tid(cx, topic)?.ok_or(Failure(StoreError::NotFound))?;
+    let row: Option<(i64, i64, Option<String>)> = cx
+        .conn
+        .prepare_cached("SELECT seq, state, token FROM jobs WHERE tid = ?1 AND id = ?2")?
+        .query_row(params![tid, id.as_str()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .optional()?;
+    let (seq, state, current) = row.ok_or(Failure(StoreError::NotFound))?;
+    if state == DEAD {
+        return Err(StoreError::NotInState(JobState::Dead).into());
+    }
+    if state != RESERVED || current.as_deref() != Some(token) {
+        return Err(StoreError::LeaseMismatch.into());
+    }
+    Ok((tid, seq))
+}
+
+pub(crate) fn cancel(cx: &mut Ctx, topic: &Topic, id: &JobId) -> OpResult<Option<JobState>> {
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok(None);
+    };
+    let row: Option<(i64, i64)> = cx
+        .conn
+        .prepare_cached("SELECT seq, state FROM jobs WHERE tid = ?1 AND id = ?2")?
+        .query_row(params![tid, id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((seq, state)) = row else {
+        return Ok(None);
+    };
+    cx.conn
+        .prepare_cached("DELETE FROM jobs WHERE seq = ?1")?
+        .execute([seq])?;
+    counts(cx, tid, delta(Some(state), None))?;
+    bump(cx, tid, "cancelled", 1)?;
+    Ok(Some(state_of(state)))
+}
+
+pub(crate) fn reschedule(
+    cx: &mut Ctx,
+    topic: &Topic,
+    id: &JobId,
+    due: u64,
+    now: u64,
+) -> OpResult<()> {
+    let tid = tid(cx, topic)?.ok_or(Failure(StoreError::NotFound))?;
+    let row: Option<(i64, i64)> = cx
+        .conn
+        .prepare_cached("SELECT seq, state FROM jobs WHERE tid = ?1 AND id = ?2")?
+        .query_row(params![tid, id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let (seq, state) = row.ok_or(Failure(StoreError::NotFound))?;
+    if state != SCHEDULED && state != READY {
+        return Err(StoreError::NotInState(state_of(state)).into());
+    }
+    place(cx, topic, tid, seq, Some(state), due, now)?;
+    Ok(())
+}
+
+/// Moves up to `max` due jobs to ready; returns how many.
+fn promote(cx: &Ctx, tid: i64, now: u64, max: i64) -> OpResult<i64> {
+    let moved = cx
+        .conn
+        .prepare_cached(
+            "UPDATE jobs SET state = 1 WHERE seq IN
+               (SELECT seq FROM jobs WHERE tid = ?1 AND state = 0 AND due_ms <= ?2 ORDER BY due_ms LIMIT ?3)",
+        )?
+        .execute(params![tid, now as i64, max])? as i64;
+    counts(cx, tid, [-moved, moved, 0, 0])?;
+    Ok(moved)
+}
+
+pub(crate) fn claim(
+    cx: &mut Ctx,
+    topic: &Topic,
+    max: usize,
+    lease_override: Option<u64>,
+    now: u64,
+) -> OpResult<Claimed> {
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok(Claimed::default());
+    };
+    promote(cx, tid, now, BATCH)?;
+    #[allow(clippy::type_complexity)]
+    let rows: Vec<(i64, String, Option<u64>, u64, u32, bool, Vec<u8>, u32)> = cx
+        .conn
+        .prepare_cached(
+            "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts FROM jobs
+             WHERE tid = ?1 AND state = 1 ORDER BY priority, due_ms, seq LIMIT ?2",
+        )?
+        .query_map(params![tid, max as i64], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
+            ))
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut cfg: Option<TopicConfig> = None;
+    let prefix = format!("{:016x}.", rand::random::<u64>());
+    let mut leases = Vec::with_capacity(rows.len());
+    for (i, (seq, id, job_lease, due, priority, is_json, body, attempts)) in
+        rows.into_iter().enumerate()
+    {
+        let lease = match lease_override.or(job_lease) {
+            Some(l) => l,
+            None => {
+                if cfg.is_none() {
+                    cfg = Some(config(cx, tid)?);
+                }
+                cfg.as_ref().map_or(30_000, |c| c.lease_ms)
+            }
+        };
+        let deadline = now + lease;
+        let token = format!("{prefix}{:x}", i + 1);
+        cx.conn
+            .prepare_cached(
+                "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?1, deadline_ms = ?2 WHERE seq = ?3",
+            )?
+            .execute(params![token, deadline as i64, seq])?;
+        leases.push(Lease {
+            topic: topic.clone(),
+            id: JobId::new(id).map_err(|e| Failure(StoreError::Invalid(e)))?,
+            token,
+            attempt: attempts + 1,
+            due_at_ms: due,
+            lease_deadline_ms: deadline,
+            priority,
+            body: Body::from_stored(body, is_json),
+        });
+    }
+    let n = leases.len() as i64;
+    counts(cx, tid, [0, -n, n, 0])?;
+    let more_ready: bool = cx
+        .conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM jobs WHERE tid = ?1 AND state = 1)")?
+        .query_row([tid], |r| r.get(0))?;
+    let next_due_ms = if more_ready {
+        Some(now)
+    } else {
+        sched_head(cx, tid)?
+    };
+    Ok(Claimed {
+        leases,
+        next_due_ms,
+    })
+}
+
+pub(crate) fn extend_lease(
+    cx: &mut Ctx,
+    topic: &Topic,
+    id: &JobId,
+    token: &str,
+    lease: Option<u64>,
+    now: u64,
+) -> OpResult<u64> {
+    let (tid, seq) = held(cx, topic, id, token)?;
+    let job_lease: Option<u64> = cx
+        .conn
+        .prepare_cached("SELECT lease_ms FROM jobs WHERE seq = ?1")?
+        .query_row([seq], |r| r.get(0))?;
+    let lease = match lease.or(job_lease) {
+        Some(l) => l,
+        None => config(cx, tid)?.lease_ms,
+    };
+    let deadline = now + lease;
+    cx.conn
+        .prepare_cached("UPDATE jobs SET deadline_ms = ?1 WHERE seq = ?2")?
+        .execute(params![deadline as i64, seq])?;
+    Ok(deadline)
+}
+
+pub(crate) fn ack(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str) -> OpResult<()> {
+    let (tid, seq) = held(cx, topic, id, token)?;
+    cx.conn
+        .prepare_cached("DELETE FROM jobs WHERE seq = ?1")?
+        .execute([seq])?;
+    counts(cx, tid, [0, 0, -1, 0])?;
+    bump(cx, tid, "acked", 1)
+}
+
+/// A failed attempt of reserved job `seq`: retry after a wait, or dead.
+#[allow(clippy::too_many_arguments)]
+fn fail(
+    cx: &mut Ctx,
+    topic: &Topic,
+    tid: i64,
+    cfg: &TopicConfig,
+    seq: i64,
+    now: u64,
+    error: &str,
+    retry_in: Option<u64>,
+    rand: f64,
+) -> OpResult<NackOutcome> {
+    let (attempts, max, retry): (u32, Option<u32>, Option<String>) = cx
+        .conn
+        .prepare_cached("SELECT attempts, max_attempts, retry FROM jobs WHERE seq = ?1")?
+        .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    let max = max.unwrap_or(cfg.max_attempts);
+    cx.conn
+        .prepare_cached(
+            "UPDATE jobs SET token = NULL, deadline_ms = NULL, last_error = ?1 WHERE seq = ?2",
+        )?
+        .execute(params![error, seq])?;
+    bump(cx, tid, "failed", 1)?;
+    if attempts >= max {
+        cx.conn
+            .prepare_cached("UPDATE jobs SET state = 3, died_ms = ?1 WHERE seq = ?2")?
+            .execute(params![now as i64, seq])?;
+        counts(cx, tid, [0, 0, -1, 1])?;
+        bump(cx, tid, "dead", 1)?;
+        trim_dead(cx, tid, cfg.dead_cap)?;
+        return Ok(NackOutcome::Dead { attempt: attempts });
+    }
+    let wait = match retry_in {
+        Some(w) => w,
+        None => retry
+            .and_then(|r| RetryPolicy::decode(&r))
+            .unwrap_or_else(|| cfg.retry.clone())
+            .delay_ms(attempts, rand),
+    };
+    let due = now + wait;
+    place(cx, topic, tid, seq, Some(RESERVED), due, now)?;
+    Ok(NackOutcome::Retry {
+        due_at_ms: due,
+        attempt: attempts,
+    })
+}
+
+/// Drops the oldest dead letters over the cap, at most [`BATCH`] per call.
+fn trim_dead(cx: &Ctx, tid: i64, cap: u64) -> OpResult<()> {
+    let dead: i64 = cx
+        .conn
+        .prepare_cached("SELECT n3 FROM topics WHERE tid = ?1")?
+        .query_row([tid], |r| r.get(0))?;
+    let over = (dead - cap as i64).min(BATCH);
+    if over <= 0 {
+        return Ok(());
+    }
+    let n = delete_oldest_dead(cx, tid, over)?;
+    bump(cx, tid, "dead_dropped", n)
+}
+
+fn delete_oldest_dead(cx: &Ctx, tid: i64, max: i64) -> OpResult<i64> {
+    let n = cx
+        .conn
+        .prepare_cached(
+            "DELETE FROM jobs WHERE seq IN
+               (SELECT seq FROM jobs WHERE tid = ?1 AND state = 3 ORDER BY died_ms, seq LIMIT ?2)",
+        )?
+        .execute(params![tid, max])? as i64;
+    counts(cx, tid, [0, 0, 0, -n])?;
+    Ok(n)
+}
+
+pub(crate) fn nack(
+    cx: &mut Ctx,
+    topic: &Topic,
+    id: &JobId,
+    token: &str,
+    error: &str,
+    retry_in: Option<u64>,
+    now: u64,
+) -> OpResult<NackOutcome> {
+    let (tid, seq) = held(cx, topic, id, token)?;
+    let cfg = config(cx, tid)?;
+    fail(
+        cx,
+        topic,
+        tid,
+        &cfg,
+        seq,
+        now,
+        error,
+        retry_in,
+        rand::random(),
+    )
+}
+
+pub(crate) fn promote_due(cx: &mut Ctx, topic: &Topic, max: usize, now: u64) -> OpResult<Promoted> {
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok(Promoted::default());
+    };
+    let moved = promote(cx, tid, now, max as i64)?;
+    if moved > 0 {
+        cx.wake.push(topic.as_str().to_string());
+    }
+    Ok(Promoted {
+        moved: moved as u64,
+        next_due_ms: sched_head(cx, tid)?,
+    })
+}
+
+pub(crate) fn requeue_expired(
+    cx: &mut Ctx,
+    topic: &Topic,
+    max: usize,
+    now: u64,
+) -> OpResult<Requeued> {
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok(Requeued::default());
+    };
+    let rows: Vec<(i64, String)> = cx
+        .conn
+        .prepare_cached(
+            "SELECT seq, id FROM jobs WHERE tid = ?1 AND state = 2 AND deadline_ms < ?2 ORDER BY deadline_ms LIMIT ?3",
+        )?
+        .query_map(params![tid, now as i64, max as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut out = Requeued::default();
+    if !rows.is_empty() {
+        let cfg = config(cx, tid)?;
+        for (seq, id) in rows {
+            let outcome = fail(
+                cx,
+                topic,
+                tid,
+                &cfg,
+                seq,
+                now,
+                "lease expired",
+                None,
+                rand::random(),
+            )?;
+            match outcome {
+                NackOutcome::Retry { .. } => out.retried += 1,
+                NackOutcome::Dead { .. } => out.dead += 1,
+            }
+            out.jobs.push((
+                JobId::new(id).map_err(|e| Failure(StoreError::Invalid(e)))?,
+                outcome,
+            ));
+        }
+        bump(cx, tid, "expired", out.jobs.len() as i64)?;
+    }
+    out.next_deadline_ms = cx
+        .conn
+        .prepare_cached("SELECT min(deadline_ms) FROM jobs WHERE tid = ?1 AND state = 2")?
+        .query_row([tid], |r| r.get(0))?;
+    Ok(out)
+}
+
+pub(crate) fn list_dead(
+    cx: &mut Ctx,
+    topic: &Topic,
+    offset: usize,
+    limit: usize,
+) -> OpResult<Vec<JobInfo>> {
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok(Vec::new());
+    };
+    let rows = cx
+        .conn
+        .prepare_cached(&format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND state = 3 ORDER BY died_ms, seq LIMIT ?2 OFFSET ?3"
+        ))?
+        .query_map(params![tid, limit as i64, offset as i64], job_row)?
+        .map(|r| r.map(|(_, j)| j))
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+pub(crate) fn replay_dead(
+    cx: &mut Ctx,
+    topic: &Topic,
+    ids: Option<&[JobId]>,
+    max: usize,
+    now: u64,
+) -> OpResult<u64> {
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok(0);
+    };
+    let seqs: Vec<i64> = match ids {
+        Some(ids) => {
+            let mut v = Vec::new();
+            for id in ids {
+                let s: Option<i64> = cx
+                    .conn
+                    .prepare_cached(
+                        "SELECT seq FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 3",
+                    )?
+                    .query_row(params![tid, id.as_str()], |r| r.get(0))
+                    .optional()?;
+                v.extend(s);
+            }
+            v
+        }
+        None => cx
+            .conn
+            .prepare_cached(
+                "SELECT seq FROM jobs WHERE tid = ?1 AND state = 3 ORDER BY died_ms, seq LIMIT ?2",
+            )?
+            .query_map(params![tid, max as i64], |r| r.get(0))?
+            .collect::<Result<_, _>>()?,
+    };
+    for &seq in &seqs {
+        cx.conn
+            .prepare_cached("UPDATE jobs SET attempts = 0, died_ms = NULL WHERE seq = ?1")?
+            .execute([seq])?;
+        place(cx, topic, tid, seq, Some(DEAD), now, now)?;
+    }
+    bump(cx, tid, "replayed", seqs.len() as i64)?;
+    Ok(seqs.len() as u64)
+}
+
+pub(crate) fn purge_dead(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<u64> {
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok(0);
+    };
+    Ok(delete_oldest_dead(cx, tid, max as i64)? as u64)
+}
+
+pub(crate) fn topics(cx: &mut Ctx) -> OpResult<Vec<Topic>> {
+    let names: Vec<String> = cx
+        .conn
+        .prepare_cached("SELECT name FROM topics ORDER BY name")?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    Ok(names
+        .into_iter()
+        .filter_map(|n| Topic::new(n).ok())
+        .collect())
+}
+
+pub(crate) fn topic_config(cx: &mut Ctx, topic: &Topic) -> OpResult<Option<TopicConfig>> {
+    match tid(cx, topic)? {
+        Some(tid) => Ok(Some(config(cx, tid)?)),
+        None => Ok(None),
+    }
+}
+
+pub(crate) fn put_topic_config(
+    cx: &mut Ctx,
+    topic: &Topic,
+    p: &TopicConfigPatch,
+) -> OpResult<TopicConfig> {
+    let tid = ensure_tid(cx, topic)?;
+    cx.conn
+        .prepare_cached(
+            "UPDATE topics SET
+               max_attempts = coalesce(?1, max_attempts),
+               lease_ms = coalesce(?2, lease_ms),
+               dead_cap = coalesce(?3, dead_cap),
+               default_delay_ms = coalesce(?4, default_delay_ms),
+               retry = coalesce(?5, retry),
+               delivery = coalesce(?6, delivery)
+             WHERE tid = ?7",
+        )?
+        .execute(params![
+            p.max_attempts,
+            p.lease_ms.map(|v| v as i64),
+            p.dead_cap.map(|v| v as i64),
+            p.default_delay_ms.map(|v| v as i64),
+            p.retry.as_ref().map(RetryPolicy::encode),
+            p.delivery
+                .as_ref()
+                .map(|d| serde_json::to_string(d).expect("delivery serializes")),
+            tid
+        ])?;
+    config(cx, tid)
+}
+
+pub(crate) fn delete_topic(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<(u64, bool)> {
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok((0, true));
+    };
+    let mut left = max as i64;
+    let mut deleted = 0;
+    for state in [SCHEDULED, RESERVED, DEAD, READY] {
+        if left <= 0 {
+            break;
+        }
+        let n = cx
+            .conn
+            .prepare_cached(
+                "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE tid = ?1 AND state = ?2 LIMIT ?3)",
+            )?
+            .execute(params![tid, state, left])? as i64;
+        let mut d = [0; 4];
+        d[state as usize] = -n;
+        counts(cx, tid, d)?;
+        deleted += n;
+        left -= n;
+    }
+    let rest: bool = cx
+        .conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM jobs WHERE tid = ?1)")?
+        .query_row([tid], |r| r.get(0))?;
+    if rest {
+        return Ok((deleted as u64, false));
+    }
+    cx.conn
+        .prepare_cached("DELETE FROM topics WHERE tid = ?1")?
+        .execute([tid])?;
+    cx.tids.remove(topic.as_str());
+    Ok((deleted as u64, true))
+}
+
+pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStats> {
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok(TopicStats::default());
+    };
+    let mut st = cx
+        .conn
+        .prepare_cached(
+            "SELECT n0, n1, n2, n3, enqueued, acked, failed, expired, dead, cancelled, dead_dropped, replayed
+             FROM topics WHERE tid = ?1",
+        )?
+        .query_row([tid], |r| {
+            Ok(TopicStats {
+                scheduled: r.get(0)?,
+                ready: r.get(1)?,
+                reserved: r.get(2)?,
+                dead: r.get(3)?,
+                oldest_overdue_ms: 0,
+                counters: TopicCounters {
+                    enqueued: r.get(4)?,
+                    acked: r.get(5)?,
+                    failed: r.get(6)?,
+                    expired: r.get(7)?,
+                    dead: r.get(8)?,
+                    cancelled: r.get(9)?,
+                    dead_dropped: r.get(10)?,
+                    replayed: r.get(11)?,
+                },
+            })
+        })?;
+    let ready_head: Option<u64> = cx
+        .conn
+        .prepare_cached(
+            "SELECT due_ms FROM jobs WHERE tid = ?1 AND state = 1 ORDER BY priority, due_ms, seq LIMIT 1",
+        )?
+        .query_row([tid], |r| r.get(0))
+        .optional()?;
+    let oldest = match (sched_head(cx, tid)?, ready_head) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    st.oldest_overdue_ms = oldest.map_or(0, |d| now.saturating_sub(d));
+    Ok(st)
+}
+
+pub(crate) fn ping(cx: &mut Ctx) -> OpResult<()> {
+    cx.conn.query_row("SELECT 1", [], |_| Ok(()))?;
+    Ok(())
+}

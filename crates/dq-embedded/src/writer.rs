@@ -1,0 +1,230 @@
+//! The writer thread: the only user of the database connection.
+//!
+//! Operations arrive on a channel as closures. The thread takes every
+//! operation waiting (up to [`MAX_GROUP`]), runs them in one transaction, each
+//! inside its own savepoint (an operation that fails is rolled back alone, so
+//! a rejected call changes nothing), commits once — one fsync for the group —
+//! and only then answers each caller. If the commit fails (disk full, I/O
+//! error) every caller of the group gets [`StoreError::Unavailable`] and
+//! nothing of the group is kept.
+//!
+//! Read-only operations go through the same thread, in order, without a
+//! savepoint, and are answered with the group (so a read never reports a
+//! write that a failed commit then lost).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use dq_core::store::StoreResult;
+use dq_core::{StoreError, WakeFn};
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+/// Most operations in one transaction.
+pub const MAX_GROUP: usize = 1000;
+
+/// What an operation sees: the connection, a topic-id cache, and the topics
+/// to wake once the transaction is committed.
+pub(crate) struct Ctx {
+    pub(crate) conn: Connection,
+    pub(crate) tids: HashMap<String, i64>,
+    pub(crate) wake: Vec<String>,
+}
+
+type Reply = Box<dyn FnOnce(Option<&str>) + Send>;
+/// Runs against the context, or (with `None`) reports that it could not run.
+type Op = Box<dyn FnOnce(Option<&mut Ctx>) -> (bool, Reply) + Send>;
+
+enum Msg {
+    Write(Op),
+    Read(Op),
+}
+
+/// Handle to the writer thread. Dropping it stops the thread after the
+/// operations already sent.
+pub(crate) struct Writer {
+    tx: mpsc::Sender<Msg>,
+}
+
+fn sql_error(e: &rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(format!("embedded store: {e}"))
+}
+
+impl From<rusqlite::Error> for Failure {
+    fn from(e: rusqlite::Error) -> Self {
+        Failure(sql_error(&e))
+    }
+}
+
+/// A store error raised inside an operation; `?` on SQL errors makes one.
+pub(crate) struct Failure(pub(crate) StoreError);
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        Failure(e)
+    }
+}
+
+/// An operation's result.
+pub(crate) type OpResult<T> = Result<T, Failure>;
+
+impl Writer {
+    pub(crate) fn start(
+        conn: Connection,
+        lock: File,
+        wakes: Arc<Mutex<Vec<(u64, WakeFn)>>>,
+    ) -> Self {
+        let (tx, rx) = mpsc::channel::<Msg>();
+        std::thread::Builder::new()
+            .name("dq-embedded-writer".into())
+            .spawn(move || {
+                let mut cx = Ctx {
+                    conn,
+                    tids: HashMap::new(),
+                    wake: Vec::new(),
+                };
+                run(&mut cx, &rx, &wakes);
+                drop(cx);
+                // The lock is released only after the connection is closed.
+                drop(lock);
+            })
+            .expect("spawn writer thread");
+        Self { tx }
+    }
+
+    /// Runs a writing operation; answers after its group is committed.
+    pub(crate) async fn exec<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Ctx) -> OpResult<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        self.send(f, true).await
+    }
+
+    /// Runs a read-only operation.
+    pub(crate) async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Ctx) -> OpResult<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        self.send(f, false).await
+    }
+
+    async fn send<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Ctx) -> OpResult<T> + Send + 'static,
+        write: bool,
+    ) -> StoreResult<T> {
+        let (tx, rx) = oneshot::channel::<StoreResult<T>>();
+        let op: Op = Box::new(move |cx| {
+            let r = match cx {
+                Some(cx) => f(cx).map_err(|Failure(e)| e),
+                None => Err(StoreError::Unavailable(String::new())),
+            };
+            let ok = r.is_ok();
+            let reply: Reply = Box::new(move |commit_error| {
+                let _ = tx.send(match commit_error {
+                    None => r,
+                    Some(e) => Err(StoreError::Unavailable(format!("embedded store: {e}"))),
+                });
+            });
+            (ok, reply)
+        });
+        let msg = if write { Msg::Write(op) } else { Msg::Read(op) };
+        self.tx
+            .send(msg)
+            .map_err(|_| StoreError::Unavailable("embedded store writer has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("embedded store writer has stopped".into()))?
+    }
+}
+
+fn run(cx: &mut Ctx, rx: &mpsc::Receiver<Msg>, wakes: &Mutex<Vec<(u64, WakeFn)>>) {
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(m) => group.push(m),
+                Err(_) => break,
+            }
+        }
+        let mut replies: Vec<Reply> = Vec::with_capacity(group.len());
+        let began = cx.conn.execute_batch("BEGIN IMMEDIATE");
+        if let Err(e) = began {
+            let msg = e.to_string();
+            tracing::error!(error = %msg, "embedded store cannot begin a transaction");
+            for m in group {
+                let (Msg::Write(op) | Msg::Read(op)) = m;
+                op_failed(op, &msg);
+            }
+            continue;
+        }
+        for m in group {
+            match m {
+                Msg::Read(op) => {
+                    let (_, reply) = op(Some(cx));
+                    replies.push(reply);
+                }
+                Msg::Write(op) => {
+                    let wake_mark = cx.wake.len();
+                    if let Err(e) = cx.conn.execute_batch("SAVEPOINT op") {
+                        op_failed(op, &e.to_string());
+                        continue;
+                    }
+                    let (ok, reply) = op(Some(cx));
+                    let undo = if ok {
+                        cx.conn.execute_batch("RELEASE op")
+                    } else {
+                        cx.wake.truncate(wake_mark);
+                        // A topic row created by the undone operation is gone too.
+                        cx.tids.clear();
+                        cx.conn.execute_batch("ROLLBACK TO op; RELEASE op")
+                    };
+                    if let Err(e) = undo {
+                        tracing::error!(error = %e, "embedded store savepoint failed");
+                    }
+                    replies.push(reply);
+                }
+            }
+        }
+        match cx.conn.execute_batch("COMMIT") {
+            Ok(()) => {
+                for r in replies {
+                    r(None);
+                }
+                if !cx.wake.is_empty() {
+                    let callbacks: Vec<WakeFn> = wakes
+                        .lock()
+                        .expect("poisoned")
+                        .iter()
+                        .map(|(_, f)| f.clone())
+                        .collect();
+                    cx.wake.sort();
+                    cx.wake.dedup();
+                    for topic in cx.wake.drain(..) {
+                        for f in &callbacks {
+                            f(&topic);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                tracing::error!(error = %msg, "embedded store commit failed; the group's calls get 503");
+                let _ = cx.conn.execute_batch("ROLLBACK");
+                // Cached topic ids may name rows that were rolled back.
+                cx.tids.clear();
+                cx.wake.clear();
+                for r in replies {
+                    r(Some(&msg));
+                }
+            }
+        }
+    }
+}
+
+/// Answers an operation that could not run with the reason.
+fn op_failed(op: Op, msg: &str) {
+    let (_, reply) = op(None);
+    reply(Some(msg));
+}
