@@ -19,7 +19,10 @@ pub(crate) struct ServeArgs {
     /// Address of the HTTP API [default: 127.0.0.1:7070]
     #[arg(long, env = "DQ_LISTEN")]
     pub(crate) listen: Option<String>,
-    /// Redis URL: redis://[user:password@]host:port[/db], rediss:// for TLS [default: redis://127.0.0.1:6379]
+    /// Directory of the embedded store, used when no Redis is configured [default: ./dq-data]
+    #[arg(long, env = "DQ_DATA_DIR")]
+    pub(crate) data_dir: Option<PathBuf>,
+    /// Use Redis instead of the embedded store: redis://[user:password@]host:port[/db], rediss:// for TLS
     #[arg(long, env = "DQ_REDIS")]
     pub(crate) redis: Option<String>,
     /// Key namespace in Redis [default: dq]
@@ -56,6 +59,7 @@ pub(crate) struct ServeArgs {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     listen: Option<String>,
+    data_dir: Option<PathBuf>,
     redis: Option<String>,
     redis_prefix: Option<String>,
     redis_timeout: Option<String>,
@@ -75,11 +79,20 @@ pub(crate) enum LogFormat {
     Json,
 }
 
+/// Which store `dq serve` uses.
+#[derive(Debug, Clone)]
+pub(crate) enum StoreChoice {
+    /// The embedded store in this directory (the default).
+    Embedded(PathBuf),
+    /// Redis.
+    Redis(dq_redis::RedisConfig),
+}
+
 /// Everything resolved.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) server: dq_server::ServerConfig,
-    pub(crate) redis: dq_redis::RedisConfig,
+    pub(crate) store: StoreChoice,
     pub(crate) log_format: LogFormat,
     pub(crate) log_level: String,
 }
@@ -105,13 +118,12 @@ impl ServeArgs {
         };
         let mut server = dq_server::ServerConfig::default();
         let mut redis = dq_redis::RedisConfig::default();
+        let redis_url = self.redis.or(file.redis);
+        let data_dir = self.data_dir.or(file.data_dir);
         if let Some(l) = self.listen.or(file.listen) {
             server.listen = l
                 .parse::<SocketAddr>()
                 .with_context(|| format!("listen: {l:?} is not an address like 127.0.0.1:7070"))?;
-        }
-        if let Some(u) = self.redis.or(file.redis) {
-            redis.url = u;
         }
         if let Some(p) = self.redis_prefix.or(file.redis_prefix) {
             if p.is_empty()
@@ -154,9 +166,19 @@ impl ServeArgs {
             .log_level
             .or(file.log_level)
             .unwrap_or_else(|| "info".into());
+        let store = match (redis_url, data_dir) {
+            (Some(_), Some(_)) => {
+                bail!("redis and data_dir both given: choose the Redis store or the embedded one")
+            }
+            (Some(url), None) => {
+                redis.url = url;
+                StoreChoice::Redis(redis)
+            }
+            (None, dir) => StoreChoice::Embedded(dir.unwrap_or_else(|| PathBuf::from("dq-data"))),
+        };
         Ok(Settings {
             server,
-            redis,
+            store,
             log_format,
             log_level,
         })
@@ -182,7 +204,10 @@ mod tests {
         .resolve()
         .unwrap();
         assert_eq!(s.server.listen.to_string(), "127.0.0.1:7070");
-        assert_eq!(s.redis.url, "redis://127.0.0.1:6379");
+        assert!(
+            matches!(&s.store, StoreChoice::Embedded(d) if d == &PathBuf::from("dq-data")),
+            "embedded in ./dq-data by default"
+        );
         assert_eq!(s.log_format, LogFormat::Text);
     }
 
@@ -203,7 +228,16 @@ mod tests {
         .resolve()
         .unwrap();
         assert_eq!(s.server.listen.to_string(), "127.0.0.1:9000");
-        assert_eq!(s.redis.url, "redis://flag:2");
+        assert!(matches!(&s.store, StoreChoice::Redis(r) if r.url == "redis://flag:2"));
+        let e = ServeArgs {
+            config: Some(PathBuf::from("/dev/null")),
+            redis: Some("redis://x:1".into()),
+            data_dir: Some(PathBuf::from("d")),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("choose"), "{e:#}");
         assert_eq!(s.server.limits.max_delay_ms, 86_400_000);
     }
 

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
 use client::ClientCmd;
-use config::{LogFormat, ServeArgs};
+use config::{LogFormat, ServeArgs, StoreChoice};
 
 /// dq: a delay queue. Jobs go out at their due time: never early, at least once.
 #[derive(Debug, Parser)]
@@ -71,17 +71,28 @@ fn init_logs(format: LogFormat, level: &str) -> Result<()> {
 async fn serve(args: ServeArgs) -> Result<()> {
     let settings = args.resolve()?;
     init_logs(settings.log_format, &settings.log_level)?;
-    let store = dq_redis::RedisStore::new(&settings.redis)?;
-    let redis_url = dq_redis::mask_url(&settings.redis.url);
-    match store.load_scripts().await {
-        Ok(()) => tracing::info!(redis = %redis_url, "store: Redis reachable, scripts loaded"),
-        Err(e) => {
-            tracing::warn!(redis = %redis_url, error = %e, "store: Redis not reachable yet; serving anyway and retrying (requests get 503 until it answers)")
+    let (store, what): (Arc<dyn dq_core::Store>, String) = match &settings.store {
+        StoreChoice::Embedded(dir) => {
+            let store = dq_embedded::EmbeddedStore::open(dir)?;
+            let shown = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+            let what = format!("embedded, data in {}", shown.display());
+            (Arc::new(store), what)
         }
-    }
+        StoreChoice::Redis(config) => {
+            let store = dq_redis::RedisStore::new(config)?;
+            let url = dq_redis::mask_url(&config.url);
+            match store.load_scripts().await {
+                Ok(()) => tracing::info!(redis = %url, "Redis reachable, scripts loaded"),
+                Err(e) => {
+                    tracing::warn!(redis = %url, error = %e, "Redis not reachable yet; serving anyway and retrying (requests get 503 until it answers)")
+                }
+            }
+            (Arc::new(store), format!("redis at {url}"))
+        }
+    };
     let server = dq_server::Server::new(
         settings.server.clone(),
-        Arc::new(store),
+        store,
         Arc::new(dq_core::SystemClock),
     );
     let listener = server
@@ -89,7 +100,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", settings.server.listen))?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, store = "redis", redis = %redis_url, "dq serving HTTP API on http://{addr}");
+    tracing::info!(%addr, store = %what, "dq serving HTTP API on http://{addr}; store: {what}");
     server.run(listener, shutdown_signal()).await?;
     Ok(())
 }

@@ -12,7 +12,7 @@ use crate::model::*;
 use crate::topic::{TopicConfig, TopicConfigPatch};
 
 /// Why a store call failed, phrased as what the caller does next.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// No such job (acked, cancelled, dropped, or never there).
     #[error("job not found")]
@@ -27,8 +27,18 @@ pub enum StoreError {
     #[error(transparent)]
     Invalid(#[from] InvalidInput),
     /// The store cannot be reached or answered with an error; try again later.
+    /// The text is for logs, not for clients.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The store's storage refuses writes for a reason an operator must fix
+    /// (disk full, read-only files); the code and message are for clients.
+    #[error("{message}")]
+    Storage {
+        /// Stable machine-readable code, e.g. `store_full`.
+        code: &'static str,
+        /// What is wrong, for a person.
+        message: String,
+    },
 }
 
 /// A store result.

@@ -33,9 +33,12 @@ pub(crate) struct Ctx {
     pub(crate) wake: Vec<String>,
 }
 
-type Reply = Box<dyn FnOnce(Option<&str>) + Send>;
+/// Sends an operation's answer: its own result, or (with `Some`) the error
+/// that undid its transaction.
+type Reply = Box<dyn FnOnce(Option<StoreError>) + Send>;
 /// Runs against the context, or (with `None`) reports that it could not run.
-type Op = Box<dyn FnOnce(Option<&mut Ctx>) -> (bool, Reply) + Send>;
+/// Returns its error (if any) and its reply.
+type Op = Box<dyn FnOnce(Option<&mut Ctx>) -> (Option<StoreError>, Reply) + Send>;
 
 enum Msg {
     Write(Op),
@@ -48,8 +51,21 @@ pub(crate) struct Writer {
     tx: mpsc::Sender<Msg>,
 }
 
-fn sql_error(e: &rusqlite::Error) -> StoreError {
-    StoreError::Unavailable(format!("embedded store: {e}"))
+/// SQLite errors as store errors: a full disk and a read-only file get
+/// their own codes and messages (clients see them); the rest is "unavailable".
+pub(crate) fn sql_error(e: &rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode;
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DiskFull) => StoreError::Storage {
+            code: "store_full",
+            message: "the embedded store's disk is full; free space, then retry".into(),
+        },
+        Some(ErrorCode::ReadOnly) => StoreError::Storage {
+            code: "store_read_only",
+            message: "the embedded store's files are read-only; fix the data directory's permissions, then retry".into(),
+        },
+        _ => StoreError::Unavailable(format!("embedded store: {e}")),
+    }
 }
 
 impl From<rusqlite::Error> for Failure {
@@ -121,14 +137,14 @@ impl Writer {
                 Some(cx) => f(cx).map_err(|Failure(e)| e),
                 None => Err(StoreError::Unavailable(String::new())),
             };
-            let ok = r.is_ok();
-            let reply: Reply = Box::new(move |commit_error| {
-                let _ = tx.send(match commit_error {
+            let err = r.as_ref().err().cloned();
+            let reply: Reply = Box::new(move |undone| {
+                let _ = tx.send(match undone {
                     None => r,
-                    Some(e) => Err(StoreError::Unavailable(format!("embedded store: {e}"))),
+                    Some(e) => Err(e),
                 });
             });
-            (ok, reply)
+            (err, reply)
         });
         let msg = if write { Msg::Write(op) } else { Msg::Read(op) };
         self.tx
@@ -148,83 +164,100 @@ fn run(cx: &mut Ctx, rx: &mpsc::Receiver<Msg>, wakes: &Mutex<Vec<(u64, WakeFn)>>
                 Err(_) => break,
             }
         }
+        // Answers owed once the current transaction commits.
         let mut replies: Vec<Reply> = Vec::with_capacity(group.len());
-        let began = cx.conn.execute_batch("BEGIN IMMEDIATE");
-        if let Err(e) = began {
-            let msg = e.to_string();
-            tracing::error!(error = %msg, "embedded store cannot begin a transaction");
-            for m in group {
-                let (Msg::Write(op) | Msg::Read(op)) = m;
-                op_failed(op, &msg);
-            }
-            continue;
-        }
         for m in group {
-            match m {
-                Msg::Read(op) => {
-                    let (_, reply) = op(Some(cx));
-                    replies.push(reply);
-                }
-                Msg::Write(op) => {
-                    let wake_mark = cx.wake.len();
-                    if let Err(e) = cx.conn.execute_batch("SAVEPOINT op") {
-                        op_failed(op, &e.to_string());
-                        continue;
-                    }
-                    let (ok, reply) = op(Some(cx));
-                    let undo = if ok {
-                        cx.conn.execute_batch("RELEASE op")
-                    } else {
-                        cx.wake.truncate(wake_mark);
-                        // A topic row created by the undone operation is gone too.
-                        cx.tids.clear();
-                        cx.conn.execute_batch("ROLLBACK TO op; RELEASE op")
-                    };
-                    if let Err(e) = undo {
-                        tracing::error!(error = %e, "embedded store savepoint failed");
-                    }
-                    replies.push(reply);
-                }
+            if cx.conn.is_autocommit()
+                && let Err(e) = cx.conn.execute_batch("BEGIN IMMEDIATE")
+            {
+                tracing::error!(error = %e, "embedded store cannot begin a transaction");
+                let (Msg::Write(op) | Msg::Read(op)) = m;
+                op_failed(op, sql_error(&e));
+                continue;
             }
+            let (op, savepoint) = match m {
+                Msg::Read(op) => (op, false),
+                Msg::Write(op) => (op, true),
+            };
+            if savepoint && let Err(e) = cx.conn.execute_batch("SAVEPOINT op") {
+                op_failed(op, sql_error(&e));
+                continue;
+            }
+            let wake_mark = cx.wake.len();
+            let (err, reply) = op(Some(cx));
+            let Some(err) = err else {
+                if savepoint && let Err(e) = cx.conn.execute_batch("RELEASE op") {
+                    tracing::error!(error = %e, "embedded store savepoint failed");
+                }
+                replies.push(reply);
+                continue;
+            };
+            // The operation failed: undo it alone. A topic row it created is
+            // gone too, so forget cached topic ids.
+            cx.wake.truncate(wake_mark);
+            cx.tids.clear();
+            if cx.conn.is_autocommit() {
+                // SQLite rolled back the whole transaction (a full disk does
+                // that): the group's earlier operations are lost with it.
+                tracing::error!(error = %err, "embedded store transaction rolled back");
+                cx.wake.clear();
+                for r in replies.drain(..) {
+                    r(Some(err.clone()));
+                }
+                reply(None);
+                continue;
+            }
+            if savepoint && let Err(e) = cx.conn.execute_batch("ROLLBACK TO op; RELEASE op") {
+                tracing::error!(error = %e, "embedded store savepoint rollback failed");
+            }
+            replies.push(reply);
+        }
+        if cx.conn.is_autocommit() {
+            continue;
         }
         match cx.conn.execute_batch("COMMIT") {
             Ok(()) => {
+                // Wake first, so a caller that sees its answer can rely on
+                // its wake-up having been delivered.
+                deliver_wakes(cx, wakes);
                 for r in replies {
                     r(None);
                 }
-                if !cx.wake.is_empty() {
-                    let callbacks: Vec<WakeFn> = wakes
-                        .lock()
-                        .expect("poisoned")
-                        .iter()
-                        .map(|(_, f)| f.clone())
-                        .collect();
-                    cx.wake.sort();
-                    cx.wake.dedup();
-                    for topic in cx.wake.drain(..) {
-                        for f in &callbacks {
-                            f(&topic);
-                        }
-                    }
-                }
             }
             Err(e) => {
-                let msg = e.to_string();
-                tracing::error!(error = %msg, "embedded store commit failed; the group's calls get 503");
+                tracing::error!(error = %e, "embedded store commit failed; the group's calls get 503");
                 let _ = cx.conn.execute_batch("ROLLBACK");
-                // Cached topic ids may name rows that were rolled back.
                 cx.tids.clear();
                 cx.wake.clear();
                 for r in replies {
-                    r(Some(&msg));
+                    r(Some(sql_error(&e)));
                 }
             }
         }
     }
 }
 
+fn deliver_wakes(cx: &mut Ctx, wakes: &Mutex<Vec<(u64, WakeFn)>>) {
+    if cx.wake.is_empty() {
+        return;
+    }
+    let callbacks: Vec<WakeFn> = wakes
+        .lock()
+        .expect("poisoned")
+        .iter()
+        .map(|(_, f)| f.clone())
+        .collect();
+    cx.wake.sort();
+    cx.wake.dedup();
+    for topic in cx.wake.drain(..) {
+        for f in &callbacks {
+            f(&topic);
+        }
+    }
+}
+
 /// Answers an operation that could not run with the reason.
-fn op_failed(op: Op, msg: &str) {
+fn op_failed(op: Op, e: StoreError) {
     let (_, reply) = op(None);
-    reply(Some(msg));
+    reply(Some(e));
 }

@@ -83,6 +83,10 @@ impl From<StoreError> for ApiError {
                 "token does not match the job's current lease (the lease expired and the job was handed out again, or the token is wrong)",
             ),
             StoreError::Invalid(i) => i.into(),
+            StoreError::Storage { code, message } => {
+                tracing::error!(code, error = %message, "store cannot write");
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
+            }
             StoreError::Unavailable(detail) => {
                 tracing::warn!(error = %detail, "store unavailable");
                 Self::new(

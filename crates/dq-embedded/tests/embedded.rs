@@ -1,0 +1,224 @@
+//! What only the embedded store has: its files, its lock, durability across
+//! reopening, a full disk, group commit isolating a failed call.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dq_core::*;
+use dq_embedded::{EmbeddedStore, OpenError};
+use futures::future::join_all;
+
+const T0: u64 = 1_700_000_000_000;
+
+fn job(id: &str, delay: u64, body: &str) -> NewJob {
+    NewJob::new(
+        JobId::new(id).unwrap(),
+        Body::Json(body.into()),
+        When::DelayMs(delay),
+    )
+}
+
+fn t(name: &str) -> Topic {
+    Topic::new(name).unwrap()
+}
+
+#[tokio::test]
+async fn one_owner_per_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = EmbeddedStore::open(dir.path()).unwrap();
+    let err = EmbeddedStore::open(dir.path()).unwrap_err();
+    assert!(matches!(err, OpenError::Locked { .. }), "{err}");
+    assert!(
+        err.to_string().contains("in use by another dq process"),
+        "{err}"
+    );
+    first.ping().await.unwrap();
+    drop(first);
+    // The lock goes with the store (after its writer thread closed the file).
+    let mut reopened = None;
+    for _ in 0..100 {
+        match EmbeddedStore::open(dir.path()) {
+            Ok(s) => {
+                reopened = Some(s);
+                break;
+            }
+            Err(OpenError::Locked { .. }) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    reopened
+        .expect("reopens after the first store is dropped")
+        .ping()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn jobs_survive_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = t("durable");
+    {
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        s.enqueue(&topic, &[job("a", 5000, "{\"k\":1}"), job("b", 0, "2")], T0)
+            .await
+            .unwrap();
+        let l = s
+            .claim(&topic, 1, Some(60_000), T0)
+            .await
+            .unwrap()
+            .leases
+            .remove(0);
+        assert_eq!(l.id.as_str(), "b");
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let a = s
+        .get(&topic, &JobId::new("a").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (a.state, a.due_at_ms, a.attempts),
+        (JobState::Scheduled, T0 + 5000, 0)
+    );
+    assert_eq!(a.body, Body::Json("{\"k\":1}".into()));
+    let b = s
+        .get(&topic, &JobId::new("b").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((b.state, b.attempts), (JobState::Reserved, 1));
+    assert_eq!(b.lease_deadline_ms, Some(T0 + 60_000));
+    let st = s.stats(&topic, T0).await.unwrap();
+    assert_eq!((st.scheduled, st.reserved, st.counters.enqueued), (1, 1, 2));
+}
+
+#[test]
+fn corrupt_file_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(dq_embedded::DB_FILE), vec![0x5a; 8192]).unwrap();
+    let err = EmbeddedStore::open(dir.path()).unwrap_err();
+    assert!(matches!(err, OpenError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("dq.sqlite3"), "{err}");
+}
+
+#[test]
+fn foreign_sqlite_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(dq_embedded::DB_FILE);
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE invoices (id INTEGER PRIMARY KEY); INSERT INTO invoices VALUES (7);",
+        )
+        .unwrap();
+    }
+    let err = EmbeddedStore::open(dir.path()).unwrap_err();
+    assert!(matches!(err, OpenError::Foreign { .. }), "{err}");
+    assert!(err.to_string().contains("not a dq data file"), "{err}");
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let n: i64 = c
+        .query_row("SELECT count(*) FROM invoices", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 1, "the foreign file is left as it was");
+}
+
+/// A full disk fails the call with `store_full`, writes nothing of it, and
+/// the store keeps serving reads and smaller writes that fit.
+#[tokio::test]
+async fn full_disk_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open_with(dir.path(), Some(40)).unwrap();
+    let topic = t("full");
+    s.enqueue(&topic, &[job("small", 0, "1")], T0)
+        .await
+        .unwrap();
+    let big = "x".repeat(400_000);
+    let err = s
+        .enqueue(&topic, &[job("big", 0, &format!("\"{big}\""))], T0)
+        .await
+        .unwrap_err();
+    match err {
+        StoreError::Storage { code, message } => {
+            assert_eq!(code, "store_full");
+            assert!(message.contains("disk is full"), "{message}");
+        }
+        other => panic!("expected store_full, got {other:?}"),
+    }
+    assert!(
+        s.get(&topic, &JobId::new("big").unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let st = s.stats(&topic, T0).await.unwrap();
+    assert_eq!(
+        (st.ready, st.counters.enqueued),
+        (1, 1),
+        "nothing of the failed call"
+    );
+    s.enqueue(&topic, &[job("small2", 0, "2")], T0)
+        .await
+        .unwrap();
+    assert_eq!(s.claim(&topic, 10, None, T0).await.unwrap().leases.len(), 2);
+}
+
+/// Concurrent calls share transactions; one that fails (stale token) is
+/// undone alone and the others commit.
+#[tokio::test]
+async fn failed_call_in_a_group_is_undone_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let topic = t("group");
+    s.enqueue(&topic, &[job("held", 0, "0")], T0).await.unwrap();
+    let lease = s.claim(&topic, 1, None, T0).await.unwrap().leases.remove(0);
+    let enqueues = (0..50).map(|i| {
+        let s = &s;
+        let topic = &topic;
+        async move {
+            s.enqueue(topic, &[job(&format!("j{i}"), 0, "1")], T0)
+                .await
+                .map(|_| ())
+        }
+    });
+    let bad_acks = (0..50).map(|_| {
+        let s = &s;
+        let topic = &topic;
+        async move { s.ack(topic, &JobId::new("held").unwrap(), "stale").await }
+    });
+    let (ok, bad) = tokio::join!(join_all(enqueues), join_all(bad_acks));
+    assert!(ok.iter().all(Result::is_ok));
+    assert!(
+        bad.iter()
+            .all(|r| matches!(r, Err(StoreError::LeaseMismatch)))
+    );
+    let st = s.stats(&topic, T0).await.unwrap();
+    assert_eq!((st.ready, st.reserved), (50, 1));
+    s.ack(&topic, &lease.id, &lease.token).await.unwrap();
+}
+
+/// Wake-ups reach watchers after the commit, for due-now jobs and new heads only.
+#[tokio::test]
+async fn wakes_after_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    let got: Arc<Mutex<Vec<String>>> = Arc::default();
+    let watcher = {
+        let (s, got) = (s.clone(), got.clone());
+        tokio::spawn(async move {
+            s.watch_wakes(Arc::new(move |t: &str| got.lock().unwrap().push(t.into())))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let topic = t("w");
+    s.enqueue(&topic, &[job("far", 60_000, "1")], T0)
+        .await
+        .unwrap();
+    s.enqueue(&topic, &[job("farther", 120_000, "1")], T0)
+        .await
+        .unwrap();
+    s.enqueue(&topic, &[job("now", 0, "1")], T0).await.unwrap();
+    assert_eq!(*got.lock().unwrap(), vec!["w", "w"]);
+    watcher.abort();
+}
