@@ -3,6 +3,7 @@
 //! A thin shim: `serve` runs [`dq_server::Server`] over a store; every other
 //! subcommand calls the HTTP API of a running server (`--server`).
 
+mod bench;
 mod client;
 mod config;
 
@@ -26,6 +27,8 @@ struct Cli {
 enum Cmd {
     /// Run the server (HTTP API, dispatcher)
     Serve(ServeArgs),
+    /// Measure a running server: enqueue, drain, steady, storage
+    Bench(bench::BenchArgs),
     #[command(flatten)]
     Client(ClientCmd),
 }
@@ -43,6 +46,7 @@ fn main() -> std::process::ExitCode {
     let result = rt.block_on(async {
         match cli.cmd {
             Cmd::Serve(args) => serve(args).await,
+            Cmd::Bench(args) => args.run().await,
             Cmd::Client(cmd) => cmd.run().await,
         }
     });

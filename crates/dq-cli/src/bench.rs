@@ -1,0 +1,585 @@
+//! `dq bench`: load scenarios against a running `dq serve`, through its HTTP
+//! API like any client. Each prints a human table and, last, one JSON line of
+//! results. Lateness = when a consumer received a job − its due time, both
+//! read from this machine's clock (run the bench on the server's machine).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, Subcommand};
+use comfy_table::Table;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+
+/// Arguments of `dq bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// Base URL of the dq server under test
+    #[arg(
+        long,
+        env = "DQ_SERVER",
+        default_value = "http://127.0.0.1:7070",
+        global = true
+    )]
+    server: String,
+    /// Topic to use [default: bench-<scenario>-<random>]; deleted afterwards unless --keep
+    #[arg(long, global = true)]
+    topic: Option<String>,
+    /// Keep the bench topic and its jobs afterwards
+    #[arg(long, global = true)]
+    keep: bool,
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Debug, Subcommand)]
+enum Scenario {
+    /// Enqueue N jobs (due in an hour) with P producers, in batches of B (1 = one call per job)
+    Enqueue {
+        #[arg(long, default_value_t = 100_000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+        #[arg(long, default_value_t = 4)]
+        producers: usize,
+        #[arg(long, default_value_t = 64)]
+        body_bytes: usize,
+    },
+    /// N jobs due uniformly in a window after the start; C consumers reserve and ack them
+    Drain {
+        #[arg(long, default_value_t = 100_000)]
+        jobs: usize,
+        /// Due window after the start, e.g. 1s..10s (0s..0s: all due at once)
+        #[arg(long, default_value = "1s..10s")]
+        window: String,
+        #[arg(long, default_value_t = 8)]
+        consumers: usize,
+        /// Jobs per reserve call
+        #[arg(long, default_value_t = 100)]
+        max: usize,
+        #[arg(long, default_value_t = 2)]
+        producers: usize,
+        #[arg(long, default_value_t = 64)]
+        body_bytes: usize,
+    },
+    /// R jobs/s for T with delays uniform in [a, b]; C consumers reserve and ack
+    Steady {
+        #[arg(long, default_value_t = 2000)]
+        rate: usize,
+        #[arg(long, default_value = "30s")]
+        duration: String,
+        #[arg(long, default_value = "1s..10s")]
+        delay: String,
+        #[arg(long, default_value_t = 8)]
+        consumers: usize,
+        #[arg(long, default_value_t = 100)]
+        max: usize,
+        #[arg(long, default_value_t = 64)]
+        body_bytes: usize,
+    },
+    /// Store bytes per scheduled job: N jobs of a body size, measured on the
+    /// embedded store's directory or Redis' INFO memory
+    Storage {
+        #[arg(long, default_value_t = 100_000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 64)]
+        body_bytes: usize,
+        /// The server's --data-dir (embedded store)
+        #[arg(long, conflicts_with = "redis", required_unless_present = "redis")]
+        data_dir: Option<std::path::PathBuf>,
+        /// The server's Redis URL
+        #[arg(long)]
+        redis: Option<String>,
+    },
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+fn range_ms(text: &str) -> Result<(u64, u64)> {
+    let (a, b) = text
+        .split_once("..")
+        .ok_or_else(|| anyhow!("{text:?} is not a range like 1s..10s"))?;
+    let ms = |t: &str| -> Result<u64> {
+        Ok(humantime::parse_duration(t.trim())
+            .with_context(|| format!("{t:?} is not a duration"))?
+            .as_millis() as u64)
+    };
+    let (a, b) = (ms(a)?, ms(b)?);
+    if a > b {
+        bail!("range {text:?} ends before it starts");
+    }
+    Ok((a, b))
+}
+
+#[derive(Clone)]
+struct Api {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Api {
+    async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        let res = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .with_context(|| format!("cannot reach dq at {}", self.base))?;
+        let status = res.status();
+        let v: Value = res.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            bail!("{path}: {} {}", status.as_u16(), v["error"]);
+        }
+        Ok(v)
+    }
+
+    async fn delete(&self, path: &str) -> Result<()> {
+        self.http
+            .delete(format!("{}{path}", self.base))
+            .send()
+            .await
+            .context("delete")?;
+        Ok(())
+    }
+}
+
+fn progress(len: u64, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{msg:>10} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// Enqueues `n` jobs with `producers` tasks in batches; `job(i)` builds job i.
+async fn produce(
+    api: &Api,
+    topic: &str,
+    n: usize,
+    batch: usize,
+    producers: usize,
+    job: Arc<dyn Fn(usize) -> Value + Send + Sync>,
+    pb: &ProgressBar,
+) -> Result<u64> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..producers {
+        let (api, next, errors, job, pb) = (
+            api.clone(),
+            next.clone(),
+            errors.clone(),
+            job.clone(),
+            pb.clone(),
+        );
+        let topic = topic.to_string();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let start = next.fetch_add(batch, Ordering::SeqCst);
+                if start >= n {
+                    return;
+                }
+                let end = (start + batch).min(n);
+                let ok = if batch == 1 {
+                    api.post(&format!("/v1/topics/{topic}/jobs"), &job(start))
+                        .await
+                        .is_ok()
+                } else {
+                    let jobs: Vec<Value> = (start..end).map(|i| job(i)).collect();
+                    match api
+                        .post(
+                            &format!("/v1/topics/{topic}/jobs:batch"),
+                            &json!({ "jobs": jobs }),
+                        )
+                        .await
+                    {
+                        Ok(v) => v["results"]
+                            .as_array()
+                            .is_some_and(|r| r.iter().all(|x| x.get("error").is_none())),
+                        Err(_) => false,
+                    }
+                };
+                if !ok {
+                    errors.fetch_add((end - start) as u64, Ordering::Relaxed);
+                }
+                pb.inc((end - start) as u64);
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    Ok(errors.load(Ordering::Relaxed))
+}
+
+/// What consumers observed.
+struct Observed {
+    /// Hand-outs per id.
+    seen: HashMap<String, u32>,
+    /// Lateness in µs.
+    lateness: Histogram<u64>,
+    early: u64,
+    last_us: u64,
+}
+
+/// Runs `c` consumers until `expected` distinct jobs were received or `deadline`.
+async fn consume(
+    api: &Api,
+    topic: &str,
+    c: usize,
+    max: usize,
+    expected: usize,
+    deadline: Instant,
+    pb: &ProgressBar,
+) -> Result<Observed> {
+    let obs = Arc::new(Mutex::new(Observed {
+        seen: HashMap::with_capacity(expected),
+        lateness: Histogram::new_with_bounds(1, 3_600_000_000, 3)?,
+        early: 0,
+        last_us: 0,
+    }));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..c {
+        let (api, obs, done, pb) = (api.clone(), obs.clone(), done.clone(), pb.clone());
+        let topic = topic.to_string();
+        tasks.push(tokio::spawn(async move {
+            while !done.load(Ordering::SeqCst) && Instant::now() < deadline {
+                let v = match api
+                    .post(
+                        "/v1/reserve",
+                        &json!({"topics": [topic], "max": max, "wait_ms": 500, "lease_ms": 120_000}),
+                    )
+                    .await
+                {
+                    Ok(v) => v,
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let received = now_us();
+                let jobs = v["jobs"].as_array().cloned().unwrap_or_default();
+                if jobs.is_empty() {
+                    continue;
+                }
+                {
+                    let mut o = obs.lock().expect("poisoned");
+                    for j in &jobs {
+                        let due_us = j["due_at_ms"].as_u64().unwrap_or(0) * 1000;
+                        if received < due_us {
+                            o.early += 1;
+                        } else {
+                            let _ = o.lateness.record((received - due_us).max(1));
+                        }
+                        *o.seen.entry(j["id"].as_str().unwrap_or("").to_string()).or_default() += 1;
+                    }
+                    o.last_us = received;
+                    if o.seen.len() >= expected {
+                        done.store(true, Ordering::SeqCst);
+                    }
+                }
+                pb.inc(jobs.len() as u64);
+                let acks: Vec<Value> = jobs
+                    .iter()
+                    .map(|j| json!({"topic": topic, "id": j["id"], "token": j["token"]}))
+                    .collect();
+                let _ = api.post("/v1/ack:batch", &json!({ "acks": acks })).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    let obs = Arc::try_unwrap(obs)
+        .map_err(|_| anyhow!("consumers still running"))?
+        .into_inner()
+        .expect("poisoned");
+    Ok(obs)
+}
+
+fn ms(us: u64) -> f64 {
+    (us as f64 / 1000.0 * 10.0).round() / 10.0
+}
+
+fn lateness_json(h: &Histogram<u64>) -> Value {
+    json!({
+        "p50_ms": ms(h.value_at_quantile(0.5)),
+        "p90_ms": ms(h.value_at_quantile(0.9)),
+        "p99_ms": ms(h.value_at_quantile(0.99)),
+        "p999_ms": ms(h.value_at_quantile(0.999)),
+        "max_ms": ms(h.max()),
+    })
+}
+
+fn print(result: &Value) {
+    let mut t = Table::new();
+    t.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY);
+    t.set_header(vec!["figure", "value"]);
+    fn rows(prefix: &str, v: &Value, t: &mut Table) {
+        if let Some(o) = v.as_object() {
+            for (k, v) in o {
+                let name = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                if v.is_object() {
+                    rows(&name, v, t);
+                } else {
+                    t.add_row(vec![name, v.to_string()]);
+                }
+            }
+        }
+    }
+    rows("", result, &mut t);
+    println!("{t}");
+    println!("{result}");
+}
+
+fn body(bytes: usize) -> Value {
+    Value::String("x".repeat(bytes))
+}
+
+impl BenchArgs {
+    pub(crate) async fn run(self) -> Result<()> {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .timeout(Duration::from_secs(60))
+            .build()?;
+        let api = Api {
+            http,
+            base: self.server.trim_end_matches('/').to_string(),
+        };
+        let run_id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
+        let name = match &self.scenario {
+            Scenario::Enqueue { .. } => "enqueue",
+            Scenario::Drain { .. } => "drain",
+            Scenario::Steady { .. } => "steady",
+            Scenario::Storage { .. } => "storage",
+        };
+        let topic = self
+            .topic
+            .clone()
+            .unwrap_or_else(|| format!("bench-{name}-{run_id}"));
+        let result = match self.scenario {
+            Scenario::Enqueue {
+                jobs,
+                batch,
+                producers,
+                body_bytes,
+            } => {
+                let batch = batch.clamp(1, 1000);
+                let b = body(body_bytes);
+                let rid = run_id.clone();
+                let job = Arc::new(
+                    move |i: usize| json!({"id": format!("{rid}-{i}"), "body": b, "delay_ms": 3_600_000}),
+                );
+                let pb = progress(jobs as u64, "enqueue");
+                let t0 = Instant::now();
+                let errors = produce(&api, &topic, jobs, batch, producers, job, &pb).await?;
+                let secs = t0.elapsed().as_secs_f64();
+                pb.finish_and_clear();
+                json!({"scenario": "enqueue", "jobs": jobs, "batch": batch, "producers": producers,
+                       "body_bytes": body_bytes, "seconds": (secs * 1000.0).round() / 1000.0,
+                       "jobs_per_s": (jobs as f64 / secs).round(), "errors": errors})
+            }
+            Scenario::Drain {
+                jobs,
+                window,
+                consumers,
+                max,
+                producers,
+                body_bytes,
+            } => {
+                let (a, b) = range_ms(&window)?;
+                let t0_ms = now_us() / 1000;
+                let bd = body(body_bytes);
+                let rid = run_id.clone();
+                let job = Arc::new(move |i: usize| {
+                    let due = t0_ms
+                        + a
+                        + if b > a {
+                            rand::random_range(0..=(b - a))
+                        } else {
+                            0
+                        };
+                    json!({"id": format!("{rid}-{i}"), "body": bd, "due_at_ms": due})
+                });
+                let pb = progress(jobs as u64, "handed out");
+                let deadline = Instant::now() + Duration::from_millis(b) + Duration::from_secs(120);
+                let started = Instant::now();
+                let consumer = {
+                    let (api, topic, pb) = (api.clone(), topic.clone(), pb.clone());
+                    tokio::spawn(async move {
+                        consume(&api, &topic, consumers, max, jobs, deadline, &pb).await
+                    })
+                };
+                let enq_pb = ProgressBar::hidden();
+                let errors = produce(&api, &topic, jobs, 1000, producers, job, &enq_pb).await?;
+                let enqueue_s = started.elapsed().as_secs_f64();
+                let obs = consumer.await??;
+                pb.finish_and_clear();
+                let wall = (obs.last_us.saturating_sub(t0_ms * 1000)) as f64 / 1e6;
+                let active = wall - a as f64 / 1000.0;
+                let dup: u64 = obs
+                    .seen
+                    .values()
+                    .map(|c| (*c as u64).saturating_sub(1))
+                    .sum();
+                json!({"scenario": "drain", "jobs": jobs, "window_ms": [a, b], "consumers": consumers, "max": max,
+                       "enqueue_seconds": (enqueue_s * 1000.0).round() / 1000.0, "enqueue_errors": errors,
+                       "seconds": (wall * 1000.0).round() / 1000.0,
+                       "jobs_per_s": (obs.seen.len() as f64 / active.max(0.001)).round(),
+                       "lateness": lateness_json(&obs.lateness),
+                       "lost": jobs.saturating_sub(obs.seen.len()), "duplicated": dup, "early": obs.early})
+            }
+            Scenario::Steady {
+                rate,
+                duration,
+                delay,
+                consumers,
+                max,
+                body_bytes,
+            } => {
+                let (a, b) = range_ms(&delay)?;
+                let secs = humantime::parse_duration(&duration)
+                    .context("--duration")?
+                    .as_secs_f64();
+                let jobs = (rate as f64 * secs) as usize;
+                let pb = progress(jobs as u64, "handed out");
+                let deadline = Instant::now()
+                    + Duration::from_secs_f64(secs)
+                    + Duration::from_millis(b)
+                    + Duration::from_secs(60);
+                let consumer = {
+                    let (api, topic, pb) = (api.clone(), topic.clone(), pb.clone());
+                    tokio::spawn(async move {
+                        consume(&api, &topic, consumers, max, jobs, deadline, &pb).await
+                    })
+                };
+                // A tick every 10 ms enqueues the jobs the rate owes by then.
+                let bd = body(body_bytes);
+                let t0 = Instant::now();
+                let mut sent = 0usize;
+                let mut errors = 0u64;
+                let mut tick = tokio::time::interval(Duration::from_millis(10));
+                while sent < jobs {
+                    tick.tick().await;
+                    let owed = ((t0.elapsed().as_secs_f64() * rate as f64) as usize).min(jobs);
+                    if owed <= sent {
+                        continue;
+                    }
+                    let batch: Vec<Value> = (sent..owed)
+                        .map(|i| json!({"id": format!("{run_id}-{i}"), "body": bd,
+                                        "delay_ms": a + if b > a { rand::random_range(0..=(b - a)) } else { 0 }}))
+                        .collect();
+                    for chunk in batch.chunks(1000) {
+                        if api
+                            .post(
+                                &format!("/v1/topics/{topic}/jobs:batch"),
+                                &json!({ "jobs": chunk }),
+                            )
+                            .await
+                            .is_err()
+                        {
+                            errors += chunk.len() as u64;
+                        }
+                    }
+                    sent = owed;
+                }
+                let obs = consumer.await??;
+                pb.finish_and_clear();
+                let dup: u64 = obs
+                    .seen
+                    .values()
+                    .map(|c| (*c as u64).saturating_sub(1))
+                    .sum();
+                json!({"scenario": "steady", "rate": rate, "seconds": secs, "delay_ms": [a, b], "jobs": jobs,
+                       "consumers": consumers, "enqueue_errors": errors,
+                       "lateness": lateness_json(&obs.lateness),
+                       "lost": jobs.saturating_sub(obs.seen.len()), "duplicated": dup, "early": obs.early})
+            }
+            Scenario::Storage {
+                jobs,
+                body_bytes,
+                data_dir,
+                redis,
+            } => {
+                let measure = |data_dir: &Option<std::path::PathBuf>,
+                               redis: &Option<String>|
+                 -> Result<u64> {
+                    match (data_dir, redis) {
+                        (Some(dir), _) => {
+                            let mut total = 0;
+                            for e in std::fs::read_dir(dir)
+                                .with_context(|| format!("read {}", dir.display()))?
+                            {
+                                let e = e?;
+                                if e.file_name().to_string_lossy().starts_with("dq.sqlite3") {
+                                    total += e.metadata()?.len();
+                                }
+                            }
+                            Ok(total)
+                        }
+                        (None, Some(url)) => {
+                            let mut c = redis::Client::open(url.as_str())?.get_connection()?;
+                            let info: String = redis::cmd("INFO").arg("memory").query(&mut c)?;
+                            info.lines()
+                                .find_map(|l| l.strip_prefix("used_memory:"))
+                                .and_then(|v| v.trim().parse().ok())
+                                .ok_or_else(|| anyhow!("no used_memory in INFO"))
+                        }
+                        _ => bail!("give --data-dir or --redis"),
+                    }
+                };
+                let before = measure(&data_dir, &redis)?;
+                let bd = body(body_bytes);
+                let rid = run_id.clone();
+                let job = Arc::new(
+                    move |i: usize| json!({"id": format!("{rid}-{i}"), "body": bd, "delay_ms": 3_600_000}),
+                );
+                let pb = progress(jobs as u64, "enqueue");
+                let errors = produce(&api, &topic, jobs, 1000, 2, job, &pb).await?;
+                pb.finish_and_clear();
+                let after = measure(&data_dir, &redis)?;
+                let id_len = format!("{run_id}-{}", jobs / 2).len();
+                json!({"scenario": "storage", "store": if data_dir.is_some() { "embedded" } else { "redis" },
+                       "jobs": jobs, "body_bytes": body_bytes, "id_bytes": id_len, "errors": errors,
+                       "bytes_before": before, "bytes_after": after,
+                       "bytes_per_job": ((after as f64 - before as f64) / jobs as f64).round()})
+            }
+        };
+        if !self.keep {
+            let _ = api.delete(&format!("/v1/topics/{topic}")).await;
+        }
+        print(&result);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges() {
+        assert_eq!(range_ms("1s..10s").unwrap(), (1000, 10_000));
+        assert_eq!(range_ms("0s..0s").unwrap(), (0, 0));
+        assert!(range_ms("10s..1s").is_err());
+        assert!(range_ms("soon").is_err());
+    }
+}
