@@ -154,74 +154,85 @@ fn place(
     Ok(to)
 }
 
-pub(crate) fn enqueue(
-    cx: &mut Ctx,
-    topic: &Topic,
-    jobs: &[NewJob],
-    now: u64,
-) -> OpResult<Vec<Enqueued>> {
+pub(crate) fn enqueue(cx: &mut Ctx, topic: &Topic, jobs: &[NewJob], now: u64) -> OpResult<Vec<Enqueued>> {
     let tid = ensure_tid(cx, topic)?;
-    let mut cfg: Option<TopicConfig> = None;
-    let mut out = Vec::with_capacity(jobs.len());
+    let mut default_delay: Option<u64> = None;
+    // The schedule's head, kept up to date in memory over the batch, decides
+    // the wake-up the same way `place` does, without a query per job.
+    let mut head = sched_head(cx, tid)?;
+    let mut wake = false;
+    let mut d = [0i64; 4];
     let mut created = 0;
+    let mut out = Vec::with_capacity(jobs.len());
     for j in jobs {
-        let existing: Option<(i64, i64, u64)> = cx
-            .conn
-            .prepare_cached("SELECT seq, state, due_ms FROM jobs WHERE tid = ?1 AND id = ?2")?
-            .query_row(params![tid, j.id.as_str()], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .optional()?;
+        let due = match j.when {
+            When::DelayMs(ms) => now + ms,
+            When::DueAtMs(t) => t,
+            When::TopicDefault => {
+                if default_delay.is_none() {
+                    default_delay = Some(config(cx, tid)?.default_delay_ms);
+                }
+                now + default_delay.unwrap_or(0)
+            }
+        };
+        let state = if due <= now { READY } else { SCHEDULED };
+        let insert = |cx: &Ctx| -> OpResult<usize> {
+            Ok(cx
+                .conn
+                .prepare_cached(
+                    "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                     ON CONFLICT (tid, id) DO NOTHING",
+                )?
+                .execute(params![
+                    tid,
+                    j.id.as_str(),
+                    state,
+                    due as i64,
+                    j.priority,
+                    j.max_attempts,
+                    j.lease_ms.map(|v| v as i64),
+                    j.retry.as_ref().map(RetryPolicy::encode),
+                    now as i64,
+                    j.body.is_json(),
+                    j.body.as_bytes(),
+                ])?)
+        };
         let mut replaced = false;
-        if let Some((seq, state, due)) = existing {
-            if j.replace && (state == SCHEDULED || state == READY) {
-                cx.conn
-                    .prepare_cached("DELETE FROM jobs WHERE seq = ?1")?
-                    .execute([seq])?;
-                counts(cx, tid, delta(Some(state), None))?;
-                replaced = true;
-            } else {
+        if insert(cx)? == 0 {
+            let (seq, old, old_due): (i64, i64, u64) = cx
+                .conn
+                .prepare_cached("SELECT seq, state, due_ms FROM jobs WHERE tid = ?1 AND id = ?2")?
+                .query_row(params![tid, j.id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            if !(j.replace && (old == SCHEDULED || old == READY)) {
                 out.push(Enqueued {
                     id: j.id.clone(),
                     created: false,
                     replaced: false,
-                    due_at_ms: due,
-                    state: state_of(state),
+                    due_at_ms: old_due,
+                    state: state_of(old),
                 });
                 continue;
             }
-        }
-        let due = match j.when {
-            When::DelayMs(d) => now + d,
-            When::DueAtMs(t) => t,
-            When::TopicDefault => {
-                if cfg.is_none() {
-                    cfg = Some(config(cx, tid)?);
-                }
-                now + cfg.as_ref().map_or(0, |c| c.default_delay_ms)
+            cx.conn.prepare_cached("DELETE FROM jobs WHERE seq = ?1")?.execute([seq])?;
+            d[old as usize] -= 1;
+            if old == SCHEDULED && head == Some(old_due) {
+                // The head may have been this job: ask again.
+                head = sched_head(cx, tid)?;
             }
-        };
-        cx.conn
-            .prepare_cached(
-                "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body)
-                 VALUES (?1, ?2, -1, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?
-            .execute(params![
-                tid,
-                j.id.as_str(),
-                due as i64,
-                j.priority,
-                j.max_attempts,
-                j.lease_ms.map(|v| v as i64),
-                j.retry.as_ref().map(RetryPolicy::encode),
-                now as i64,
-                j.body.is_json(),
-                j.body.as_bytes(),
-            ])?;
-        let seq = cx.conn.last_insert_rowid();
-        let state = place(cx, topic, tid, seq, None, due, now)?;
-        if !replaced {
+            insert(cx)?;
+            replaced = true;
+        } else {
             created += 1;
+        }
+        d[state as usize] += 1;
+        if state == READY {
+            wake = true;
+        } else {
+            if head.is_none_or(|h| due < h) {
+                wake = true;
+            }
+            head = Some(head.map_or(due, |h| h.min(due)));
         }
         out.push(Enqueued {
             id: j.id.clone(),
@@ -231,7 +242,11 @@ pub(crate) fn enqueue(
             state: state_of(state),
         });
     }
+    counts(cx, tid, d)?;
     bump(cx, tid, "enqueued", created)?;
+    if wake {
+        cx.wake.push(topic.as_str().to_string());
+    }
     Ok(out)
 }
 
