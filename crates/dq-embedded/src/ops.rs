@@ -154,7 +154,12 @@ fn place(
     Ok(to)
 }
 
-pub(crate) fn enqueue(cx: &mut Ctx, topic: &Topic, jobs: &[NewJob], now: u64) -> OpResult<Vec<Enqueued>> {
+pub(crate) fn enqueue(
+    cx: &mut Ctx,
+    topic: &Topic,
+    jobs: &[NewJob],
+    now: u64,
+) -> OpResult<Vec<Enqueued>> {
     let tid = ensure_tid(cx, topic)?;
     let mut default_delay: Option<u64> = None;
     // The schedule's head, kept up to date in memory over the batch, decides
@@ -203,7 +208,9 @@ pub(crate) fn enqueue(cx: &mut Ctx, topic: &Topic, jobs: &[NewJob], now: u64) ->
             let (seq, old, old_due): (i64, i64, u64) = cx
                 .conn
                 .prepare_cached("SELECT seq, state, due_ms FROM jobs WHERE tid = ?1 AND id = ?2")?
-                .query_row(params![tid, j.id.as_str()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                .query_row(params![tid, j.id.as_str()], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?;
             if !(j.replace && (old == SCHEDULED || old == READY)) {
                 out.push(Enqueued {
                     id: j.id.clone(),
@@ -214,7 +221,9 @@ pub(crate) fn enqueue(cx: &mut Ctx, topic: &Topic, jobs: &[NewJob], now: u64) ->
                 });
                 continue;
             }
-            cx.conn.prepare_cached("DELETE FROM jobs WHERE seq = ?1")?.execute([seq])?;
+            cx.conn
+                .prepare_cached("DELETE FROM jobs WHERE seq = ?1")?
+                .execute([seq])?;
             d[old as usize] -= 1;
             if old == SCHEDULED && head == Some(old_due) {
                 // The head may have been this job: ask again.

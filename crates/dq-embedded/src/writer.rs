@@ -64,6 +64,12 @@ pub(crate) fn sql_error(e: &rusqlite::Error) -> StoreError {
             code: "store_read_only",
             message: "the embedded store's files are read-only; fix the data directory's permissions, then retry".into(),
         },
+        Some(ErrorCode::SystemIoFailure | ErrorCode::CannotOpen | ErrorCode::PermissionDenied) => {
+            StoreError::Storage {
+                code: "store_io_error",
+                message: format!("the embedded store cannot write its files ({e}); check the data directory's disk and permissions"),
+            }
+        }
         _ => StoreError::Unavailable(format!("embedded store: {e}")),
     }
 }

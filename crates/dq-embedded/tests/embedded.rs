@@ -222,3 +222,66 @@ async fn wakes_after_commit() {
     assert_eq!(*got.lock().unwrap(), vec!["w", "w"]);
     watcher.abort();
 }
+
+fn chattr(flag: &str, path: &std::path::Path) -> bool {
+    std::process::Command::new("chattr")
+        .arg(flag)
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A data directory that cannot be written is reported at start (even to
+/// root: the directory is made immutable with chattr).
+#[test]
+fn unwritable_directory_is_a_clear_error_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    assert!(chattr("+i", &data), "chattr +i must work here (ext4, root)");
+    let err = EmbeddedStore::open(&data);
+    chattr("-i", &data);
+    let err = err.unwrap_err();
+    assert!(matches!(err, OpenError::Io { .. }), "{err}");
+    assert!(
+        err.to_string().contains("cannot use data directory"),
+        "{err}"
+    );
+}
+
+/// Files that stop being writable while serving: writes fail with a
+/// storage error (503 for clients), reads go on, and writes work again
+/// once the files are writable.
+#[tokio::test]
+async fn files_turning_unwritable_fail_writes_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let topic = t("ro");
+    s.enqueue(&topic, &[job("before", 0, "1")], T0)
+        .await
+        .unwrap();
+    let wal = dir.path().join(format!("{}-wal", dq_embedded::DB_FILE));
+    assert!(wal.exists());
+    assert!(chattr("+i", &wal));
+    let err = s.enqueue(&topic, &[job("during", 0, "2")], T0).await;
+    let read = s.get(&topic, &JobId::new("before").unwrap()).await;
+    chattr("-i", &wal);
+    match err {
+        Err(StoreError::Storage { code, message }) => {
+            assert_eq!(code, "store_io_error");
+            assert!(message.contains("cannot write"), "{message}");
+        }
+        other => panic!("expected a storage error, got {other:?}"),
+    }
+    assert!(read.unwrap().is_some(), "reads keep working");
+    s.enqueue(&topic, &[job("after", 0, "3")], T0)
+        .await
+        .unwrap();
+    assert!(
+        s.get(&topic, &JobId::new("during").unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(s.claim(&topic, 10, None, T0).await.unwrap().leases.len(), 2);
+}

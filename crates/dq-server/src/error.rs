@@ -116,3 +116,48 @@ impl IntoResponse for ApiError {
         res
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_map_to_statuses_and_codes() {
+        let cases = [
+            (StoreError::NotFound, 404, "job_not_found"),
+            (StoreError::LeaseMismatch, 409, "lease_mismatch"),
+            (
+                StoreError::NotInState(dq_core::JobState::Dead),
+                409,
+                "not_in_state",
+            ),
+            (
+                StoreError::Unavailable("redis: refused".into()),
+                503,
+                "store_unavailable",
+            ),
+            (
+                StoreError::Storage {
+                    code: "store_full",
+                    message: "disk is full".into(),
+                },
+                503,
+                "store_full",
+            ),
+        ];
+        for (e, status, code) in cases {
+            let a = ApiError::from(e);
+            assert_eq!((a.status.as_u16(), a.code), (status, code));
+            let res = a.clone().into_response();
+            assert_eq!(
+                res.headers().contains_key(header::RETRY_AFTER),
+                status == 503
+            );
+        }
+        let a = ApiError::from(StoreError::Unavailable("secret detail".into()));
+        assert!(
+            !a.message.contains("secret"),
+            "internal details are not returned"
+        );
+    }
+}
