@@ -32,6 +32,11 @@ pub(crate) struct BenchArgs {
     /// Keep the bench topic and its jobs afterwards
     #[arg(long, global = true)]
     keep: bool,
+    /// Exit with an error unless every job was handed out exactly once and
+    /// none early (lost = 0, duplicated = 0, early = 0, no enqueue errors).
+    /// Checks correctness only, never speed.
+    #[arg(long, global = true)]
+    check: bool,
     #[command(subcommand)]
     scenario: Scenario,
 }
@@ -567,7 +572,27 @@ impl BenchArgs {
             let _ = api.delete(&format!("/v1/topics/{topic}")).await;
         }
         print(&result);
+        if self.check {
+            check(&result)?;
+        }
         Ok(())
+    }
+}
+
+/// The correctness figures of a result, for `--check`.
+fn check(result: &Value) -> Result<()> {
+    let mut bad = Vec::new();
+    for key in ["lost", "duplicated", "early", "errors", "enqueue_errors"] {
+        if let Some(n) = result.get(key).and_then(Value::as_u64)
+            && n > 0
+        {
+            bad.push(format!("{key} = {n}"));
+        }
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        bail!("check failed: {}", bad.join(", "))
     }
 }
 
@@ -581,5 +606,15 @@ mod tests {
         assert_eq!(range_ms("0s..0s").unwrap(), (0, 0));
         assert!(range_ms("10s..1s").is_err());
         assert!(range_ms("soon").is_err());
+    }
+
+    #[test]
+    fn check_reads_correctness_figures_only() {
+        assert!(check(&json!({"lost": 0, "duplicated": 0, "early": 0, "jobs_per_s": 1})).is_ok());
+        let e = check(&json!({"lost": 2, "duplicated": 0, "early": 1})).unwrap_err();
+        assert!(
+            e.to_string().contains("lost = 2") && e.to_string().contains("early = 1"),
+            "{e}"
+        );
     }
 }

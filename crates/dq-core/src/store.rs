@@ -127,6 +127,34 @@ pub trait Store: Send + Sync + 'static {
         now_ms: u64,
     ) -> StoreResult<NackOutcome>;
 
+    /// Fails the attempt for good: the job goes dead at once with `error`,
+    /// whatever attempts are left (a permanent failure, an unknown event).
+    ///
+    /// # Errors
+    /// As [`Store::extend_lease`].
+    async fn bury(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        error: &str,
+        now_ms: u64,
+    ) -> StoreResult<()>;
+
+    /// Gives a reserved job back without counting the attempt (beanstalkd's
+    /// `release`): it is due again after `delay_ms`. Returns the new due time.
+    ///
+    /// # Errors
+    /// As [`Store::extend_lease`].
+    async fn release(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        delay_ms: u64,
+        now_ms: u64,
+    ) -> StoreResult<u64>;
+
     /// Moves up to `max` due jobs from scheduled to ready.
     async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted>;
 

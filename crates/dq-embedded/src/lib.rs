@@ -238,6 +238,35 @@ impl Store for EmbeddedStore {
             .await
     }
 
+    async fn bury(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        error: &str,
+        now_ms: u64,
+    ) -> StoreResult<()> {
+        let (topic, id, token) = (topic.clone(), id.clone(), token.to_string());
+        let error = limits::clip_error(error).to_string();
+        self.writer
+            .exec(move |cx| ops::bury(cx, &topic, &id, &token, &error, now_ms))
+            .await
+    }
+
+    async fn release(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        delay_ms: u64,
+        now_ms: u64,
+    ) -> StoreResult<u64> {
+        let (topic, id, token) = (topic.clone(), id.clone(), token.to_string());
+        self.writer
+            .exec(move |cx| ops::release(cx, &topic, &id, &token, delay_ms, now_ms))
+            .await
+    }
+
     async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted> {
         let topic = topic.clone();
         self.writer

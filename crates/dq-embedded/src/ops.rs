@@ -508,6 +508,7 @@ fn fail(
     error: &str,
     retry_in: Option<u64>,
     rand: f64,
+    bury: bool,
 ) -> OpResult<NackOutcome> {
     let (attempts, max, retry): (u32, Option<u32>, Option<String>) = cx
         .conn
@@ -520,7 +521,7 @@ fn fail(
         )?
         .execute(params![error, seq])?;
     bump(cx, tid, "failed", 1)?;
-    if attempts >= max {
+    if bury || attempts >= max {
         cx.conn
             .prepare_cached("UPDATE jobs SET state = 3, died_ms = ?1 WHERE seq = ?2")?
             .execute(params![now as i64, seq])?;
@@ -591,7 +592,41 @@ pub(crate) fn nack(
         error,
         retry_in,
         rand::random(),
+        false,
     )
+}
+
+pub(crate) fn bury(
+    cx: &mut Ctx,
+    topic: &Topic,
+    id: &JobId,
+    token: &str,
+    error: &str,
+    now: u64,
+) -> OpResult<()> {
+    let (tid, seq) = held(cx, topic, id, token)?;
+    let cfg = config(cx, tid)?;
+    fail(cx, topic, tid, &cfg, seq, now, error, None, 0.0, true)?;
+    Ok(())
+}
+
+pub(crate) fn release(
+    cx: &mut Ctx,
+    topic: &Topic,
+    id: &JobId,
+    token: &str,
+    delay_ms: u64,
+    now: u64,
+) -> OpResult<u64> {
+    let (tid, seq) = held(cx, topic, id, token)?;
+    cx.conn
+        .prepare_cached(
+            "UPDATE jobs SET attempts = attempts - 1, token = NULL, deadline_ms = NULL WHERE seq = ?1",
+        )?
+        .execute([seq])?;
+    let due = now + delay_ms;
+    place(cx, topic, tid, seq, Some(RESERVED), due, now)?;
+    Ok(due)
 }
 
 pub(crate) fn promote_due(cx: &mut Ctx, topic: &Topic, max: usize, now: u64) -> OpResult<Promoted> {
@@ -638,6 +673,7 @@ pub(crate) fn requeue_expired(
                 "lease expired",
                 None,
                 rand::random(),
+                false,
             )?;
             match outcome {
                 NackOutcome::Retry { .. } => out.retried += 1,

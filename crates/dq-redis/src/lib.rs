@@ -375,10 +375,61 @@ impl Store for RedisStore {
                     &opt(retry_in_ms),
                     &n(now_ms),
                     rand::random::<f64>().to_string().as_bytes(),
+                    b"0",
                 ],
             )
             .await?;
         decode_nacked(&status(&v)?)
+    }
+
+    async fn bury(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        error: &str,
+        now_ms: u64,
+    ) -> StoreResult<()> {
+        let v = self
+            .run(
+                &self.scripts.nack,
+                topic,
+                &[
+                    id.as_str().as_bytes(),
+                    token.as_bytes(),
+                    clip_error(error).as_bytes(),
+                    b"",
+                    &n(now_ms),
+                    b"0",
+                    b"1",
+                ],
+            )
+            .await?;
+        status(&v).map(|_| ())
+    }
+
+    async fn release(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        delay_ms: u64,
+        now_ms: u64,
+    ) -> StoreResult<u64> {
+        let v = self
+            .run(
+                &self.scripts.release,
+                topic,
+                &[
+                    id.as_str().as_bytes(),
+                    token.as_bytes(),
+                    &n(delay_ms),
+                    &n(now_ms),
+                ],
+            )
+            .await?;
+        let items = status(&v)?;
+        int(items.get(1).unwrap_or(&Value::Nil)).map(|d| d as u64)
     }
 
     async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted> {

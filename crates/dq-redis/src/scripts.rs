@@ -22,6 +22,7 @@ pub(crate) struct Scripts {
     pub(crate) extend_lease: Script,
     pub(crate) ack: Script,
     pub(crate) nack: Script,
+    pub(crate) release: Script,
     pub(crate) requeue_expired: Script,
     pub(crate) cancel: Script,
     pub(crate) reschedule: Script,
@@ -51,6 +52,7 @@ impl Scripts {
             extend_lease: s(include_str!("lua/extend_lease.lua")),
             ack: s(include_str!("lua/ack.lua")),
             nack: s(include_str!("lua/nack.lua")),
+            release: s(include_str!("lua/release.lua")),
             requeue_expired: s(include_str!("lua/requeue_expired.lua")),
             cancel: s(include_str!("lua/cancel.lua")),
             reschedule: s(include_str!("lua/reschedule.lua")),
@@ -60,8 +62,9 @@ impl Scripts {
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 12] {
+    pub(crate) fn all(&self) -> [&Script; 13] {
         [
+            &self.release,
             &self.enqueue,
             &self.claim,
             &self.promote_due,

@@ -401,6 +401,9 @@ pub(crate) struct NackReq {
     token: String,
     error: Option<String>,
     retry_in_ms: Option<i64>,
+    /// Dead at once, whatever attempts are left (a permanent failure).
+    #[serde(default)]
+    dead: bool,
 }
 
 /// `POST /v1/topics/{topic}/jobs/{id}/nack`
@@ -425,6 +428,17 @@ pub(crate) async fn nack(
     };
     let error = req.error.unwrap_or_else(|| "nacked".into());
     let now = st.clock.now_ms();
+    if req.dead {
+        if retry_in.is_some() {
+            return Err(ApiError::bad_request(
+                "invalid_delay",
+                "retry_in_ms makes no sense with dead: true",
+            ));
+        }
+        st.store.bury(&t, &id, &req.token, &error, now).await?;
+        tracing::warn!(topic = %t, id = %id, error = %limits::clip_error(&error), "job buried; dead");
+        return Ok(Json(json!({"id": id, "state": "dead"})).into_response());
+    }
     let out = st
         .store
         .nack(&t, &id, &req.token, &error, retry_in, now)
@@ -441,6 +455,33 @@ pub(crate) async fn nack(
         }
     };
     Ok(Json(body).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReleaseReq {
+    token: String,
+    delay_ms: Option<i64>,
+}
+
+/// `POST /v1/topics/{topic}/jobs/{id}/release` — give a reserved job back
+/// without counting the attempt, due after `delay_ms` (default 0).
+pub(crate) async fn release(
+    State(st): State<AppState>,
+    Path((t, id)): Path<(String, String)>,
+    JsonBody(req): JsonBody<ReleaseReq>,
+) -> ApiResult {
+    let (t, id) = (topic(t)?, job_id(id)?);
+    let delay = u64::try_from(req.delay_ms.unwrap_or(0))
+        .map_err(|_| ApiError::bad_request("invalid_delay", "delay_ms must be >= 0"))?;
+    st.limits.check_delay(delay)?;
+    let due = st
+        .store
+        .release(&t, &id, &req.token, delay, st.clock.now_ms())
+        .await?;
+    st.wakers.wake(t.as_str());
+    let state = if delay == 0 { "ready" } else { "scheduled" };
+    Ok(Json(json!({"id": id, "state": state, "due_at_ms": due})).into_response())
 }
 
 #[derive(Debug, Deserialize)]

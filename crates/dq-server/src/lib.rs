@@ -76,6 +76,7 @@ pub fn app(state: AppState, max_request_bytes: usize) -> Router {
         .route("/v1/topics/{topic}/jobs/{id}/ack", post(ack))
         .route("/v1/topics/{topic}/jobs/{id}/nack", post(nack))
         .route("/v1/topics/{topic}/jobs/{id}/touch", post(touch))
+        .route("/v1/topics/{topic}/jobs/{id}/release", post(release))
         .route("/v1/topics/{topic}/dead", get(list_dead).delete(purge_dead))
         .route("/v1/topics/{topic}/dead/replay", post(replay_dead))
         .route("/v1/reserve", post(reserve))

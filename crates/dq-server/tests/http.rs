@@ -807,6 +807,7 @@ async fn openapi_document_names_every_route() {
         "/v1/topics/{topic}/jobs/{id}/ack",
         "/v1/topics/{topic}/jobs/{id}/nack",
         "/v1/topics/{topic}/jobs/{id}/touch",
+        "/v1/topics/{topic}/jobs/{id}/release",
         "/v1/topics/{topic}/dead",
         "/v1/topics/{topic}/dead/replay",
         "/v1/reserve",

@@ -834,6 +834,77 @@ pub async fn stats_count_states(s: &dyn Store) {
     assert_eq!(empty, TopicStats::default());
 }
 
+/// Bury sends a held job to the dead letters at once, whatever attempts are
+/// left; only the holder may do it.
+pub async fn bury_goes_dead_at_once(s: &dyn Store) {
+    let t = topic("bury");
+    put(s, &t, job("j", When::DelayMs(0)), T0).await;
+    let l = s.claim(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    assert!(matches!(
+        s.bury(&t, &id("j"), "stale", "x", T0).await,
+        Err(StoreError::LeaseMismatch)
+    ));
+    s.bury(&t, &id("j"), &l.token, "unknown event \"x\"", T0 + 5)
+        .await
+        .unwrap();
+    let info = s.get(&t, &id("j")).await.unwrap().unwrap();
+    assert_eq!((info.state, info.attempts), (JobState::Dead, 1));
+    assert_eq!(info.died_at_ms, Some(T0 + 5));
+    assert_eq!(info.last_error.as_deref(), Some("unknown event \"x\""));
+    let st = s.stats(&t, T0).await.unwrap();
+    assert_eq!((st.dead, st.reserved, st.counters.dead), (1, 0, 1));
+    assert!(matches!(
+        s.bury(&t, &id("j"), &l.token, "again", T0).await,
+        Err(StoreError::NotInState(JobState::Dead))
+    ));
+}
+
+/// Release gives a held job back after a delay without counting the attempt.
+pub async fn release_does_not_count_the_attempt(s: &dyn Store) {
+    let t = topic("release");
+    let mut j = job("j", When::DelayMs(0));
+    j.max_attempts = Some(1);
+    put(s, &t, j, T0).await;
+    for round in 0..3u64 {
+        let now = T0 + round * 1000;
+        let l = s.claim(&t, 1, None, now).await.unwrap().leases.remove(0);
+        assert_eq!(l.attempt, 1, "released attempts are not counted");
+        let due = s
+            .release(&t, &id("j"), &l.token, 500, now + 10)
+            .await
+            .unwrap();
+        assert_eq!(due, now + 510);
+        assert!(matches!(
+            s.ack(&t, &id("j"), &l.token).await,
+            Err(StoreError::LeaseMismatch)
+        ));
+        assert!(
+            s.claim(&t, 1, None, now + 509)
+                .await
+                .unwrap()
+                .leases
+                .is_empty()
+        );
+    }
+    let st = s.stats(&t, T0).await.unwrap();
+    assert_eq!((st.scheduled, st.reserved, st.counters.failed), (1, 0, 0));
+    let l = s
+        .claim(&t, 1, None, T0 + 5000)
+        .await
+        .unwrap()
+        .leases
+        .remove(0);
+    let now_due = s
+        .release(&t, &id("j"), &l.token, 0, T0 + 5000)
+        .await
+        .unwrap();
+    assert_eq!(now_due, T0 + 5000);
+    assert_eq!(
+        s.get(&t, &id("j")).await.unwrap().unwrap().state,
+        JobState::Ready
+    );
+}
+
 /// Instantiates every scenario as a `#[tokio::test]`. `$make` is an async
 /// block returning `(store, guard)`: a fresh empty store and whatever must
 /// live as long as it (a Redis server, a temp dir).
@@ -858,7 +929,9 @@ macro_rules! conformance_tests {
             reschedule_only_while_waiting,
             get_reports_job_and_bodies_round_trip,
             topic_config_and_listing,
-            stats_count_states
+            stats_count_states,
+            bury_goes_dead_at_once,
+            release_does_not_count_the_attempt
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {

@@ -146,10 +146,11 @@ local function trim_dead(K, cap)
 end
 
 -- A failed attempt of reserved job `id`: retry after a wait, or dead when
--- it was the last attempt. `retry_in` (ms) overrides the policy when given.
+-- it was the last attempt (or `bury` is true). `retry_in` (ms) overrides the
+-- policy when given.
 -- Returns due ms of the retry (or -1 when dead), whether to wake, and the
 -- number of the attempt that failed.
-local function fail(K, cfg, id, jk, now, err, retry_in, rand)
+local function fail(K, cfg, id, jk, now, err, retry_in, rand, bury)
   local f = redis.call('HMGET', jk, 'a', 'm', 'r')
   local attempts = tonumber(f[1]) or 0
   local max = tonumber(f[2]) or cfg.max_attempts
@@ -157,7 +158,7 @@ local function fail(K, cfg, id, jk, now, err, retry_in, rand)
   redis.call('HDEL', jk, 't', 'u')
   redis.call('HSET', jk, 'e', err)
   redis.call('HINCRBY', K.ctr, 'failed', 1)
-  if attempts >= max then
+  if bury or attempts >= max then
     redis.call('HSET', jk, 's', 'd', 'x', fmt(now))
     redis.call('ZADD', K.dead, now, id)
     redis.call('HINCRBY', K.ctr, 'dead', 1)

@@ -12,7 +12,7 @@ local cfg = nil
 local jobs = {}
 for i, id in ipairs(ids) do
   if cfg == nil then cfg = topic_cfg(K) end
-  local due, w, attempt = fail(K, cfg, id, K.job .. id, now, 'lease expired', nil, rand_at(seed, i))
+  local due, w, attempt = fail(K, cfg, id, K.job .. id, now, 'lease expired', nil, rand_at(seed, i), false)
   if due < 0 then dead = dead + 1 else retried = retried + 1 end
   if w then woke = true end
   jobs[#jobs + 1] = id

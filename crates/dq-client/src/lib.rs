@@ -1,0 +1,56 @@
+//! dq-client: use dq from Rust.
+//!
+//! - [`Client`]: a typed async client for the whole HTTP API (enqueue, batch
+//!   enqueue, get, cancel, reschedule, reserve, ack, nack, bury, release,
+//!   touch, topics, dead letters). Connections are pooled; idempotent calls
+//!   are retried on transient errors; errors are an [`Error`] enum mirroring
+//!   the API's codes.
+//! - [`Worker`]: reserves due jobs in batches and runs a handler per topic and
+//!   event, at most `concurrency` at once; extends the lease of long
+//!   handlers; acks in batches; a panicking handler is a failed attempt; on
+//!   shutdown it stops reserving, gives back jobs not started and lets
+//!   running handlers finish within a grace period.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use dq_client::{Client, NewJob, Outcome, Worker};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn demo() -> dq_client::Result<()> {
+//! let client = Client::new("http://127.0.0.1:7070")?;
+//! // Producer: close order 42 in 30 minutes unless it is paid.
+//! client
+//!     .enqueue("orders", &NewJob::json(serde_json::json!({"event": "order.timeout", "order": 42}))
+//!         .id("order-42")
+//!         .delay(Duration::from_secs(1800)))
+//!     .await?;
+//! // Paid: cancel the timeout.
+//! client.cancel("orders", "order-42").await?;
+//!
+//! // Consumer.
+//! let shutdown = CancellationToken::new();
+//! Worker::new(client)
+//!     .topic("orders")
+//!     .handle("order.timeout", |task| async move {
+//!         let order: serde_json::Value = task.json().unwrap_or_default();
+//!         println!("closing order {}", order["order"]);
+//!         Outcome::Done
+//!     })
+//!     .concurrency(16)
+//!     .run(shutdown)
+//!     .await
+//! # }
+//! ```
+//!
+//! The client uses reqwest with rustls but no crypto provider of its own: for
+//! `https://` servers, install one at start
+//! (`rustls::crypto::ring::default_provider().install_default()`).
+
+mod client;
+mod error;
+mod worker;
+
+pub use client::{Ack, Client, Enqueued, Job, Leased, Nacked, NewJob, Reserve, TopicInfo};
+pub use dq_core::{JobState, RetryPolicy, TopicConfig, TopicConfigPatch, TopicStats};
+pub use error::{Error, Result};
+pub use worker::{Outcome, Task, Worker, WorkerStats};
