@@ -167,52 +167,38 @@ pub(crate) fn decode_claimed(topic: &Topic, v: Value) -> StoreResult<Claimed> {
     })
 }
 
-/// A job hash (HGETALL) to [`JobInfo`]; `None` for a missing job.
-pub(crate) fn decode_job(id: JobId, fields: Vec<(String, Vec<u8>)>) -> Option<JobInfo> {
-    if fields.is_empty() {
-        return None;
+/// The `get` script's reply (14 values per job) to [`JobInfo`]s.
+pub(crate) fn decode_jobs(v: Value) -> StoreResult<Vec<JobInfo>> {
+    let items = array(v)?;
+    if !items.len().is_multiple_of(14) {
+        return Err(protocol("get reply length"));
     }
-    let mut info = JobInfo {
-        id,
-        state: JobState::Scheduled,
-        due_at_ms: 0,
-        priority: DEFAULT_PRIORITY,
-        attempts: 0,
-        max_attempts: None,
-        lease_ms: None,
-        last_error: None,
-        created_at_ms: 0,
-        lease_deadline_ms: None,
-        died_at_ms: None,
-        body: Body::Bytes(Vec::new()),
-    };
-    let mut body = Vec::new();
-    let mut is_json = false;
-    let num = |v: &[u8]| -> u64 {
-        std::str::from_utf8(v)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0)
-    };
-    for (k, v) in fields {
-        match k.as_str() {
-            "b" => body = v,
-            "k" => is_json = v == b"j",
-            "s" => info.state = state_of(std::str::from_utf8(&v).unwrap_or("")).ok()?,
-            "d" => info.due_at_ms = num(&v),
-            "p" => info.priority = num(&v) as u32,
-            "a" => info.attempts = num(&v) as u32,
-            "m" => info.max_attempts = Some(num(&v) as u32),
-            "L" => info.lease_ms = Some(num(&v)),
-            "e" => info.last_error = Some(String::from_utf8_lossy(&v).into_owned()),
-            "c" => info.created_at_ms = num(&v),
-            "u" => info.lease_deadline_ms = Some(num(&v)),
-            "x" => info.died_at_ms = Some(num(&v)),
-            _ => {}
-        }
-    }
-    info.body = Body::from_stored(body, is_json);
-    Some(info)
+    let opt = |v: &Value| -> StoreResult<Option<u64>> { Ok(opt_time(int(v)?)) };
+    items
+        .chunks(14)
+        .map(|c| {
+            let id = JobId::new(string(&c[0])?).map_err(|_| protocol("bad id"))?;
+            let kind = string(&c[6])?;
+            Ok(JobInfo {
+                id,
+                state: state_of(&string(&c[1])?)?,
+                due_at_ms: int(&c[2])? as u64,
+                priority: int(&c[3])? as u32,
+                attempts: int(&c[4])? as u32,
+                created_at_ms: int(&c[5])? as u64,
+                body: Body::from_stored(bytes(c[7].clone())?, kind == "j"),
+                max_attempts: opt(&c[8])?.map(|v| v as u32),
+                lease_ms: opt(&c[9])?,
+                lease_deadline_ms: opt(&c[10])?,
+                died_at_ms: opt(&c[11])?,
+                last_error: if int(&c[12])? == 1 {
+                    Some(String::from_utf8_lossy(&bytes(c[13].clone())?).into_owned())
+                } else {
+                    None
+                },
+            })
+        })
+        .collect()
 }
 
 /// The topic config hash to a [`TopicConfig`], defaults for missing fields.

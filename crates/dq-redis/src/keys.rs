@@ -4,7 +4,7 @@
 //! touches one Cluster slot. Topic names cannot hold `{` or `}` (see
 //! `dq_core::Topic`), so the tag is always the whole name.
 
-use dq_core::{JobId, Topic};
+use dq_core::Topic;
 
 /// Key builder for one namespace (default `dq`).
 #[derive(Debug, Clone)]
@@ -37,9 +37,6 @@ impl TopicKeys {
     pub(crate) fn cfg(&self) -> &str {
         &self.all[5]
     }
-    pub(crate) fn job(&self, id: &str) -> String {
-        format!("{}{id}", self.all[6])
-    }
 }
 
 impl Keys {
@@ -60,7 +57,7 @@ impl Keys {
         format!("{}:wake", self.prefix)
     }
 
-    /// The keys of one topic: sched, ready, lease, dead, ctr, cfg, job prefix.
+    /// The keys of one topic: sched, ready, lease, dead, ctr, cfg, jobs.
     pub(crate) fn topic(&self, topic: &Topic) -> TopicKeys {
         let base = format!("{}:{{{}}}:", self.prefix, topic.as_str());
         TopicKeys {
@@ -71,14 +68,9 @@ impl Keys {
                 format!("{base}dead"),
                 format!("{base}ctr"),
                 format!("{base}cfg"),
-                format!("{base}j:"),
+                format!("{base}jobs"),
             ],
         }
-    }
-
-    /// One job's hash.
-    pub fn job(&self, topic: &Topic, id: &JobId) -> String {
-        format!("{}:{{{}}}:j:{}", self.prefix, topic.as_str(), id.as_str())
     }
 }
 
@@ -94,7 +86,7 @@ mod tests {
         for key in &tk.all {
             assert!(key.starts_with("dq:{orders}:"), "{key}");
         }
-        assert_eq!(tk.job("42"), k.job(&t, &JobId::new("42").unwrap()));
+        assert_eq!(tk.all[6], "dq:{orders}:jobs");
         assert_eq!(k.topics(), "dq:topics");
     }
 }

@@ -198,11 +198,6 @@ impl RedisStore {
         let mut conn = self.conn.clone();
         inv.invoke_async(&mut conn).await.map_err(unavailable)
     }
-
-    async fn hgetall(&self, key: &str) -> StoreResult<Vec<(String, Vec<u8>)>> {
-        let mut conn = self.conn.clone();
-        conn.hgetall(key).await.map_err(unavailable)
-    }
 }
 
 fn unavailable(e: redis::RedisError) -> StoreError {
@@ -266,8 +261,10 @@ impl Store for RedisStore {
     }
 
     async fn get(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobInfo>> {
-        let fields = self.hgetall(&self.keys.job(topic, id)).await?;
-        Ok(decode_job(id.clone(), fields))
+        let v = self
+            .run(&self.scripts.get, topic, &[b"i", id.as_str().as_bytes()])
+            .await?;
+        Ok(decode_jobs(v)?.pop())
     }
 
     async fn cancel(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobState>> {
@@ -473,27 +470,14 @@ impl Store for RedisStore {
         offset: usize,
         limit: usize,
     ) -> StoreResult<Vec<JobInfo>> {
-        let tk = self.keys.topic(topic);
-        let mut conn = self.conn.clone();
-        let stop = offset as isize + limit.max(1) as isize - 1;
-        let ids: Vec<String> = conn
-            .zrange(tk.dead(), offset as isize, stop)
-            .await
-            .map_err(unavailable)?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = redis::pipe();
-        for id in &ids {
-            pipe.hgetall(tk.job(id));
-        }
-        let hashes: Vec<Vec<(String, Vec<u8>)>> =
-            pipe.query_async(&mut conn).await.map_err(unavailable)?;
-        Ok(ids
-            .into_iter()
-            .zip(hashes)
-            .filter_map(|(id, h)| JobId::new(id).ok().and_then(|id| decode_job(id, h)))
-            .collect())
+        let v = self
+            .run(
+                &self.scripts.get,
+                topic,
+                &[b"d", &n(offset as u64), &n(limit.max(1) as u64)],
+            )
+            .await?;
+        decode_jobs(v)
     }
 
     async fn replay_dead(

@@ -29,6 +29,7 @@ pub(crate) struct Scripts {
     pub(crate) replay_dead: Script,
     pub(crate) purge_dead: Script,
     pub(crate) delete_topic: Script,
+    pub(crate) get: Script,
 }
 
 impl Scripts {
@@ -59,11 +60,13 @@ impl Scripts {
             replay_dead: s(include_str!("lua/replay_dead.lua")),
             purge_dead: s(include_str!("lua/purge_dead.lua")),
             delete_topic: s(include_str!("lua/delete_topic.lua")),
+            get: s(include_str!("lua/get.lua")),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 13] {
+    pub(crate) fn all(&self) -> [&Script; 14] {
         [
+            &self.get,
             &self.release,
             &self.enqueue,
             &self.claim,

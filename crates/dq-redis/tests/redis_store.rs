@@ -33,8 +33,8 @@ fn keys(conn: &mut redis::Connection) -> Vec<String> {
     k
 }
 
-/// Schedule members are ids (never bodies); job hashes, bodies included, are
-/// deleted on ack, cancel and purge, leaving only the topic's counters.
+/// Schedule members are ids (never bodies); job records, bodies included,
+/// are deleted on ack, cancel and purge, leaving only the topic's counters.
 #[tokio::test]
 async fn keyspace_holds_ids_and_frees_bodies() {
     let server = RedisServer::start();
@@ -64,14 +64,13 @@ async fn keyspace_holds_ids_and_frees_bodies() {
         vec![
             "dq:topics",
             "dq:{keys}:ctr",
-            "dq:{keys}:j:a",
-            "dq:{keys}:j:b",
-            "dq:{keys}:j:c",
-            "dq:{keys}:j:later",
+            "dq:{keys}:jobs",
             "dq:{keys}:ready",
             "dq:{keys}:sched",
         ]
     );
+    let records: Vec<String> = conn.hkeys("dq:{keys}:jobs").unwrap();
+    assert_eq!(records.len(), 4, "one record per job: {records:?}");
 
     let mut leases = s.claim(&t, 3, None, T0).await.unwrap().leases;
     let c = leases.pop().unwrap();
@@ -94,7 +93,7 @@ async fn keyspace_holds_ids_and_frees_bodies() {
     assert_eq!(
         keys(&mut conn),
         vec!["dq:topics", "dq:{keys}:cfg", "dq:{keys}:ctr"],
-        "no job hash, schedule, ready, lease or dead key is left"
+        "no job record (body included), schedule, ready, lease or dead key is left"
     );
 }
 

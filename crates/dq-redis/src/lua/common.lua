@@ -9,13 +9,23 @@
 --   K.dead   ZSET  score = died-at ms,    member = id
 --   K.ctr    HASH  counters and the enqueue sequence (field "seq")
 --   K.cfg    HASH  topic config fields (missing fields take DEFAULTS)
---   K.job    prefix of job hashes: K.job .. id
--- Job hash fields:
---   b body, k kind (j json | b bytes), d due ms, p priority, q seq,
---   a attempts handed out, s state (s scheduled | y ready | r reserved | d dead),
---   m max_attempts override, L lease override, r retry override (encoded),
---   e last error, c created ms, t lease token, u lease deadline, x died-at ms.
+--   K.jobs   HASH  id -> the job's record (see load/save)
+-- A job record is one MessagePack string of 15 values, in this order (nil
+-- when absent), read by load() into a table with these fields:
+--   d due ms, p priority, q seq, a attempts handed out,
+--   s state (s scheduled | y ready | r reserved | d dead), c created ms,
+--   k kind (j json | b bytes), b body, m max_attempts override,
+--   L lease override, r retry override (encoded), e last error,
+--   t lease token, u lease deadline, x died-at ms.
+-- One string per job in one hash per topic keeps a job at ~150 bytes of
+-- Redis memory (a hash per job with a 64-byte body is several times that).
 -- Time is always ARGV "now"; no script reads the server clock.
+
+-- Every script gets the same KEYS (see keys.rs) and ARGV[1] = topic name.
+local K = {
+  sched = KEYS[1], ready = KEYS[2], lease = KEYS[3], dead = KEYS[4],
+  ctr = KEYS[5], cfg = KEYS[6], jobs = KEYS[7],
+}
 
 local function num(v, default)
   local n = tonumber(v)
@@ -79,29 +89,43 @@ local function rand_at(seed, i)
   return x - math.floor(x)
 end
 
--- Puts job `id` (hash already written, fields d p q set) where its due time
--- says: ready if due, else scheduled. Returns true if a waiting consumer
--- should be woken (the job is due now or is the new head of the schedule).
-local function place(K, id, jk, due, now)
+-- The job record of `id`, or nil.
+local function load(id)
+  local raw = redis.call('HGET', K.jobs, id)
+  if not raw then return nil end
+  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x = cmsgpack.unpack(raw)
+  return {d = d, p = p, q = q, a = a, s = s, c = c, k = k, b = b,
+          m = m, L = L, r = r, e = e, t = t, u = u, x = x}
+end
+
+-- Writes the job record of `id`.
+local function save(id, j)
+  redis.call('HSET', K.jobs, id, cmsgpack.pack(j.d, j.p, j.q, j.a, j.s, j.c, j.k, j.b,
+    j.m, j.L, j.r, j.e, j.t, j.u, j.x))
+end
+
+-- Puts job `id` (record `j`, not yet saved) where `due` says: ready if due,
+-- else scheduled; sets j.d and j.s. Returns true if a waiting consumer should
+-- be woken (the job is due now or is the new head of the schedule).
+local function place(K, id, j, due, now)
+  j.d = due
   if due <= now then
-    local pq = redis.call('HMGET', jk, 'p', 'q')
-    redis.call('ZADD', K.ready, tonumber(pq[1]), ready_member(due, tonumber(pq[2]), id))
-    redis.call('HSET', jk, 's', 'y')
+    redis.call('ZADD', K.ready, j.p, ready_member(due, j.q, id))
+    j.s = 'y'
     return true
   end
   local head = redis.call('ZRANGE', K.sched, 0, 0, 'WITHSCORES')
   redis.call('ZADD', K.sched, due, id)
-  redis.call('HSET', jk, 's', 's')
+  j.s = 's'
   return head[2] == nil or due < tonumber(head[2])
 end
 
 -- Takes a waiting job out of the schedule or the ready set.
-local function unplace(K, id, jk, state)
-  if state == 's' then
+local function unplace(K, id, j)
+  if j.s == 's' then
     redis.call('ZREM', K.sched, id)
-  elseif state == 'y' then
-    local dq = redis.call('HMGET', jk, 'd', 'q')
-    redis.call('ZREM', K.ready, ready_member(tonumber(dq[1]), tonumber(dq[2]), id))
+  elseif j.s == 'y' then
+    redis.call('ZREM', K.ready, ready_member(j.d, j.q, id))
   end
 end
 
@@ -112,12 +136,12 @@ local function promote(K, now, max)
   local moved = 0
   for i = 1, #ids, 2 do
     local id, due = ids[i], tonumber(ids[i + 1])
-    local jk = K.job .. id
-    local pq = redis.call('HMGET', jk, 'p', 'q')
+    local j = load(id)
     redis.call('ZREM', K.sched, id)
-    if pq[1] then
-      redis.call('ZADD', K.ready, tonumber(pq[1]), ready_member(due, tonumber(pq[2]), id))
-      redis.call('HSET', jk, 's', 'y')
+    if j and j.s == 's' then
+      redis.call('ZADD', K.ready, j.p, ready_member(due, j.q, id))
+      j.s = 'y'
+      save(id, j)
       moved = moved + 1
     end
   end
@@ -137,39 +161,47 @@ local function trim_dead(K, cap)
   if over <= 0 then return 0 end
   if over > 1000 then over = 1000 end
   local ids = redis.call('ZRANGE', K.dead, 0, over - 1)
-  for _, id in ipairs(ids) do
-    redis.call('DEL', K.job .. id)
-  end
+  if #ids > 0 then redis.call('HDEL', K.jobs, unpack(ids)) end
   redis.call('ZREMRANGEBYRANK', K.dead, 0, over - 1)
   redis.call('HINCRBY', K.ctr, 'dead_dropped', #ids)
   return #ids
 end
 
--- A failed attempt of reserved job `id`: retry after a wait, or dead when
--- it was the last attempt (or `bury` is true). `retry_in` (ms) overrides the
--- policy when given.
--- Returns due ms of the retry (or -1 when dead), whether to wake, and the
--- number of the attempt that failed.
-local function fail(K, cfg, id, jk, now, err, retry_in, rand, bury)
-  local f = redis.call('HMGET', jk, 'a', 'm', 'r')
-  local attempts = tonumber(f[1]) or 0
-  local max = tonumber(f[2]) or cfg.max_attempts
+-- A failed attempt of reserved job `id` (record `j`): retry after a wait, or
+-- dead when it was the last attempt (or `bury` is true). `retry_in` (ms)
+-- overrides the policy when given. Saves the record. Returns due ms of the
+-- retry (or -1 when dead), whether to wake, and the failed attempt's number.
+local function fail(K, cfg, id, j, now, err, retry_in, rand, bury)
+  local attempts = j.a or 0
+  local max = j.m or cfg.max_attempts
   redis.call('ZREM', K.lease, id)
-  redis.call('HDEL', jk, 't', 'u')
-  redis.call('HSET', jk, 'e', err)
+  j.t, j.u, j.e = nil, nil, err
   redis.call('HINCRBY', K.ctr, 'failed', 1)
   if bury or attempts >= max then
-    redis.call('HSET', jk, 's', 'd', 'x', fmt(now))
+    j.s, j.x = 'd', now
+    save(id, j)
     redis.call('ZADD', K.dead, now, id)
     redis.call('HINCRBY', K.ctr, 'dead', 1)
     trim_dead(K, cfg.dead_cap)
     return -1, false, attempts
   end
   local wait = retry_in
-  if wait == nil then wait = backoff(f[3] or cfg.retry, attempts, rand) end
+  if wait == nil then wait = backoff(j.r or cfg.retry, attempts, rand) end
   local due = now + wait
-  redis.call('HSET', jk, 'd', fmt(due))
-  return due, place(K, id, jk, due, now), attempts
+  local woke = place(K, id, j, due, now)
+  save(id, j)
+  return due, woke, attempts
+end
+
+-- The lease holder check of ack, nack, touch, bury and release: returns the
+-- record, or a status reply. A waiting job has no lease, so any token is
+-- stale; a dead one says so.
+local function held(id, token)
+  local j = load(id)
+  if not j then return nil, {-1} end
+  if j.s == 'd' then return nil, {-3, 'd'} end
+  if j.s ~= 'r' or j.t ~= token then return nil, {-2} end
+  return j, nil
 end
 
 -- Tells every dq instance (in-process waiters and the dispatcher) that
@@ -178,9 +210,4 @@ local function wake()
   redis.call('PUBLISH', WAKE_CHANNEL, ARGV[1])
 end
 
--- Every script gets the same KEYS (see keys.rs) and ARGV[1] = topic name.
-local K = {
-  sched = KEYS[1], ready = KEYS[2], lease = KEYS[3], dead = KEYS[4],
-  ctr = KEYS[5], cfg = KEYS[6], job = KEYS[7],
-}
 

@@ -6,7 +6,7 @@
 --   kind (j | b), body, replace (1 | 0)
 -- Returns: 3 per job: outcome (1 created | 2 replaced | 0 exists),
 --   due ms, state letter (s | y | r | d).
--- Side effects: job hashes, sched/ready, ctr.enqueued and ctr.seq; one
+-- Side effects: job records, sched/ready, ctr.enqueued and ctr.seq; one
 --   PUBLISH on WAKE_CHANNEL when a job is due now or is the new schedule head.
 -- The schedule's head is read once and kept in `head` over the batch (it
 -- decides the wake-up exactly as place() does, without a read per job).
@@ -18,20 +18,18 @@ local created = 0
 local head = next_due(K)
 for i = 3, #ARGV, 10 do
   local id = ARGV[i]
-  local jk = K.job .. id
   local wk, wv = ARGV[i + 1], tonumber(ARGV[i + 2])
-  local old = redis.call('HMGET', jk, 's', 'd')
+  local old = load(id)
   local outcome = 1
-  if old[1] then
-    if ARGV[i + 9] == '1' and (old[1] == 's' or old[1] == 'y') then
-      unplace(K, id, jk, old[1])
-      redis.call('DEL', jk)
-      if old[1] == 's' and tonumber(old[2]) == head then head = next_due(K) end
+  if old then
+    if ARGV[i + 9] == '1' and (old.s == 's' or old.s == 'y') then
+      unplace(K, id, old)
+      if old.s == 's' and old.d == head then head = next_due(K) end
       outcome = 2
     else
       out[#out + 1] = 0
-      out[#out + 1] = tonumber(old[2])
-      out[#out + 1] = old[1]
+      out[#out + 1] = old.d
+      out[#out + 1] = old.s
       outcome = 0
     end
   end
@@ -45,28 +43,27 @@ for i = 3, #ARGV, 10 do
       if cfg == nil then cfg = topic_cfg(K) end
       due = now + cfg.default_delay_ms
     end
-    local seq = redis.call('HINCRBY', K.ctr, 'seq', 1)
-    local state = 's'
-    if due <= now then state = 'y' end
-    redis.call('HSET', jk, 'b', ARGV[i + 8], 'k', ARGV[i + 7], 'd', fmt(due),
-      'p', ARGV[i + 3], 'q', fmt(seq), 'a', '0', 'c', fmt(now), 's', state)
-    if ARGV[i + 4] ~= '' then redis.call('HSET', jk, 'm', ARGV[i + 4]) end
-    if ARGV[i + 5] ~= '' then redis.call('HSET', jk, 'L', ARGV[i + 5]) end
-    if ARGV[i + 6] ~= '' then redis.call('HSET', jk, 'r', ARGV[i + 6]) end
-    if state == 'y' then
-      redis.call('ZADD', K.ready, tonumber(ARGV[i + 3]), ready_member(due, seq, id))
+    local j = {d = due, p = tonumber(ARGV[i + 3]), q = redis.call('HINCRBY', K.ctr, 'seq', 1),
+               a = 0, c = now, k = ARGV[i + 7], b = ARGV[i + 8],
+               m = tonumber(ARGV[i + 4]), L = tonumber(ARGV[i + 5])}
+    if ARGV[i + 6] ~= '' then j.r = ARGV[i + 6] end
+    if due <= now then
+      j.s = 'y'
+      redis.call('ZADD', K.ready, j.p, ready_member(due, j.q, id))
       woke = true
     else
+      j.s = 's'
       redis.call('ZADD', K.sched, due, id)
       if head < 0 or due < head then
         woke = true
         head = due
       end
     end
+    save(id, j)
     if outcome == 1 then created = created + 1 end
     out[#out + 1] = outcome
     out[#out + 1] = due
-    out[#out + 1] = state
+    out[#out + 1] = j.s
   end
 end
 if created > 0 then redis.call('HINCRBY', K.ctr, 'enqueued', created) end

@@ -2,8 +2,10 @@
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, max
 -- Returns: number deleted
--- Side effects: DEL job hashes, ZREM dead.
+-- Side effects: HDEL job records, ZREM dead.
 local ids = redis.call('ZRANGE', K.dead, 0, tonumber(ARGV[2]) - 1)
-for _, id in ipairs(ids) do redis.call('DEL', K.job .. id) end
-if #ids > 0 then redis.call('ZREMRANGEBYRANK', K.dead, 0, #ids - 1) end
+if #ids > 0 then
+  redis.call('HDEL', K.jobs, unpack(ids))
+  redis.call('ZREMRANGEBYRANK', K.dead, 0, #ids - 1)
+end
 return #ids

@@ -2,7 +2,7 @@
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, now, max, then ids (none: the `max` oldest dead letters)
 -- Returns: number replayed (ids not dead are skipped)
--- Side effects: dead -> ready, job hash a=0, x removed; ctr.replayed + n; PUBLISH.
+-- Side effects: dead -> ready, job record a=0, x cleared; ctr.replayed + n; PUBLISH.
 local now, max = tonumber(ARGV[2]), tonumber(ARGV[3])
 local ids = {}
 if #ARGV > 3 then
@@ -12,12 +12,12 @@ else
 end
 local n = 0
 for _, id in ipairs(ids) do
-  local jk = K.job .. id
-  if redis.call('HGET', jk, 's') == 'd' then
+  local j = load(id)
+  if j and j.s == 'd' then
     redis.call('ZREM', K.dead, id)
-    redis.call('HSET', jk, 'a', '0', 'd', fmt(now))
-    redis.call('HDEL', jk, 'x')
-    place(K, id, jk, now, now)
+    j.a, j.x = 0, nil
+    place(K, id, j, now, now)
+    save(id, j)
     n = n + 1
   end
 end

@@ -11,15 +11,20 @@ local retried, dead, woke = 0, 0, false
 local cfg = nil
 local jobs = {}
 for i, id in ipairs(ids) do
-  if cfg == nil then cfg = topic_cfg(K) end
-  local due, w, attempt = fail(K, cfg, id, K.job .. id, now, 'lease expired', nil, rand_at(seed, i), false)
-  if due < 0 then dead = dead + 1 else retried = retried + 1 end
-  if w then woke = true end
-  jobs[#jobs + 1] = id
-  jobs[#jobs + 1] = attempt
-  jobs[#jobs + 1] = due
+  local j = load(id)
+  if j and j.s == 'r' then
+    if cfg == nil then cfg = topic_cfg(K) end
+    local due, w, attempt = fail(K, cfg, id, j, now, 'lease expired', nil, rand_at(seed, i), false)
+    if due < 0 then dead = dead + 1 else retried = retried + 1 end
+    if w then woke = true end
+    jobs[#jobs + 1] = id
+    jobs[#jobs + 1] = attempt
+    jobs[#jobs + 1] = due
+  else
+    redis.call('ZREM', K.lease, id)
+  end
 end
-if #ids > 0 then redis.call('HINCRBY', K.ctr, 'expired', #ids) end
+if #jobs > 0 then redis.call('HINCRBY', K.ctr, 'expired', #jobs / 3) end
 if woke then wake() end
 local head = redis.call('ZRANGE', K.lease, 0, 0, 'WITHSCORES')
 local nxt = -1

@@ -2,15 +2,14 @@
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, id, due ms, now
 -- Returns: {1} | {-1} not found | {-3, state} reserved or dead
--- Side effects: sched/ready, job hash d and s; PUBLISH when it becomes due
+-- Side effects: sched/ready, job record d and s; PUBLISH when it becomes due
 --   now or the new head.
 local id = ARGV[2]
-local jk = K.job .. id
-local state = redis.call('HGET', jk, 's')
-if not state then return {-1} end
-if state ~= 's' and state ~= 'y' then return {-3, state} end
-unplace(K, id, jk, state)
-local due = tonumber(ARGV[3])
-redis.call('HSET', jk, 'd', fmt(due))
-if place(K, id, jk, due, tonumber(ARGV[4])) then wake() end
+local j = load(id)
+if not j then return {-1} end
+if j.s ~= 's' and j.s ~= 'y' then return {-3, j.s} end
+unplace(K, id, j)
+local woke = place(K, id, j, tonumber(ARGV[3]), tonumber(ARGV[4]))
+save(id, j)
+if woke then wake() end
 return {1}
