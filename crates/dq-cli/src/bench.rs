@@ -86,6 +86,23 @@ enum Scenario {
         #[arg(long, default_value_t = 64)]
         body_bytes: usize,
     },
+    /// With N jobs scheduled a day ahead: batch enqueue speed, then a steady
+    /// flow's lateness (compare N = 10000 with 1000000 and more)
+    Backlog {
+        #[arg(long, default_value_t = 1_000_000)]
+        scheduled: usize,
+        /// Jobs in the enqueue measurement
+        #[arg(long, default_value_t = 100_000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 2000)]
+        rate: usize,
+        #[arg(long, default_value = "10s")]
+        duration: String,
+        #[arg(long, default_value = "1s..3s")]
+        delay: String,
+        #[arg(long, default_value_t = 8)]
+        consumers: usize,
+    },
     /// Store bytes per scheduled job: N jobs of a body size, measured on the
     /// embedded store's directory or Redis' INFO memory
     Storage {
@@ -355,6 +372,105 @@ fn print(result: &Value) {
     println!("{result}");
 }
 
+/// The parameters of a steady flow.
+struct SteadyPlan {
+    rate: usize,
+    secs: f64,
+    delay: (u64, u64),
+    consumers: usize,
+    max: usize,
+    body_bytes: usize,
+}
+
+impl SteadyPlan {
+    fn parse(
+        rate: usize,
+        duration: &str,
+        delay: &str,
+        consumers: usize,
+        max: usize,
+        body_bytes: usize,
+    ) -> Result<Self> {
+        Ok(Self {
+            rate: rate.max(1),
+            secs: humantime::parse_duration(duration)
+                .context("--duration")?
+                .as_secs_f64(),
+            delay: range_ms(delay)?,
+            consumers,
+            max,
+            body_bytes,
+        })
+    }
+}
+
+/// `rate` jobs/s for `secs`, delays uniform in `delay`, consumed as they fall due.
+async fn steady(api: &Api, topic: &str, run_id: &str, p: &SteadyPlan) -> Result<Value> {
+    let (a, b) = p.delay;
+    let jobs = (p.rate as f64 * p.secs) as usize;
+    let pb = progress(jobs as u64, "handed out");
+    let deadline = Instant::now()
+        + Duration::from_secs_f64(p.secs)
+        + Duration::from_millis(b)
+        + Duration::from_secs(60);
+    let consumer = {
+        let (api, topic, pb) = (api.clone(), topic.to_string(), pb.clone());
+        let (consumers, max) = (p.consumers, p.max);
+        tokio::spawn(
+            async move { consume(&api, &topic, consumers, max, jobs, deadline, &pb).await },
+        )
+    };
+    // A tick every 10 ms enqueues the jobs the rate owes by then.
+    let bd = body(p.body_bytes);
+    let t0 = Instant::now();
+    let mut sent = 0usize;
+    let mut errors = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_millis(10));
+    while sent < jobs {
+        tick.tick().await;
+        let owed = ((t0.elapsed().as_secs_f64() * p.rate as f64) as usize).min(jobs);
+        if owed <= sent {
+            continue;
+        }
+        let batch: Vec<Value> = (sent..owed)
+            .map(|i| {
+                let d = a + if b > a {
+                    rand::random_range(0..=(b - a))
+                } else {
+                    0
+                };
+                json!({"id": format!("{run_id}-{i}"), "body": bd, "delay_ms": d})
+            })
+            .collect();
+        for chunk in batch.chunks(1000) {
+            if api
+                .post(
+                    &format!("/v1/topics/{topic}/jobs:batch"),
+                    &json!({ "jobs": chunk }),
+                )
+                .await
+                .is_err()
+            {
+                errors += chunk.len() as u64;
+            }
+        }
+        sent = owed;
+    }
+    let obs = consumer.await??;
+    pb.finish_and_clear();
+    let dup: u64 = obs
+        .seen
+        .values()
+        .map(|c| (*c as u64).saturating_sub(1))
+        .sum();
+    Ok(
+        json!({"rate": p.rate, "seconds": p.secs, "delay_ms": [a, b], "jobs": jobs,
+              "consumers": p.consumers, "enqueue_errors": errors,
+              "lateness": lateness_json(&obs.lateness),
+              "lost": jobs.saturating_sub(obs.seen.len()), "duplicated": dup, "early": obs.early}),
+    )
+}
+
 fn body(bytes: usize) -> Value {
     Value::String("x".repeat(bytes))
 }
@@ -374,6 +490,7 @@ impl BenchArgs {
             Scenario::Enqueue { .. } => "enqueue",
             Scenario::Drain { .. } => "drain",
             Scenario::Steady { .. } => "steady",
+            Scenario::Backlog { .. } => "backlog",
             Scenario::Storage { .. } => "storage",
         };
         let topic = self
@@ -460,63 +577,49 @@ impl BenchArgs {
                 max,
                 body_bytes,
             } => {
-                let (a, b) = range_ms(&delay)?;
-                let secs = humantime::parse_duration(&duration)
-                    .context("--duration")?
-                    .as_secs_f64();
-                let jobs = (rate as f64 * secs) as usize;
-                let pb = progress(jobs as u64, "handed out");
-                let deadline = Instant::now()
-                    + Duration::from_secs_f64(secs)
-                    + Duration::from_millis(b)
-                    + Duration::from_secs(60);
-                let consumer = {
-                    let (api, topic, pb) = (api.clone(), topic.clone(), pb.clone());
-                    tokio::spawn(async move {
-                        consume(&api, &topic, consumers, max, jobs, deadline, &pb).await
-                    })
-                };
-                // A tick every 10 ms enqueues the jobs the rate owes by then.
-                let bd = body(body_bytes);
+                let plan = SteadyPlan::parse(rate, &duration, &delay, consumers, max, body_bytes)?;
+                let mut v = steady(&api, &topic, &run_id, &plan).await?;
+                v["scenario"] = json!("steady");
+                v
+            }
+            Scenario::Backlog {
+                scheduled,
+                jobs,
+                rate,
+                duration,
+                delay,
+                consumers,
+            } => {
+                // 1. The backlog: jobs due in a day, never handed out here.
+                let b = body(64);
+                let rid = run_id.clone();
+                let fill = Arc::new(
+                    move |i: usize| json!({"id": format!("{rid}-b{i}"), "body": b, "delay_ms": 86_400_000}),
+                );
+                let pb = progress(scheduled as u64, "backlog");
                 let t0 = Instant::now();
-                let mut sent = 0usize;
-                let mut errors = 0u64;
-                let mut tick = tokio::time::interval(Duration::from_millis(10));
-                while sent < jobs {
-                    tick.tick().await;
-                    let owed = ((t0.elapsed().as_secs_f64() * rate as f64) as usize).min(jobs);
-                    if owed <= sent {
-                        continue;
-                    }
-                    let batch: Vec<Value> = (sent..owed)
-                        .map(|i| json!({"id": format!("{run_id}-{i}"), "body": bd,
-                                        "delay_ms": a + if b > a { rand::random_range(0..=(b - a)) } else { 0 }}))
-                        .collect();
-                    for chunk in batch.chunks(1000) {
-                        if api
-                            .post(
-                                &format!("/v1/topics/{topic}/jobs:batch"),
-                                &json!({ "jobs": chunk }),
-                            )
-                            .await
-                            .is_err()
-                        {
-                            errors += chunk.len() as u64;
-                        }
-                    }
-                    sent = owed;
-                }
-                let obs = consumer.await??;
+                let fill_errors = produce(&api, &topic, scheduled, 1000, 4, fill, &pb).await?;
+                let fill_s = t0.elapsed().as_secs_f64();
                 pb.finish_and_clear();
-                let dup: u64 = obs
-                    .seen
-                    .values()
-                    .map(|c| (*c as u64).saturating_sub(1))
-                    .sum();
-                json!({"scenario": "steady", "rate": rate, "seconds": secs, "delay_ms": [a, b], "jobs": jobs,
-                       "consumers": consumers, "enqueue_errors": errors,
-                       "lateness": lateness_json(&obs.lateness),
-                       "lost": jobs.saturating_sub(obs.seen.len()), "duplicated": dup, "early": obs.early})
+                // 2. Batch enqueue on top of it.
+                let b = body(64);
+                let rid = run_id.clone();
+                let more = Arc::new(
+                    move |i: usize| json!({"id": format!("{rid}-e{i}"), "body": b, "delay_ms": 86_400_000}),
+                );
+                let pb = progress(jobs as u64, "enqueue");
+                let t0 = Instant::now();
+                let errors = produce(&api, &topic, jobs, 1000, 4, more, &pb).await?;
+                let enq_s = t0.elapsed().as_secs_f64();
+                pb.finish_and_clear();
+                // 3. A steady flow through the same topic.
+                let plan = SteadyPlan::parse(rate, &duration, &delay, consumers, 100, 64)?;
+                let flow = steady(&api, &topic, &format!("{run_id}-s"), &plan).await?;
+                json!({"scenario": "backlog", "scheduled": scheduled,
+                       "fill_jobs_per_s": (scheduled as f64 / fill_s).round(), "fill_errors": fill_errors,
+                       "enqueue_jobs_per_s": (jobs as f64 / enq_s).round(), "enqueue_errors": errors,
+                       "steady": flow, "lost": flow["lost"], "duplicated": flow["duplicated"],
+                       "early": flow["early"]})
             }
             Scenario::Storage {
                 jobs,
@@ -582,7 +685,14 @@ impl BenchArgs {
 /// The correctness figures of a result, for `--check`.
 fn check(result: &Value) -> Result<()> {
     let mut bad = Vec::new();
-    for key in ["lost", "duplicated", "early", "errors", "enqueue_errors"] {
+    for key in [
+        "lost",
+        "duplicated",
+        "early",
+        "errors",
+        "enqueue_errors",
+        "fill_errors",
+    ] {
         if let Some(n) = result.get(key).and_then(Value::as_u64)
             && n > 0
         {
