@@ -212,7 +212,7 @@ impl Api {
         let mut u = self.base.clone();
         for p in parts {
             u.push('/');
-            u.push_str(&encode(p));
+            u.push_str(&dq_client::encode_segment(p));
         }
         u
     }
@@ -241,19 +241,6 @@ impl Api {
         let msg = v["error"]["message"].as_str().unwrap_or("");
         Err(anyhow!("{} {code}: {msg}", status.as_u16()))
     }
-}
-
-/// Percent-encodes one path segment.
-fn encode(segment: &str) -> String {
-    let mut out = String::new();
-    for b in segment.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b':') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 fn print_json(v: &Value) {
@@ -643,8 +630,11 @@ mod tests {
 
     #[test]
     fn path_segments_are_encoded() {
-        assert_eq!(encode("order/42 ü"), "order%2F42%20%C3%BC");
-        assert_eq!(encode("a.b:c-d_e"), "a.b:c-d_e");
+        assert_eq!(
+            dq_client::encode_segment("order/42 ü"),
+            "order%2F42%20%C3%BC"
+        );
+        assert_eq!(dq_client::encode_segment("a.b:c-d_e"), "a.b:c-d_e");
     }
 
     #[test]

@@ -290,8 +290,8 @@ pub struct Client {
     retries: u32,
 }
 
-/// Percent-encodes one path segment.
-fn seg(s: &str) -> String {
+/// Percent-encodes one path segment (a topic or a job id) for a URL.
+pub fn encode_segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b':') {
@@ -334,7 +334,12 @@ impl Client {
     }
 
     fn job_url(&self, topic: &str, id: &str, action: Option<&str>) -> String {
-        let mut u = format!("{}/v1/topics/{}/jobs/{}", self.base, seg(topic), seg(id));
+        let mut u = format!(
+            "{}/v1/topics/{}/jobs/{}",
+            self.base,
+            encode_segment(topic),
+            encode_segment(id)
+        );
         if let Some(a) = action {
             u.push('/');
             u.push_str(a);
@@ -398,7 +403,7 @@ impl Client {
     /// [`Error::Invalid`] for bad input, [`Error::Unavailable`], [`Error::Transport`].
     pub async fn enqueue(&self, topic: &str, job: &NewJob) -> Result<Enqueued> {
         let body = serde_json::to_value(job).map_err(|e| Error::Decode(e.to_string()))?;
-        let url = format!("{}/v1/topics/{}/jobs", self.base, seg(topic));
+        let url = format!("{}/v1/topics/{}/jobs", self.base, encode_segment(topic));
         self.call(Method::POST, url, Some(&body), job.id.is_some())
             .await
     }
@@ -413,7 +418,11 @@ impl Client {
         jobs: &[NewJob],
     ) -> Result<Vec<Result<Enqueued>>> {
         let body = json!({ "jobs": jobs });
-        let url = format!("{}/v1/topics/{}/jobs:batch", self.base, seg(topic));
+        let url = format!(
+            "{}/v1/topics/{}/jobs:batch",
+            self.base,
+            encode_segment(topic)
+        );
         let all_ids = jobs.iter().all(|j| j.id.is_some());
         let v: Value = self.call(Method::POST, url, Some(&body), all_ids).await?;
         per_item(&v, |item| {
@@ -629,7 +638,7 @@ impl Client {
     pub async fn topic(&self, topic: &str) -> Result<TopicInfo> {
         self.call(
             Method::GET,
-            format!("{}/v1/topics/{}", self.base, seg(topic)),
+            format!("{}/v1/topics/{}", self.base, encode_segment(topic)),
             None,
             true,
         )
@@ -646,7 +655,7 @@ impl Client {
         let v: Value = self
             .call(
                 Method::PUT,
-                format!("{}/v1/topics/{}", self.base, seg(topic)),
+                format!("{}/v1/topics/{}", self.base, encode_segment(topic)),
                 Some(&body),
                 true,
             )
@@ -662,7 +671,7 @@ impl Client {
         let v: Value = self
             .call(
                 Method::DELETE,
-                format!("{}/v1/topics/{}", self.base, seg(topic)),
+                format!("{}/v1/topics/{}", self.base, encode_segment(topic)),
                 None,
                 false,
             )
@@ -682,7 +691,7 @@ impl Client {
         let url = format!(
             "{}/v1/topics/{}/dead?offset={offset}&limit={limit}",
             self.base,
-            seg(topic)
+            encode_segment(topic)
         );
         let r: Reply = self.call(Method::GET, url, None, true).await?;
         Ok(r.jobs)
@@ -700,7 +709,11 @@ impl Client {
         let v: Value = self
             .call(
                 Method::POST,
-                format!("{}/v1/topics/{}/dead/replay", self.base, seg(topic)),
+                format!(
+                    "{}/v1/topics/{}/dead/replay",
+                    self.base,
+                    encode_segment(topic)
+                ),
                 Some(&body),
                 true,
             )
@@ -716,7 +729,7 @@ impl Client {
         let v: Value = self
             .call(
                 Method::DELETE,
-                format!("{}/v1/topics/{}/dead", self.base, seg(topic)),
+                format!("{}/v1/topics/{}/dead", self.base, encode_segment(topic)),
                 None,
                 true,
             )

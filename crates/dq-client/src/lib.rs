@@ -50,7 +50,9 @@ mod client;
 mod error;
 mod worker;
 
-pub use client::{Ack, Client, Enqueued, Job, Leased, Nacked, NewJob, Reserve, TopicInfo};
+pub use client::{
+    Ack, Client, Enqueued, Job, Leased, Nacked, NewJob, Reserve, TopicInfo, encode_segment,
+};
 pub use dq_core::{JobState, RetryPolicy, TopicConfig, TopicConfigPatch, TopicStats};
 pub use error::{Error, Result};
 pub use worker::{Outcome, Task, Worker, WorkerStats};

@@ -72,6 +72,15 @@ pub(crate) fn status(v: &Value) -> StoreResult<Vec<Value>> {
     }
 }
 
+/// A `{1, time}` status reply's time (extend_lease's deadline, release's due).
+pub(crate) fn status_time(v: &Value) -> StoreResult<u64> {
+    let items = status(v)?;
+    int(items
+        .get(1)
+        .ok_or_else(|| protocol("status without a time"))?)
+    .map(|t| t as u64)
+}
+
 /// nack's `{1, due, attempt}` or `{2, attempt}`.
 pub(crate) fn decode_nacked(items: &[Value]) -> StoreResult<NackOutcome> {
     let at = |i: usize| int(items.get(i).ok_or_else(|| protocol("nack reply length"))?);

@@ -337,8 +337,7 @@ impl Store for RedisStore {
                 ],
             )
             .await?;
-        let items = status(&v)?;
-        int(items.get(1).unwrap_or(&Value::Nil)).map(|d| d as u64)
+        status_time(&v)
     }
 
     async fn ack(&self, topic: &Topic, id: &JobId, token: &str) -> StoreResult<()> {
@@ -425,8 +424,7 @@ impl Store for RedisStore {
                 ],
             )
             .await?;
-        let items = status(&v)?;
-        int(items.get(1).unwrap_or(&Value::Nil)).map(|d| d as u64)
+        status_time(&v)
     }
 
     async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted> {
