@@ -374,6 +374,11 @@ pub(crate) async fn reserve(
         st.wakers.release(t.as_str());
     }
     let leases = leases?;
+    let now = st.clock.now_ms();
+    for l in &leases {
+        let late = std::time::Duration::from_millis(now.saturating_sub(l.due_at_ms));
+        st.metrics.observe_lateness(l.topic.as_str(), late);
+    }
     let jobs: Vec<Value> = leases.iter().map(lease_json).collect();
     Ok(Json(json!({ "jobs": jobs })).into_response())
 }

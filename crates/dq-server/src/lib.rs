@@ -11,6 +11,7 @@ mod api;
 pub mod dispatcher;
 pub mod error;
 mod extract;
+pub mod metrics;
 mod openapi;
 mod reserve;
 pub mod wakers;
@@ -43,6 +44,8 @@ pub struct AppState {
     pub wakers: Arc<Wakers>,
     /// Fires at shutdown: reserve stops taking jobs.
     pub shutdown: CancellationToken,
+    /// What this process measures (lateness, HTTP durations).
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 impl AppState {
@@ -54,6 +57,7 @@ impl AppState {
             limits,
             wakers: Arc::new(Wakers::default()),
             shutdown: CancellationToken::new(),
+            metrics: Arc::default(),
         }
     }
 }
@@ -84,9 +88,51 @@ pub fn app(state: AppState, max_request_bytes: usize) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi::document))
+        .route("/metrics", get(metrics_text))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_request_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            observe_http,
+        ))
         .with_state(state)
+}
+
+/// Records each request's duration, by method, matched route and status.
+async fn observe_http(
+    axum::extract::State(st): axum::extract::State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let started = std::time::Instant::now();
+    let method = req.method().to_string();
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let res = next.run(req).await;
+    st.metrics
+        .observe_http(&method, &route, res.status().as_u16(), started.elapsed());
+    res
+}
+
+/// `GET /metrics`.
+async fn metrics_text(
+    axum::extract::State(st): axum::extract::State<AppState>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let body = st
+        .metrics
+        .render(st.store.as_ref(), st.clock.now_ms())
+        .await;
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
 }
 
 /// How `dq serve` runs.

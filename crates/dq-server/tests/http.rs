@@ -815,6 +815,7 @@ async fn openapi_document_names_every_route() {
         "/healthz",
         "/readyz",
         "/openapi.json",
+        "/metrics",
     ];
     want.sort();
     assert_eq!(paths, want);
@@ -824,4 +825,157 @@ async fn openapi_document_names_every_route() {
         let (s, v) = a.call("GET", &uri, None).await;
         assert_ne!(v["error"]["code"], json!("route_not_found"), "{uri}: {s}");
     }
+}
+
+/// Parses the Prometheus text format into (name{labels} -> value), checking
+/// every sample line is well formed and every family has HELP and TYPE.
+fn parse_metrics(text: &str) -> std::collections::HashMap<String, f64> {
+    let mut samples = std::collections::HashMap::new();
+    let mut typed = std::collections::HashSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split_whitespace();
+            let name = parts.next().unwrap().to_string();
+            let kind = parts.next().unwrap();
+            assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+            typed.insert(name);
+            continue;
+        }
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let (key, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("bad line {line:?}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("bad value in {line:?}"));
+        let name = key.split('{').next().unwrap();
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| typed.contains(*f)))
+            .unwrap_or(name);
+        assert!(typed.contains(family), "{name} has no TYPE line");
+        samples.insert(key.to_string(), value);
+    }
+    samples
+}
+
+#[tokio::test]
+async fn metrics_after_known_operations() {
+    let a = api();
+    a.call(
+        "POST",
+        "/v1/topics/m/jobs:batch",
+        Some(json!({"jobs": [
+            {"id": "1"}, {"id": "2"}, {"id": "3"}, {"id": "later", "delay_ms": 60000}
+        ]})),
+    )
+    .await;
+    let (_, v) = a
+        .call(
+            "POST",
+            "/v1/reserve",
+            Some(json!({"topics": ["m"], "max": 2})),
+        )
+        .await;
+    let j = &v["jobs"][0];
+    a.call(
+        "POST",
+        "/v1/topics/m/jobs/{}/ack"
+            .replace("{}", j["id"].as_str().unwrap())
+            .as_str(),
+        Some(json!({"token": j["token"]})),
+    )
+    .await;
+    a.call("DELETE", "/v1/topics/m/jobs/later", None).await;
+    let res = a
+        .router
+        .clone()
+        .oneshot(
+            Request::builder()
+                .uri("/metrics")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(
+        res.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    let text = String::from_utf8(
+        axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    let m = parse_metrics(&text);
+    let get = |k: &str| *m.get(k).unwrap_or_else(|| panic!("no {k} in\n{text}"));
+    assert_eq!(get("dq_up"), 1.0);
+    assert_eq!(get("dq_topic_jobs{topic=\"m\",state=\"ready\"}"), 1.0);
+    assert_eq!(get("dq_topic_jobs{topic=\"m\",state=\"reserved\"}"), 1.0);
+    assert_eq!(get("dq_topic_jobs{topic=\"m\",state=\"scheduled\"}"), 0.0);
+    assert_eq!(get("dq_topic_enqueued_total{topic=\"m\"}"), 4.0);
+    assert_eq!(get("dq_topic_acked_total{topic=\"m\"}"), 1.0);
+    assert_eq!(get("dq_topic_cancelled_total{topic=\"m\"}"), 1.0);
+    assert_eq!(get("dq_lateness_seconds_count{topic=\"m\"}"), 2.0);
+    assert_eq!(
+        get("dq_lateness_seconds_bucket{topic=\"m\",le=\"+Inf\"}"),
+        2.0
+    );
+    assert!(get("dq_topic_oldest_overdue_seconds{topic=\"m\"}") >= 0.0);
+    assert_eq!(
+        get(
+            "dq_http_request_duration_seconds_count{method=\"POST\",route=\"/v1/reserve\",status=\"200\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(
+            "dq_http_request_duration_seconds_count{method=\"DELETE\",route=\"/v1/topics/{topic}/jobs/{id}\",status=\"200\"}"
+        ),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn metrics_say_when_the_store_is_down() {
+    let port = dq_testkit::free_port();
+    let router = app(
+        state_for(format!("redis://127.0.0.1:{port}"), Arc::new(SystemClock)),
+        64 * 1024,
+    );
+    let a = Api {
+        router,
+        _redis: None,
+    };
+    let res = a
+        .router
+        .clone()
+        .oneshot(
+            Request::builder()
+                .uri("/metrics")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        res.status(),
+        StatusCode::OK,
+        "metrics are served while the store is down"
+    );
+    let text = String::from_utf8(
+        axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    assert_eq!(parse_metrics(&text)["dq_up"], 0.0);
 }

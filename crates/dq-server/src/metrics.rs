@@ -1,0 +1,212 @@
+//! Prometheus metrics, served at `GET /metrics` in the text exposition
+//! format (version 0.0.4). Names and meanings: docs/operations.md.
+//!
+//! Two kinds of figures:
+//! - read from the store at each scrape (counts per state, running totals,
+//!   oldest overdue age): the same on every dq instance of a deployment;
+//! - measured by this process (lateness of the jobs it handed out, HTTP
+//!   request durations): per instance, as histograms.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dq_core::Store;
+
+/// Upper bounds (seconds) of the histogram buckets: 1 ms to 1 min.
+const BUCKETS: [f64; 16] = [
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0,
+];
+
+/// A histogram with fixed buckets; observations in microseconds.
+#[derive(Debug, Default)]
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS.len()],
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_us
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
+        for (i, b) in BUCKETS.iter().enumerate() {
+            cumulative += self.buckets[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cumulative}");
+        }
+        let count = self.count.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}");
+        let sum = self.sum_us.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+    }
+}
+
+/// The metrics this process measures itself.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    lateness: Mutex<BTreeMap<String, std::sync::Arc<Histogram>>>,
+    http: Mutex<BTreeMap<(String, String, u16), std::sync::Arc<Histogram>>>,
+}
+
+/// Escapes a label value (`\`, `"` and newlines).
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+impl Metrics {
+    /// Records that a job of `topic` was handed out `late` after its due time.
+    pub fn observe_lateness(&self, topic: &str, late: Duration) {
+        let h = self
+            .lateness
+            .lock()
+            .expect("poisoned")
+            .entry(topic.to_string())
+            .or_default()
+            .clone();
+        h.observe(late);
+    }
+
+    /// Records one HTTP request.
+    pub fn observe_http(&self, method: &str, route: &str, status: u16, took: Duration) {
+        let h = self
+            .http
+            .lock()
+            .expect("poisoned")
+            .entry((method.to_string(), route.to_string(), status))
+            .or_default()
+            .clone();
+        h.observe(took);
+    }
+
+    /// The exposition text: the store's figures read now, then this process's.
+    pub async fn render(&self, store: &dyn Store, now_ms: u64) -> String {
+        let mut out = String::new();
+        let up = store.ping().await.is_ok();
+        out.push_str(
+            "# HELP dq_up Whether the store answers (1) or not (0).\n# TYPE dq_up gauge\n",
+        );
+        let _ = writeln!(out, "dq_up {}", u8::from(up));
+        let mut stats = Vec::new();
+        if up && let Ok(topics) = store.topics().await {
+            for t in topics {
+                if let Ok(s) = store.stats(&t, now_ms).await {
+                    stats.push((t, s));
+                }
+            }
+        }
+        out.push_str("# HELP dq_topic_jobs Jobs of a topic in each state now (ready: due and not yet handed out).\n# TYPE dq_topic_jobs gauge\n");
+        for (t, s) in &stats {
+            let t = label(t.as_str());
+            for (state, n) in [
+                ("scheduled", s.scheduled),
+                ("ready", s.ready),
+                ("reserved", s.reserved),
+                ("dead", s.dead),
+            ] {
+                let _ = writeln!(out, "dq_topic_jobs{{topic=\"{t}\",state=\"{state}\"}} {n}");
+            }
+        }
+        out.push_str("# HELP dq_topic_oldest_overdue_seconds How long the most overdue waiting job of a topic has been due (0 if none).\n# TYPE dq_topic_oldest_overdue_seconds gauge\n");
+        for (t, s) in &stats {
+            let _ = writeln!(
+                out,
+                "dq_topic_oldest_overdue_seconds{{topic=\"{}\"}} {}",
+                label(t.as_str()),
+                s.oldest_overdue_ms as f64 / 1000.0
+            );
+        }
+        type Pick = fn(&dq_core::TopicCounters) -> u64;
+        let counters: [(&str, &str, Pick); 8] = [
+            ("enqueued", "Jobs created.", |c| c.enqueued),
+            ("acked", "Jobs acknowledged (done).", |c| c.acked),
+            (
+                "failed",
+                "Failed attempts: nacks and expired leases.",
+                |c| c.failed,
+            ),
+            ("expired", "Leases that expired.", |c| c.expired),
+            ("dead", "Jobs that went to the dead letters.", |c| c.dead),
+            ("cancelled", "Jobs cancelled.", |c| c.cancelled),
+            (
+                "dead_dropped",
+                "Dead letters dropped over the topic's dead_cap.",
+                |c| c.dead_dropped,
+            ),
+            ("replayed", "Dead letters replayed.", |c| c.replayed),
+        ];
+        for (name, help, pick) in counters {
+            let _ = writeln!(out, "# HELP dq_topic_{name}_total {help}");
+            let _ = writeln!(out, "# TYPE dq_topic_{name}_total counter");
+            for (t, s) in &stats {
+                let _ = writeln!(
+                    out,
+                    "dq_topic_{name}_total{{topic=\"{}\"}} {}",
+                    label(t.as_str()),
+                    pick(&s.counters)
+                );
+            }
+        }
+        out.push_str("# HELP dq_lateness_seconds Time from a job's due time to its hand-out by this process.\n# TYPE dq_lateness_seconds histogram\n");
+        for (t, h) in self.lateness.lock().expect("poisoned").iter() {
+            h.render(
+                &mut out,
+                "dq_lateness_seconds",
+                &format!("topic=\"{}\"", label(t)),
+            );
+        }
+        out.push_str("# HELP dq_http_request_duration_seconds HTTP requests served by this process.\n# TYPE dq_http_request_duration_seconds histogram\n");
+        for ((m, r, s), h) in self.http.lock().expect("poisoned").iter() {
+            h.render(
+                &mut out,
+                "dq_http_request_duration_seconds",
+                &format!(
+                    "method=\"{}\",route=\"{}\",status=\"{s}\"",
+                    label(m),
+                    label(r)
+                ),
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(500));
+        h.observe(Duration::from_millis(3));
+        h.observe(Duration::from_secs(100));
+        let mut out = String::new();
+        h.render(&mut out, "x", "a=\"b\"");
+        assert!(out.contains("x_bucket{a=\"b\",le=\"0.001\"} 1\n"), "{out}");
+        assert!(out.contains("x_bucket{a=\"b\",le=\"0.005\"} 2\n"), "{out}");
+        assert!(out.contains("x_bucket{a=\"b\",le=\"60\"} 2\n"), "{out}");
+        assert!(out.contains("x_bucket{a=\"b\",le=\"+Inf\"} 3\n"), "{out}");
+        assert!(out.contains("x_count{a=\"b\"} 3\n"), "{out}");
+        assert!(out.contains("x_sum{a=\"b\"} 100.0035\n"), "{out}");
+    }
+
+    #[test]
+    fn labels_are_escaped() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}
