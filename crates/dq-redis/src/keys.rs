@@ -15,7 +15,7 @@ pub struct Keys {
 /// The keys of one topic, in the order every script receives them in KEYS.
 #[derive(Debug, Clone)]
 pub(crate) struct TopicKeys {
-    pub(crate) all: [String; 7],
+    pub(crate) all: [String; 9],
 }
 
 impl TopicKeys {
@@ -57,7 +57,8 @@ impl Keys {
         format!("{}:wake", self.prefix)
     }
 
-    /// The keys of one topic: sched, ready, lease, dead, ctr, cfg, jobs.
+    /// The keys of one topic: sched, ready, lease, dead, ctr, cfg, jobs,
+    /// wheel, and the prefix of the wheel's bucket lists (`w:<bucket ms>`).
     pub(crate) fn topic(&self, topic: &Topic) -> TopicKeys {
         let base = format!("{}:{{{}}}:", self.prefix, topic.as_str());
         TopicKeys {
@@ -69,6 +70,8 @@ impl Keys {
                 format!("{base}ctr"),
                 format!("{base}cfg"),
                 format!("{base}jobs"),
+                format!("{base}wheel"),
+                format!("{base}w:"),
             ],
         }
     }

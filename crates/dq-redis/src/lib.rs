@@ -602,7 +602,7 @@ impl Store for RedisStore {
             u64,
             u64,
             u64,
-            Vec<(String, u64)>,
+            Vec<(String, i64)>,
             Vec<(String, f64)>,
             Vec<String>,
         ) = redis::pipe()
@@ -623,9 +623,14 @@ impl Store for RedisStore {
         if let Some(due) = ready_head.first().and_then(|m| ready_member_due(m)) {
             oldest_due = Some(oldest_due.map_or(due, |d| d.min(due)));
         }
-        let c = |name: &str| ctr.iter().find(|(k, _)| k == name).map_or(0, |(_, v)| *v);
+        let c = |name: &str| {
+            ctr.iter()
+                .find(|(k, _)| k == name)
+                .map_or(0, |(_, v)| (*v).max(0) as u64)
+        };
         Ok(TopicStats {
-            scheduled: sched,
+            // Jobs due soon are in the schedule ZSET, the rest in the wheel.
+            scheduled: sched + c("far"),
             ready,
             reserved: lease,
             dead,

@@ -13,6 +13,10 @@ use redis::Script;
 
 const COMMON: &str = include_str!("lua/common.lua");
 
+/// Width of a timing-wheel bucket (see `lua/common.lua`): jobs due later than
+/// the next bucket wait in per-bucket lists, not in the schedule ZSET.
+pub(crate) const WHEEL_MS: u64 = 60_000;
+
 /// The loaded scripts.
 #[derive(Debug)]
 pub(crate) struct Scripts {
@@ -36,13 +40,14 @@ impl Scripts {
     pub(crate) fn new(wake_channel: &str) -> Self {
         let d = TopicConfig::default();
         let prelude = format!(
-            "local DEFAULTS = {{max_attempts = {}, lease_ms = {}, dead_cap = {}, default_delay_ms = {}, retry = '{}'}}\nlocal WAKE_CHANNEL = '{}'\n{}",
+            "local DEFAULTS = {{max_attempts = {}, lease_ms = {}, dead_cap = {}, default_delay_ms = {}, retry = '{}'}}\nlocal WAKE_CHANNEL = '{}'\nlocal WHEEL_MS = {}\n{}",
             d.max_attempts,
             d.lease_ms,
             d.dead_cap,
             d.default_delay_ms,
             d.retry.encode(),
             wake_channel.replace('\'', ""),
+            WHEEL_MS,
             COMMON
         );
         let s = |body: &str| Script::new(&format!("{prelude}\n{body}"));

@@ -190,3 +190,60 @@ async fn wait_for(got: &Arc<Mutex<Vec<String>>>, pred: impl Fn(&Vec<String>) -> 
     }
     panic!("timed out; got {:?}", got.lock().unwrap());
 }
+
+/// A job due later than the next minute waits as one entry of a timing-wheel
+/// bucket list, not in the schedule ZSET; it is rolled into the schedule a
+/// bucket ahead of its time; a cancelled one leaves a stale entry that is
+/// skipped and cleaned when its bucket is rolled.
+#[tokio::test]
+async fn far_jobs_wait_in_the_wheel() {
+    let server = RedisServer::start();
+    let s = store(server.url());
+    let t = Topic::new("wheel").unwrap();
+    let day = 86_400_000;
+    s.enqueue(&t, &[job("far", day), job("cancelled", day)], T0)
+        .await
+        .unwrap();
+    s.cancel(&t, &JobId::new("cancelled").unwrap())
+        .await
+        .unwrap();
+    let mut conn = server.connection();
+    let due = T0 + day;
+    let bucket = due - due % 60_000;
+    let sched: Vec<String> = conn.zrange("dq:{wheel}:sched", 0, -1).unwrap();
+    assert!(sched.is_empty(), "not in the schedule ZSET: {sched:?}");
+    let list: Vec<String> = conn
+        .lrange(format!("dq:{{wheel}}:w:{bucket}"), 0, -1)
+        .unwrap();
+    assert_eq!(
+        list,
+        vec!["far", "cancelled"],
+        "the cancelled entry stays, stale"
+    );
+    assert_eq!(s.stats(&t, T0).await.unwrap().scheduled, 1);
+    let c = s.claim(&t, 10, None, T0).await.unwrap();
+    assert_eq!(
+        c.next_due_ms,
+        Some(bucket - 60_000),
+        "look again when the bucket rolls"
+    );
+
+    let p = s.promote_due(&t, 1000, bucket - 60_000).await.unwrap();
+    assert_eq!(p.next_due_ms, Some(due), "rolled: now the exact due time");
+    let sched: Vec<String> = conn.zrange("dq:{wheel}:sched", 0, -1).unwrap();
+    assert_eq!(sched, vec!["far"]);
+    let left: Vec<String> = conn.keys("dq:{wheel}:w*").unwrap();
+    assert!(
+        left.is_empty(),
+        "bucket list and wheel entry gone: {left:?}"
+    );
+    assert!(
+        s.claim(&t, 10, None, due - 1)
+            .await
+            .unwrap()
+            .leases
+            .is_empty()
+    );
+    assert_eq!(s.claim(&t, 10, None, due).await.unwrap().leases.len(), 1);
+    assert_eq!(s.stats(&t, due).await.unwrap().scheduled, 0);
+}

@@ -905,6 +905,84 @@ pub async fn release_does_not_count_the_attempt(s: &dyn Store) {
     );
 }
 
+/// Jobs days ahead: never early, reported when to look again (no later than
+/// their due time), cancellable and movable while waiting, counted.
+pub async fn far_future_jobs(s: &dyn Store) {
+    let t = topic("far");
+    const DAY: u64 = 86_400_000;
+    let e = put(s, &t, job("f", When::DelayMs(3 * DAY)), T0).await;
+    assert_eq!((e.due_at_ms, e.state), (T0 + 3 * DAY, JobState::Scheduled));
+    put(s, &t, job("g", When::DelayMs(3 * DAY + 5)), T0).await;
+    put(s, &t, job("gone", When::DelayMs(2 * DAY)), T0).await;
+    put(s, &t, job("moved", When::DelayMs(5 * DAY)), T0).await;
+    assert_eq!(s.stats(&t, T0).await.unwrap().scheduled, 4);
+    assert_eq!(
+        s.cancel(&t, &id("gone")).await.unwrap(),
+        Some(JobState::Scheduled)
+    );
+    s.reschedule(&t, &id("moved"), T0 + 3 * DAY + 2, T0)
+        .await
+        .unwrap();
+    assert_eq!(s.stats(&t, T0).await.unwrap().scheduled, 3);
+
+    // Walk time forward the way a waiting consumer does: look again when told.
+    let mut now = T0;
+    let due = T0 + 3 * DAY;
+    loop {
+        let c = s.claim(&t, 10, None, now).await.unwrap();
+        if !c.leases.is_empty() {
+            assert_eq!(now, due, "handed out exactly at the due time, not before");
+            assert_eq!(ids(&c), vec!["f"]);
+            break;
+        }
+        let next = c.next_due_ms.expect("a job is waiting");
+        assert!(
+            next > now && next <= due,
+            "look again at {next}: after now, not after the due time"
+        );
+        now = if next < due { next } else { due };
+        if now == due - 1 {
+            now = due;
+        }
+    }
+    let c = s.claim(&t, 10, None, due + 5).await.unwrap();
+    assert_eq!(ids(&c), vec!["moved", "g"], "by due time");
+    let st = s.stats(&t, due + 5).await.unwrap();
+    assert_eq!((st.scheduled, st.reserved), (0, 3));
+    assert!(s.get(&t, &id("gone")).await.unwrap().is_none());
+}
+
+/// Many jobs due in the same far minute all come out, in due-then-enqueue
+/// order, when promoted ahead of time as the dispatcher does.
+pub async fn many_far_jobs_keep_order(s: &dyn Store) {
+    let t = topic("far-many");
+    let due = T0 + 7_200_000;
+    let jobs: Vec<NewJob> = (0..2500)
+        .map(|i| job(&format!("m{i:05}"), When::DueAtMs(due + (i % 3) as u64)))
+        .collect();
+    for chunk in jobs.chunks(limits::MAX_BATCH) {
+        s.enqueue(&t, chunk, T0).await.unwrap();
+    }
+    // The dispatcher's loop, a minute before the due time.
+    while s.promote_due(&t, 1000, due - 60_000).await.unwrap().moved > 0 {}
+    assert!(
+        s.claim(&t, 1000, None, due - 1)
+            .await
+            .unwrap()
+            .leases
+            .is_empty()
+    );
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        got.extend(ids(&s.claim(&t, 1000, None, due + 2).await.unwrap()));
+    }
+    let mut want: Vec<(u64, usize)> = (0..2500).map(|i| ((i % 3) as u64, i)).collect();
+    want.sort();
+    let want: Vec<String> = want.into_iter().map(|(_, i)| format!("m{i:05}")).collect();
+    assert_eq!(got.len(), 2500);
+    assert_eq!(got, want);
+}
+
 /// Instantiates every scenario as a `#[tokio::test]`. `$make` is an async
 /// block returning `(store, guard)`: a fresh empty store and whatever must
 /// live as long as it (a Redis server, a temp dir).
@@ -931,7 +1009,9 @@ macro_rules! conformance_tests {
             topic_config_and_listing,
             stats_count_states,
             bury_goes_dead_at_once,
-            release_does_not_count_the_attempt
+            release_does_not_count_the_attempt,
+            far_future_jobs,
+            many_far_jobs_keep_order
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {

@@ -10,13 +10,23 @@
 --   K.ctr    HASH  counters and the enqueue sequence (field "seq")
 --   K.cfg    HASH  topic config fields (missing fields take DEFAULTS)
 --   K.jobs   HASH  id -> the job's record (see load/save)
--- A job record is one MessagePack string of 15 values, in this order (nil
+--   K.wheel  ZSET  score = bucket start ms, member = the same as text:
+--                  buckets (WHEEL_MS wide) holding jobs not due soon
+--   K.wp     prefix of the bucket lists: K.wp .. bucket = LIST of ids
+-- The timing wheel: a job due later than the next bucket waits as one LIST
+-- entry (~15 bytes) in its bucket instead of a schedule ZSET entry (~110);
+-- a bucket is moved ("rolled") into the schedule one bucket ahead of time
+-- by promote(), so the schedule always holds every job due before
+-- bucket(now) + 2 * WHEEL_MS. A record in the wheel has w = its bucket;
+-- cancelled or moved jobs leave stale list entries, skipped when rolled.
+-- ctr.far counts the jobs in the wheel.
+-- A job record is one MessagePack string of 16 values, in this order (nil
 -- when absent), read by load() into a table with these fields:
 --   d due ms, p priority, q seq, a attempts handed out,
 --   s state (s scheduled | y ready | r reserved | d dead), c created ms,
 --   k kind (j json | b bytes), b body, m max_attempts override,
 --   L lease override, r retry override (encoded), e last error,
---   t lease token, u lease deadline, x died-at ms.
+--   t lease token, u lease deadline, x died-at ms, w wheel bucket (or nil).
 -- One string per job in one hash per topic keeps a job at ~150 bytes of
 -- Redis memory (a hash per job with a 64-byte body is several times that).
 -- Time is always ARGV "now"; no script reads the server clock.
@@ -24,7 +34,7 @@
 -- Every script gets the same KEYS (see keys.rs) and ARGV[1] = topic name.
 local K = {
   sched = KEYS[1], ready = KEYS[2], lease = KEYS[3], dead = KEYS[4],
-  ctr = KEYS[5], cfg = KEYS[6], jobs = KEYS[7],
+  ctr = KEYS[5], cfg = KEYS[6], jobs = KEYS[7], wheel = KEYS[8], wp = KEYS[9],
 }
 
 local function num(v, default)
@@ -93,45 +103,121 @@ end
 local function load(id)
   local raw = redis.call('HGET', K.jobs, id)
   if not raw then return nil end
-  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x = cmsgpack.unpack(raw)
+  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w = cmsgpack.unpack(raw)
   return {d = d, p = p, q = q, a = a, s = s, c = c, k = k, b = b,
-          m = m, L = L, r = r, e = e, t = t, u = u, x = x}
+          m = m, L = L, r = r, e = e, t = t, u = u, x = x, w = w}
 end
 
 -- Writes the job record of `id`.
 local function save(id, j)
   redis.call('HSET', K.jobs, id, cmsgpack.pack(j.d, j.p, j.q, j.a, j.s, j.c, j.k, j.b,
-    j.m, j.L, j.r, j.e, j.t, j.u, j.x))
+    j.m, j.L, j.r, j.e, j.t, j.u, j.x, j.w))
+end
+
+local function bucket(ms)
+  return ms - (ms % WHEEL_MS)
+end
+
+-- Whether a job due at `due` belongs in the schedule (not the wheel) now.
+local function near(due, now)
+  return bucket(due) <= bucket(now) + WHEEL_MS
+end
+
+-- The earliest moment something of the schedule or the wheel needs doing:
+-- the schedule's head, or the roll time of the wheel's first bucket; -1 if
+-- neither holds anything.
+local function next_due(K)
+  local t = -1
+  local head = redis.call('ZRANGE', K.sched, 0, 0, 'WITHSCORES')
+  if head[2] then t = tonumber(head[2]) end
+  local w = redis.call('ZRANGE', K.wheel, 0, 0, 'WITHSCORES')
+  if w[2] then
+    local roll = tonumber(w[2]) - WHEEL_MS
+    if t < 0 or roll < t then t = roll end
+  end
+  return t
 end
 
 -- Puts job `id` (record `j`, not yet saved) where `due` says: ready if due,
--- else scheduled; sets j.d and j.s. Returns true if a waiting consumer should
--- be woken (the job is due now or is the new head of the schedule).
+-- scheduled if due soon, else in its wheel bucket; sets j.d, j.s and j.w.
+-- Returns true if a waiting consumer or dispatcher should be woken (the job
+-- is due now or makes the next event earlier).
 local function place(K, id, j, due, now)
   j.d = due
+  j.w = nil
   if due <= now then
     redis.call('ZADD', K.ready, j.p, ready_member(due, j.q, id))
     j.s = 'y'
     return true
   end
-  local head = redis.call('ZRANGE', K.sched, 0, 0, 'WITHSCORES')
-  redis.call('ZADD', K.sched, due, id)
+  local before = next_due(K)
   j.s = 's'
-  return head[2] == nil or due < tonumber(head[2])
+  local event = due
+  if near(due, now) then
+    redis.call('ZADD', K.sched, due, id)
+  else
+    local b = bucket(due)
+    redis.call('RPUSH', K.wp .. b, id)
+    redis.call('ZADD', K.wheel, b, b)
+    redis.call('HINCRBY', K.ctr, 'far', 1)
+    j.w = b
+    -- Waiters sleep until next_due() (at the latest); the job cannot be due
+    -- before its bucket starts, so only a bucket starting earlier wakes them.
+    event = b
+  end
+  return before < 0 or event < before
 end
 
--- Takes a waiting job out of the schedule or the ready set.
+-- Takes a waiting job out of the schedule, the wheel or the ready set (a
+-- wheel entry stays in its list, stale, and is skipped when rolled).
 local function unplace(K, id, j)
   if j.s == 's' then
-    redis.call('ZREM', K.sched, id)
+    if j.w then
+      redis.call('HINCRBY', K.ctr, 'far', -1)
+      j.w = nil
+    else
+      redis.call('ZREM', K.sched, id)
+    end
   elseif j.s == 'y' then
     redis.call('ZREM', K.ready, ready_member(j.d, j.q, id))
   end
 end
 
--- Moves up to `max` due jobs from the schedule to the ready set.
--- Returns the number moved.
+-- Moves up to `max` wheel entries of buckets due for rolling (bucket <=
+-- bucket(now) + WHEEL_MS) into the schedule. Returns the entries handled.
+local function roll(K, now, max)
+  local limit = bucket(now) + WHEEL_MS
+  local handled = 0
+  while handled < max do
+    local w = redis.call('ZRANGE', K.wheel, 0, 0, 'WITHSCORES')
+    if not w[2] or tonumber(w[2]) > limit then break end
+    local b = tonumber(w[2])
+    local lk = K.wp .. w[1]
+    local ids = redis.call('LPOP', lk, max - handled)
+    if ids then
+      local moved = 0
+      for _, id in ipairs(ids) do
+        local j = load(id)
+        if j and j.s == 's' and j.w == b then
+          j.w = nil
+          redis.call('ZADD', K.sched, j.d, id)
+          save(id, j)
+          moved = moved + 1
+        end
+      end
+      handled = handled + #ids
+      if moved > 0 then redis.call('HINCRBY', K.ctr, 'far', -moved) end
+    end
+    if redis.call('EXISTS', lk) == 0 then redis.call('ZREM', K.wheel, w[1]) end
+  end
+  return handled
+end
+
+-- Moves up to `max` due jobs from the schedule to the ready set, after
+-- rolling what the wheel owes the schedule. Returns the jobs moved (rolled
+-- wheel entries included).
 local function promote(K, now, max)
+  local rolled = roll(K, now, max)
   local ids = redis.call('ZRANGEBYSCORE', K.sched, '-inf', now, 'WITHSCORES', 'LIMIT', 0, max)
   local moved = 0
   for i = 1, #ids, 2 do
@@ -145,14 +231,7 @@ local function promote(K, now, max)
       moved = moved + 1
     end
   end
-  return moved
-end
-
--- Due time of the schedule's head, or -1.
-local function next_due(K)
-  local head = redis.call('ZRANGE', K.sched, 0, 0, 'WITHSCORES')
-  if head[2] == nil then return -1 end
-  return tonumber(head[2])
+  return moved + rolled
 end
 
 -- Drops the oldest dead letters over the cap, at most 1000 per call.

@@ -21,8 +21,29 @@ for _, z in ipairs({K.sched, K.lease, K.dead, K.ready}) do
     left = left - #ms
   end
 end
+-- The wheel: pop bucket lists, deleting the records of the jobs still there.
+while left > 0 do
+  local w = redis.call('ZRANGE', K.wheel, 0, 0)
+  if not w[1] then break end
+  local lk = K.wp .. w[1]
+  local ids = redis.call('LPOP', lk, left)
+  if ids then
+    local mine = {}
+    for _, id in ipairs(ids) do
+      local j = load(id)
+      if j and j.w == tonumber(w[1]) then mine[#mine + 1] = id end
+    end
+    if #mine > 0 then
+      redis.call('HDEL', K.jobs, unpack(mine))
+      redis.call('HINCRBY', K.ctr, 'far', -#mine)
+    end
+    deleted = deleted + #mine
+    left = left - #ids
+  end
+  if redis.call('EXISTS', lk) == 0 then redis.call('ZREM', K.wheel, w[1]) end
+end
 local rest = redis.call('ZCARD', K.sched) + redis.call('ZCARD', K.ready)
-  + redis.call('ZCARD', K.lease) + redis.call('ZCARD', K.dead)
+  + redis.call('ZCARD', K.lease) + redis.call('ZCARD', K.dead) + redis.call('ZCARD', K.wheel)
 if rest == 0 then
   redis.call('DEL', K.cfg, K.ctr, K.jobs)
   return {deleted, 1}

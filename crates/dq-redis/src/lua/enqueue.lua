@@ -6,16 +6,18 @@
 --   kind (j | b), body, replace (1 | 0)
 -- Returns: 3 per job: outcome (1 created | 2 replaced | 0 exists),
 --   due ms, state letter (s | y | r | d).
--- Side effects: job records, sched/ready, ctr.enqueued and ctr.seq; one
---   PUBLISH on WAKE_CHANNEL when a job is due now or is the new schedule head.
--- The schedule's head is read once and kept in `head` over the batch (it
--- decides the wake-up exactly as place() does, without a read per job).
+-- Side effects: job records, sched/ready/wheel, ctr.enqueued, ctr.seq and
+--   ctr.far; one PUBLISH on WAKE_CHANNEL when a job is due now or makes the
+--   next event earlier.
+-- The next event is read once and kept in `head` over the batch (it decides
+-- the wake-up exactly as place() does, without a read per job).
 local now = tonumber(ARGV[2])
 local cfg = nil
 local out = {}
 local woke = false
 local created = 0
 local head = next_due(K)
+local far = 0
 for i = 3, #ARGV, 10 do
   local id = ARGV[i]
   local wk, wv = ARGV[i + 1], tonumber(ARGV[i + 2])
@@ -24,7 +26,7 @@ for i = 3, #ARGV, 10 do
   if old then
     if ARGV[i + 9] == '1' and (old.s == 's' or old.s == 'y') then
       unplace(K, id, old)
-      if old.s == 's' and old.d == head then head = next_due(K) end
+      if old.s == 's' and not old.w and old.d == head then head = next_due(K) end
       outcome = 2
     else
       out[#out + 1] = 0
@@ -53,10 +55,20 @@ for i = 3, #ARGV, 10 do
       woke = true
     else
       j.s = 's'
-      redis.call('ZADD', K.sched, due, id)
-      if head < 0 or due < head then
+      local event = due
+      if near(due, now) then
+        redis.call('ZADD', K.sched, due, id)
+      else
+        local b = bucket(due)
+        redis.call('RPUSH', K.wp .. b, id)
+        redis.call('ZADD', K.wheel, b, b)
+        far = far + 1
+        j.w = b
+        event = b
+      end
+      if head < 0 or event < head then
         woke = true
-        head = due
+        head = event
       end
     end
     save(id, j)
@@ -67,5 +79,6 @@ for i = 3, #ARGV, 10 do
   end
 end
 if created > 0 then redis.call('HINCRBY', K.ctr, 'enqueued', created) end
+if far > 0 then redis.call('HINCRBY', K.ctr, 'far', far) end
 if woke then wake() end
 return out
