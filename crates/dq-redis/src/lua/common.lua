@@ -17,8 +17,9 @@
 -- entry (~15 bytes) in its bucket instead of a schedule ZSET entry (~110);
 -- a bucket is moved ("rolled") into the schedule one bucket ahead of time
 -- by promote(), so the schedule always holds every job due before
--- bucket(now) + 2 * WHEEL_MS. A record in the wheel has w = its bucket;
--- cancelled or moved jobs leave stale list entries, skipped when rolled.
+-- bucket(now) + 2 * WHEEL_MS. A record in the wheel has w = true; cancelled
+-- or moved jobs leave stale list entries, skipped when rolled (an entry is
+-- live when its record is scheduled, in the wheel, and due in that bucket).
 -- ctr.far counts the jobs in the wheel.
 -- A job record is one MessagePack string of 16 values, in this order (nil
 -- when absent), read by load() into a table with these fields:
@@ -26,7 +27,7 @@
 --   s state (s scheduled | y ready | r reserved | d dead), c created ms,
 --   k kind (j json | b bytes), b body, m max_attempts override,
 --   L lease override, r retry override (encoded), e last error,
---   t lease token, u lease deadline, x died-at ms, w wheel bucket (or nil).
+--   t lease token, u lease deadline, x died-at ms, w true while in the wheel.
 -- One string per job in one hash per topic keeps a job at ~150 bytes of
 -- Redis memory (a hash per job with a 64-byte body is several times that).
 -- Time is always ARGV "now"; no script reads the server clock.
@@ -160,7 +161,7 @@ local function place(K, id, j, due, now)
     redis.call('RPUSH', K.wp .. b, id)
     redis.call('ZADD', K.wheel, b, b)
     redis.call('HINCRBY', K.ctr, 'far', 1)
-    j.w = b
+    j.w = true
     -- Waiters sleep until next_due() (at the latest); the job cannot be due
     -- before its bucket starts, so only a bucket starting earlier wakes them.
     event = b
@@ -198,7 +199,7 @@ local function roll(K, now, max)
       local moved = 0
       for _, id in ipairs(ids) do
         local j = load(id)
-        if j and j.s == 's' and j.w == b then
+        if j and j.s == 's' and j.w and bucket(j.d) == b then
           j.w = nil
           redis.call('ZADD', K.sched, j.d, id)
           save(id, j)

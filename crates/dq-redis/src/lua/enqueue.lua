@@ -18,6 +18,8 @@ local woke = false
 local created = 0
 local head = next_due(K)
 local far = 0
+-- Wheel entries of this batch, pushed once per bucket at the end.
+local wheel, buckets = {}, {}
 for i = 3, #ARGV, 10 do
   local id = ARGV[i]
   local wk, wv = ARGV[i + 1], tonumber(ARGV[i + 2])
@@ -60,10 +62,14 @@ for i = 3, #ARGV, 10 do
         redis.call('ZADD', K.sched, due, id)
       else
         local b = bucket(due)
-        redis.call('RPUSH', K.wp .. b, id)
-        redis.call('ZADD', K.wheel, b, b)
+        if not wheel[b] then
+          wheel[b] = {}
+          buckets[#buckets + 1] = b
+        end
+        local ids = wheel[b]
+        ids[#ids + 1] = id
         far = far + 1
-        j.w = b
+        j.w = true
         event = b
       end
       if head < 0 or event < head then
@@ -80,5 +86,9 @@ for i = 3, #ARGV, 10 do
 end
 if created > 0 then redis.call('HINCRBY', K.ctr, 'enqueued', created) end
 if far > 0 then redis.call('HINCRBY', K.ctr, 'far', far) end
+for _, b in ipairs(buckets) do
+  redis.call('RPUSH', K.wp .. b, unpack(wheel[b]))
+  redis.call('ZADD', K.wheel, b, b)
+end
 if woke then wake() end
 return out
