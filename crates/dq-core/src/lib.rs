@@ -21,4 +21,4 @@ pub use limits::{InvalidInput, Limits};
 pub use model::*;
 pub use retry::RetryPolicy;
 pub use store::{Store, StoreError, StoreResult, WakeFn};
-pub use topic::{Delivery, TopicConfig, TopicConfigPatch};
+pub use topic::{Delivery, PushConfig, PushMethod, TopicConfig, TopicConfigPatch};

@@ -7,11 +7,123 @@ use crate::retry::RetryPolicy;
 
 /// How jobs of a topic reach consumers.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(tag = "mode", rename_all = "lowercase", deny_unknown_fields)]
+#[serde(tag = "mode", rename_all = "lowercase")]
 pub enum Delivery {
     /// Consumers reserve jobs and ack them.
     #[default]
     Pull,
+    /// dq calls a URL when each job is due; a 2xx acks it.
+    Push(PushConfig),
+}
+
+/// HTTP method of push deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum PushMethod {
+    /// The body is the job's body.
+    #[default]
+    Post,
+    /// No body; topic, id and attempt go in the query string.
+    Get,
+}
+
+/// Where and how push deliveries go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PushConfig {
+    /// The callback URL (http or https).
+    pub url: String,
+    /// POST (default) or GET.
+    #[serde(default)]
+    pub method: PushMethod,
+    /// Longest wait for the answer, in ms (default 3000).
+    #[serde(default = "default_push_timeout")]
+    pub timeout_ms: u64,
+    /// Extra request headers.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// Most deliveries of this topic in flight at once (default 16).
+    #[serde(default = "default_push_concurrency")]
+    pub concurrency: u32,
+    /// Standard Webhooks signing secrets (`whsec_…`); several during a
+    /// rotation, each signs every request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+}
+
+fn default_push_timeout() -> u64 {
+    3000
+}
+
+fn default_push_concurrency() -> u32 {
+    16
+}
+
+impl PushConfig {
+    /// Checks the fields that can be checked without the network.
+    ///
+    /// # Errors
+    /// `invalid_callback` naming the field.
+    pub fn validate(&self) -> Result<(), InvalidInput> {
+        let bad = |m: String| Err(InvalidInput::new("invalid_callback", m));
+        let rest = match self.url.split_once("://") {
+            Some(("http" | "https", rest)) if !rest.is_empty() => rest,
+            _ => {
+                return bad(format!(
+                    "url must be http:// or https://, got {:?}",
+                    self.url
+                ));
+            }
+        };
+        let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+        if host.is_empty() || host.contains('@') {
+            return bad("url needs a host and no user info".into());
+        }
+        if self.url.len() > 2048
+            || self
+                .url
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return bad("url must be at most 2048 characters without spaces".into());
+        }
+        if !(100..=60_000).contains(&self.timeout_ms) {
+            return bad(format!(
+                "timeout_ms must be between 100 and 60000, got {}",
+                self.timeout_ms
+            ));
+        }
+        if !(1..=1000).contains(&self.concurrency) {
+            return bad(format!(
+                "concurrency must be between 1 and 1000, got {}",
+                self.concurrency
+            ));
+        }
+        for (k, v) in &self.headers {
+            let token = !k.is_empty()
+                && k.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            if !token || v.chars().any(|c| c.is_control()) {
+                return bad(format!("header {k:?} is not a valid header"));
+            }
+        }
+        if self.secrets.len() > 5 {
+            return bad("at most 5 secrets".into());
+        }
+        for sec in &self.secrets {
+            let ok = sec.strip_prefix("whsec_").is_some_and(|b| {
+                b.len() >= 16
+                    && b.bytes()
+                        .all(|c| c.is_ascii_alphanumeric() || b"+/=".contains(&c))
+            });
+            if !ok {
+                return bad(
+                    "each secret must be whsec_ followed by base64 (at least 16 characters)".into(),
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A topic's settings. Jobs may override `max_attempts`, `lease_ms` and `retry`.
@@ -91,6 +203,9 @@ impl TopicConfigPatch {
         if let Some(r) = &self.retry {
             r.validate()?;
         }
+        if let Some(Delivery::Push(p)) = &self.delivery {
+            p.validate()?;
+        }
         Ok(())
     }
 
@@ -161,5 +276,71 @@ mod tests {
         let d: Delivery = serde_json::from_str(r#"{"mode":"pull"}"#).unwrap();
         assert_eq!(d, Delivery::Pull);
         assert!(serde_json::from_str::<Delivery>(r#"{"mode":"carrier-pigeon"}"#).is_err());
+        let d: Delivery =
+            serde_json::from_str(r#"{"mode":"push","url":"http://127.0.0.1:9/hook"}"#).unwrap();
+        let Delivery::Push(p) = &d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(
+            (p.method, p.timeout_ms, p.concurrency),
+            (PushMethod::Post, 3000, 16)
+        );
+        assert!(p.validate().is_ok());
+        let back: Delivery = serde_json::from_str(&serde_json::to_string(&d).unwrap()).unwrap();
+        assert_eq!(back, d);
+        assert!(
+            serde_json::from_str::<Delivery>(r#"{"mode":"push","url":"http://x","tiemout_ms":1}"#)
+                .is_err(),
+            "unknown fields refused"
+        );
+    }
+
+    #[test]
+    fn push_validation() {
+        let ok = PushConfig {
+            url: "https://hooks.example.com/dq?x=1".into(),
+            method: PushMethod::Get,
+            timeout_ms: 100,
+            headers: [("X-Token".to_string(), "abc".to_string())].into(),
+            concurrency: 1,
+            secrets: vec!["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()],
+        };
+        assert!(ok.validate().is_ok());
+        for bad in [
+            PushConfig {
+                url: "ftp://x".into(),
+                ..ok.clone()
+            },
+            PushConfig {
+                url: "http://".into(),
+                ..ok.clone()
+            },
+            PushConfig {
+                url: "http://user:pw@host/".into(),
+                ..ok.clone()
+            },
+            PushConfig {
+                timeout_ms: 99,
+                ..ok.clone()
+            },
+            PushConfig {
+                concurrency: 0,
+                ..ok.clone()
+            },
+            PushConfig {
+                headers: [("bad header".to_string(), "v".to_string())].into(),
+                ..ok.clone()
+            },
+            PushConfig {
+                secrets: vec!["nope".into()],
+                ..ok.clone()
+            },
+        ] {
+            assert_eq!(
+                bad.validate().unwrap_err().code,
+                "invalid_callback",
+                "{bad:?}"
+            );
+        }
     }
 }

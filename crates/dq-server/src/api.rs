@@ -595,7 +595,26 @@ pub(crate) async fn put_topic(
     JsonBody(patch): JsonBody<TopicConfigPatch>,
 ) -> ApiResult {
     let t = topic(t)?;
+    let mut patch = patch;
     patch.validate(&st.limits)?;
+    if let Some(Delivery::Push(p)) = &patch.delivery {
+        st.push_guard
+            .check_url(&p.url)
+            .await
+            .map_err(|m| ApiError::bad_request("invalid_callback", m))?;
+        // A topic turned to push without its own retry settings gets the push
+        // defaults: retries after 1, 3, 5, ... 19 minutes, 10 attempts.
+        let current = st.store.topic_config(&t).await?.unwrap_or_default();
+        let defaults = TopicConfig::default();
+        if patch.retry.is_none() && current.retry == defaults.retry {
+            patch.retry = Some(RetryPolicy::DelaysMs(
+                (0..10).map(|n| (2 * n + 1) * 60_000).collect(),
+            ));
+        }
+        if patch.max_attempts.is_none() && current.max_attempts == defaults.max_attempts {
+            patch.max_attempts = Some(10);
+        }
+    }
     let cfg = st.store.put_topic_config(&t, &patch).await?;
     tracing::info!(topic = %t, config = ?cfg, "topic configured");
     Ok(Json(json!({"name": t, "config": cfg})).into_response())

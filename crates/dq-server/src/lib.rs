@@ -8,11 +8,13 @@
 //!   bodies), `reserve` (the long-poll), [`dispatcher`], [`wakers`].
 
 mod api;
+pub mod deliverer;
 pub mod dispatcher;
 pub mod error;
 mod extract;
 pub mod metrics;
 mod openapi;
+pub mod push_guard;
 mod reserve;
 pub mod wakers;
 
@@ -46,6 +48,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// What this process measures (lateness, HTTP durations).
     pub metrics: Arc<metrics::Metrics>,
+    /// Which addresses push callbacks may reach.
+    pub push_guard: push_guard::PushGuard,
 }
 
 impl AppState {
@@ -58,6 +62,7 @@ impl AppState {
             wakers: Arc::new(Wakers::default()),
             shutdown: CancellationToken::new(),
             metrics: Arc::default(),
+            push_guard: push_guard::PushGuard::default(),
         }
     }
 }
@@ -148,6 +153,8 @@ pub struct ServerConfig {
     pub shutdown_grace: Duration,
     /// Longest dispatcher sleep (see [`dispatcher`]).
     pub dispatcher_max_sleep: Duration,
+    /// Refuse push callbacks to loopback and private addresses too.
+    pub push_deny_private: bool,
 }
 
 impl Default for ServerConfig {
@@ -158,6 +165,7 @@ impl Default for ServerConfig {
             max_request_bytes: 32 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(10),
             dispatcher_max_sleep: Duration::from_secs(1),
+            push_deny_private: false,
         }
     }
 }
@@ -171,7 +179,10 @@ pub struct Server {
 impl Server {
     /// A server over `store`.
     pub fn new(config: ServerConfig, store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
-        let state = AppState::new(store, clock, config.limits);
+        let mut state = AppState::new(store, clock, config.limits);
+        state.push_guard = push_guard::PushGuard {
+            deny_private: config.push_deny_private,
+        };
         Self { config, state }
     }
 
@@ -225,6 +236,19 @@ impl Server {
             });
         }
 
+        // Push deliveries in flight are tracked apart, so shutdown can let
+        // them finish within the grace period.
+        let deliveries = TaskTracker::new();
+        {
+            let st = state.clone();
+            let cancel = loops.clone();
+            let deliveries = deliveries.clone();
+            supervise(&tracker, &loops, "deliverer", move || {
+                let d = deliverer::Deliverer::new(st.clone(), st.push_guard, deliveries.clone());
+                d.run(cancel.clone())
+            });
+        }
+
         let router = app(state.clone(), self.config.max_request_bytes);
         let shutdown = state.shutdown.clone();
         let graceful = {
@@ -247,6 +271,16 @@ impl Server {
                 ?grace,
                 "in-flight requests did not finish within the grace period"
             ),
+        }
+        deliveries.close();
+        if tokio::time::timeout(grace, deliveries.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?grace,
+                "push deliveries still running after the grace period; their jobs come back after their leases"
+            );
         }
         loops.cancel();
         tracker.close();

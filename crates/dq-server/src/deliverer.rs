@@ -1,0 +1,342 @@
+//! The Deliverer: for every push topic, claims due jobs and calls the
+//! topic's URL; a 2xx acks the job, 410 sends it to the dead letters at once,
+//! anything else (timeout, connection error, 5xx, 429, other 4xx) is a failed
+//! attempt retried with the topic's backoff, or after `Retry-After`.
+//!
+//! A job is acked only after its callback answered 2xx. Each topic has its
+//! own task and concurrency limit, so a slow endpoint delays only its topic.
+//! Requests are signed by the Standard Webhooks convention (`webhook-id`
+//! stable across attempts, `webhook-timestamp`, `webhook-signature`).
+//! One log line per attempt goes to the target `dq::delivery`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use dq_core::{Body, Delivery, Lease, PushConfig, PushMethod, Topic};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::AppState;
+use crate::push_guard::{self, PushGuard};
+
+/// How often the set of push topics is read again.
+const REFRESH: Duration = Duration::from_secs(1);
+
+/// Signs `{id}.{timestamp}.{body}` with each `whsec_` secret:
+/// `v1,<base64 HMAC-SHA256>` values separated by spaces.
+pub fn sign(secrets: &[String], msg_id: &str, timestamp: u64, body: &[u8]) -> String {
+    let mut sigs = Vec::with_capacity(secrets.len());
+    for s in secrets {
+        let Some(key) = s.strip_prefix("whsec_").and_then(|k| B64.decode(k).ok()) else {
+            continue;
+        };
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(&key) else {
+            continue;
+        };
+        mac.update(msg_id.as_bytes());
+        mac.update(b".");
+        mac.update(timestamp.to_string().as_bytes());
+        mac.update(b".");
+        mac.update(body);
+        sigs.push(format!("v1,{}", B64.encode(mac.finalize().into_bytes())));
+    }
+    sigs.join(" ")
+}
+
+/// See the module docs.
+pub struct Deliverer {
+    st: AppState,
+    http: reqwest::Client,
+    tracker: TaskTracker,
+}
+
+impl Deliverer {
+    /// A deliverer whose connections obey `guard`.
+    ///
+    /// # Panics
+    /// When the HTTP client cannot be built (no TLS crypto provider installed).
+    pub fn new(st: AppState, guard: PushGuard, tracker: TaskTracker) -> Self {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(push_guard::resolver(guard))
+            .pool_max_idle_per_host(64)
+            .user_agent(concat!("dq/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("HTTP client for push delivery");
+        Self { st, http, tracker }
+    }
+
+    /// Runs until `cancel` fires; deliveries in flight are tracked by the
+    /// tracker given to [`Deliverer::new`].
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut topics: HashMap<Topic, (PushConfig, CancellationToken)> = HashMap::new();
+        loop {
+            match self.push_topics().await {
+                Ok(now) => {
+                    topics.retain(|t, (cfg, stop)| {
+                        let keep = now.get(t) == Some(cfg);
+                        if !keep {
+                            stop.cancel();
+                        }
+                        keep
+                    });
+                    for (t, cfg) in now {
+                        if topics.contains_key(&t) {
+                            continue;
+                        }
+                        let stop = cancel.child_token();
+                        let task = TopicDelivery {
+                            st: self.st.clone(),
+                            http: self.http.clone(),
+                            topic: t.clone(),
+                            cfg: cfg.clone(),
+                            tracker: self.tracker.clone(),
+                        };
+                        tokio::spawn(task.run(stop.clone()));
+                        topics.insert(t, (cfg, stop));
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot read push topics"),
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(REFRESH) => {}
+            }
+        }
+    }
+
+    async fn push_topics(&self) -> Result<HashMap<Topic, PushConfig>, dq_core::StoreError> {
+        let mut out = HashMap::new();
+        for t in self.st.store.topics().await? {
+            if let Some(cfg) = self.st.store.topic_config(&t).await?
+                && let Delivery::Push(p) = cfg.delivery
+            {
+                out.insert(t, p);
+            }
+        }
+        Ok(out)
+    }
+}
+
+struct TopicDelivery {
+    st: AppState,
+    http: reqwest::Client,
+    topic: Topic,
+    cfg: PushConfig,
+    tracker: TaskTracker,
+}
+
+impl TopicDelivery {
+    async fn run(self, stop: CancellationToken) {
+        let slots = Arc::new(Semaphore::new(self.cfg.concurrency as usize));
+        // The lease outlasts the request: a job is not handed out again
+        // while its callback may still be answering.
+        let lease_ms = self.cfg.timeout_ms + 5_000;
+        let this = Arc::new(self);
+        let mut failures = 0u32;
+        while !stop.is_cancelled() && !this.st.shutdown.is_cancelled() {
+            let free = slots.available_permits();
+            if free == 0 {
+                tokio::select! {
+                    p = slots.acquire() => drop(p),
+                    _ = stop.cancelled() => return,
+                }
+                continue;
+            }
+            let leases = tokio::select! {
+                r = crate::reserve::reserve(&this.st, std::slice::from_ref(&this.topic), free, Some(lease_ms), 1000) => r,
+                _ = stop.cancelled() => return,
+            };
+            let leases = match leases {
+                Ok(l) => {
+                    failures = 0;
+                    l
+                }
+                Err(e) => {
+                    failures += 1;
+                    if failures == 1 || failures.is_multiple_of(30) {
+                        tracing::warn!(topic = %this.topic, error = %e, "push topic cannot claim jobs");
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            for lease in leases {
+                let Ok(permit) = slots.clone().acquire_owned().await else {
+                    return;
+                };
+                let this = this.clone();
+                this.clone().tracker.spawn(async move {
+                    this.deliver(lease).await;
+                    drop(permit);
+                });
+            }
+        }
+    }
+
+    async fn deliver(&self, lease: Lease) {
+        let started = Instant::now();
+        let msg_id = format!("{}/{}", lease.topic, lease.id);
+        let ts = self.st.clock.now_ms() / 1000;
+        let (body, content_type): (Vec<u8>, &str) = match &lease.body {
+            Body::Json(s) => (s.as_bytes().to_vec(), "application/json"),
+            Body::Bytes(b) => (b.clone(), "application/octet-stream"),
+        };
+        let mut req = match self.cfg.method {
+            PushMethod::Post => self
+                .http
+                .post(&self.cfg.url)
+                .header("content-type", content_type)
+                .body(body.clone()),
+            PushMethod::Get => {
+                let mut url = match reqwest::Url::parse(&self.cfg.url) {
+                    Ok(u) => u,
+                    Err(e) => {
+                        tracing::error!(topic = %lease.topic, error = %e, "invalid callback url");
+                        return;
+                    }
+                };
+                url.query_pairs_mut()
+                    .append_pair("topic", lease.topic.as_str())
+                    .append_pair("id", lease.id.as_str())
+                    .append_pair("attempt", &lease.attempt.to_string());
+                self.http.get(url)
+            }
+        };
+        let signed: &[u8] = if self.cfg.method == PushMethod::Post {
+            &body
+        } else {
+            b""
+        };
+        req = req
+            .timeout(Duration::from_millis(self.cfg.timeout_ms))
+            .header("dq-topic", lease.topic.as_str())
+            .header("dq-job-id", lease.id.as_str())
+            .header("dq-attempt", lease.attempt.to_string())
+            .header("dq-due-at", lease.due_at_ms.to_string())
+            .header("webhook-id", &msg_id)
+            .header("webhook-timestamp", ts.to_string());
+        if !self.cfg.secrets.is_empty() {
+            req = req.header(
+                "webhook-signature",
+                sign(&self.cfg.secrets, &msg_id, ts, signed),
+            );
+        }
+        for (k, v) in &self.cfg.headers {
+            req = req.header(k, v);
+        }
+        let result = self.guarded(req).await;
+        let took_ms = started.elapsed().as_millis() as u64;
+        let (t, id, token) = (&lease.topic, &lease.id, lease.token.as_str());
+        let now = self.st.clock.now_ms();
+        let store = &self.st.store;
+        let outcome = match &result {
+            Ok((status, _)) if (200..300).contains(status) => {
+                store.ack(t, id, token).await.map(|_| "acked")
+            }
+            Ok((410, _)) => store
+                .bury(t, id, token, "callback answered 410 Gone", now)
+                .await
+                .map(|_| "dead"),
+            Ok((status, retry_after)) => store
+                .nack(
+                    t,
+                    id,
+                    token,
+                    &format!("callback answered HTTP {status}"),
+                    *retry_after,
+                    now,
+                )
+                .await
+                .map(|_| "retry"),
+            Err(e) => store
+                .nack(t, id, token, e, None, now)
+                .await
+                .map(|_| "retry"),
+        };
+        let outcome = outcome.unwrap_or_else(|e| {
+            tracing::warn!(topic = %t, id = %id, error = %e, "cannot record the delivery's outcome; the job comes back after its lease");
+            "unrecorded"
+        });
+        match &result {
+            Ok((status, _)) => {
+                tracing::info!(target: "dq::delivery", topic = %t, id = %id, attempt = lease.attempt, status, took_ms, outcome)
+            }
+            Err(e) => {
+                tracing::info!(target: "dq::delivery", topic = %t, id = %id, attempt = lease.attempt, error = %e, took_ms, outcome)
+            }
+        }
+    }
+
+    /// Sends after checking an IP-literal host (names are checked by the
+    /// client's resolver). Returns the status and a Retry-After in ms.
+    async fn guarded(&self, req: reqwest::RequestBuilder) -> Result<(u16, Option<u64>), String> {
+        let req = req.build().map_err(|e| format!("invalid request: {e}"))?;
+        if let Some(host) = req.url().host_str()
+            && host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok()
+        {
+            let port = req.url().port_or_known_default().unwrap_or(80);
+            self.st.push_guard.check_host(host, port).await?;
+        }
+        let res = self.http.execute(req).await.map_err(|e| {
+            if e.is_timeout() {
+                format!("callback timed out after {} ms", self.cfg.timeout_ms)
+            } else {
+                format!("callback unreachable: {}", root_cause(&e))
+            }
+        })?;
+        let status = res.status().as_u16();
+        let retry_after = res
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|s| s.min(86_400) * 1000);
+        Ok((status, retry_after))
+    }
+}
+
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The example of the Standard Webhooks specification.
+    #[test]
+    fn signature_matches_the_specification_example() {
+        let sig = sign(
+            &["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()],
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1614265330,
+            br#"{"test": 2432232314}"#,
+        );
+        assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+        let two = sign(
+            &[
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+                "whsec_AAAAAAAAAAAAAAAAAAAAAAAA".into(),
+            ],
+            "m",
+            1,
+            b"x",
+        );
+        assert_eq!(two.split(' ').count(), 2, "one signature per secret");
+    }
+}

@@ -1,0 +1,477 @@
+//! Push delivery against real HTTP receivers on loopback ports, with a real
+//! `Server` (embedded store on a temp dir).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use dq_server::{Server, ServerConfig};
+use hmac::{Hmac, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// One request a receiver got.
+#[derive(Debug, Clone)]
+struct Got {
+    at: Instant,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+/// Statuses to answer, each with an optional Retry-After.
+type Answers = Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>>;
+
+/// A callback receiver: answers with the queued statuses (then 200), after
+/// an optional delay, and records every request.
+#[derive(Clone, Default)]
+struct Receiver {
+    got: Arc<Mutex<Vec<Got>>>,
+    answers: Answers,
+    delay: Arc<Mutex<Duration>>,
+}
+
+impl Receiver {
+    async fn start(&self) -> String {
+        let me = self.clone();
+        let app = Router::new().route(
+            "/hook",
+            axum::routing::any(move |headers: HeaderMap, body: Bytes| {
+                let me = me.clone();
+                async move {
+                    me.got.lock().unwrap().push(Got {
+                        at: Instant::now(),
+                        headers,
+                        body,
+                    });
+                    let delay = *me.delay.lock().unwrap();
+                    tokio::time::sleep(delay).await;
+                    let (status, retry_after) = me
+                        .answers
+                        .lock()
+                        .unwrap()
+                        .pop_front()
+                        .unwrap_or((200, None));
+                    let mut res = (StatusCode::from_u16(status).unwrap(), "ok").into_response();
+                    if let Some(r) = retry_after {
+                        res.headers_mut().insert("retry-after", r.parse().unwrap());
+                    }
+                    res
+                }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", l.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(l, app).await });
+        url
+    }
+
+    fn got(&self) -> Vec<Got> {
+        self.got.lock().unwrap().clone()
+    }
+}
+
+struct Dq {
+    base: String,
+    http: reqwest::Client,
+    _stop: tokio::sync::oneshot::Sender<()>,
+    _dir: tempfile::TempDir,
+}
+
+async fn dq(deny_private: bool) -> Dq {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dq_embedded::EmbeddedStore::open(dir.path().join("data")).unwrap();
+    let server = Server::new(
+        ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            push_deny_private: deny_private,
+            ..Default::default()
+        },
+        Arc::new(store),
+        Arc::new(dq_core::SystemClock),
+    );
+    let l = server.bind().await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.run(l, async move {
+        let _ = rx.await;
+    }));
+    Dq {
+        base,
+        http: reqwest::Client::new(),
+        _stop: tx,
+        _dir: dir,
+    }
+}
+
+impl Dq {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn push_topic(&self, topic: &str, delivery: Value, extra: Value) -> (u16, Value) {
+        let mut body = json!({"delivery": delivery});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        self.call(reqwest::Method::PUT, &format!("/v1/topics/{topic}"), body)
+            .await
+    }
+
+    async fn stats(&self, topic: &str) -> Value {
+        self.call(
+            reqwest::Method::GET,
+            &format!("/v1/topics/{topic}"),
+            Value::Null,
+        )
+        .await
+        .1["stats"]
+            .clone()
+    }
+
+    async fn wait_for(&self, topic: &str, what: &str, pred: impl Fn(&Value) -> bool) {
+        let t0 = Instant::now();
+        loop {
+            let s = self.stats(topic).await;
+            if pred(&s) {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "timed out waiting for {what}: {s}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn verify(secret: &str, headers: &HeaderMap, body: &[u8]) -> bool {
+    let id = headers["webhook-id"].to_str().unwrap();
+    let ts = headers["webhook-timestamp"].to_str().unwrap();
+    let key = B64.decode(secret.strip_prefix("whsec_").unwrap()).unwrap();
+    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{ts}.").as_bytes());
+    mac.update(body);
+    let want = format!("v1,{}", B64.encode(mac.finalize().into_bytes()));
+    headers["webhook-signature"]
+        .to_str()
+        .unwrap()
+        .split(' ')
+        .any(|s| s == want)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivers_signed_and_acks_after_2xx() {
+    let r = Receiver::default();
+    let url = r.start().await;
+    let d = dq(false).await;
+    let (s, v) = d
+        .push_topic(
+            "orders",
+            json!({"mode": "push", "url": url, "secrets": [SECRET], "headers": {"X-Team": "shop"}}),
+            json!({}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v["config"]["max_attempts"],
+        json!(10),
+        "push default attempts"
+    );
+    assert_eq!(
+        v["config"]["retry"]["delays_ms"][1],
+        json!(180_000),
+        "push default retry waits"
+    );
+    let (s, _) = d
+        .call(reqwest::Method::POST, "/v1/topics/orders/jobs:batch", json!({"jobs": [
+            {"id": "a", "body": {"order": 1}}, {"id": "b", "body": {"order": 2}, "delay_ms": 300}
+        ]}))
+        .await;
+    assert_eq!(s, 200);
+    d.wait_for("orders", "2 acks", |s| s["counters"]["acked"] == json!(2))
+        .await;
+    let got = r.got();
+    assert_eq!(got.len(), 2, "each job delivered once");
+    for g in &got {
+        let id = g.headers["dq-job-id"].to_str().unwrap();
+        assert_eq!(g.headers["dq-topic"], "orders");
+        assert_eq!(g.headers["dq-attempt"], "1");
+        assert_eq!(
+            g.headers["webhook-id"].to_str().unwrap(),
+            format!("orders/{id}")
+        );
+        assert_eq!(g.headers["x-team"], "shop");
+        assert_eq!(g.headers["content-type"], "application/json");
+        assert!(verify(SECRET, &g.headers, &g.body), "signature verifies");
+        let body: Value = serde_json::from_slice(&g.body).unwrap();
+        assert_eq!(body["order"], json!(if id == "a" { 1 } else { 2 }));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_retry_with_backoff_and_410_is_dead() {
+    let r = Receiver::default();
+    r.answers
+        .lock()
+        .unwrap()
+        .extend([(500, None), (503, Some("1"))]);
+    let url = r.start().await;
+    let d = dq(false).await;
+    let (s, v) = d
+        .push_topic(
+            "hooks",
+            json!({"mode": "push", "url": url}),
+            json!({"retry": {"fixed_ms": 200}, "max_attempts": 5}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["config"]["max_attempts"], json!(5), "own settings kept");
+    d.call(
+        reqwest::Method::POST,
+        "/v1/topics/hooks/jobs",
+        json!({"id": "h"}),
+    )
+    .await;
+    d.wait_for("hooks", "the ack", |s| s["counters"]["acked"] == json!(1))
+        .await;
+    let got = r.got();
+    assert_eq!(got.len(), 3);
+    let attempts: Vec<&str> = got
+        .iter()
+        .map(|g| g.headers["dq-attempt"].to_str().unwrap())
+        .collect();
+    assert_eq!(attempts, vec!["1", "2", "3"]);
+    assert!(
+        got.iter().all(|g| g.headers["webhook-id"] == "hooks/h"),
+        "stable webhook-id"
+    );
+    assert!(
+        got[1].at - got[0].at >= Duration::from_millis(200),
+        "backoff after 500"
+    );
+    assert!(
+        got[2].at - got[1].at >= Duration::from_millis(1000),
+        "Retry-After honoured after 503"
+    );
+
+    // 410: dead at once.
+    r.answers.lock().unwrap().push_back((410, None));
+    d.call(
+        reqwest::Method::POST,
+        "/v1/topics/hooks/jobs",
+        json!({"id": "gone"}),
+    )
+    .await;
+    d.wait_for("hooks", "a dead letter", |s| s["dead"] == json!(1))
+        .await;
+    let (_, dead) = d
+        .call(reqwest::Method::GET, "/v1/topics/hooks/dead", Value::Null)
+        .await;
+    assert_eq!(dead["jobs"][0]["id"], json!("gone"));
+    assert_eq!(dead["jobs"][0]["attempts"], json!(1));
+    assert!(
+        dead["jobs"][0]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("410")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_and_down_receivers_are_retried_nothing_lost() {
+    let d = dq(false).await;
+    // Nothing listens on this port: connection refused until a receiver appears.
+    let port = dq_testkit::free_port();
+    let (s, v) = d
+        .push_topic("down", json!({"mode": "push", "url": format!("http://127.0.0.1:{port}/hook"), "timeout_ms": 300}), json!({"retry": {"fixed_ms": 100}, "max_attempts": 50}))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    d.call(
+        reqwest::Method::POST,
+        "/v1/topics/down/jobs:batch",
+        json!({"jobs": [{"id": "1"}, {"id": "2"}, {"id": "3"}]}),
+    )
+    .await;
+    d.wait_for("down", "failed attempts", |s| {
+        s["counters"]["failed"].as_u64().unwrap_or(0) >= 3
+    })
+    .await;
+    let (_, job) = d
+        .call(reqwest::Method::GET, "/v1/topics/down/jobs/1", Value::Null)
+        .await;
+    assert!(
+        job["last_error"].as_str().unwrap().contains("unreachable"),
+        "{job}"
+    );
+
+    // A slow receiver: timed out, retried.
+    let slow = Receiver::default();
+    *slow.delay.lock().unwrap() = Duration::from_millis(600);
+    let url = slow.start().await;
+    d.push_topic(
+        "slow",
+        json!({"mode": "push", "url": url, "timeout_ms": 300}),
+        json!({"retry": {"fixed_ms": 100}, "max_attempts": 2}),
+    )
+    .await;
+    d.call(
+        reqwest::Method::POST,
+        "/v1/topics/slow/jobs",
+        json!({"id": "s"}),
+    )
+    .await;
+    d.wait_for("slow", "dead after two timeouts", |s| s["dead"] == json!(1))
+        .await;
+    let (_, job) = d
+        .call(reqwest::Method::GET, "/v1/topics/slow/jobs/s", Value::Null)
+        .await;
+    assert!(
+        job["last_error"].as_str().unwrap().contains("timed out"),
+        "{job}"
+    );
+
+    // The receiver comes up on the port: every job is delivered, none lost.
+    let r = Receiver::default();
+    {
+        let me = r.clone();
+        let app = Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: HeaderMap, body: Bytes| {
+                let me = me.clone();
+                async move {
+                    me.got.lock().unwrap().push(Got {
+                        at: Instant::now(),
+                        headers,
+                        body,
+                    });
+                    StatusCode::NO_CONTENT
+                }
+            }),
+        );
+        let l = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        tokio::spawn(async move { axum::serve(l, app).await });
+    }
+    d.wait_for("down", "3 acks", |s| s["counters"]["acked"] == json!(3))
+        .await;
+    let mut ids: Vec<String> = r
+        .got()
+        .iter()
+        .map(|g| g.headers["dq-job-id"].to_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, vec!["1", "2", "3"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_topic_does_not_delay_another() {
+    let slow = Receiver::default();
+    *slow.delay.lock().unwrap() = Duration::from_millis(1500);
+    let slow_url = slow.start().await;
+    let fast = Receiver::default();
+    let fast_url = fast.start().await;
+    let d = dq(false).await;
+    d.push_topic(
+        "slow",
+        json!({"mode": "push", "url": slow_url, "concurrency": 1, "timeout_ms": 5000}),
+        json!({}),
+    )
+    .await;
+    d.push_topic("fast", json!({"mode": "push", "url": fast_url}), json!({}))
+        .await;
+    let slow_jobs: Vec<Value> = (0..5).map(|i| json!({"id": format!("s{i}")})).collect();
+    d.call(
+        reqwest::Method::POST,
+        "/v1/topics/slow/jobs:batch",
+        json!({ "jobs": slow_jobs }),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let t0 = Instant::now();
+    d.call(
+        reqwest::Method::POST,
+        "/v1/topics/fast/jobs",
+        json!({"id": "f", "delay_ms": 200}),
+    )
+    .await;
+    d.wait_for("fast", "the fast ack", |s| {
+        s["counters"]["acked"] == json!(1)
+    })
+    .await;
+    let took = fast.got()[0].at - t0;
+    assert!(
+        took < Duration::from_millis(700),
+        "fast topic delivered on time while slow one is busy: {took:?}"
+    );
+    assert!(slow.got().len() <= 2, "slow topic respects concurrency 1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ssrf_guard_refuses_metadata_and_optionally_private() {
+    let d = dq(false).await;
+    for url in [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fe80::1]/x",
+        "http://0.0.0.0/x",
+    ] {
+        let (s, v) = d
+            .push_topic("x", json!({"mode": "push", "url": url}), json!({}))
+            .await;
+        assert_eq!(
+            (s, v["error"]["code"].clone()),
+            (400, json!("invalid_callback")),
+            "{url}: {v}"
+        );
+    }
+    let (s, v) = d
+        .push_topic(
+            "x",
+            json!({"mode": "push", "url": "http://no-such-host.invalid/"}),
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].clone()),
+        (400, json!("invalid_callback")),
+        "{v}"
+    );
+    let (s, _) = d
+        .push_topic(
+            "x",
+            json!({"mode": "push", "url": "http://127.0.0.1:9/x"}),
+            json!({}),
+        )
+        .await;
+    assert_eq!(s, 200, "loopback allowed by default");
+    let strict = dq(true).await;
+    let (s, v) = strict
+        .push_topic(
+            "x",
+            json!({"mode": "push", "url": "http://localhost:9/x"}),
+            json!({}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].clone()),
+        (400, json!("invalid_callback")),
+        "{v}"
+    );
+    assert!(v["error"]["message"].as_str().unwrap().contains("loopback"));
+}
