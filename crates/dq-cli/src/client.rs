@@ -123,6 +123,24 @@ pub(crate) enum TopicsCmd {
         /// Retry waits: a list like 1m,3m,5m,7m; or exp:1s,2,1h (initial, factor, cap); or fixed:30s
         #[arg(long)]
         retry: Option<String>,
+        /// Push delivery: dq calls this URL when each job is due
+        #[arg(long, conflicts_with = "pull")]
+        push_url: Option<String>,
+        /// Push: HTTP method, POST or GET
+        #[arg(long, requires = "push_url")]
+        push_method: Option<String>,
+        /// Push: request timeout, e.g. 3s
+        #[arg(long, requires = "push_url")]
+        push_timeout: Option<String>,
+        /// Push: deliveries in flight at once
+        #[arg(long, requires = "push_url")]
+        push_concurrency: Option<u32>,
+        /// Push: Standard Webhooks secret (whsec_…); repeat during a rotation
+        #[arg(long, requires = "push_url")]
+        push_secret: Vec<String>,
+        /// Back to pull delivery (consumers reserve jobs)
+        #[arg(long)]
+        pull: bool,
     },
     /// Delete a topic and all its jobs
     Delete { topic: String },
@@ -496,6 +514,12 @@ impl ClientCmd {
                         dead_cap,
                         default_delay,
                         retry,
+                        push_url,
+                        push_method,
+                        push_timeout,
+                        push_concurrency,
+                        push_secret,
+                        pull,
                     } => {
                         let mut req = json!({});
                         if let Some(m) = max_attempts {
@@ -512,6 +536,25 @@ impl ClientCmd {
                         }
                         if let Some(r) = retry {
                             req["retry"] = parse_retry(&r)?;
+                        }
+                        if let Some(url) = push_url {
+                            let mut d = json!({"mode": "push", "url": url});
+                            if let Some(m) = push_method {
+                                d["method"] = json!(m.to_ascii_uppercase());
+                            }
+                            if let Some(t) = push_timeout {
+                                d["timeout_ms"] = json!(ms(&t, "--push-timeout")?);
+                            }
+                            if let Some(c) = push_concurrency {
+                                d["concurrency"] = json!(c);
+                            }
+                            if !push_secret.is_empty() {
+                                d["secrets"] = json!(push_secret);
+                            }
+                            req["delivery"] = d;
+                        }
+                        if pull {
+                            req["delivery"] = json!({"mode": "pull"});
                         }
                         let v = api
                             .call(Method::PUT, api.url(&["v1", "topics", &topic]), Some(req))

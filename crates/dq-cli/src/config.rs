@@ -46,6 +46,9 @@ pub(crate) struct ServeArgs {
     /// Longest dispatcher sleep; bounds how late leases taken through other instances are noticed to expire [default: 1s]
     #[arg(long, env = "DQ_DISPATCHER_MAX_SLEEP")]
     pub(crate) dispatcher_max_sleep: Option<String>,
+    /// Refuse push callbacks to loopback and private addresses too (link-local and metadata addresses are always refused)
+    #[arg(long, env = "DQ_PUSH_DENY_PRIVATE")]
+    pub(crate) push_deny_private: Option<bool>,
     /// Log format: text or json [default: text]
     #[arg(long, env = "DQ_LOG_FORMAT")]
     pub(crate) log_format: Option<String>,
@@ -68,6 +71,7 @@ struct FileConfig {
     max_request_bytes: Option<usize>,
     shutdown_grace: Option<String>,
     dispatcher_max_sleep: Option<String>,
+    push_deny_private: Option<bool>,
     log_format: Option<String>,
     log_level: Option<String>,
 }
@@ -156,6 +160,9 @@ impl ServeArgs {
             if server.dispatcher_max_sleep.is_zero() {
                 bail!("dispatcher_max_sleep: must be more than 0");
             }
+        }
+        if let Some(d) = self.push_deny_private.or(file.push_deny_private) {
+            server.push_deny_private = d;
         }
         let log_format = match self.log_format.or(file.log_format).as_deref() {
             None | Some("text") => LogFormat::Text,
