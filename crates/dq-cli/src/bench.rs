@@ -103,6 +103,23 @@ enum Scenario {
         #[arg(long, default_value_t = 8)]
         consumers: usize,
     },
+    /// Push delivery to a local receiver started by the bench: R jobs/s for T
+    /// with delays in [a, b] (lateness), or with --rate 0, N jobs due at once
+    /// (deliveries/s)
+    Push {
+        #[arg(long, default_value_t = 2000)]
+        rate: usize,
+        #[arg(long, default_value = "20s")]
+        duration: String,
+        #[arg(long, default_value = "1s..10s")]
+        delay: String,
+        /// With --rate 0: jobs enqueued at once, all due now
+        #[arg(long, default_value_t = 50_000)]
+        jobs: usize,
+        /// Deliveries in flight at once
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+    },
     /// Store bytes per scheduled job: N jobs of a body size, measured on the
     /// embedded store's directory or Redis' INFO memory
     Storage {
@@ -153,6 +170,22 @@ impl Api {
         let res = self
             .http
             .post(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .with_context(|| format!("cannot reach dq at {}", self.base))?;
+        let status = res.status();
+        let v: Value = res.json().await.unwrap_or(Value::Null);
+        if !status.is_success() {
+            bail!("{path}: {} {}", status.as_u16(), v["error"]);
+        }
+        Ok(v)
+    }
+
+    async fn put(&self, path: &str, body: &Value) -> Result<Value> {
+        let res = self
+            .http
+            .put(format!("{}{path}", self.base))
             .json(body)
             .send()
             .await
@@ -404,23 +437,11 @@ impl SteadyPlan {
     }
 }
 
-/// `rate` jobs/s for `secs`, delays uniform in `delay`, consumed as they fall due.
-async fn steady(api: &Api, topic: &str, run_id: &str, p: &SteadyPlan) -> Result<Value> {
+/// Enqueues `rate` jobs/s for `secs` (a batch every 10 ms), delays uniform
+/// in `delay`; ids are `<run_id>-<n>`. Returns the jobs not accepted.
+async fn feed(api: &Api, topic: &str, run_id: &str, p: &SteadyPlan) -> u64 {
     let (a, b) = p.delay;
     let jobs = (p.rate as f64 * p.secs) as usize;
-    let pb = progress(jobs as u64, "handed out");
-    let deadline = Instant::now()
-        + Duration::from_secs_f64(p.secs)
-        + Duration::from_millis(b)
-        + Duration::from_secs(60);
-    let consumer = {
-        let (api, topic, pb) = (api.clone(), topic.to_string(), pb.clone());
-        let (consumers, max) = (p.consumers, p.max);
-        tokio::spawn(
-            async move { consume(&api, &topic, consumers, max, jobs, deadline, &pb).await },
-        )
-    };
-    // A tick every 10 ms enqueues the jobs the rate owes by then.
     let bd = body(p.body_bytes);
     let t0 = Instant::now();
     let mut sent = 0usize;
@@ -456,6 +477,71 @@ async fn steady(api: &Api, topic: &str, run_id: &str, p: &SteadyPlan) -> Result<
         }
         sent = owed;
     }
+    errors
+}
+
+/// A local HTTP receiver for push benches: records, per job id, the hand-outs
+/// and the lateness (receipt − `Dq-Due-At`), answers 204.
+async fn receiver(expected: usize) -> Result<(String, Arc<Mutex<Observed>>)> {
+    let obs = Arc::new(Mutex::new(Observed {
+        seen: HashMap::with_capacity(expected),
+        lateness: Histogram::new_with_bounds(1, 3_600_000_000, 3)?,
+        early: 0,
+        last_us: 0,
+    }));
+    let o = obs.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: axum::http::HeaderMap| {
+            let o = o.clone();
+            async move {
+                let received = now_us();
+                let due_us = headers
+                    .get("dq-due-at")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+                    * 1000;
+                let id = headers
+                    .get("dq-job-id")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                let mut o = o.lock().expect("poisoned");
+                if received < due_us {
+                    o.early += 1;
+                } else {
+                    let _ = o.lateness.record((received - due_us).max(1));
+                }
+                *o.seen.entry(id).or_default() += 1;
+                o.last_us = received;
+                axum::http::StatusCode::NO_CONTENT
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/hook", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((url, obs))
+}
+
+/// `rate` jobs/s for `secs`, delays uniform in `delay`, consumed as they fall due.
+async fn steady(api: &Api, topic: &str, run_id: &str, p: &SteadyPlan) -> Result<Value> {
+    let (a, b) = p.delay;
+    let jobs = (p.rate as f64 * p.secs) as usize;
+    let pb = progress(jobs as u64, "handed out");
+    let deadline = Instant::now()
+        + Duration::from_secs_f64(p.secs)
+        + Duration::from_millis(b)
+        + Duration::from_secs(60);
+    let consumer = {
+        let (api, topic, pb) = (api.clone(), topic.to_string(), pb.clone());
+        let (consumers, max) = (p.consumers, p.max);
+        tokio::spawn(
+            async move { consume(&api, &topic, consumers, max, jobs, deadline, &pb).await },
+        )
+    };
+    let errors = feed(api, topic, run_id, p).await;
     let obs = consumer.await??;
     pb.finish_and_clear();
     let dup: u64 = obs
@@ -491,6 +577,7 @@ impl BenchArgs {
             Scenario::Drain { .. } => "drain",
             Scenario::Steady { .. } => "steady",
             Scenario::Backlog { .. } => "backlog",
+            Scenario::Push { .. } => "push",
             Scenario::Storage { .. } => "storage",
         };
         let topic = self
@@ -620,6 +707,67 @@ impl BenchArgs {
                        "enqueue_jobs_per_s": (jobs as f64 / enq_s).round(), "enqueue_errors": errors,
                        "steady": flow, "lost": flow["lost"], "duplicated": flow["duplicated"],
                        "early": flow["early"]})
+            }
+            Scenario::Push {
+                rate,
+                duration,
+                delay,
+                jobs,
+                concurrency,
+            } => {
+                let plan = SteadyPlan::parse(rate.max(1), &duration, &delay, 0, 0, 64)?;
+                let expected = if rate == 0 {
+                    jobs
+                } else {
+                    (rate as f64 * plan.secs) as usize
+                };
+                let (url, obs) = receiver(expected).await?;
+                api.put(
+                    &format!("/v1/topics/{topic}"),
+                    &json!({"delivery": {"mode": "push", "url": url, "concurrency": concurrency}}),
+                )
+                .await?;
+                let pb = progress(expected as u64, "delivered");
+                let started = Instant::now();
+                let t0_us = now_us();
+                let errors = if rate == 0 {
+                    let bd = body(64);
+                    let rid = run_id.clone();
+                    let job =
+                        Arc::new(move |i: usize| json!({"id": format!("{rid}-{i}"), "body": bd}));
+                    produce(&api, &topic, jobs, 1000, 2, job, &ProgressBar::hidden()).await?
+                } else {
+                    feed(&api, &topic, &run_id, &plan).await
+                };
+                let limit = started
+                    + Duration::from_secs_f64(plan.secs)
+                    + Duration::from_millis(plan.delay.1)
+                    + Duration::from_secs(60);
+                loop {
+                    let n = obs.lock().expect("poisoned").seen.len();
+                    pb.set_position(n as u64);
+                    if n >= expected || Instant::now() > limit {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                // Late duplicates would show up shortly after.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                pb.finish_and_clear();
+                let o = obs.lock().expect("poisoned");
+                let dup: u64 = o.seen.values().map(|c| (*c as u64).saturating_sub(1)).sum();
+                let wall = (o.last_us.saturating_sub(t0_us)) as f64 / 1e6;
+                let mut v = json!({"scenario": "push", "jobs": expected, "concurrency": concurrency,
+                       "enqueue_errors": errors, "lateness": lateness_json(&o.lateness),
+                       "lost": expected.saturating_sub(o.seen.len()), "duplicated": dup, "early": o.early});
+                if rate == 0 {
+                    v["seconds"] = json!((wall * 1000.0).round() / 1000.0);
+                    v["deliveries_per_s"] = json!((o.seen.len() as f64 / wall.max(0.001)).round());
+                } else {
+                    v["rate"] = json!(rate);
+                    v["delay_ms"] = json!([plan.delay.0, plan.delay.1]);
+                }
+                v
             }
             Scenario::Storage {
                 jobs,
