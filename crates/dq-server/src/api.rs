@@ -616,6 +616,7 @@ pub(crate) async fn put_topic(
         }
     }
     let cfg = st.store.put_topic_config(&t, &patch).await?;
+    st.topics_changed.notify_one();
     tracing::info!(topic = %t, config = ?cfg, "topic configured");
     Ok(Json(json!({"name": t, "config": cfg})).into_response())
 }
@@ -634,6 +635,7 @@ pub(crate) async fn delete_topic(State(st): State<AppState>, Path(t): Path<Strin
             break;
         }
     }
+    st.topics_changed.notify_one();
     tracing::warn!(topic = %t, deleted, "topic deleted");
     Ok(Json(json!({"name": t, "deleted_jobs": deleted})).into_response())
 }

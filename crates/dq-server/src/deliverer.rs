@@ -107,6 +107,7 @@ impl Deliverer {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(REFRESH) => {}
+                _ = self.st.topics_changed.notified() => {}
             }
         }
     }

@@ -50,6 +50,10 @@ pub struct AppState {
     pub metrics: Arc<metrics::Metrics>,
     /// Which addresses push callbacks may reach.
     pub push_guard: push_guard::PushGuard,
+    /// Notified when this process changes a topic's settings, so the
+    /// deliverer picks up a new push topic at once (other processes' changes
+    /// within a second).
+    pub topics_changed: Arc<tokio::sync::Notify>,
 }
 
 impl AppState {
@@ -63,6 +67,7 @@ impl AppState {
             shutdown: CancellationToken::new(),
             metrics: Arc::default(),
             push_guard: push_guard::PushGuard::default(),
+            topics_changed: Arc::default(),
         }
     }
 }

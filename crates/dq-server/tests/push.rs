@@ -475,3 +475,100 @@ async fn ssrf_guard_refuses_metadata_and_optionally_private() {
     );
     assert!(v["error"]["message"].as_str().unwrap().contains("loopback"));
 }
+
+/// The signature verifies with the Standard Webhooks reference library
+/// (`standardwebhooks` from PyPI, installed by this test into the target
+/// directory when missing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signature_verifies_with_the_standardwebhooks_library() {
+    let r = Receiver::default();
+    let url = r.start().await;
+    let d = dq(false).await;
+    let other = "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    d.push_topic(
+        "signed",
+        json!({"mode": "push", "url": url, "secrets": [other, SECRET]}),
+        json!({}),
+    )
+    .await;
+    d.call(
+        reqwest::Method::POST,
+        "/v1/topics/signed/jobs",
+        json!({"id": "s1", "body": {"order": 42, "note": "ünï"}}),
+    )
+    .await;
+    d.wait_for("signed", "the ack", |s| s["counters"]["acked"] == json!(1))
+        .await;
+    let g = r.got().remove(0);
+
+    let deps = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("pydeps");
+    let have = std::process::Command::new("python3")
+        .args(["-c", "import standardwebhooks"])
+        .env("PYTHONPATH", &deps)
+        .status()
+        .expect("python3 runs");
+    if !have.success() {
+        let ok = std::process::Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--target",
+            ])
+            .arg(&deps)
+            .arg("standardwebhooks==1.1.0")
+            .status()
+            .expect("pip runs");
+        assert!(ok.success(), "cannot install standardwebhooks from PyPI");
+    }
+    let script = r#"
+import sys, json
+from standardwebhooks.webhooks import Webhook
+headers = json.loads(sys.argv[2])
+body = sys.stdin.buffer.read()
+Webhook(sys.argv[1]).verify(body, headers)
+print("verified")
+"#;
+    let headers = json!({
+        "webhook-id": g.headers["webhook-id"].to_str().unwrap(),
+        "webhook-timestamp": g.headers["webhook-timestamp"].to_str().unwrap(),
+        "webhook-signature": g.headers["webhook-signature"].to_str().unwrap(),
+    });
+    for secret in [SECRET, other] {
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script, secret, &headers.to_string()])
+            .env("PYTHONPATH", &deps)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(&g.body).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("verified"),
+            "standardwebhooks refused the signature for {secret}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A tampered body is refused by the library (the check can fail).
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script, SECRET, &headers.to_string()])
+        .env("PYTHONPATH", &deps)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"{\"order\": 43}")
+        .unwrap();
+    assert!(!child.wait().unwrap().success());
+}
