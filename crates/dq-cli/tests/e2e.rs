@@ -679,3 +679,85 @@ async fn embedded_store_survives_kill_9() {
         acked.len()
     );
 }
+
+/// A `dq serve` killed while a push delivery is in flight: after a restart
+/// the job is delivered again once the lease ends, with the same webhook-id,
+/// and acked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_delivery_survives_kill_9_mid_delivery() {
+    use axum::http::HeaderMap;
+    let dir = tempfile::tempdir().unwrap();
+    let got: Arc<Mutex<Vec<(Instant, String, String)>>> = Arc::default();
+    let hang_first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let app = {
+        let (got, hang_first) = (got.clone(), hang_first.clone());
+        axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |h: HeaderMap| {
+                let (got, hang_first) = (got.clone(), hang_first.clone());
+                async move {
+                    let id = h["webhook-id"].to_str().unwrap().to_string();
+                    let attempt = h["dq-attempt"].to_str().unwrap().to_string();
+                    got.lock().unwrap().push((Instant::now(), id, attempt));
+                    if hang_first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                        // The first delivery never answers (its dq dies meanwhile).
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                    }
+                    axum::http::StatusCode::OK
+                }
+            }),
+        )
+    };
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await });
+
+    let mut a = Dq::start_embedded(dir.path()).await;
+    let (s, v, _) = a
+        .call(
+            reqwest::Method::PUT,
+            "/v1/topics/pushed",
+            Some(json!({"delivery": {"mode": "push", "url": url, "timeout_ms": 500}, "retry": {"fixed_ms": 0}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    a.post("/v1/topics/pushed/jobs", json!({"id": "p1"})).await;
+    let t0 = Instant::now();
+    while got.lock().unwrap().is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "first delivery never came"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    a.kill9();
+    let killed_at = Instant::now();
+    let b = Dq::start_embedded(dir.path()).await;
+    let t0 = Instant::now();
+    loop {
+        let (_, v, _) = b
+            .call(reqwest::Method::GET, "/v1/topics/pushed", None)
+            .await;
+        if v["stats"]["counters"]["acked"] == json!(1) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "not delivered again: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let got = got.lock().unwrap().clone();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].1, "pushed/p1");
+    assert_eq!(
+        got[1].1, got[0].1,
+        "same webhook-id: the receiver can drop the repeat"
+    );
+    assert_eq!((got[0].2.as_str(), got[1].2.as_str()), ("1", "2"));
+    // The lease (timeout + 5 s) had to end first.
+    assert!(
+        got[1].0 > killed_at + Duration::from_secs(4),
+        "redelivered only after the lease"
+    );
+}
