@@ -49,6 +49,24 @@ pub(crate) struct ServeArgs {
     /// Refuse push callbacks to loopback and private addresses too (link-local and metadata addresses are always refused)
     #[arg(long, env = "DQ_PUSH_DENY_PRIVATE")]
     pub(crate) push_deny_private: Option<bool>,
+    /// Alert webhooks: URLs that get each alert as a JSON POST (comma-separated)
+    #[arg(long, env = "DQ_ALERT_WEBHOOKS", value_delimiter = ',')]
+    pub(crate) alert_webhooks: Vec<String>,
+    /// Alert e-mail server: smtp://[user:pass@]host:port (plain), add ?tls=required for STARTTLS, or smtps://…
+    #[arg(long, env = "DQ_ALERT_SMTP_URL")]
+    pub(crate) alert_smtp_url: Option<String>,
+    /// Alert e-mail sender [default: dq@localhost]
+    #[arg(long, env = "DQ_ALERT_EMAIL_FROM")]
+    pub(crate) alert_email_from: Option<String>,
+    /// Alert e-mail recipients (comma-separated)
+    #[arg(long, env = "DQ_ALERT_EMAIL_TO", value_delimiter = ',')]
+    pub(crate) alert_email_to: Vec<String>,
+    /// Alert when a topic keeps this many dead letters [default: off]
+    #[arg(long, env = "DQ_ALERT_DEAD_THRESHOLD")]
+    pub(crate) alert_dead_threshold: Option<u64>,
+    /// Least time between two "jobs went dead" alerts of a topic [default: 5m]
+    #[arg(long, env = "DQ_ALERT_INTERVAL")]
+    pub(crate) alert_interval: Option<String>,
     /// Log format: text or json [default: text]
     #[arg(long, env = "DQ_LOG_FORMAT")]
     pub(crate) log_format: Option<String>,
@@ -72,6 +90,14 @@ struct FileConfig {
     shutdown_grace: Option<String>,
     dispatcher_max_sleep: Option<String>,
     push_deny_private: Option<bool>,
+    #[serde(default)]
+    alert_webhooks: Vec<String>,
+    alert_smtp_url: Option<String>,
+    alert_email_from: Option<String>,
+    #[serde(default)]
+    alert_email_to: Vec<String>,
+    alert_dead_threshold: Option<u64>,
+    alert_interval: Option<String>,
     log_format: Option<String>,
     log_level: Option<String>,
 }
@@ -163,6 +189,28 @@ impl ServeArgs {
         }
         if let Some(d) = self.push_deny_private.or(file.push_deny_private) {
             server.push_deny_private = d;
+        }
+        let a = &mut server.alerts;
+        a.webhooks = if self.alert_webhooks.is_empty() {
+            file.alert_webhooks
+        } else {
+            self.alert_webhooks
+        };
+        a.smtp_url = self.alert_smtp_url.or(file.alert_smtp_url);
+        if let Some(f) = self.alert_email_from.or(file.alert_email_from) {
+            a.email_from = f;
+        }
+        a.email_to = if self.alert_email_to.is_empty() {
+            file.alert_email_to
+        } else {
+            self.alert_email_to
+        };
+        a.dead_threshold = self.alert_dead_threshold.or(file.alert_dead_threshold);
+        if let Some(i) = self.alert_interval.or(file.alert_interval) {
+            a.min_interval = duration("alert_interval", &i)?;
+        }
+        if a.smtp_url.is_some() && a.email_to.is_empty() {
+            bail!("alert_smtp_url is set but alert_email_to names no recipient");
         }
         let log_format = match self.log_format.or(file.log_format).as_deref() {
             None | Some("text") => LogFormat::Text,

@@ -7,6 +7,7 @@
 //! - Modules: `api` (handlers), [`error`] (`ApiError`), `extract` (JSON
 //!   bodies), `reserve` (the long-poll), [`dispatcher`], [`wakers`].
 
+pub mod alerts;
 mod api;
 pub mod deliverer;
 pub mod dispatcher;
@@ -160,6 +161,8 @@ pub struct ServerConfig {
     pub dispatcher_max_sleep: Duration,
     /// Refuse push callbacks to loopback and private addresses too.
     pub push_deny_private: bool,
+    /// Alert channels (none by default).
+    pub alerts: alerts::AlertConfig,
 }
 
 impl Default for ServerConfig {
@@ -171,6 +174,7 @@ impl Default for ServerConfig {
             shutdown_grace: Duration::from_secs(10),
             dispatcher_max_sleep: Duration::from_secs(1),
             push_deny_private: false,
+            alerts: alerts::AlertConfig::default(),
         }
     }
 }
@@ -251,6 +255,15 @@ impl Server {
             supervise(&tracker, &loops, "deliverer", move || {
                 let d = deliverer::Deliverer::new(st.clone(), st.push_guard, deliveries.clone());
                 d.run(cancel.clone())
+            });
+        }
+
+        if self.config.alerts.enabled() {
+            let st = state.clone();
+            let cfg = self.config.alerts.clone();
+            let cancel = loops.clone();
+            supervise(&tracker, &loops, "alerts", move || {
+                alerts::Alerter::new(st.clone(), cfg.clone()).run(cancel.clone())
             });
         }
 

@@ -1,0 +1,250 @@
+//! Alerts: the HealthCheck and the conditions operators must hear about,
+//! sent to webhook URLs (a JSON POST) and by e-mail (SMTP), once per
+//! incident, never once per job:
+//!
+//! - `store_down` / `store_recovered`: the store stopped / started answering
+//!   (pinged every `check_every`);
+//! - `jobs_dead`: jobs of a topic went to the dead letters, aggregated: at
+//!   most one alert per topic per `min_interval`, with the count;
+//! - `dead_over_threshold`: a topic's dead letters reached the threshold;
+//!   again only after it went back under.
+//!
+//! Each dq instance with alerts configured checks and alerts on its own:
+//! configure alerts on one instance of a deployment.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::AppState;
+
+/// Where alerts go and when.
+#[derive(Debug, Clone)]
+pub struct AlertConfig {
+    /// URLs that get each alert as a JSON POST.
+    pub webhooks: Vec<String>,
+    /// E-mail: `smtp://[user:pass@]host:port` (plain), `?tls=required` for
+    /// STARTTLS, or `smtps://…`.
+    pub smtp_url: Option<String>,
+    /// Sender address.
+    pub email_from: String,
+    /// Recipients.
+    pub email_to: Vec<String>,
+    /// Dead letters per topic that raise `dead_over_threshold` (none: off).
+    pub dead_threshold: Option<u64>,
+    /// Least time between two `jobs_dead` alerts of one topic.
+    pub min_interval: Duration,
+    /// How often the store is pinged and topics are read.
+    pub check_every: Duration,
+}
+
+impl Default for AlertConfig {
+    fn default() -> Self {
+        Self {
+            webhooks: Vec::new(),
+            smtp_url: None,
+            email_from: "dq@localhost".into(),
+            email_to: Vec::new(),
+            dead_threshold: None,
+            min_interval: Duration::from_secs(300),
+            check_every: Duration::from_secs(5),
+        }
+    }
+}
+
+impl AlertConfig {
+    /// Whether any channel is configured.
+    pub fn enabled(&self) -> bool {
+        !self.webhooks.is_empty() || (self.smtp_url.is_some() && !self.email_to.is_empty())
+    }
+}
+
+/// One alert, as webhook receivers get it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Alert {
+    /// `store_down`, `store_recovered`, `jobs_dead`, `dead_over_threshold`.
+    pub kind: &'static str,
+    /// The topic, for topic alerts.
+    pub topic: Option<String>,
+    /// Jobs concerned (dead jobs since the last alert, or dead letters kept).
+    pub count: Option<u64>,
+    /// For a person.
+    pub message: String,
+    /// When, Unix ms.
+    pub at_ms: u64,
+}
+
+/// The alert loop (see the module docs).
+pub struct Alerter {
+    st: AppState,
+    cfg: AlertConfig,
+    http: reqwest::Client,
+}
+
+impl Alerter {
+    /// An alerter; sends nothing until [`Alerter::run`].
+    ///
+    /// # Panics
+    /// When the HTTP client cannot be built (no TLS crypto provider installed).
+    pub fn new(st: AppState, cfg: AlertConfig) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("HTTP client for alerts");
+        Self { st, cfg, http }
+    }
+
+    /// Runs until `cancel` fires.
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut up = true;
+        let mut dead_seen: HashMap<String, u64> = HashMap::new();
+        let mut pending: HashMap<String, u64> = HashMap::new();
+        let mut last_sent: HashMap<String, Instant> = HashMap::new();
+        let mut over: HashSet<String> = HashSet::new();
+        loop {
+            let now_ms = self.st.clock.now_ms();
+            let ping = tokio::time::timeout(Duration::from_secs(3), self.st.store.ping()).await;
+            let ok = matches!(ping, Ok(Ok(())));
+            if ok != up {
+                up = ok;
+                let (kind, message) = if ok {
+                    ("store_recovered", "the store answers again".to_string())
+                } else {
+                    let why = match ping {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => "ping timed out".into(),
+                    };
+                    ("store_down", format!("the store does not answer: {why}"))
+                };
+                self.send(Alert {
+                    kind,
+                    topic: None,
+                    count: None,
+                    message,
+                    at_ms: now_ms,
+                })
+                .await;
+            }
+            if ok {
+                self.check_topics(
+                    now_ms,
+                    &mut dead_seen,
+                    &mut pending,
+                    &mut last_sent,
+                    &mut over,
+                )
+                .await;
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(self.cfg.check_every) => {}
+            }
+        }
+    }
+
+    async fn check_topics(
+        &self,
+        now_ms: u64,
+        dead_seen: &mut HashMap<String, u64>,
+        pending: &mut HashMap<String, u64>,
+        last_sent: &mut HashMap<String, Instant>,
+        over: &mut HashSet<String>,
+    ) {
+        let Ok(topics) = self.st.store.topics().await else {
+            return;
+        };
+        for t in topics {
+            let Ok(s) = self.st.store.stats(&t, now_ms).await else {
+                continue;
+            };
+            let name = t.to_string();
+            // The first reading is the baseline: old dead letters are not news.
+            if let Some(before) = dead_seen.insert(name.clone(), s.counters.dead) {
+                let new = s.counters.dead.saturating_sub(before);
+                if new > 0 {
+                    *pending.entry(name.clone()).or_default() += new;
+                }
+            }
+            let due = last_sent
+                .get(&name)
+                .is_none_or(|at| at.elapsed() >= self.cfg.min_interval);
+            if due && let Some(n) = pending.remove(&name).filter(|n| *n > 0) {
+                last_sent.insert(name.clone(), Instant::now());
+                self.send(Alert {
+                    kind: "jobs_dead",
+                    topic: Some(name.clone()),
+                    count: Some(n),
+                    message: format!("{n} job(s) of topic {name} went to the dead letters"),
+                    at_ms: now_ms,
+                })
+                .await;
+            }
+            if let Some(limit) = self.cfg.dead_threshold {
+                if s.dead >= limit && over.insert(name.clone()) {
+                    self.send(Alert {
+                        kind: "dead_over_threshold",
+                        topic: Some(name.clone()),
+                        count: Some(s.dead),
+                        message: format!(
+                            "topic {name} keeps {} dead letters (threshold {limit})",
+                            s.dead
+                        ),
+                        at_ms: now_ms,
+                    })
+                    .await;
+                } else if s.dead < limit {
+                    over.remove(&name);
+                }
+            }
+        }
+    }
+
+    async fn send(&self, alert: Alert) {
+        tracing::warn!(target: "dq::alert", kind = alert.kind, topic = alert.topic.as_deref().unwrap_or(""), message = %alert.message, "alert");
+        for url in &self.cfg.webhooks {
+            match self.http.post(url).json(&alert).send().await {
+                Ok(r) if r.status().is_success() => {}
+                Ok(r) => {
+                    tracing::warn!(url = %url, status = r.status().as_u16(), "alert webhook refused the alert")
+                }
+                Err(e) => tracing::warn!(url = %url, error = %e, "alert webhook unreachable"),
+            }
+        }
+        if let (Some(smtp), false) = (&self.cfg.smtp_url, self.cfg.email_to.is_empty())
+            && let Err(e) = self.email(smtp, &alert).await
+        {
+            tracing::warn!(error = %e, "alert e-mail not sent");
+        }
+    }
+
+    async fn email(&self, smtp: &str, alert: &Alert) -> Result<(), String> {
+        use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+        let mut msg = Message::builder()
+            .from(
+                self.cfg
+                    .email_from
+                    .parse()
+                    .map_err(|e| format!("email_from: {e}"))?,
+            )
+            .subject(format!("[dq] {}: {}", alert.kind, alert.message));
+        for to in &self.cfg.email_to {
+            msg = msg.to(to.parse().map_err(|e| format!("email_to {to:?}: {e}"))?);
+        }
+        let body = serde_json::to_string_pretty(alert).unwrap_or_default();
+        let msg = msg
+            .body(format!("{}\n\n{body}\n", alert.message))
+            .map_err(|e| e.to_string())?;
+        let mailer = AsyncSmtpTransport::<Tokio1Executor>::from_url(smtp)
+            .map_err(|e| format!("smtp url: {e}"))?
+            .timeout(Some(Duration::from_secs(10)))
+            .build();
+        mailer
+            .send(msg)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
