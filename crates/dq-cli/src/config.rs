@@ -98,6 +98,8 @@ struct FileConfig {
     alert_email_to: Vec<String>,
     alert_dead_threshold: Option<u64>,
     alert_interval: Option<String>,
+    #[serde(default)]
+    topics: std::collections::BTreeMap<String, dq_core::TopicConfigPatch>,
     log_format: Option<String>,
     log_level: Option<String>,
 }
@@ -125,6 +127,8 @@ pub(crate) struct Settings {
     pub(crate) store: StoreChoice,
     pub(crate) log_format: LogFormat,
     pub(crate) log_level: String,
+    /// Topic settings from the file's `[topics.<name>]` tables.
+    pub(crate) topics: std::collections::BTreeMap<String, dq_core::TopicConfigPatch>,
 }
 
 fn duration(key: &str, text: &str) -> Result<Duration> {
@@ -232,6 +236,7 @@ impl ServeArgs {
             (None, dir) => StoreChoice::Embedded(dir.unwrap_or_else(|| PathBuf::from("dq-data"))),
         };
         Ok(Settings {
+            topics: file.topics,
             server,
             store,
             log_format,
@@ -294,6 +299,28 @@ mod tests {
         .unwrap_err();
         assert!(format!("{e:#}").contains("choose"), "{e:#}");
         assert_eq!(s.server.limits.max_delay_ms, 86_400_000);
+    }
+
+    #[test]
+    fn topics_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dq.toml");
+        std::fs::write(
+            &path,
+            "[topics.orders]\nmax_attempts = 3\nretry = { delays_ms = [60000, 180000] }\n\n[topics.hooks]\ndelivery = { mode = \"push\", url = \"http://127.0.0.1:9/h\" }\n",
+        )
+        .unwrap();
+        let s = ServeArgs {
+            config: Some(path),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(s.topics["orders"].max_attempts, Some(3));
+        assert!(matches!(
+            s.topics["hooks"].delivery,
+            Some(dq_core::Delivery::Push(_))
+        ));
     }
 
     #[test]

@@ -99,6 +99,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
         store,
         Arc::new(dq_core::SystemClock),
     );
+    server
+        .apply_topics(&settings.topics)
+        .await
+        .map_err(|e| anyhow::anyhow!("config file: {e}"))?;
     let listener = server
         .bind()
         .await

@@ -594,8 +594,18 @@ pub(crate) async fn put_topic(
     Path(t): Path<String>,
     JsonBody(patch): JsonBody<TopicConfigPatch>,
 ) -> ApiResult {
+    let (t, cfg) = configure_topic(&st, t, patch).await?;
+    Ok(Json(json!({"name": t, "config": cfg})).into_response())
+}
+
+/// Validates and stores a topic's settings (the API's PUT and the config
+/// file's topics both come here).
+pub(crate) async fn configure_topic(
+    st: &AppState,
+    t: String,
+    mut patch: TopicConfigPatch,
+) -> Result<(Topic, TopicConfig), ApiError> {
     let t = topic(t)?;
-    let mut patch = patch;
     patch.validate(&st.limits)?;
     if let Some(Delivery::Push(p)) = &patch.delivery {
         st.push_guard
@@ -618,7 +628,7 @@ pub(crate) async fn put_topic(
     let cfg = st.store.put_topic_config(&t, &patch).await?;
     st.topics_changed.notify_one();
     tracing::info!(topic = %t, config = ?cfg, "topic configured");
-    Ok(Json(json!({"name": t, "config": cfg})).into_response())
+    Ok((t, cfg))
 }
 
 /// `DELETE /v1/topics/{topic}` — deletes the topic and all its jobs.

@@ -195,6 +195,28 @@ impl Server {
         Self { config, state }
     }
 
+    /// The shared state (tests use it to wake waiters after moving a manual clock).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Applies topic settings (from the config file) before serving: each is
+    /// validated like `PUT /v1/topics/{topic}`, push URLs included.
+    ///
+    /// # Errors
+    /// The first topic whose settings are refused, or a store error.
+    pub async fn apply_topics(
+        &self,
+        topics: &std::collections::BTreeMap<String, dq_core::TopicConfigPatch>,
+    ) -> Result<(), String> {
+        for (name, patch) in topics {
+            api::configure_topic(&self.state, name.clone(), patch.clone())
+                .await
+                .map_err(|e| format!("topic {name:?}: {} ({})", e.message, e.code))?;
+        }
+        Ok(())
+    }
+
     /// Binds the listen address (port 0 picks a free port).
     ///
     /// # Errors

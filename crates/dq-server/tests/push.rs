@@ -572,3 +572,133 @@ print("verified")
         .unwrap();
     assert!(!child.wait().unwrap().success());
 }
+
+/// GET deliveries carry topic, id and attempt in the query string.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_method_sends_the_query() {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s2 = seen.clone();
+    let app = Router::new().route(
+        "/hook",
+        axum::routing::get(move |uri: axum::http::Uri| {
+            let s2 = s2.clone();
+            async move {
+                s2.lock()
+                    .unwrap()
+                    .push(uri.query().unwrap_or("").to_string());
+                StatusCode::OK
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook?k=v", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await });
+    let d = dq(false).await;
+    d.push_topic(
+        "g",
+        json!({"mode": "push", "url": url, "method": "GET"}),
+        json!({}),
+    )
+    .await;
+    d.call(
+        reqwest::Method::POST,
+        "/v1/topics/g/jobs",
+        json!({"id": "x/1"}),
+    )
+    .await;
+    d.wait_for("g", "the ack", |s| s["counters"]["acked"] == json!(1))
+        .await;
+    assert_eq!(seen.lock().unwrap()[0], "k=v&topic=g&id=x%2F1&attempt=1");
+}
+
+/// The retry schedule with a manual clock: the push default waits 1, 3, 5
+/// minutes are exact, and nothing is delivered a millisecond early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_retry_schedule_is_exact_with_a_test_clock() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let r = Receiver::default();
+    r.answers
+        .lock()
+        .unwrap()
+        .extend([(500, None), (500, None), (500, None)]);
+    let url = r.start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dq_embedded::EmbeddedStore::open(dir.path().join("data")).unwrap();
+    let t0 = 1_700_000_000_000u64;
+    let clock = dq_core::ManualClock::new(t0);
+    let server = Server::new(
+        ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            ..Default::default()
+        },
+        Arc::new(store),
+        Arc::new(clock.clone()),
+    );
+    let st = server.state().clone();
+    let l = server.bind().await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    let (_stop, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.run(l, async move {
+        let _ = rx.await;
+    }));
+    let d = Dq {
+        base,
+        http: reqwest::Client::new(),
+        _stop,
+        _dir: tempfile::tempdir().unwrap(),
+    };
+    d.push_topic("sched", json!({"mode": "push", "url": url}), json!({}))
+        .await;
+    d.call(
+        reqwest::Method::POST,
+        "/v1/topics/sched/jobs",
+        json!({"id": "j"}),
+    )
+    .await;
+    let mut now = t0;
+    for (n, wait) in [(1usize, 60_000u64), (2, 180_000), (3, 300_000)] {
+        let t = Instant::now();
+        while r.got().len() < n {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "delivery {n} did not come"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The failed attempt is scheduled exactly `wait` after the clock's now.
+        let t = Instant::now();
+        let job = loop {
+            let (_, job) = d
+                .call(reqwest::Method::GET, "/v1/topics/sched/jobs/j", Value::Null)
+                .await;
+            if job["state"] == json!("scheduled") {
+                break job;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "not rescheduled: {job}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(job["due_at_ms"], json!(now + wait), "retry {n}");
+        assert_eq!(job["attempts"], json!(n));
+        // One millisecond early: nothing.
+        clock.set(now + wait - 1);
+        st.wakers.wake("");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(r.got().len(), n, "not delivered early");
+        clock.set(now + wait);
+        st.wakers.wake("");
+        now += wait;
+    }
+    let t = Instant::now();
+    while r.got().len() < 4 {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the 4th delivery did not come"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    d.wait_for("sched", "the ack", |s| s["counters"]["acked"] == json!(1))
+        .await;
+}
