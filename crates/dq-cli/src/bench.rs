@@ -166,10 +166,10 @@ struct Api {
 }
 
 impl Api {
-    async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+    async fn send(&self, method: reqwest::Method, path: &str, body: &Value) -> Result<Value> {
         let res = self
             .http
-            .post(format!("{}{path}", self.base))
+            .request(method, format!("{}{path}", self.base))
             .json(body)
             .send()
             .await
@@ -182,20 +182,12 @@ impl Api {
         Ok(v)
     }
 
+    async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        self.send(reqwest::Method::POST, path, body).await
+    }
+
     async fn put(&self, path: &str, body: &Value) -> Result<Value> {
-        let res = self
-            .http
-            .put(format!("{}{path}", self.base))
-            .json(body)
-            .send()
-            .await
-            .with_context(|| format!("cannot reach dq at {}", self.base))?;
-        let status = res.status();
-        let v: Value = res.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            bail!("{path}: {} {}", status.as_u16(), v["error"]);
-        }
-        Ok(v)
+        self.send(reqwest::Method::PUT, path, body).await
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
