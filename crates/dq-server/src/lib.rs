@@ -109,7 +109,9 @@ pub fn app(state: AppState, max_request_bytes: usize) -> Router {
         .with_state(state)
 }
 
-/// Records each request's duration, by method, matched route and status.
+/// Records each request's duration (by method, matched route and status),
+/// gives it a request id (the client's `x-request-id`, or a new one, echoed
+/// in the response) and writes one access-log line on the target `dq::access`.
 async fn observe_http(
     axum::extract::State(st): axum::extract::State<AppState>,
     req: axum::extract::Request,
@@ -121,10 +123,36 @@ async fn observe_http(
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let res = next.run(req).await;
-    st.metrics
-        .observe_http(&method, &route, res.status().as_u16(), started.elapsed());
+    let path = req.uri().path().to_string();
+    let request_id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map_or_else(|| format!("{:016x}", next_request_id()), str::to_string);
+    let mut res = next.run(req).await;
+    let took = started.elapsed();
+    let status = res.status().as_u16();
+    st.metrics.observe_http(&method, &route, status, took);
+    if let Ok(v) = axum::http::HeaderValue::from_str(&request_id) {
+        res.headers_mut().insert("x-request-id", v);
+    }
+    tracing::info!(target: "dq::access", request_id = %request_id, method = %method, path = %path, status, took_us = took.as_micros() as u64, "request");
     res
+}
+
+/// A process-unique request id: a random start, then counting.
+fn next_request_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: std::sync::OnceLock<AtomicU64> = std::sync::OnceLock::new();
+    NEXT.get_or_init(|| {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        AtomicU64::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    })
+    .fetch_add(1, Ordering::Relaxed)
 }
 
 /// `GET /metrics`.

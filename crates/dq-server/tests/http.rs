@@ -979,3 +979,44 @@ async fn metrics_say_when_the_store_is_down() {
     .unwrap();
     assert_eq!(parse_metrics(&text)["dq_up"], 0.0);
 }
+
+#[tokio::test]
+async fn request_ids_are_echoed_or_made() {
+    let a = api();
+    let res = a
+        .router
+        .clone()
+        .oneshot(
+            Request::builder()
+                .uri("/healthz")
+                .header("x-request-id", "abc-123")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.headers()["x-request-id"], "abc-123");
+    let ids: Vec<String> = two_request_ids(&a).await;
+    assert_eq!(ids.len(), 2);
+    assert_ne!(ids[0], ids[1], "each request gets its own id");
+    assert!(ids.iter().all(|i| i.len() == 16));
+}
+
+async fn two_request_ids(a: &Api) -> Vec<String> {
+    let mut out = Vec::new();
+    for _ in 0..2 {
+        let res = a
+            .router
+            .clone()
+            .oneshot(
+                Request::builder()
+                    .uri("/healthz")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        out.push(res.headers()["x-request-id"].to_str().unwrap().to_string());
+    }
+    out
+}
