@@ -369,6 +369,18 @@ pub(crate) async fn reserve(
     if st.shutdown.is_cancelled() {
         return Err(ApiError::shutting_down());
     }
+    if let Some(t) = {
+        let push = st.push_topics.read().expect("poisoned");
+        topics.iter().find(|t| push.contains(t.as_str())).cloned()
+    } {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "topic_is_push",
+            format!(
+                "topic {t} is delivered by push to its callback URL; reserve is for pull topics"
+            ),
+        ));
+    }
     let leases = crate::reserve::reserve(&st, &topics, max, req.lease_ms, wait_ms).await;
     for t in &topics {
         st.wakers.release(t.as_str());

@@ -79,6 +79,8 @@ impl Deliverer {
         loop {
             match self.push_topics().await {
                 Ok(now) => {
+                    *self.st.push_topics.write().expect("poisoned") =
+                        now.keys().map(|t| t.to_string()).collect();
                     topics.retain(|t, (cfg, stop)| {
                         let keep = now.get(t) == Some(cfg);
                         if !keep {

@@ -55,6 +55,9 @@ pub struct AppState {
     /// deliverer picks up a new push topic at once (other processes' changes
     /// within a second).
     pub topics_changed: Arc<tokio::sync::Notify>,
+    /// Topics delivered by push, as the deliverer last read them (within a
+    /// second); `POST /v1/reserve` refuses them.
+    pub push_topics: Arc<std::sync::RwLock<std::collections::HashSet<String>>>,
 }
 
 impl AppState {
@@ -69,6 +72,7 @@ impl AppState {
             metrics: Arc::default(),
             push_guard: push_guard::PushGuard::default(),
             topics_changed: Arc::default(),
+            push_topics: Arc::default(),
         }
     }
 }

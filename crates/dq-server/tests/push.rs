@@ -206,6 +206,18 @@ async fn delivers_signed_and_acks_after_2xx() {
     assert_eq!(s, 200);
     d.wait_for("orders", "2 acks", |s| s["counters"]["acked"] == json!(2))
         .await;
+    let (s, v) = d
+        .call(
+            reqwest::Method::POST,
+            "/v1/reserve",
+            json!({"topics": ["orders"]}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].clone()),
+        (409, json!("topic_is_push")),
+        "pull consumers cannot take push jobs"
+    );
     let got = r.got();
     assert_eq!(got.len(), 2, "each job delivered once");
     for g in &got {
