@@ -7,6 +7,7 @@
 //! - Modules: `api` (handlers), [`error`] (`ApiError`), `extract` (JSON
 //!   bodies), `reserve` (the long-poll), [`dispatcher`], [`wakers`].
 
+mod admin;
 pub mod alerts;
 mod api;
 pub mod deliverer;
@@ -104,6 +105,8 @@ pub fn app(state: AppState, max_request_bytes: usize) -> Router {
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi::document))
         .route("/metrics", get(metrics_text))
+        .route("/", get(admin::overview))
+        .route("/admin/topics/{topic}", get(admin::topic_page))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_request_bytes))
         .layer(axum::middleware::from_fn_with_state(

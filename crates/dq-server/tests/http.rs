@@ -816,6 +816,8 @@ async fn openapi_document_names_every_route() {
         "/readyz",
         "/openapi.json",
         "/metrics",
+        "/",
+        "/admin/topics/{topic}",
     ];
     want.sort();
     assert_eq!(paths, want);
@@ -1019,4 +1021,98 @@ async fn two_request_ids(a: &Api) -> Vec<String> {
         out.push(res.headers()["x-request-id"].to_str().unwrap().to_string());
     }
     out
+}
+
+async fn html(a: &Api, uri: &str) -> (StatusCode, scraper::Html) {
+    let res = a
+        .router
+        .clone()
+        .oneshot(Request::builder().uri(uri).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = res.status();
+    let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (
+        status,
+        scraper::Html::parse_document(&String::from_utf8(bytes.to_vec()).unwrap()),
+    )
+}
+
+fn cells(doc: &scraper::Html, table: &str) -> Vec<Vec<String>> {
+    let row = scraper::Selector::parse(&format!("table#{table} tbody tr")).unwrap();
+    let cell = scraper::Selector::parse("th, td").unwrap();
+    doc.select(&row)
+        .map(|r| {
+            r.select(&cell)
+                .map(|c| c.text().collect::<String>())
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn admin_pages_show_counts_settings_and_dead_letters() {
+    let a = api();
+    let (s, doc) = html(&a, "/").await;
+    assert_eq!(s, StatusCode::OK);
+    let p = scraper::Selector::parse("p#store").unwrap();
+    assert!(
+        doc.select(&p)
+            .next()
+            .unwrap()
+            .text()
+            .collect::<String>()
+            .contains("answering")
+    );
+    assert!(cells(&doc, "topics").is_empty());
+
+    a.call("PUT", "/v1/topics/shop", Some(json!({"max_attempts": 1})))
+        .await;
+    a.call(
+        "POST",
+        "/v1/topics/shop/jobs:batch",
+        Some(json!({"jobs": [
+            {"id": "<b>x</b>"}, {"id": "later", "delay_ms": 60000}
+        ]})),
+    )
+    .await;
+    let (_, v) = a
+        .call("POST", "/v1/reserve", Some(json!({"topics": ["shop"]})))
+        .await;
+    a.call(
+        "POST",
+        "/v1/topics/shop/jobs/%3Cb%3Ex%3C%2Fb%3E/nack",
+        Some(json!({"token": v["jobs"][0]["token"], "error": "<script>alert(1)</script>"})),
+    )
+    .await;
+
+    let (_, doc) = html(&a, "/").await;
+    let rows = cells(&doc, "topics");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0][..6],
+        ["shop", "pull", "1", "0", "0", "1"].map(String::from)
+    );
+    let (s, doc) = html(&a, "/admin/topics/shop").await;
+    assert_eq!(s, StatusCode::OK);
+    let dead = cells(&doc, "dead");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0][0], "<b>x</b>", "ids are shown as text, escaped");
+    assert_eq!(
+        dead[0][3], "<script>alert(1)</script>",
+        "errors are shown as text, escaped"
+    );
+    let script = scraper::Selector::parse("script").unwrap();
+    assert!(
+        doc.select(&script).next().is_none(),
+        "nothing a client sent becomes markup"
+    );
+    let pre = scraper::Selector::parse("pre#settings").unwrap();
+    let settings: Value =
+        serde_json::from_str(&doc.select(&pre).next().unwrap().text().collect::<String>()).unwrap();
+    assert_eq!(settings["max_attempts"], json!(1));
+    let (s, _) = html(&a, "/admin/topics/nope").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
 }
