@@ -1036,7 +1036,7 @@ async fn html(a: &Api, uri: &str) -> (StatusCode, scraper::Html) {
         .unwrap();
     (
         status,
-        scraper::Html::parse_document(&String::from_utf8(bytes.to_vec()).unwrap()),
+        scraper::Html::parse_document(std::str::from_utf8(&bytes).unwrap()),
     )
 }
 
