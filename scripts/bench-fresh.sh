@@ -36,8 +36,14 @@ case $store in
   *) echo "store must be embedded or redis" >&2; exit 2 ;;
 esac
 dq_pid=$!
-for _ in $(seq 200); do
-  curl -sf "http://$listen/readyz" >/dev/null 2>&1 && break
-  sleep 0.05
-done
+python3 - "$listen" <<'PY'
+import sys, time, urllib.request
+for _ in range(400):
+    try:
+        urllib.request.urlopen(f"http://{sys.argv[1]}/readyz", timeout=1)
+        sys.exit(0)
+    except Exception:
+        time.sleep(0.05)
+sys.exit("dq serve did not become ready")
+PY
 "$bin" bench --server "http://$listen" "$@" "${extra[@]}"
