@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
+
+use crate::client::Api;
 use clap::{Args, Subcommand};
 use comfy_table::Table;
 use hdrhistogram::Histogram;
@@ -157,47 +159,6 @@ fn range_ms(text: &str) -> Result<(u64, u64)> {
         bail!("range {text:?} ends before it starts");
     }
     Ok((a, b))
-}
-
-#[derive(Clone)]
-struct Api {
-    http: reqwest::Client,
-    base: String,
-}
-
-impl Api {
-    async fn send(&self, method: reqwest::Method, path: &str, body: &Value) -> Result<Value> {
-        let res = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .json(body)
-            .send()
-            .await
-            .with_context(|| format!("cannot reach dq at {}", self.base))?;
-        let status = res.status();
-        let v: Value = res.json().await.unwrap_or(Value::Null);
-        if !status.is_success() {
-            bail!("{path}: {} {}", status.as_u16(), v["error"]);
-        }
-        Ok(v)
-    }
-
-    async fn post(&self, path: &str, body: &Value) -> Result<Value> {
-        self.send(reqwest::Method::POST, path, body).await
-    }
-
-    async fn put(&self, path: &str, body: &Value) -> Result<Value> {
-        self.send(reqwest::Method::PUT, path, body).await
-    }
-
-    async fn delete(&self, path: &str) -> Result<()> {
-        self.http
-            .delete(format!("{}{path}", self.base))
-            .send()
-            .await
-            .context("delete")?;
-        Ok(())
-    }
 }
 
 fn progress(len: u64, what: &str) -> ProgressBar {
@@ -555,14 +516,7 @@ fn body(bytes: usize) -> Value {
 
 impl BenchArgs {
     pub(crate) async fn run(self) -> Result<()> {
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(64)
-            .timeout(Duration::from_secs(60))
-            .build()?;
-        let api = Api {
-            http,
-            base: self.server.trim_end_matches('/').to_string(),
-        };
+        let api = Api::new(&self.server)?;
         let run_id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
         let name = match &self.scenario {
             Scenario::Enqueue { .. } => "enqueue",

@@ -1,7 +1,9 @@
 //! The client subcommands: each is one or a few calls to the HTTP API of a
 //! running `dq serve`, printed as a table (or raw JSON with `--json`).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
+
+use dq_core::Clock;
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
@@ -211,23 +213,28 @@ fn parse_retry(text: &str) -> Result<Value> {
     Ok(json!({ "delays_ms": list }))
 }
 
-struct Api {
+/// A client of the HTTP API that works with raw JSON (the CLI prints what
+/// the server says; `dq bench` measures it). Connections are pooled.
+#[derive(Clone)]
+pub(crate) struct Api {
     http: reqwest::Client,
     base: String,
 }
 
 impl Api {
-    fn new(conn: &Conn) -> Result<Self> {
+    pub(crate) fn new(server: &str) -> Result<Self> {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(64)
             .build()
             .context("cannot build HTTP client")?;
         Ok(Self {
             http,
-            base: conn.server.trim_end_matches('/').to_string(),
+            base: server.trim_end_matches('/').to_string(),
         })
     }
 
+    /// `base/part/part…`, each part percent-encoded.
     fn url(&self, parts: &[&str]) -> String {
         let mut u = self.base.clone();
         for p in parts {
@@ -237,15 +244,16 @@ impl Api {
         u
     }
 
-    async fn call(
+    /// Sends a request; a non-2xx answer is an error naming its status, code and message.
+    pub(crate) async fn call(
         &self,
         method: reqwest::Method,
         url: String,
-        body: Option<Value>,
+        body: Option<&Value>,
     ) -> Result<Value> {
         let mut req = self.http.request(method, &url);
         if let Some(b) = body {
-            req = req.json(&b);
+            req = req.json(b);
         }
         let res = req
             .send()
@@ -260,6 +268,24 @@ impl Api {
         let code = v["error"]["code"].as_str().unwrap_or("http_error");
         let msg = v["error"]["message"].as_str().unwrap_or("");
         Err(anyhow!("{} {code}: {msg}", status.as_u16()))
+    }
+
+    /// POST to a path under the base (path segments already safe).
+    pub(crate) async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        let url = format!("{}{path}", self.base);
+        self.call(reqwest::Method::POST, url, Some(body)).await
+    }
+
+    /// PUT to a path under the base.
+    pub(crate) async fn put(&self, path: &str, body: &Value) -> Result<Value> {
+        let url = format!("{}{path}", self.base);
+        self.call(reqwest::Method::PUT, url, Some(body)).await
+    }
+
+    /// DELETE a path under the base.
+    pub(crate) async fn delete(&self, path: &str) -> Result<Value> {
+        let url = format!("{}{path}", self.base);
+        self.call(reqwest::Method::DELETE, url, None).await
     }
 }
 
@@ -282,13 +308,6 @@ fn s(v: &Value) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 fn stats_table(topics: &[Value]) -> Table {
@@ -338,7 +357,7 @@ impl ClientCmd {
                 max_attempts,
                 replace,
             } => {
-                let api = Api::new(&conn)?;
+                let api = Api::new(&conn.server)?;
                 let mut req = json!({});
                 if let Some(b) = body {
                     req["body"] = serde_json::from_str(&b).unwrap_or(Value::String(b));
@@ -365,7 +384,7 @@ impl ClientCmd {
                     .call(
                         Method::POST,
                         api.url(&["v1", "topics", &topic, "jobs"]),
-                        Some(req),
+                        Some(&req),
                     )
                     .await?;
                 if conn.json {
@@ -387,7 +406,7 @@ impl ClientCmd {
                 }
             }
             ClientCmd::Get { conn, topic, id } => {
-                let api = Api::new(&conn)?;
+                let api = Api::new(&conn.server)?;
                 let v = api
                     .call(
                         Method::GET,
@@ -423,7 +442,7 @@ impl ClientCmd {
                 }
             }
             ClientCmd::Cancel { conn, topic, id } => {
-                let api = Api::new(&conn)?;
+                let api = Api::new(&conn.server)?;
                 let v = api
                     .call(
                         Method::DELETE,
@@ -444,7 +463,7 @@ impl ClientCmd {
                 delay,
                 at,
             } => {
-                let api = Api::new(&conn)?;
+                let api = Api::new(&conn.server)?;
                 let req = match (delay, at) {
                     (Some(d), _) => json!({"delay_ms": ms(&d, "--delay")?}),
                     (None, Some(a)) => json!({"due_at_ms": at_ms(&a)?}),
@@ -454,7 +473,7 @@ impl ClientCmd {
                     .call(
                         Method::PATCH,
                         api.url(&["v1", "topics", &topic, "jobs", &id]),
-                        Some(req),
+                        Some(&req),
                     )
                     .await?;
                 if conn.json {
@@ -468,7 +487,7 @@ impl ClientCmd {
                 }
             }
             ClientCmd::Stats { conn, topic } => {
-                let api = Api::new(&conn)?;
+                let api = Api::new(&conn.server)?;
                 match topic {
                     Some(t) => {
                         let v = api
@@ -490,13 +509,13 @@ impl ClientCmd {
                         } else {
                             let topics = v["topics"].as_array().cloned().unwrap_or_default();
                             println!("{}", stats_table(&topics));
-                            println!("at {}", rfc3339(Some(now_ms())));
+                            println!("at {}", rfc3339(Some(dq_core::SystemClock.now_ms())));
                         }
                     }
                 }
             }
             ClientCmd::Topics { conn, cmd } => {
-                let api = Api::new(&conn)?;
+                let api = Api::new(&conn.server)?;
                 match cmd.unwrap_or(TopicsCmd::List) {
                     TopicsCmd::List => {
                         let v = api
@@ -559,7 +578,7 @@ impl ClientCmd {
                             req["delivery"] = json!({"mode": "pull"});
                         }
                         let v = api
-                            .call(Method::PUT, api.url(&["v1", "topics", &topic]), Some(req))
+                            .call(Method::PUT, api.url(&["v1", "topics", &topic]), Some(&req))
                             .await?;
                         if conn.json {
                             print_json(&v);
@@ -584,7 +603,7 @@ impl ClientCmd {
                 }
             }
             ClientCmd::Dead { conn, cmd } => {
-                let api = Api::new(&conn)?;
+                let api = Api::new(&conn.server)?;
                 match cmd {
                     DeadCmd::List {
                         topic,
@@ -623,7 +642,7 @@ impl ClientCmd {
                             .call(
                                 Method::POST,
                                 api.url(&["v1", "topics", &topic, "dead", "replay"]),
-                                Some(req),
+                                Some(&req),
                             )
                             .await?;
                         if conn.json {
