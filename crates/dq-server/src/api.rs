@@ -28,6 +28,41 @@ fn job_id(id: String) -> Result<JobId, ApiError> {
     Ok(JobId::new(id)?)
 }
 
+/// A delay in ms as a client sent it (`field` names it in the error): not
+/// negative and within `max_delay`.
+fn delay(limits: &Limits, field: &str, ms: i64) -> Result<u64, ApiError> {
+    let ms = u64::try_from(ms).map_err(|_| {
+        ApiError::bad_request("invalid_delay", format!("{field} must be >= 0, got {ms}"))
+    })?;
+    limits.check_delay(ms)?;
+    Ok(ms)
+}
+
+/// When a job is due, from `delay_ms` or `due_at_ms` (not both); `None`
+/// when neither is given.
+fn when(
+    limits: &Limits,
+    delay_ms: Option<i64>,
+    due_at_ms: Option<i64>,
+    now_ms: u64,
+) -> Result<Option<When>, ApiError> {
+    match (delay_ms, due_at_ms) {
+        (Some(_), Some(_)) => Err(ApiError::bad_request(
+            "invalid_delay",
+            "give delay_ms or due_at_ms, not both",
+        )),
+        (Some(d), None) => Ok(Some(When::DelayMs(delay(limits, "delay_ms", d)?))),
+        (None, Some(t)) => {
+            let t = u64::try_from(t).map_err(|_| {
+                ApiError::bad_request("invalid_due_at", format!("due_at_ms must be >= 0, got {t}"))
+            })?;
+            limits.check_due_at(t, now_ms)?;
+            Ok(Some(When::DueAtMs(t)))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
 /// A job as clients send it.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -66,35 +101,8 @@ impl EnqueueReq {
             (None, None) => Body::Json("null".into()),
         };
         limits.check_body(body.len())?;
-        let when = match (self.delay_ms, self.due_at_ms) {
-            (Some(_), Some(_)) => {
-                return Err(ApiError::bad_request(
-                    "invalid_delay",
-                    "give delay_ms or due_at_ms, not both",
-                ));
-            }
-            (Some(d), None) => {
-                let d = u64::try_from(d).map_err(|_| {
-                    ApiError::bad_request(
-                        "invalid_delay",
-                        format!("delay_ms must be >= 0, got {d}"),
-                    )
-                })?;
-                limits.check_delay(d)?;
-                When::DelayMs(d)
-            }
-            (None, Some(t)) => {
-                let t = u64::try_from(t).map_err(|_| {
-                    ApiError::bad_request(
-                        "invalid_due_at",
-                        format!("due_at_ms must be >= 0, got {t}"),
-                    )
-                })?;
-                limits.check_due_at(t, now_ms)?;
-                When::DueAtMs(t)
-            }
-            (None, None) => When::TopicDefault,
-        };
+        let when =
+            when(limits, self.delay_ms, self.due_at_ms, now_ms)?.unwrap_or(When::TopicDefault);
         if let Some(n) = self.max_attempts {
             limits::check_max_attempts(n)?;
         }
@@ -291,21 +299,9 @@ pub(crate) async fn reschedule_job(
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
     let now = st.clock.now_ms();
-    let due = match (req.delay_ms, req.due_at_ms) {
-        (Some(d), None) => {
-            let d = u64::try_from(d).map_err(|_| {
-                ApiError::bad_request("invalid_delay", format!("delay_ms must be >= 0, got {d}"))
-            })?;
-            st.limits.check_delay(d)?;
-            now + d
-        }
-        (None, Some(t)) => {
-            let t = u64::try_from(t).map_err(|_| {
-                ApiError::bad_request("invalid_due_at", format!("due_at_ms must be >= 0, got {t}"))
-            })?;
-            st.limits.check_due_at(t, now)?;
-            t
-        }
+    let due = match when(&st.limits, req.delay_ms, req.due_at_ms, now)? {
+        Some(When::DelayMs(d)) => now + d,
+        Some(When::DueAtMs(t)) => t,
         _ => {
             return Err(ApiError::bad_request(
                 "invalid_delay",
@@ -430,19 +426,10 @@ pub(crate) async fn nack(
     JsonBody(req): JsonBody<NackReq>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
-    let retry_in = match req.retry_in_ms {
-        None => None,
-        Some(ms) => {
-            let ms = u64::try_from(ms).map_err(|_| {
-                ApiError::bad_request(
-                    "invalid_delay",
-                    format!("retry_in_ms must be >= 0, got {ms}"),
-                )
-            })?;
-            st.limits.check_delay(ms)?;
-            Some(ms)
-        }
-    };
+    let retry_in = req
+        .retry_in_ms
+        .map(|ms| delay(&st.limits, "retry_in_ms", ms))
+        .transpose()?;
     let error = req.error.unwrap_or_else(|| "nacked".into());
     let now = st.clock.now_ms();
     if req.dead {
@@ -489,9 +476,7 @@ pub(crate) async fn release(
     JsonBody(req): JsonBody<ReleaseReq>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
-    let delay = u64::try_from(req.delay_ms.unwrap_or(0))
-        .map_err(|_| ApiError::bad_request("invalid_delay", "delay_ms must be >= 0"))?;
-    st.limits.check_delay(delay)?;
+    let delay = delay(&st.limits, "delay_ms", req.delay_ms.unwrap_or(0))?;
     let due = st
         .store
         .release(&t, &id, &req.token, delay, st.clock.now_ms())
