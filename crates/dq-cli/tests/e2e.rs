@@ -259,14 +259,13 @@ async fn ten_thousand_jobs_none_early_none_lost_none_twice() {
 async fn killed_server_leases_come_back_after_expiry() {
     let redis = RedisServer::start();
     let mut a = Dq::start(&redis.url()).await;
-    let (s, _) = a
+    let (s, _, _) = a
         .call(
             reqwest::Method::PUT,
             "/v1/topics/k",
             Some(json!({"retry": {"fixed_ms": 0}})),
         )
-        .await
-        .into_pair();
+        .await;
     assert_eq!(s, 200);
     let jobs: Vec<Value> = (0..50).map(|i| json!({"id": format!("k{i}")})).collect();
     a.post("/v1/topics/k/jobs:batch", json!({ "jobs": jobs }))
@@ -309,15 +308,6 @@ async fn killed_server_leases_come_back_after_expiry() {
     }
     assert_eq!(back.len(), 50, "every leased job came back");
     assert!(now_ms() > deadline, "not before the leases ended");
-}
-
-trait IntoPair {
-    fn into_pair(self) -> (u16, Value);
-}
-impl IntoPair for (u16, Value, Option<String>) {
-    fn into_pair(self) -> (u16, Value) {
-        (self.0, self.1)
-    }
 }
 
 /// (c) Two `dq serve` on one Redis: consumers on both, each job has one holder.
