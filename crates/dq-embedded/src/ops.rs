@@ -54,6 +54,7 @@ fn ensure_tid(cx: &mut Ctx, topic: &Topic) -> OpResult<i64> {
         .execute([topic.as_str()])?;
     let t = cx.conn.last_insert_rowid();
     cx.tids.insert(topic.as_str().to_string(), t);
+    cx.created.push(topic.as_str().to_string());
     Ok(t)
 }
 

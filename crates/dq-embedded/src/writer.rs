@@ -30,11 +30,23 @@ pub const MAX_GROUP: usize = 1000;
 pub(crate) struct Ctx {
     pub(crate) conn: Connection,
     pub(crate) tids: HashMap<String, i64>,
+    /// Topics whose rows the current transaction created: their cached ids
+    /// are dropped if the operation or the transaction is undone.
+    pub(crate) created: Vec<String>,
     pub(crate) wake: Vec<String>,
 }
 
 /// Sends an operation's answer: its own result, or (with `Some`) the error
 /// that undid its transaction.
+impl Ctx {
+    /// Drops the cached ids of topics created since `mark` (their rows were undone).
+    fn forget_created(&mut self, mark: usize) {
+        for name in self.created.drain(mark..) {
+            self.tids.remove(&name);
+        }
+    }
+}
+
 type Reply = Box<dyn FnOnce(Option<StoreError>) + Send>;
 /// Runs against the context, or (with `None`) reports that it could not run.
 /// Returns its error (if any) and its reply.
@@ -105,6 +117,7 @@ impl Writer {
                 let mut cx = Ctx {
                     conn,
                     tids: HashMap::new(),
+                    created: Vec::new(),
                     wake: Vec::new(),
                 };
                 run(&mut cx, &rx, &wakes);
@@ -190,6 +203,7 @@ fn run(cx: &mut Ctx, rx: &mpsc::Receiver<Msg>, wakes: &Mutex<Vec<(u64, WakeFn)>>
                 continue;
             }
             let wake_mark = cx.wake.len();
+            let created_mark = cx.created.len();
             let (err, reply) = op(Some(cx));
             let Some(err) = err else {
                 if savepoint && let Err(e) = cx.conn.execute_batch("RELEASE op") {
@@ -199,14 +213,15 @@ fn run(cx: &mut Ctx, rx: &mpsc::Receiver<Msg>, wakes: &Mutex<Vec<(u64, WakeFn)>>
                 continue;
             };
             // The operation failed: undo it alone. A topic row it created is
-            // gone too, so forget cached topic ids.
+            // gone too, so forget that cached topic id.
             cx.wake.truncate(wake_mark);
-            cx.tids.clear();
+            cx.forget_created(created_mark);
             if cx.conn.is_autocommit() {
                 // SQLite rolled back the whole transaction (a full disk does
                 // that): the group's earlier operations are lost with it.
                 tracing::error!(error = %err, "embedded store transaction rolled back");
                 cx.wake.clear();
+                cx.forget_created(0);
                 for r in replies.drain(..) {
                     r(Some(err.clone()));
                 }
@@ -223,6 +238,7 @@ fn run(cx: &mut Ctx, rx: &mpsc::Receiver<Msg>, wakes: &Mutex<Vec<(u64, WakeFn)>>
         }
         match cx.conn.execute_batch("COMMIT") {
             Ok(()) => {
+                cx.created.clear();
                 // Wake first, so a caller that sees its answer can rely on
                 // its wake-up having been delivered.
                 deliver_wakes(cx, wakes);
@@ -233,7 +249,7 @@ fn run(cx: &mut Ctx, rx: &mpsc::Receiver<Msg>, wakes: &Mutex<Vec<(u64, WakeFn)>>
             Err(e) => {
                 tracing::error!(error = %e, "embedded store commit failed; the group's calls get 503");
                 let _ = cx.conn.execute_batch("ROLLBACK");
-                cx.tids.clear();
+                cx.forget_created(0);
                 cx.wake.clear();
                 for r in replies {
                     r(Some(sql_error(&e)));

@@ -161,6 +161,20 @@ async fn full_disk_fails_cleanly() {
         .await
         .unwrap();
     assert_eq!(s.claim(&topic, 10, None, T0).await.unwrap().leases.len(), 2);
+
+    // A failed call that would have created a topic leaves no trace of it,
+    // and the topic can be created afterwards (no stale cached id).
+    let fresh = t("fresh");
+    let huge = format!("\"{big}\"");
+    assert!(
+        s.enqueue(&fresh, &[job("big", 0, &huge)], T0)
+            .await
+            .is_err()
+    );
+    assert!(!s.topics().await.unwrap().contains(&fresh));
+    s.enqueue(&fresh, &[job("ok", 0, "1")], T0).await.unwrap();
+    assert!(s.topics().await.unwrap().contains(&fresh));
+    assert_eq!(s.stats(&fresh, T0).await.unwrap().counters.enqueued, 1);
 }
 
 /// Concurrent calls share transactions; one that fails (stale token) is
