@@ -289,6 +289,23 @@ impl Api {
     }
 }
 
+/// `dq topics` and `dq stats`: every topic with its counts (`stamp` adds the time).
+async fn print_topics(api: &Api, json: bool, stamp: bool) -> Result<()> {
+    let v = api
+        .call(reqwest::Method::GET, api.url(&["v1", "topics"]), None)
+        .await?;
+    if json {
+        print_json(&v);
+    } else {
+        let topics = v["topics"].as_array().cloned().unwrap_or_default();
+        println!("{}", stats_table(&topics));
+        if stamp {
+            println!("at {}", rfc3339(Some(dq_core::SystemClock.now_ms())));
+        }
+    }
+    Ok(())
+}
+
 fn print_json(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
@@ -500,34 +517,13 @@ impl ClientCmd {
                             println!("config: {}", v["config"]);
                         }
                     }
-                    None => {
-                        let v = api
-                            .call(Method::GET, api.url(&["v1", "topics"]), None)
-                            .await?;
-                        if conn.json {
-                            print_json(&v);
-                        } else {
-                            let topics = v["topics"].as_array().cloned().unwrap_or_default();
-                            println!("{}", stats_table(&topics));
-                            println!("at {}", rfc3339(Some(dq_core::SystemClock.now_ms())));
-                        }
-                    }
+                    None => print_topics(&api, conn.json, true).await?,
                 }
             }
             ClientCmd::Topics { conn, cmd } => {
                 let api = Api::new(&conn.server)?;
                 match cmd.unwrap_or(TopicsCmd::List) {
-                    TopicsCmd::List => {
-                        let v = api
-                            .call(Method::GET, api.url(&["v1", "topics"]), None)
-                            .await?;
-                        if conn.json {
-                            print_json(&v);
-                        } else {
-                            let topics = v["topics"].as_array().cloned().unwrap_or_default();
-                            println!("{}", stats_table(&topics));
-                        }
-                    }
+                    TopicsCmd::List => print_topics(&api, conn.json, false).await?,
                     TopicsCmd::Put {
                         topic,
                         max_attempts,
