@@ -298,6 +298,13 @@ impl Store for EmbeddedStore {
             .await
     }
 
+    async fn list_scheduled(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
+        let topic = topic.clone();
+        self.writer
+            .read(move |cx| ops::list_scheduled(cx, &topic, limit.max(1)))
+            .await
+    }
+
     async fn replay_dead(
         &self,
         topic: &Topic,

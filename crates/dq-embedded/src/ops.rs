@@ -714,6 +714,21 @@ pub(crate) fn list_dead(
     Ok(rows)
 }
 
+pub(crate) fn list_scheduled(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<Vec<JobInfo>> {
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok(Vec::new());
+    };
+    let rows = cx
+        .conn
+        .prepare_cached(&format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND state = 0 ORDER BY due_ms, seq LIMIT ?2"
+        ))?
+        .query_map(params![tid, limit as i64], job_row)?
+        .map(|r| r.map(|(_, j)| j))
+        .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
 pub(crate) fn replay_dead(
     cx: &mut Ctx,
     topic: &Topic,

@@ -983,6 +983,49 @@ pub async fn many_far_jobs_keep_order(s: &dyn Store) {
     assert_eq!(got, want);
 }
 
+/// The scheduled jobs are listed earliest due first, near and far (days
+/// ahead) alike; ready, reserved, cancelled and dead jobs are not listed.
+pub async fn list_scheduled_earliest_first(s: &dyn Store) {
+    let t = topic("upcoming");
+    assert!(s.list_scheduled(&t, 10).await.unwrap().is_empty());
+    const DAY: u64 = 86_400_000;
+    for (i, delay) in [
+        ("d3", 3 * DAY),
+        ("s5", 5_000),
+        ("d1", DAY),
+        ("s1", 1_000),
+        ("gone", 2_000),
+        ("d2", 2 * DAY),
+        ("d1b", DAY + 1),
+    ] {
+        put(s, &t, job(i, When::DelayMs(delay)), T0).await;
+    }
+    put(s, &t, job("now", When::DelayMs(0)), T0).await;
+    put(s, &t, job("held", When::DelayMs(0)), T0).await;
+    assert_eq!(ids(&s.claim(&t, 1, None, T0).await.unwrap()), vec!["now"]);
+    s.cancel(&t, &id("gone")).await.unwrap();
+    let names = |v: Vec<JobInfo>| v.into_iter().map(|j| j.id.to_string()).collect::<Vec<_>>();
+    let all = s.list_scheduled(&t, 100).await.unwrap();
+    assert!(all.iter().all(|j| j.state == JobState::Scheduled));
+    assert_eq!(all[0].due_at_ms, T0 + 1_000);
+    assert_eq!(all[0].body, Body::Json("{\"n\":\"s1\"}".into()));
+    assert_eq!(names(all), vec!["s1", "s5", "d1", "d1b", "d2", "d3"]);
+    assert_eq!(
+        names(s.list_scheduled(&t, 3).await.unwrap()),
+        vec!["s1", "s5", "d1"]
+    );
+    // A far job moved near (and a near one far) is listed once, in its new place.
+    s.reschedule(&t, &id("d3"), T0 + 500, T0).await.unwrap();
+    s.reschedule(&t, &id("s5"), T0 + 4 * DAY, T0).await.unwrap();
+    s.reschedule(&t, &id("d1b"), T0 + 4 * DAY + 1, T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        names(s.list_scheduled(&t, 100).await.unwrap()),
+        vec!["d3", "s1", "d1", "d2", "s5", "d1b"]
+    );
+}
+
 /// Instantiates every scenario as a `#[tokio::test]`. `$make` is an async
 /// block returning `(store, guard)`: a fresh empty store and whatever must
 /// live as long as it (a Redis server, a temp dir).
@@ -1011,7 +1054,8 @@ macro_rules! conformance_tests {
             bury_goes_dead_at_once,
             release_does_not_count_the_attempt,
             far_future_jobs,
-            many_far_jobs_keep_order
+            many_far_jobs_keep_order,
+            list_scheduled_earliest_first
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {

@@ -1,7 +1,9 @@
 -- get: reads jobs (read-only).
 -- KEYS: the topic's keys (see common.lua).
--- ARGV: topic, mode (i: the ids that follow | d: dead letters), then ids, or
---   offset and limit for mode d
+-- ARGV: topic, mode (i: the ids that follow | d: dead letters | u: scheduled
+--   jobs, earliest due first), then ids, or offset and limit for mode d, or
+--   limit for mode u (the schedule first, then the wheel's buckets in order;
+--   at most 10000 entries of one bucket are looked at)
 -- Returns: 14 per job found: id, state, due, priority, attempts, created,
 --   kind, body, max_attempts or -1, lease_ms or -1, lease deadline or -1,
 --   died-at or -1, has-error (1 | 0), error or ''
@@ -10,6 +12,33 @@ local ids
 if ARGV[2] == 'd' then
   local off, lim = tonumber(ARGV[3]), tonumber(ARGV[4])
   ids = redis.call('ZRANGE', K.dead, off, off + lim - 1)
+elseif ARGV[2] == 'u' then
+  local lim = tonumber(ARGV[3])
+  ids = redis.call('ZRANGE', K.sched, 0, lim - 1)
+  local seen = {}
+  local off = 0
+  while #ids < lim do
+    local w = redis.call('ZRANGE', K.wheel, off, off)
+    if not w[1] then break end
+    local b = tonumber(w[1])
+    local live = {}
+    for _, id in ipairs(redis.call('LRANGE', K.wp .. w[1], 0, 9999)) do
+      local j = load(id)
+      if not seen[id] and j and j.s == 's' and j.w and bucket(j.d) == b then
+        seen[id] = true
+        live[#live + 1] = { j.d, j.q, id }
+      end
+    end
+    table.sort(live, function(x, y)
+      if x[1] ~= y[1] then return x[1] < y[1] end
+      return x[2] < y[2]
+    end)
+    for _, e in ipairs(live) do
+      if #ids >= lim then break end
+      ids[#ids + 1] = e[3]
+    end
+    off = off + 1
+  end
 else
   ids = {}
   for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
