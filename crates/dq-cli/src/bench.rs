@@ -28,6 +28,9 @@ pub(crate) struct BenchArgs {
         global = true
     )]
     server: String,
+    /// The server's admin_token, if it has one
+    #[arg(long, env = "DQ_TOKEN", hide_env_values = true, global = true)]
+    token: Option<String>,
     /// Topic to use [default: bench-<scenario>-<random>]; deleted afterwards unless --keep
     #[arg(long, global = true)]
     topic: Option<String>,
@@ -516,7 +519,7 @@ fn body(bytes: usize) -> Value {
 
 impl BenchArgs {
     pub(crate) async fn run(self) -> Result<()> {
-        let api = Api::new(&self.server)?;
+        let api = Api::new(&self.server, self.token.as_deref())?;
         let run_id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
         let name = match &self.scenario {
             Scenario::Enqueue { .. } => "enqueue",

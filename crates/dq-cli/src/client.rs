@@ -21,6 +21,9 @@ pub(crate) struct Conn {
         global = true
     )]
     server: String,
+    /// The server's admin_token, sent as Authorization: Bearer (needed for changes when the server has one)
+    #[arg(long, env = "DQ_TOKEN", hide_env_values = true, global = true)]
+    token: Option<String>,
     /// Print the server's JSON instead of a table
     #[arg(long, global = true)]
     json: bool,
@@ -219,10 +222,11 @@ fn parse_retry(text: &str) -> Result<Value> {
 pub(crate) struct Api {
     http: reqwest::Client,
     base: String,
+    token: Option<String>,
 }
 
 impl Api {
-    pub(crate) fn new(server: &str) -> Result<Self> {
+    pub(crate) fn new(server: &str, token: Option<&str>) -> Result<Self> {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(64)
@@ -231,6 +235,7 @@ impl Api {
         Ok(Self {
             http,
             base: server.trim_end_matches('/').to_string(),
+            token: token.map(str::to_string),
         })
     }
 
@@ -252,6 +257,9 @@ impl Api {
         body: Option<&Value>,
     ) -> Result<Value> {
         let mut req = self.http.request(method, &url);
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
         if let Some(b) = body {
             req = req.json(b);
         }
@@ -374,7 +382,7 @@ impl ClientCmd {
                 max_attempts,
                 replace,
             } => {
-                let api = Api::new(&conn.server)?;
+                let api = Api::new(&conn.server, conn.token.as_deref())?;
                 let mut req = json!({});
                 if let Some(b) = body {
                     req["body"] = serde_json::from_str(&b).unwrap_or(Value::String(b));
@@ -423,7 +431,7 @@ impl ClientCmd {
                 }
             }
             ClientCmd::Get { conn, topic, id } => {
-                let api = Api::new(&conn.server)?;
+                let api = Api::new(&conn.server, conn.token.as_deref())?;
                 let v = api
                     .call(
                         Method::GET,
@@ -459,7 +467,7 @@ impl ClientCmd {
                 }
             }
             ClientCmd::Cancel { conn, topic, id } => {
-                let api = Api::new(&conn.server)?;
+                let api = Api::new(&conn.server, conn.token.as_deref())?;
                 let v = api
                     .call(
                         Method::DELETE,
@@ -480,7 +488,7 @@ impl ClientCmd {
                 delay,
                 at,
             } => {
-                let api = Api::new(&conn.server)?;
+                let api = Api::new(&conn.server, conn.token.as_deref())?;
                 let req = match (delay, at) {
                     (Some(d), _) => json!({"delay_ms": ms(&d, "--delay")?}),
                     (None, Some(a)) => json!({"due_at_ms": at_ms(&a)?}),
@@ -504,7 +512,7 @@ impl ClientCmd {
                 }
             }
             ClientCmd::Stats { conn, topic } => {
-                let api = Api::new(&conn.server)?;
+                let api = Api::new(&conn.server, conn.token.as_deref())?;
                 match topic {
                     Some(t) => {
                         let v = api
@@ -521,7 +529,7 @@ impl ClientCmd {
                 }
             }
             ClientCmd::Topics { conn, cmd } => {
-                let api = Api::new(&conn.server)?;
+                let api = Api::new(&conn.server, conn.token.as_deref())?;
                 match cmd.unwrap_or(TopicsCmd::List) {
                     TopicsCmd::List => print_topics(&api, conn.json, false).await?,
                     TopicsCmd::Put {
@@ -599,7 +607,7 @@ impl ClientCmd {
                 }
             }
             ClientCmd::Dead { conn, cmd } => {
-                let api = Api::new(&conn.server)?;
+                let api = Api::new(&conn.server, conn.token.as_deref())?;
                 match cmd {
                     DeadCmd::List {
                         topic,

@@ -67,6 +67,9 @@ pub(crate) struct ServeArgs {
     /// Least time between two "jobs went dead" alerts of a topic [default: 5m]
     #[arg(long, env = "DQ_ALERT_INTERVAL")]
     pub(crate) alert_interval: Option<String>,
+    /// Token for the admin page and for changes through the API (Authorization: Bearer); without it the admin page answers on loopback only [default: none]
+    #[arg(long, env = "DQ_ADMIN_TOKEN", hide_env_values = true)]
+    pub(crate) admin_token: Option<String>,
     /// Log format: text or json [default: text]
     #[arg(long, env = "DQ_LOG_FORMAT")]
     pub(crate) log_format: Option<String>,
@@ -90,6 +93,7 @@ struct FileConfig {
     shutdown_grace: Option<String>,
     dispatcher_max_sleep: Option<String>,
     push_deny_private: Option<bool>,
+    admin_token: Option<String>,
     #[serde(default)]
     alert_webhooks: Vec<String>,
     alert_smtp_url: Option<String>,
@@ -193,6 +197,14 @@ impl ServeArgs {
         }
         if let Some(d) = self.push_deny_private.or(file.push_deny_private) {
             server.push_deny_private = d;
+        }
+        if let Some(t) = self.admin_token.or(file.admin_token) {
+            if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                bail!(
+                    "admin_token: must be at least 16 characters without spaces (e.g. from `openssl rand -hex 24`)"
+                );
+            }
+            server.admin_token = Some(t);
         }
         let a = &mut server.alerts;
         a.webhooks = if self.alert_webhooks.is_empty() {

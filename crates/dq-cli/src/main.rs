@@ -94,11 +94,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
             (Arc::new(store), format!("redis at {url}"))
         }
     };
-    let server = dq_server::Server::new(
-        settings.server.clone(),
-        store,
-        Arc::new(dq_core::SystemClock),
-    );
+    let mut config = settings.server.clone();
+    config.store_name.clone_from(&what);
+    let server = dq_server::Server::new(config, store, Arc::new(dq_core::SystemClock));
     server
         .apply_topics(&settings.topics)
         .await
@@ -108,7 +106,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", settings.server.listen))?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, store = %what, "dq serving HTTP API on http://{addr}; store: {what}");
+    tracing::info!(%addr, store = %what, "dq serving HTTP API on http://{addr}; store: {what}; admin page: http://{addr}/");
     server.run(listener, shutdown_signal()).await?;
     Ok(())
 }

@@ -288,6 +288,7 @@ pub struct Client {
     http: reqwest::Client,
     base: String,
     retries: u32,
+    token: Option<String>,
 }
 
 /// Percent-encodes one path segment (a topic or a job id) for a URL.
@@ -324,7 +325,15 @@ impl Client {
             http,
             base: base.into().trim_end_matches('/').to_string(),
             retries: 3,
+            token: None,
         }
+    }
+
+    /// Sends `Authorization: Bearer <token>` with every call: needed for
+    /// changes when the server has `admin_token` set.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
     }
 
     /// How often idempotent calls are retried on transient errors (default 3).
@@ -358,6 +367,9 @@ impl Client {
         let mut attempt = 0;
         loop {
             let mut req = self.http.request(method.clone(), &url);
+            if let Some(t) = &self.token {
+                req = req.bearer_auth(t);
+            }
             if let Some(b) = body {
                 req = req.json(b);
             }

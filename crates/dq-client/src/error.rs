@@ -35,6 +35,15 @@ pub enum Error {
         /// The server's `Retry-After`, in seconds.
         retry_after_s: Option<u64>,
     },
+    /// 401 or 403: the server wants `admin_token` for this call (see
+    /// [`crate::Client::token`]), or refused the request's origin.
+    #[error("not allowed ({code}): {message}")]
+    Unauthorized {
+        /// `unauthorized` or `cross_origin`.
+        code: String,
+        /// The server's message.
+        message: String,
+    },
     /// Any other HTTP error.
     #[error("HTTP {status} ({code}): {message}")]
     Http {
@@ -67,6 +76,7 @@ impl Error {
             (409, "lease_mismatch") => Error::LeaseMismatch(message),
             (409, "not_in_state") => Error::NotInState(message),
             (400 | 413 | 415, _) => Error::Invalid { code, message },
+            (401 | 403, _) => Error::Unauthorized { code, message },
             (503, _) => Error::Unavailable {
                 code,
                 message,
@@ -86,6 +96,7 @@ impl Error {
             Error::NotFound { code, .. }
             | Error::Invalid { code, .. }
             | Error::Unavailable { code, .. }
+            | Error::Unauthorized { code, .. }
             | Error::Http { code, .. } => Some(code),
             Error::LeaseMismatch(_) => Some("lease_mismatch"),
             Error::NotInState(_) => Some("not_in_state"),

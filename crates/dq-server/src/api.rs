@@ -687,8 +687,7 @@ pub(crate) async fn replay_dead(
     JsonBody(req): JsonBody<ReplayReq>,
 ) -> ApiResult {
     let t = topic(t)?;
-    let now = st.clock.now_ms();
-    let replayed = match req.ids {
+    let ids = match req.ids {
         Some(ids) => {
             if ids.len() > MAX_BATCH {
                 return Err(ApiError::bad_request(
@@ -696,40 +695,67 @@ pub(crate) async fn replay_dead(
                     format!("ids may hold at most {MAX_BATCH} ids"),
                 ));
             }
-            let ids = ids.into_iter().map(job_id).collect::<Result<Vec<_>, _>>()?;
-            st.store.replay_dead(&t, Some(&ids), ids.len(), now).await?
+            Some(ids.into_iter().map(job_id).collect::<Result<Vec<_>, _>>()?)
         }
+        None => None,
+    };
+    let replayed = replay(&st, &t, ids.as_deref()).await?;
+    Ok(Json(json!({ "replayed": replayed })).into_response())
+}
+
+/// Replays the named dead letters, or all of them (as many as were dead when
+/// it began: a job that dies again meanwhile is not replayed twice).
+pub(crate) async fn replay(
+    st: &AppState,
+    t: &Topic,
+    ids: Option<&[JobId]>,
+) -> Result<u64, ApiError> {
+    let now = st.clock.now_ms();
+    let replayed = match ids {
+        Some(ids) => st.store.replay_dead(t, Some(ids), ids.len(), now).await?,
         None => {
+            let mut left = st.store.stats(t, now).await?.dead;
             let mut total = 0;
-            loop {
-                let n = st.store.replay_dead(&t, None, 1000, now).await?;
+            while left > 0 {
+                let n = st
+                    .store
+                    .replay_dead(t, None, left.min(1000) as usize, now)
+                    .await?;
                 total += n;
-                if n < 1000 {
-                    break total;
+                if n == 0 {
+                    break;
                 }
+                left = left.saturating_sub(n);
             }
+            total
         }
     };
     if replayed > 0 {
         st.wakers.wake(t.as_str());
         tracing::info!(topic = %t, replayed, "dead letters replayed");
     }
-    Ok(Json(json!({ "replayed": replayed })).into_response())
+    Ok(replayed)
 }
 
 /// `DELETE /v1/topics/{topic}/dead`
 pub(crate) async fn purge_dead(State(st): State<AppState>, Path(t): Path<String>) -> ApiResult {
     let t = topic(t)?;
+    let purged = purge(&st, &t).await?;
+    Ok(Json(json!({ "purged": purged })).into_response())
+}
+
+/// Deletes every dead letter of `t`.
+pub(crate) async fn purge(st: &AppState, t: &Topic) -> Result<u64, ApiError> {
     let mut total = 0;
     loop {
-        let n = st.store.purge_dead(&t, 1000).await?;
+        let n = st.store.purge_dead(t, 1000).await?;
         total += n;
         if n < 1000 {
             break;
         }
     }
     tracing::info!(topic = %t, purged = total, "dead letters purged");
-    Ok(Json(json!({ "purged": total })).into_response())
+    Ok(total)
 }
 
 /// `GET /healthz` — the process answers.

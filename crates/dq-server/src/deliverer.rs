@@ -235,7 +235,8 @@ impl TopicDelivery {
             req = req.header(k, v);
         }
         let result = self.guarded(req).await;
-        let took_ms = started.elapsed().as_millis() as u64;
+        let took = started.elapsed();
+        let took_ms = took.as_millis() as u64;
         let (t, id, token) = (&lease.topic, &lease.id, lease.token.as_str());
         let now = self.st.clock.now_ms();
         let store = &self.st.store;
@@ -267,6 +268,7 @@ impl TopicDelivery {
             tracing::warn!(topic = %t, id = %id, error = %e, "cannot record the delivery's outcome; the job comes back after its lease");
             "unrecorded"
         });
+        self.st.metrics.observe_push(t.as_str(), outcome, took);
         match &result {
             Ok((status, _)) => {
                 tracing::info!(target: "dq::delivery", topic = %t, id = %id, attempt = lease.attempt, status, took_ms, outcome)

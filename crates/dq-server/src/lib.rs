@@ -10,6 +10,7 @@
 mod admin;
 pub mod alerts;
 mod api;
+pub mod auth;
 pub mod deliverer;
 pub mod dispatcher;
 pub mod error;
@@ -59,6 +60,12 @@ pub struct AppState {
     /// Topics delivered by push, as the deliverer last read them (within a
     /// second); `POST /v1/reserve` refuses them.
     pub push_topics: Arc<std::sync::RwLock<std::collections::HashSet<String>>>,
+    /// Who may use the admin page and the mutating API.
+    pub admin: Arc<auth::AdminAuth>,
+    /// Enqueue/ack rates shown on the admin page.
+    rates: Arc<admin::Rates>,
+    /// What the admin page calls the store (e.g. `redis redis://host:6379/0`).
+    pub store_name: String,
 }
 
 impl AppState {
@@ -74,6 +81,9 @@ impl AppState {
             push_guard: push_guard::PushGuard::default(),
             topics_changed: Arc::default(),
             push_topics: Arc::default(),
+            admin: Arc::new(auth::AdminAuth::new(None)),
+            rates: Arc::default(),
+            store_name: "store".into(),
         }
     }
 }
@@ -105,10 +115,13 @@ pub fn app(state: AppState, max_request_bytes: usize) -> Router {
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi::document))
         .route("/metrics", get(metrics_text))
-        .route("/", get(admin::overview))
-        .route("/admin/topics/{topic}", get(admin::topic_page))
+        .merge(admin::routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(max_request_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::guard,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             observe_http,
@@ -198,6 +211,10 @@ pub struct ServerConfig {
     pub push_deny_private: bool,
     /// Alert channels (none by default).
     pub alerts: alerts::AlertConfig,
+    /// The admin token (see [`auth`]); None: admin page on loopback only.
+    pub admin_token: Option<String>,
+    /// What the admin page calls the store.
+    pub store_name: String,
 }
 
 impl Default for ServerConfig {
@@ -210,6 +227,8 @@ impl Default for ServerConfig {
             dispatcher_max_sleep: Duration::from_secs(1),
             push_deny_private: false,
             alerts: alerts::AlertConfig::default(),
+            admin_token: None,
+            store_name: "store".into(),
         }
     }
 }
@@ -227,6 +246,8 @@ impl Server {
         state.push_guard = push_guard::PushGuard {
             deny_private: config.push_deny_private,
         };
+        state.admin = Arc::new(auth::AdminAuth::new(config.admin_token.clone()));
+        state.store_name = config.store_name.clone();
         Self { config, state }
     }
 
@@ -334,7 +355,16 @@ impl Server {
                 shutdown.cancel();
             }
         };
-        let server = axum::serve(listener, router).with_graceful_shutdown(graceful);
+        if config_open(&self.config, &listener) {
+            tracing::warn!(
+                "listening beyond loopback without admin_token: anyone who can reach this port may change jobs and topics; the admin page answers on loopback only"
+            );
+        }
+        let server = axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(graceful);
         let grace = self.config.shutdown_grace;
         let serve = tokio::spawn(async move { server.await });
         // Wait for the signal, then give in-flight requests the grace period.
@@ -363,6 +393,11 @@ impl Server {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+/// Whether the API is reachable beyond loopback with no token required.
+fn config_open(config: &ServerConfig, listener: &tokio::net::TcpListener) -> bool {
+    config.admin_token.is_none() && listener.local_addr().is_ok_and(|a| !a.ip().is_loopback())
 }
 
 /// Runs `make()` as a task on `tracker`; a panic is logged and the task

@@ -39,6 +39,24 @@ impl Histogram {
             .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// The upper bound of the bucket holding quantile `q` (0–1), in
+    /// seconds; infinity past the last bucket; None if nothing was observed.
+    fn quantile(&self, q: f64) -> Option<f64> {
+        let count = self.count.load(Ordering::Relaxed);
+        if count == 0 {
+            return None;
+        }
+        let want = (q * count as f64).ceil().max(1.0) as u64;
+        let mut cumulative = 0;
+        for (i, b) in BUCKETS.iter().enumerate() {
+            cumulative += self.buckets[i].load(Ordering::Relaxed);
+            if cumulative >= want {
+                return Some(*b);
+            }
+        }
+        Some(f64::INFINITY)
+    }
+
     fn render(&self, out: &mut String, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
         let mut cumulative = 0;
@@ -59,6 +77,7 @@ impl Histogram {
 pub struct Metrics {
     lateness: Mutex<BTreeMap<String, std::sync::Arc<Histogram>>>,
     http: Mutex<BTreeMap<(String, String, u16), std::sync::Arc<Histogram>>>,
+    push: Mutex<BTreeMap<(String, &'static str), std::sync::Arc<Histogram>>>,
 }
 
 /// Escapes a label value (`\`, `"` and newlines).
@@ -79,6 +98,31 @@ impl Metrics {
             .or_default()
             .clone();
         h.observe(late);
+    }
+
+    /// Upper bounds (seconds) of the lateness p50 and p99 of `topic`'s
+    /// hand-outs by this process, from the histogram's buckets.
+    pub fn lateness_quantiles(&self, topic: &str) -> Option<(f64, f64)> {
+        let h = self
+            .lateness
+            .lock()
+            .expect("poisoned")
+            .get(topic)
+            .cloned()?;
+        Some((h.quantile(0.5)?, h.quantile(0.99)?))
+    }
+
+    /// Records one push delivery: how long the callback took and what came
+    /// of it (`acked`, `retry`, `dead`, `unrecorded`).
+    pub fn observe_push(&self, topic: &str, outcome: &'static str, took: Duration) {
+        let h = self
+            .push
+            .lock()
+            .expect("poisoned")
+            .entry((topic.to_string(), outcome))
+            .or_default()
+            .clone();
+        h.observe(took);
     }
 
     /// Records one HTTP request.
@@ -169,6 +213,14 @@ impl Metrics {
                 &format!("topic=\"{}\"", label(t)),
             );
         }
+        out.push_str("# HELP dq_push_delivery_duration_seconds Push deliveries by this process: callback duration, by outcome (acked, retry, dead, unrecorded); _count counts outcomes.\n# TYPE dq_push_delivery_duration_seconds histogram\n");
+        for ((t, o), h) in self.push.lock().expect("poisoned").iter() {
+            h.render(
+                &mut out,
+                "dq_push_delivery_duration_seconds",
+                &format!("topic=\"{}\",outcome=\"{o}\"", label(t)),
+            );
+        }
         out.push_str("# HELP dq_http_request_duration_seconds HTTP requests served by this process.\n# TYPE dq_http_request_duration_seconds histogram\n");
         for ((m, r, s), h) in self.http.lock().expect("poisoned").iter() {
             h.render(
@@ -203,6 +255,20 @@ mod tests {
         assert!(out.contains("x_bucket{a=\"b\",le=\"+Inf\"} 3\n"), "{out}");
         assert!(out.contains("x_count{a=\"b\"} 3\n"), "{out}");
         assert!(out.contains("x_sum{a=\"b\"} 100.0035\n"), "{out}");
+    }
+
+    #[test]
+    fn quantiles_are_bucket_bounds() {
+        let h = Histogram::default();
+        assert_eq!(h.quantile(0.5), None);
+        for _ in 0..98 {
+            h.observe(Duration::from_micros(1500));
+        }
+        h.observe(Duration::from_millis(40));
+        h.observe(Duration::from_secs(100));
+        assert_eq!(h.quantile(0.5), Some(0.002));
+        assert_eq!(h.quantile(0.99), Some(0.05));
+        assert_eq!(h.quantile(1.0), Some(f64::INFINITY));
     }
 
     #[test]

@@ -218,6 +218,26 @@ async fn delivers_signed_and_acks_after_2xx() {
         (409, json!("topic_is_push")),
         "pull consumers cannot take push jobs"
     );
+    // Each delivery is measured once, by outcome (recorded just after the ack).
+    let want = "dq_push_delivery_duration_seconds_count{topic=\"orders\",outcome=\"acked\"} 2\n";
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = d
+            .http
+            .get(format!("{}/metrics", d.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if metrics.contains(want) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(metrics.contains(want), "{metrics}");
+    assert!(!metrics.contains("outcome=\"retry\""), "{metrics}");
     let got = r.got();
     assert_eq!(got.len(), 2, "each job delivered once");
     for g in &got {

@@ -1,0 +1,636 @@
+//! The admin page through the real router, on both stores: every action of
+//! the page (register, settings, lookup, cancel, reschedule, run now, replay
+//! one/selected/all, purge with confirmation), HTML checked with a parser;
+//! and the rules of `dq_server::auth` (loopback only without a token, token
+//! sessions, CSRF, cross-site refusals, Bearer for API changes).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::connect_info::MockConnectInfo;
+use axum::http::{Request, StatusCode, header};
+use dq_core::{Clock, Store, SystemClock};
+use dq_server::{AppState, app, auth::AdminAuth};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const LOOPBACK: ([u8; 4], u16) = ([127, 0, 0, 1], 50000);
+const REMOTE: ([u8; 4], u16) = ([10, 1, 2, 3], 50000);
+
+struct Admin {
+    state: AppState,
+    peer: SocketAddr,
+    cookie: Option<String>,
+    _guard: Box<dyn std::any::Any + Send>,
+}
+
+struct Reply {
+    status: StatusCode,
+    location: String,
+    set_cookie: String,
+    text: String,
+}
+
+impl Reply {
+    fn doc(&self) -> scraper::Html {
+        scraper::Html::parse_document(&self.text)
+    }
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+    }
+}
+
+fn embedded() -> Admin {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dq_embedded::EmbeddedStore::open(dir.path().join("data")).unwrap();
+    admin_over(Arc::new(store), Box::new(dir))
+}
+
+fn redis() -> Admin {
+    let r = dq_testkit::RedisServer::start();
+    let store = dq_redis::RedisStore::new(&dq_redis::RedisConfig {
+        url: r.url(),
+        ..Default::default()
+    })
+    .unwrap();
+    admin_over(Arc::new(store), Box::new(r))
+}
+
+fn admin_over(store: Arc<dyn Store>, guard: Box<dyn std::any::Any + Send>) -> Admin {
+    Admin {
+        state: AppState::new(store, Arc::new(SystemClock), dq_core::Limits::default()),
+        peer: SocketAddr::from(LOOPBACK),
+        cookie: None,
+        _guard: guard,
+    }
+}
+
+impl Admin {
+    fn router(&self) -> Router {
+        app(self.state.clone(), 1 << 20).layer(MockConnectInfo(self.peer))
+    }
+
+    async fn send(&self, req: axum::http::request::Builder, body: Body) -> Reply {
+        let mut req = req;
+        if let Some(c) = &self.cookie {
+            req = req.header(header::COOKIE, c);
+        }
+        let res = self
+            .router()
+            .oneshot(req.body(body).unwrap())
+            .await
+            .unwrap();
+        let h = |n: header::HeaderName| {
+            res.headers()
+                .get(n)
+                .map(|v| v.to_str().unwrap().to_string())
+                .unwrap_or_default()
+        };
+        let (location, set_cookie) = (h(header::LOCATION), h(header::SET_COOKIE));
+        let status = res.status();
+        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        Reply {
+            status,
+            location,
+            set_cookie,
+            text: String::from_utf8(bytes.to_vec()).unwrap(),
+        }
+    }
+
+    async fn get(&self, uri: &str) -> Reply {
+        self.send(Request::builder().uri(uri), Body::empty()).await
+    }
+
+    async fn form(&self, uri: &str, fields: &[(&str, &str)]) -> Reply {
+        let body: String = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(fields)
+            .finish();
+        self.send(
+            Request::builder()
+                .method("POST")
+                .uri(uri)
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded"),
+            Body::from(body),
+        )
+        .await
+    }
+
+    /// Posts a form with the CSRF token the page at `page` carries.
+    async fn submit(&self, page: &str, uri: &str, fields: &[(&str, &str)]) -> Reply {
+        let csrf = csrf_of(&self.get(page).await.doc());
+        let mut all = vec![("csrf", csrf.as_str())];
+        all.extend_from_slice(fields);
+        self.form(uri, &all).await
+    }
+
+    async fn api(&self, method: &str, uri: &str, body: Option<Value>) -> Reply {
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::CONTENT_TYPE, "application/json");
+        let body = body.map_or_else(Body::empty, |b| Body::from(b.to_string()));
+        self.send(req, body).await
+    }
+
+    async fn job(&self, id: &str) -> Value {
+        self.api("GET", &format!("/v1/topics/shop/jobs/{id}"), None)
+            .await
+            .json()
+    }
+
+    async fn stats(&self) -> Value {
+        self.api("GET", "/v1/topics/shop", None).await.json()["stats"].clone()
+    }
+
+    /// Reserves the next job of "shop" and buries it; returns its id.
+    async fn kill(&self) -> String {
+        let v = self
+            .api("POST", "/v1/reserve", Some(json!({"topics": ["shop"]})))
+            .await
+            .json();
+        let id = v["jobs"][0]["id"]
+            .as_str()
+            .expect("a job to kill")
+            .to_string();
+        let r = self
+            .api(
+                "POST",
+                &format!("/v1/topics/shop/jobs/{}/nack", enc(&id)),
+                Some(json!({"token": v["jobs"][0]["token"], "error": "<script>alert(1)</script>", "dead": true})),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        id
+    }
+}
+
+fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
+
+fn csrf_of(doc: &scraper::Html) -> String {
+    let sel = scraper::Selector::parse("input[name=csrf]").unwrap();
+    doc.select(&sel)
+        .next()
+        .expect("the page has a form")
+        .value()
+        .attr("value")
+        .unwrap()
+        .to_string()
+}
+
+fn cells(doc: &scraper::Html, table: &str) -> Vec<Vec<String>> {
+    let row = scraper::Selector::parse(&format!("table#{table} tbody tr")).unwrap();
+    let cell = scraper::Selector::parse("th, td").unwrap();
+    doc.select(&row)
+        .map(|r| {
+            r.select(&cell)
+                .map(|c| c.text().collect::<String>().trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+fn text_of(doc: &scraper::Html, css: &str) -> Option<String> {
+    let sel = scraper::Selector::parse(css).unwrap();
+    doc.select(&sel).next().map(|e| e.text().collect())
+}
+
+/// The whole page, one action after another, each checked through the API.
+async fn every_action(a: Admin) {
+    let home = a.get("/").await;
+    assert_eq!(home.status, StatusCode::OK);
+    let doc = home.doc();
+    assert!(text_of(&doc, "#auth-notice").unwrap().contains("loopback"));
+    assert!(cells(&doc, "topics").is_empty());
+    assert!(cells(&doc, "stores")[0][1].contains("answering"));
+
+    // Register a topic; without the CSRF token nothing happens.
+    let r = a.form("/admin/topics", &[("name", "sneaky")]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(r.text.contains("csrf_mismatch"));
+    let r = a
+        .form("/admin/topics", &[("name", "sneaky"), ("csrf", "00")])
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        a.api("GET", "/v1/topics/sneaky", None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let r = a
+        .submit("/", "/admin/topics", &[("name", "shop"), ("mode", "pull")])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(r.location, "/admin/topics/shop?done=created");
+    let r = a.submit("/", "/admin/topics", &[("name", "shop")]).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "registering twice");
+    let r = a
+        .submit("/", "/admin/topics", &[("name", "bad name")])
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        text_of(&r.doc(), "#error")
+            .unwrap()
+            .contains("invalid_topic")
+    );
+
+    // Settings.
+    let page = "/admin/topics/shop";
+    let r = a
+        .submit(
+            page,
+            "/admin/topics/shop/settings",
+            &[
+                ("max_attempts", "2"),
+                ("lease_ms", "15000"),
+                ("dead_cap", "50"),
+                ("default_delay_ms", "0"),
+                ("retry", r#"{"fixed_ms":5000}"#),
+                ("mode", "pull"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let cfg = a.api("GET", "/v1/topics/shop", None).await.json()["config"].clone();
+    assert_eq!(cfg["max_attempts"], json!(2));
+    assert_eq!(cfg["lease_ms"], json!(15000));
+    assert_eq!(cfg["retry"], json!({"fixed_ms": 5000}));
+    let doc = a.get(&format!("{page}?done=saved")).await.doc();
+    assert_eq!(text_of(&doc, "#flash").unwrap(), "Settings saved.");
+    for (bad_field, bad_value, code) in [
+        ("retry", "{oops", "invalid_config"),
+        ("max_attempts", "lots", "invalid_config"),
+        ("max_attempts", "0", "invalid_max_attempts"),
+    ] {
+        let r = a
+            .submit(
+                page,
+                "/admin/topics/shop/settings",
+                &[(bad_field, bad_value), ("mode", "pull")],
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad_field}={bad_value}");
+        assert!(r.text.contains(code), "{}", r.text);
+    }
+    let r = a
+        .submit(
+            page,
+            "/admin/topics/shop/settings",
+            &[("mode", "push"), ("url", "http://169.254.169.254/latest")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.text.contains("invalid_callback"));
+    let cfg = a.api("GET", "/v1/topics/shop", None).await.json()["config"].clone();
+    assert_eq!(
+        cfg["max_attempts"],
+        json!(2),
+        "refused forms change nothing"
+    );
+    assert_eq!(cfg["delivery"]["mode"], json!("pull"));
+
+    // Jobs, as the next-due list and lookup show them.
+    let r = a
+        .api(
+            "POST",
+            "/v1/topics/shop/jobs:batch",
+            Some(json!({"jobs": [
+                {"id": "<b>x</b>", "body": {"order": "<i>1</i>"}},
+                {"id": "far", "delay_ms": 3 * 86_400_000u64},
+                {"id": "later", "delay_ms": 60_000},
+            ]})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let doc = a.get(page).await.doc();
+    let next = cells(&doc, "upcoming");
+    assert_eq!(
+        next.iter().map(|r| r[0].as_str()).collect::<Vec<_>>(),
+        ["later", "far"]
+    );
+    assert!(next[0][2].starts_with("in "), "{:?}", next[0]);
+    let counts = cells(&doc, "counts");
+    assert_eq!(counts[0], ["scheduled", "2"]);
+    assert_eq!(counts[1], ["ready", "1"]);
+
+    let doc = a.get("/admin/topics/shop?job=later").await.doc();
+    let job = cells(&doc, "job");
+    assert_eq!(job[1], ["state", "scheduled"]);
+    let doc = a.get("/admin/topics/shop?job=nope").await.doc();
+    assert!(text_of(&doc, "#job-missing").is_some());
+
+    // Run now, reschedule, cancel.
+    let lookup = "/admin/topics/shop?job=later";
+    let r = a
+        .submit(lookup, "/admin/topics/shop/jobs/later/run", &[])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(r.location, "/admin/topics/shop?job=later&done=run");
+    assert_eq!(a.job("later").await["state"], json!("ready"));
+    let before = a.job("far").await["due_at_ms"].clone();
+    let r = a
+        .submit(
+            "/admin/topics/shop?job=far",
+            "/admin/topics/shop/jobs/far/reschedule",
+            &[("delay", "soon")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.text.contains("invalid_delay"));
+    assert_eq!(a.job("far").await["due_at_ms"], before, "unchanged");
+    let now = SystemClock.now_ms();
+    let r = a
+        .submit(
+            "/admin/topics/shop?job=far",
+            "/admin/topics/shop/jobs/far/reschedule",
+            &[("delay", "2h")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let due = a.job("far").await["due_at_ms"].as_u64().unwrap();
+    assert!(
+        due >= now + 7_200_000 && due < now + 7_260_000,
+        "{due} vs {now}"
+    );
+    let r = a
+        .submit(
+            "/admin/topics/shop?job=far",
+            "/admin/topics/shop/jobs/far/cancel",
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        a.api("GET", "/v1/topics/shop/jobs/far", None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let r = a
+        .submit(
+            "/admin/topics/shop?job=far",
+            "/admin/topics/shop/jobs/far/cancel",
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "cancelling twice");
+
+    // Dead letters: shown escaped, replayed one / selected / all, purged,
+    // each after a confirmation page.
+    assert_eq!(a.kill().await, "<b>x</b>", "due first");
+    assert_eq!(a.kill().await, "later");
+    let doc = a.get(page).await.doc();
+    let dead = cells(&doc, "dead");
+    assert_eq!(dead.len(), 2);
+    assert_eq!(dead[0][1], "later", "newest first");
+    assert_eq!(dead[1][1], "<b>x</b>", "ids are text, not markup");
+    assert_eq!(dead[1][4], "<script>alert(1)</script>");
+    let script = scraper::Selector::parse("script").unwrap();
+    assert!(
+        doc.select(&script).next().is_none(),
+        "nothing sent becomes markup"
+    );
+    let filtered = cells(&a.get("/admin/topics/shop?died=1h").await.doc(), "dead");
+    assert_eq!(filtered.len(), 2, "both died in the last hour");
+
+    let r = a
+        .submit(
+            page,
+            "/admin/topics/shop/dead/replay",
+            &[("ids", "<b>x</b>")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "a confirmation page first");
+    let doc = r.doc();
+    assert!(text_of(&doc, "#question").unwrap().contains("<b>x</b>"));
+    assert_eq!(a.stats().await["dead"], json!(2), "nothing replayed yet");
+    // The confirmation form re-posts the same fields plus confirm=yes.
+    let sel = scraper::Selector::parse("form#confirm input[type=hidden]").unwrap();
+    let mut fields: Vec<(String, String)> = doc
+        .select(&sel)
+        .map(|i| {
+            (
+                i.value().attr("name").unwrap().to_string(),
+                i.value().attr("value").unwrap().to_string(),
+            )
+        })
+        .collect();
+    fields.push(("confirm".into(), "yes".into()));
+    let refs: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let r = a.form("/admin/topics/shop/dead/replay", &refs).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(r.location, "/admin/topics/shop?done=replayed&n=1");
+    assert_eq!(a.job("%3Cb%3Ex%3C%2Fb%3E").await["state"], json!("ready"));
+    assert_eq!(a.job("%3Cb%3Ex%3C%2Fb%3E").await["attempts"], json!(0));
+    let r = a.submit(page, "/admin/topics/shop/dead/replay", &[]).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "nothing selected");
+    let r = a
+        .submit(
+            page,
+            "/admin/topics/shop/dead/replay",
+            &[("scope", "all"), ("confirm", "yes")],
+        )
+        .await;
+    assert_eq!(r.location, "/admin/topics/shop?done=replayed&n=1");
+    assert_eq!(a.stats().await["dead"], json!(0));
+
+    a.kill().await;
+    let r = a.submit(page, "/admin/topics/shop/dead/purge", &[]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(
+        text_of(&r.doc(), "#question")
+            .unwrap()
+            .contains("Delete all 1")
+    );
+    assert_eq!(a.stats().await["dead"], json!(1));
+    let r = a
+        .submit(page, "/admin/topics/shop/dead/purge", &[("confirm", "yes")])
+        .await;
+    assert_eq!(r.location, "/admin/topics/shop?done=purged&n=1");
+    assert_eq!(a.stats().await["dead"], json!(0));
+
+    // The overview shows the topic with its counts.
+    let doc = a.get("/").await.doc();
+    let rows = cells(&doc, "topics");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0][..6], ["shop", "pull", "0", "1", "0", "0"]);
+
+    // A page of another site cannot post through the operator's browser.
+    let csrf = csrf_of(&a.get(page).await.doc());
+    let r = a
+        .send(
+            Request::builder()
+                .method("POST")
+                .uri("/admin/topics/shop/dead/purge")
+                .header(header::ORIGIN, "http://evil.example")
+                .header(header::HOST, "127.0.0.1:7070")
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded"),
+            Body::from(format!("csrf={csrf}&confirm=yes")),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(r.json()["error"]["code"], json!("cross_origin"));
+    let r = a
+        .send(
+            Request::builder()
+                .method("POST")
+                .uri("/v1/topics/shop/dead/replay")
+                .header("sec-fetch-site", "cross-site")
+                .header(header::CONTENT_TYPE, "text/plain"),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(r.json()["error"]["code"], json!("cross_origin"));
+    let r = a.get("/admin/topics/nope").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn every_action_on_the_embedded_store() {
+    every_action(embedded()).await;
+}
+
+#[tokio::test]
+async fn every_action_on_redis() {
+    every_action(redis()).await;
+}
+
+#[tokio::test]
+async fn without_a_token_the_page_answers_on_loopback_only() {
+    let mut a = embedded();
+    a.peer = SocketAddr::from(REMOTE);
+    for uri in ["/", "/admin/topics/x", "/admin/login"] {
+        let r = a.get(uri).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{uri}");
+        assert!(r.text.contains("admin_token"));
+    }
+    let r = a.form("/admin/topics", &[("name", "x")]).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    // The API is open, as it always was.
+    let r = a
+        .api("POST", "/v1/topics/x/jobs", Some(json!({"id": "1"})))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED);
+    a.peer = SocketAddr::from(([0, 0, 0, 0, 0, 0, 0, 1], 1));
+    assert_eq!(a.get("/").await.status, StatusCode::OK, "::1 is loopback");
+}
+
+#[tokio::test]
+async fn with_a_token_sign_in_and_bearer_are_required() {
+    let mut a = embedded();
+    a.state.admin = Arc::new(AdminAuth::new(Some("correct-horse-battery".into())));
+    a.peer = SocketAddr::from(REMOTE);
+
+    // The page sends strangers to the login form, and back afterwards.
+    let r = a.get("/admin/topics/shop?job=1").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        r.location,
+        "/admin/login?next=%2Fadmin%2Ftopics%2Fshop%3Fjob%3D1"
+    );
+    let r = a.form("/admin/topics", &[("name", "x")]).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+
+    // Changes through the API need the token; reads do not.
+    let r = a
+        .api("POST", "/v1/topics/shop/jobs", Some(json!({"id": "1"})))
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(r.json()["error"]["code"], json!("unauthorized"));
+    assert_eq!(
+        a.api("GET", "/v1/topics/shop", None).await.status,
+        StatusCode::NOT_FOUND,
+        "refused: nothing written"
+    );
+    for bearer in [
+        "Bearer wrong-token-entirely",
+        "Basic abc",
+        "correct-horse-battery",
+    ] {
+        let r = a
+            .send(
+                Request::builder()
+                    .method("POST")
+                    .uri("/v1/topics/shop/jobs")
+                    .header(header::AUTHORIZATION, bearer)
+                    .header(header::CONTENT_TYPE, "application/json"),
+                Body::from(r#"{"id":"1"}"#),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{bearer}");
+    }
+    let r = a
+        .send(
+            Request::builder()
+                .method("POST")
+                .uri("/v1/topics/shop/jobs")
+                .header(header::AUTHORIZATION, "Bearer correct-horse-battery")
+                .header(header::CONTENT_TYPE, "application/json"),
+            Body::from(r#"{"id":"1"}"#),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    assert_eq!(a.get("/metrics").await.status, StatusCode::OK);
+    assert_eq!(a.get("/healthz").await.status, StatusCode::OK);
+
+    // Sign in: a wrong token is refused, the right one sets a session.
+    let login = a.get("/admin/login?next=%2Fadmin%2Ftopics%2Fshop").await;
+    assert_eq!(login.status, StatusCode::OK);
+    let csrf = csrf_of(&login.doc());
+    let r = a
+        .form(
+            "/admin/login",
+            &[
+                ("csrf", &csrf),
+                ("token", "guess"),
+                ("next", "/admin/topics/shop"),
+            ],
+        )
+        .await;
+    assert!(
+        r.location.starts_with("/admin/login?failed=1"),
+        "{}",
+        r.location
+    );
+    assert!(r.set_cookie.is_empty());
+    let r = a
+        .form(
+            "/admin/login",
+            &[
+                ("csrf", &csrf),
+                ("token", "correct-horse-battery"),
+                ("next", "https://evil.example/"),
+            ],
+        )
+        .await;
+    assert_eq!(r.location, "/", "only a path of this site follows a login");
+    assert!(r.set_cookie.contains("HttpOnly") && r.set_cookie.contains("SameSite=Strict"));
+    let session = r.set_cookie.split(';').next().unwrap().to_string();
+
+    // A forged or stale cookie is not a session.
+    a.cookie = Some(session.replace("dq_session=", "dq_session=1"));
+    assert_eq!(a.get("/").await.status, StatusCode::SEE_OTHER);
+    a.cookie = Some(session.clone());
+    let home = a.get("/").await;
+    assert_eq!(home.status, StatusCode::OK);
+    assert!(text_of(&home.doc(), "#auth-notice").is_none());
+    // The session's CSRF token works; one of another session does not.
+    let other = AdminAuth::new(Some("correct-horse-battery".into()));
+    let foreign = other.csrf(&other.new_session(1));
+    let r = a
+        .form("/admin/topics", &[("csrf", &foreign), ("name", "x")])
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = a.submit("/", "/admin/topics", &[("name", "x")]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    // A new token ends every session.
+    a.state.admin = Arc::new(AdminAuth::new(Some("another-token-0123".into())));
+    assert_eq!(a.get("/").await.status, StatusCode::SEE_OTHER);
+}
