@@ -100,7 +100,8 @@ body { font-family: system-ui, sans-serif; margin: 1.5rem 2rem; color: #222; max
 header { display: flex; gap: 1.5rem; align-items: baseline; border-bottom: 2px solid #333; margin-bottom: 1rem; }
 header .who { margin-left: auto; font-size: .9rem; }
 table { border-collapse: collapse; margin: .5rem 0 1rem; }
-th, td { padding: .3rem .7rem; border-bottom: 1px solid #ddd; text-align: right; vertical-align: top; }
+th, td { padding: .3rem .7rem; border-bottom: 1px solid #ddd; text-align: right; vertical-align: top; white-space: nowrap; }
+td.l { white-space: normal; }
 th:first-child, td:first-child, td.l, th.l { text-align: left; }
 .bad { color: #b00; font-weight: 600; } .ok { color: #070; } .muted { color: #777; }
 .flash { background: #eef7ee; border: 1px solid #9c9; padding: .5rem 1rem; }
@@ -556,8 +557,7 @@ async fn render_topic(
     {
         let _ = write!(body, r#"<p class="flash" id="flash">{}</p>"#, esc(&msg));
     }
-    body.push_str(r#"<table id="counts"><tbody>"#);
-    for (k, n) in [
+    let counts = [
         ("scheduled", s.scheduled),
         ("ready", s.ready),
         ("reserved", s.reserved),
@@ -568,12 +568,23 @@ async fn render_topic(
         ("expired", s.counters.expired),
         ("cancelled", s.counters.cancelled),
         ("replayed", s.counters.replayed),
-    ] {
-        let _ = write!(body, "<tr><th>{k}</th><td>{n}</td></tr>");
+    ];
+    body.push_str(r#"<table id="counts"><thead><tr>"#);
+    for (k, _) in counts {
+        let _ = write!(body, "<th>{k}</th>");
+    }
+    body.push_str("<th>oldest overdue</th></tr></thead><tbody><tr>");
+    for (k, n) in counts {
+        let class = if k == "dead" && n > 0 {
+            r#" class="bad""#
+        } else {
+            ""
+        };
+        let _ = write!(body, "<td{class}>{n}</td>");
     }
     let _ = write!(
         body,
-        "<tr><th>oldest overdue</th><td>{}</td></tr></tbody></table>",
+        "<td>{}</td></tr></tbody></table>",
         if s.oldest_overdue_ms == 0 {
             "–".into()
         } else {
@@ -581,10 +592,10 @@ async fn render_topic(
         }
     );
 
-    settings_form(&mut body, v, &base, &cfg);
     lookup(&mut body, st, v, &t, &base, q.job.as_deref(), now).await?;
-    upcoming(&mut body, st, &t, &base, now).await?;
     dead_letters(&mut body, st, v, &t, &base, s.dead, q.died.as_deref(), now).await?;
+    upcoming(&mut body, st, &t, &base, now).await?;
+    settings_form(&mut body, v, &base, &cfg);
     Ok(page(v, &format!("Topic {}", t.as_str()), &body, false))
 }
 

@@ -1,0 +1,336 @@
+//! The admin page in a real browser: headless Chromium driven over WebDriver
+//! (Debian's `chromium` + `chromium-driver`; `.ci/run` installs them, and
+//! this test installs them itself with apt-get when run as root without
+//! them). It registers a topic and edits its settings through the page,
+//! enqueues jobs through the API, sees the counts change, opens a dead
+//! letter and replays it, and saves screenshots of the overview and the
+//! topic page (into `$DQ_SCREENSHOTS` when set, e.g. `docs/img`, else into
+//! the test's temp dir).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+mod support;
+use support::Dq;
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// The W3C WebDriver key of an element reference.
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+/// Installs Chromium and its driver when missing (as `.ci/run` does).
+fn ensure_chromium() {
+    if Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists() {
+        return;
+    }
+    eprintln!("installing chromium and chromium-driver with apt-get (once)");
+    let ok = Command::new("apt-get")
+        .args(["install", "-y", "-q", "chromium", "chromium-driver"])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok && Path::new(CHROMEDRIVER).exists(),
+        "this test needs {CHROMIUM} and {CHROMEDRIVER}: apt-get install chromium chromium-driver (as root)"
+    );
+}
+
+/// A chromedriver process and one browser session.
+struct Browser {
+    driver: Child,
+    http: reqwest::Client,
+    session: String,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+impl Browser {
+    async fn start(profile: &Path) -> Browser {
+        let port = dq_testkit::free_port();
+        let driver = Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let http = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = http.get(format!("{base}/status")).send().await
+                && r.status().is_success()
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                    "--disable-gpu", "--window-size=1400,1000",
+                    format!("--user-data-dir={}", profile.display()),
+                ]
+            }
+        }}});
+        let v: Value = http
+            .post(format!("{base}/session"))
+            .json(&caps)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let session = v["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no WebDriver session: {v}"))
+            .to_string();
+        Browser {
+            driver,
+            http,
+            session: format!("{base}/session/{session}"),
+        }
+    }
+
+    async fn cmd(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut req = self.http.request(method, format!("{}{path}", self.session));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let v: Value = req.send().await.unwrap().json().await.unwrap();
+        assert!(v["value"]["error"].is_null(), "WebDriver {path}: {v}");
+        v["value"].clone()
+    }
+
+    async fn go(&self, url: &str) {
+        self.cmd(reqwest::Method::POST, "/url", Some(json!({ "url": url })))
+            .await;
+    }
+
+    async fn url(&self) -> String {
+        self.cmd(reqwest::Method::GET, "/url", None)
+            .await
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    async fn find(&self, css: &str) -> String {
+        let v = self
+            .cmd(
+                reqwest::Method::POST,
+                "/element",
+                Some(json!({"using": "css selector", "value": css})),
+            )
+            .await;
+        v[ELEMENT].as_str().unwrap().to_string()
+    }
+
+    async fn script(&self, script: &str) -> Value {
+        self.cmd(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+        .await
+    }
+
+    /// Clicks something that loads a new page, and waits for that page.
+    async fn click(&self, css: &str) {
+        self.script("window.dqOldPage = true").await;
+        let e = self.find(css).await;
+        self.cmd(
+            reqwest::Method::POST,
+            &format!("/element/{e}/click"),
+            Some(json!({})),
+        )
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self
+            .script("return window.dqOldPage === true || document.readyState !== 'complete'")
+            .await
+            != json!(false)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "no new page after clicking {css}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn clear_and_type(&self, css: &str, text: &str) {
+        let e = self.find(css).await;
+        self.cmd(
+            reqwest::Method::POST,
+            &format!("/element/{e}/clear"),
+            Some(json!({})),
+        )
+        .await;
+        self.cmd(
+            reqwest::Method::POST,
+            &format!("/element/{e}/value"),
+            Some(json!({ "text": text })),
+        )
+        .await;
+    }
+
+    async fn text(&self, css: &str) -> String {
+        let e = self.find(css).await;
+        self.cmd(reqwest::Method::GET, &format!("/element/{e}/text"), None)
+            .await
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// The cells of a table's body rows.
+    async fn rows(&self, table: &str) -> Vec<Vec<String>> {
+        let script = format!(
+            "return [...document.querySelectorAll('table#{table} tbody tr')].map(r => [...r.children].map(c => c.textContent.trim()))"
+        );
+        serde_json::from_value(self.script(&script).await).unwrap()
+    }
+
+    async fn screenshot(&self, to: &Path) {
+        let v = self.cmd(reqwest::Method::GET, "/screenshot", None).await;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().unwrap())
+            .unwrap();
+        assert!(png.starts_with(b"\x89PNG"));
+        std::fs::write(to, png).unwrap();
+    }
+}
+
+fn screenshot_dir(tmp: &Path) -> PathBuf {
+    match std::env::var_os("DQ_SCREENSHOTS") {
+        Some(d) => {
+            // Relative to the workspace root, where `cargo test` is run.
+            let d = PathBuf::from(d);
+            let d = if d.is_relative() {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(d)
+            } else {
+                d
+            };
+            std::fs::create_dir_all(&d).unwrap();
+            d
+        }
+        None => tmp.to_path_buf(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_page_in_headless_chromium() {
+    ensure_chromium();
+    let tmp = tempfile::tempdir().unwrap();
+    let dq = Dq::start_embedded(&tmp.path().join("data")).await;
+    let b = Browser::start(&tmp.path().join("profile")).await;
+    let shots = screenshot_dir(tmp.path());
+
+    // Register a topic from the page.
+    b.go(&format!("{}/", dq.base)).await;
+    assert!(b.text("#auth-notice").await.contains("loopback"));
+    b.clear_and_type("#register #name", "orders").await;
+    b.click("#register button").await;
+    assert!(
+        b.url().await.ends_with("/admin/topics/orders?done=created"),
+        "{}",
+        b.url().await
+    );
+    assert_eq!(b.text("#flash").await, "Topic registered.");
+
+    // Edit its settings: one attempt, so a failure is a dead letter.
+    b.clear_and_type("#settings #max_attempts", "1").await;
+    b.click("#settings button").await;
+    assert_eq!(b.text("#flash").await, "Settings saved.");
+    let (_, v, _) = dq
+        .call(reqwest::Method::GET, "/v1/topics/orders", None)
+        .await;
+    assert_eq!(v["config"]["max_attempts"], json!(1));
+
+    // Jobs come in through the API; the overview's counts follow.
+    let mut jobs = Vec::new();
+    for i in 1..=6 {
+        jobs.push(
+            json!({"id": format!("order-{i}"), "body": {"order": i, "action": "close-unpaid"}}),
+        );
+    }
+    for i in 7..=9 {
+        jobs.push(json!({"id": format!("order-{i}"), "body": {"order": i}, "delay_ms": 1_800_000}));
+    }
+    let (s, v) = dq
+        .post("/v1/topics/orders/jobs:batch", json!({ "jobs": jobs }))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    dq.post(
+        "/v1/topics/reminders/jobs",
+        json!({"id": "member-42", "delay_ms": 3 * 86_400_000u64}),
+    )
+    .await;
+    b.go(&format!("{}/", dq.base)).await;
+    let rows = b.rows("topics").await;
+    let orders = rows.iter().find(|r| r[0] == "orders").expect("orders row");
+    assert_eq!(orders[1..6], ["pull", "3", "6", "0", "0"].map(String::from));
+
+    // A consumer takes one and gives up on it: a dead letter.
+    let (_, v) = dq
+        .post("/v1/reserve", json!({"topics": ["orders"], "max": 2}))
+        .await;
+    let dead_id = v["jobs"][0]["id"].as_str().unwrap().to_string();
+    dq.post(
+        &format!("/v1/topics/orders/jobs/{dead_id}/nack"),
+        json!({"token": v["jobs"][0]["token"], "error": "payment gateway timed out after 30 s"}),
+    )
+    .await;
+    b.go(&format!("{}/", dq.base)).await;
+    let rows = b.rows("topics").await;
+    let orders = rows.iter().find(|r| r[0] == "orders").unwrap();
+    assert_eq!(orders[1..6], ["pull", "3", "4", "1", "1"].map(String::from));
+    b.screenshot(&shots.join("admin-overview.png")).await;
+
+    // Open the dead letter from the topic page and replay it.
+    b.click("table#topics a[href='/admin/topics/orders']").await;
+    let dead = b.rows("dead").await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0][1], dead_id);
+    assert_eq!(dead[0][4], "payment gateway timed out after 30 s");
+    assert_eq!(b.rows("upcoming").await.len(), 3, "the three delayed jobs");
+    b.screenshot(&shots.join("admin-topic.png")).await;
+    b.click("table#dead a").await;
+    assert_eq!(
+        b.rows("job").await[1],
+        ["state", "dead"].map(String::from),
+        "the lookup shows the dead letter"
+    );
+    b.click("#replay-one button").await;
+    assert!(b.text("#question").await.contains(&dead_id));
+    b.click("#confirm button").await;
+    assert!(
+        b.text("#flash")
+            .await
+            .starts_with("1 dead letter(s) replayed")
+    );
+    assert!(b.rows("dead").await.is_empty());
+    let (_, v, _) = dq
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/topics/orders/jobs/{dead_id}"),
+            None,
+        )
+        .await;
+    assert_eq!(v["state"], json!("ready"), "{v}");
+    assert_eq!(v["attempts"], json!(0));
+}

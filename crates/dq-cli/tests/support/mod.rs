@@ -1,0 +1,108 @@
+//! Shared by the binary's test files: a `dq serve` child process.
+
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dq_testkit::free_port;
+use serde_json::{Value, json};
+
+/// A `dq serve` child process.
+pub(crate) struct Dq {
+    pub(crate) child: Child,
+    pub(crate) base: String,
+    pub(crate) http: reqwest::Client,
+}
+
+impl Dq {
+    pub(crate) async fn start(redis_url: &str) -> Dq {
+        Self::start_with(&["--redis", redis_url, "--redis-timeout", "1s"]).await
+    }
+
+    pub(crate) async fn start_embedded(dir: &std::path::Path) -> Dq {
+        Self::start_with(&["--data-dir", dir.to_str().unwrap()]).await
+    }
+
+    pub(crate) async fn start_with(store_args: &[&str]) -> Dq {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_dq"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(store_args)
+            .args(["--shutdown-grace", "3s", "--log-level", "warn"])
+            .args(["--config", "/dev/null"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn dq");
+        let dq = Dq {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(64)
+                .build()
+                .unwrap(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = dq.http.get(format!("{}/readyz", dq.base)).send().await
+                && r.status().is_success()
+            {
+                return dq;
+            }
+            assert!(Instant::now() < deadline, "dq serve did not become ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value, Option<String>) {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        match req.send().await {
+            Ok(res) => {
+                let status = res.status().as_u16();
+                let retry_after = res
+                    .headers()
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap_or("").to_string());
+                let v = res.json::<Value>().await.unwrap_or(Value::Null);
+                (status, v, retry_after)
+            }
+            Err(e) => (0, json!({"transport": e.to_string()}), None),
+        }
+    }
+
+    pub(crate) async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let (s, v, _) = self.call(reqwest::Method::POST, path, Some(body)).await;
+        (s, v)
+    }
+
+    pub(crate) fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub(crate) fn sigterm(&self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+}
+
+impl Drop for Dq {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
