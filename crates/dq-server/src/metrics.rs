@@ -175,7 +175,7 @@ impl Metrics {
             );
         }
         type Pick = fn(&dq_core::TopicCounters) -> u64;
-        let counters: [(&str, &str, Pick); 8] = [
+        let counters: [(&str, &str, Pick); 10] = [
             ("enqueued", "Jobs created.", |c| c.enqueued),
             ("acked", "Jobs acknowledged (done).", |c| c.acked),
             (
@@ -184,6 +184,16 @@ impl Metrics {
                 |c| c.failed,
             ),
             ("expired", "Leases that expired.", |c| c.expired),
+            (
+                "nacked",
+                "Failed attempts reported by consumers (nack, bury, push failures): failed - expired.",
+                |c| c.failed.saturating_sub(c.expired),
+            ),
+            (
+                "retried",
+                "Failed attempts given another attempt later: failed - dead.",
+                |c| c.failed.saturating_sub(c.dead),
+            ),
             ("dead", "Jobs that went to the dead letters.", |c| c.dead),
             ("cancelled", "Jobs cancelled.", |c| c.cancelled),
             (

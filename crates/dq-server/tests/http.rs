@@ -891,6 +891,27 @@ async fn metrics_after_known_operations() {
     )
     .await;
     a.call("DELETE", "/v1/topics/m/jobs/later", None).await;
+    let j = &v["jobs"][1];
+    let (s, _) = a
+        .call(
+            "POST",
+            &format!("/v1/topics/m/jobs/{}/nack", j["id"].as_str().unwrap()),
+            Some(json!({"token": j["token"], "dead": true})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (_, v) = a
+        .call("POST", "/v1/reserve", Some(json!({"topics": ["m"]})))
+        .await;
+    let j = &v["jobs"][0];
+    let (s, _) = a
+        .call(
+            "POST",
+            &format!("/v1/topics/m/jobs/{}/nack", j["id"].as_str().unwrap()),
+            Some(json!({"token": j["token"], "retry_in_ms": 60000})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
     let res = a
         .router
         .clone()
@@ -919,23 +940,29 @@ async fn metrics_after_known_operations() {
     let m = parse_metrics(&text);
     let get = |k: &str| *m.get(k).unwrap_or_else(|| panic!("no {k} in\n{text}"));
     assert_eq!(get("dq_up"), 1.0);
-    assert_eq!(get("dq_topic_jobs{topic=\"m\",state=\"ready\"}"), 1.0);
-    assert_eq!(get("dq_topic_jobs{topic=\"m\",state=\"reserved\"}"), 1.0);
-    assert_eq!(get("dq_topic_jobs{topic=\"m\",state=\"scheduled\"}"), 0.0);
+    assert_eq!(get("dq_topic_jobs{topic=\"m\",state=\"ready\"}"), 0.0);
+    assert_eq!(get("dq_topic_jobs{topic=\"m\",state=\"reserved\"}"), 0.0);
+    assert_eq!(get("dq_topic_jobs{topic=\"m\",state=\"scheduled\"}"), 1.0);
+    assert_eq!(get("dq_topic_jobs{topic=\"m\",state=\"dead\"}"), 1.0);
     assert_eq!(get("dq_topic_enqueued_total{topic=\"m\"}"), 4.0);
     assert_eq!(get("dq_topic_acked_total{topic=\"m\"}"), 1.0);
     assert_eq!(get("dq_topic_cancelled_total{topic=\"m\"}"), 1.0);
-    assert_eq!(get("dq_lateness_seconds_count{topic=\"m\"}"), 2.0);
+    assert_eq!(get("dq_topic_failed_total{topic=\"m\"}"), 2.0);
+    assert_eq!(get("dq_topic_nacked_total{topic=\"m\"}"), 2.0);
+    assert_eq!(get("dq_topic_retried_total{topic=\"m\"}"), 1.0);
+    assert_eq!(get("dq_topic_dead_total{topic=\"m\"}"), 1.0);
+    assert_eq!(get("dq_topic_expired_total{topic=\"m\"}"), 0.0);
+    assert_eq!(get("dq_lateness_seconds_count{topic=\"m\"}"), 3.0);
     assert_eq!(
         get("dq_lateness_seconds_bucket{topic=\"m\",le=\"+Inf\"}"),
-        2.0
+        3.0
     );
     assert!(get("dq_topic_oldest_overdue_seconds{topic=\"m\"}") >= 0.0);
     assert_eq!(
         get(
             "dq_http_request_duration_seconds_count{method=\"POST\",route=\"/v1/reserve\",status=\"200\"}"
         ),
-        1.0
+        2.0
     );
     assert_eq!(
         get(
