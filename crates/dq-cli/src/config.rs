@@ -25,6 +25,9 @@ pub(crate) struct ServeArgs {
     /// Use Redis instead of the embedded store: redis://[user:password@]host:port[/db], rediss:// for TLS
     #[arg(long, env = "DQ_REDIS")]
     pub(crate) redis: Option<String>,
+    /// Use a Redis Cluster: a few of its nodes as redis://host:port, comma-separated
+    #[arg(long, env = "DQ_REDIS_CLUSTER", value_delimiter = ',')]
+    pub(crate) redis_cluster: Vec<String>,
     /// Key namespace in Redis [default: dq]
     #[arg(long, env = "DQ_REDIS_PREFIX")]
     pub(crate) redis_prefix: Option<String>,
@@ -85,6 +88,8 @@ struct FileConfig {
     listen: Option<String>,
     data_dir: Option<PathBuf>,
     redis: Option<String>,
+    #[serde(default)]
+    redis_cluster: Vec<String>,
     redis_prefix: Option<String>,
     redis_timeout: Option<String>,
     max_body_bytes: Option<usize>,
@@ -237,15 +242,33 @@ impl ServeArgs {
             .log_level
             .or(file.log_level)
             .unwrap_or_else(|| "info".into());
-        let store = match (redis_url, data_dir) {
-            (Some(_), Some(_)) => {
-                bail!("redis and data_dir both given: choose the Redis store or the embedded one")
+        let cluster = if self.redis_cluster.is_empty() {
+            file.redis_cluster
+        } else {
+            self.redis_cluster
+        };
+        let chosen = [redis_url.is_some(), !cluster.is_empty(), data_dir.is_some()]
+            .iter()
+            .filter(|c| **c)
+            .count();
+        if chosen > 1 {
+            bail!(
+                "choose one store: redis, redis_cluster or data_dir (the embedded store) are given together"
+            );
+        }
+        let store = if let Some(url) = redis_url {
+            redis.url = url;
+            StoreChoice::Redis(redis)
+        } else if !cluster.is_empty() {
+            for url in &cluster {
+                if !url.starts_with("redis://") && !url.starts_with("rediss://") {
+                    bail!("redis_cluster: {url:?} is not a redis:// or rediss:// URL");
+                }
             }
-            (Some(url), None) => {
-                redis.url = url;
-                StoreChoice::Redis(redis)
-            }
-            (None, dir) => StoreChoice::Embedded(dir.unwrap_or_else(|| PathBuf::from("dq-data"))),
+            redis.cluster = cluster;
+            StoreChoice::Redis(redis)
+        } else {
+            StoreChoice::Embedded(data_dir.unwrap_or_else(|| PathBuf::from("dq-data")))
         };
         Ok(Settings {
             topics: file.topics,
@@ -311,6 +334,67 @@ mod tests {
         .unwrap_err();
         assert!(format!("{e:#}").contains("choose"), "{e:#}");
         assert_eq!(s.server.limits.max_delay_ms, 86_400_000);
+    }
+
+    #[test]
+    fn cluster_and_admin_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dq.toml");
+        std::fs::write(
+            &path,
+            "redis_cluster = [\"redis://a:1\", \"redis://b:2\"]\nadmin_token = \"0123456789abcdef0\"\n",
+        )
+        .unwrap();
+        let s = ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(
+            matches!(&s.store, StoreChoice::Redis(r) if r.cluster == ["redis://a:1", "redis://b:2"])
+        );
+        assert_eq!(s.server.admin_token.as_deref(), Some("0123456789abcdef0"));
+        let s = ServeArgs {
+            config: Some(path.clone()),
+            redis_cluster: vec!["redis://c:3".into()],
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(matches!(&s.store, StoreChoice::Redis(r) if r.cluster == ["redis://c:3"]));
+        for (args, needle) in [
+            (
+                ServeArgs {
+                    redis: Some("redis://x:1".into()),
+                    redis_cluster: vec!["redis://c:3".into()],
+                    ..Default::default()
+                },
+                "choose one store",
+            ),
+            (
+                ServeArgs {
+                    redis_cluster: vec!["c:3".into()],
+                    ..Default::default()
+                },
+                "redis_cluster",
+            ),
+            (
+                ServeArgs {
+                    admin_token: Some("short".into()),
+                    ..Default::default()
+                },
+                "admin_token",
+            ),
+        ] {
+            let e = ServeArgs {
+                config: Some(PathBuf::from("/dev/null")),
+                ..args
+            }
+            .resolve()
+            .unwrap_err();
+            assert!(format!("{e:#}").contains(needle), "{e:#}");
+        }
     }
 
     #[test]

@@ -84,7 +84,16 @@ async fn serve(args: ServeArgs) -> Result<()> {
         }
         StoreChoice::Redis(config) => {
             let store = dq_redis::RedisStore::new(config)?;
-            let url = dq_redis::mask_url(&config.url);
+            let url = if config.cluster.is_empty() {
+                dq_redis::mask_url(&config.url)
+            } else {
+                let seeds: Vec<String> = config
+                    .cluster
+                    .iter()
+                    .map(|u| dq_redis::mask_url(u))
+                    .collect();
+                format!("cluster {}", seeds.join(","))
+            };
             match store.load_scripts().await {
                 Ok(()) => tracing::info!(redis = %url, "Redis reachable, scripts loaded"),
                 Err(e) => {

@@ -1,4 +1,5 @@
-//! dq-redis: the dq [`Store`] on one Redis server (7.0 or newer).
+//! dq-redis: the dq [`Store`] on one Redis server (7.0 or newer) or on a
+//! Redis Cluster.
 //!
 //! The only crate that knows Redis. Modules:
 //! - [`keys`]: every key name, hash-tagged per topic.
@@ -11,10 +12,13 @@
 //! body and metadata, deleted on ack and cancel. See `lua/common.lua`.
 //!
 //! Connections: one multiplexed [`ConnectionManager`] (created lazily, so dq
-//! starts while Redis is down), with TCP_NODELAY and an explicit response
-//! timeout; blocking commands are never used, so nothing stalls the shared
-//! connection. Wake-ups cross instances via pub/sub on a dedicated connection.
+//! starts while Redis is down), or a cluster connection (`conn`), with
+//! TCP_NODELAY and an explicit response timeout; blocking commands are never
+//! used, so nothing stalls the shared connection. Wake-ups cross instances
+//! via pub/sub on a dedicated connection (on a cluster, to any node: a
+//! PUBLISH reaches every node over the cluster bus).
 
+mod conn;
 mod decode;
 pub mod keys;
 mod scripts;
@@ -29,11 +33,13 @@ use dq_core::store::StoreResult;
 use dq_core::*;
 use futures::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClientBuilder, ClusterConfig};
 use redis::io::tcp::TcpSettings;
 use redis::{AsyncCommands, IntoConnectionInfo, Value};
 
 pub use keys::Keys;
 
+use conn::Conn;
 use decode::*;
 use scripts::Scripts;
 
@@ -49,6 +55,9 @@ pub struct RedisConfig {
     pub response_timeout: Duration,
     /// Longest wait to connect.
     pub connect_timeout: Duration,
+    /// Seed nodes of a Redis Cluster (`redis://host:port`, any few of its
+    /// nodes). When not empty, `url` is not used and dq talks to the cluster.
+    pub cluster: Vec<String>,
 }
 
 impl Default for RedisConfig {
@@ -58,6 +67,7 @@ impl Default for RedisConfig {
             prefix: "dq".into(),
             response_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
+            cluster: Vec::new(),
         }
     }
 }
@@ -75,10 +85,11 @@ pub enum ConnectError {
     },
 }
 
-/// The store on one Redis server.
+/// The store on one Redis server or a Redis Cluster.
 pub struct RedisStore {
-    client: redis::Client,
-    conn: ConnectionManager,
+    /// Where wake-ups are subscribed: the server, or each seed node in turn.
+    pubsub: Vec<redis::Client>,
+    conn: Conn,
     keys: Keys,
     scripts: Scripts,
     /// Topics this process already added to the topics set.
@@ -108,28 +119,69 @@ impl RedisStore {
     /// # Errors
     /// [`ConnectError::InvalidUrl`] for a URL redis-rs cannot use.
     pub fn new(config: &RedisConfig) -> Result<Self, ConnectError> {
+        let urls = if config.cluster.is_empty() {
+            std::slice::from_ref(&config.url)
+        } else {
+            config.cluster.as_slice()
+        };
+        let mut infos = Vec::new();
+        for url in urls {
+            let invalid = |reason: String| ConnectError::InvalidUrl {
+                url: mask_url(url),
+                reason,
+            };
+            infos.push(
+                url.as_str()
+                    .into_connection_info()
+                    .map_err(|e| invalid(e.to_string()))?
+                    .set_tcp_settings(TcpSettings::default().set_nodelay(true)),
+            );
+        }
         let invalid = |reason: String| ConnectError::InvalidUrl {
-            url: mask_url(&config.url),
+            url: urls
+                .iter()
+                .map(|u| mask_url(u))
+                .collect::<Vec<_>>()
+                .join(","),
             reason,
         };
-        let info = config
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| invalid(e.to_string()))?
-            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-        let client = redis::Client::open(info).map_err(|e| invalid(e.to_string()))?;
-        let cm_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.response_timeout))
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(2));
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), cm_config)
+        let pubsub = infos
+            .iter()
+            .map(|i| redis::Client::open(i.clone()))
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| invalid(e.to_string()))?;
+        let conn = if config.cluster.is_empty() {
+            let cm_config = ConnectionManagerConfig::new()
+                .set_response_timeout(Some(config.response_timeout))
+                .set_connection_timeout(Some(config.connect_timeout))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_secs(2));
+            Conn::Single(
+                ConnectionManager::new_lazy_with_config(pubsub[0].clone(), cm_config)
+                    .map_err(|e| invalid(e.to_string()))?,
+            )
+        } else {
+            let client = ClusterClientBuilder::new(infos)
+                .tcp_settings(TcpSettings::default().set_nodelay(true))
+                .connection_timeout(config.connect_timeout)
+                .response_timeout(config.response_timeout)
+                .retries(4)
+                .min_retry_wait(50)
+                .max_retry_wait(1000)
+                .build()
+                .map_err(|e| invalid(e.to_string()))?;
+            Conn::Cluster(
+                client.get_pending_async_connection_with_config(
+                    ClusterConfig::new()
+                        .set_connection_timeout(config.connect_timeout)
+                        .set_response_timeout(config.response_timeout),
+                ),
+            )
+        };
         let keys = Keys::new(config.prefix.clone());
         let scripts = Scripts::new(&keys.wake_channel());
         Ok(Self {
-            client,
+            pubsub,
             conn,
             keys,
             scripts,
@@ -530,12 +582,23 @@ impl Store for RedisStore {
 
     async fn topic_config(&self, topic: &Topic) -> StoreResult<Option<TopicConfig>> {
         let mut conn = self.conn.clone();
-        let (member, fields): (bool, Vec<(String, String)>) = redis::pipe()
-            .sismember(self.keys.topics(), topic.as_str())
-            .hgetall(self.keys.topic(topic).cfg())
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
+        let (member, fields): (bool, Vec<(String, String)>) = if conn.is_cluster() {
+            // The topics set and the topic's settings live in different slots.
+            let mut other = conn.clone();
+            let cfg_key = self.keys.topic(topic).cfg().to_string();
+            let (member, fields) = futures::join!(
+                conn.sismember(self.keys.topics(), topic.as_str()),
+                other.hgetall(cfg_key)
+            );
+            (member.map_err(unavailable)?, fields.map_err(unavailable)?)
+        } else {
+            redis::pipe()
+                .sismember(self.keys.topics(), topic.as_str())
+                .hgetall(self.keys.topic(topic).cfg())
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?
+        };
         if !member && fields.is_empty() {
             return Ok(None);
         }
@@ -666,8 +729,11 @@ impl Store for RedisStore {
 
     async fn watch_wakes(&self, on_wake: WakeFn) {
         let channel = self.keys.wake_channel();
+        let mut next = 0;
         loop {
-            match self.client.get_async_pubsub().await {
+            let client = &self.pubsub[next % self.pubsub.len()];
+            next += 1;
+            match client.get_async_pubsub().await {
                 Ok(mut pubsub) => {
                     if let Err(e) = pubsub.subscribe(&channel).await {
                         tracing::warn!(error = %e, "cannot subscribe to wake-ups; retrying");

@@ -1029,10 +1029,22 @@ pub async fn list_scheduled_earliest_first(s: &dyn Store) {
 /// Instantiates every scenario as a `#[tokio::test]`. `$make` is an async
 /// block returning `(store, guard)`: a fresh empty store and whatever must
 /// live as long as it (a Redis server, a temp dir).
+///
+/// `conformance_tests!(in_one NAME, SETUP, MAKE)` instead makes one test
+/// `NAME` that evaluates `SETUP` once (e.g. starts a Redis Cluster) and runs
+/// every scenario in turn, each on `MAKE(&setup, scenario_name).await` — for
+/// stores too costly to start per scenario (each scenario under its own key
+/// prefix).
 #[macro_export]
 macro_rules! conformance_tests {
+    (in_one $test:ident, $setup:expr, $make:expr) => {
+        $crate::conformance_tests!(@list (@one $test, $setup, $make));
+    };
     ($make:expr) => {
-        $crate::conformance_tests!(@each $make;
+        $crate::conformance_tests!(@list (@each $make));
+    };
+    (@list ($($mode:tt)*)) => {
+        $crate::conformance_tests!($($mode)*;
             never_early,
             order_priority_due_fifo,
             batch_enqueue_results_per_job,
@@ -1066,5 +1078,18 @@ macro_rules! conformance_tests {
                 $crate::conformance::$name(&store).await;
             }
         )*
+    };
+    (@one $test:ident, $setup:expr, $make:expr; $($name:ident),* $(,)?) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            let setup = $setup;
+            $(
+                {
+                    eprintln!("scenario {}", stringify!($name));
+                    let store = ($make)(&setup, stringify!($name)).await;
+                    $crate::conformance::$name(&store).await;
+                }
+            )*
+        }
     };
 }

@@ -35,7 +35,20 @@ impl RedisServer {
         Self::start_with(true, None)
     }
 
+    /// Starts a server with extra `redis-server` arguments (e.g. cluster mode).
+    pub fn start_with_args(args: &[&str]) -> Self {
+        Self::start_inner(false, None, args.iter().map(|a| a.to_string()).collect())
+    }
+
     fn start_with(aof: bool, password: Option<String>) -> Self {
+        let extra = password
+            .iter()
+            .flat_map(|p| ["--requirepass".to_string(), p.clone()])
+            .collect();
+        Self::start_inner(aof, password, extra)
+    }
+
+    fn start_inner(aof: bool, password: Option<String>, extra: Vec<String>) -> Self {
         let mut last_err = String::new();
         // A free port can be taken by someone else before redis binds it: retry.
         for _ in 0..5 {
@@ -44,10 +57,7 @@ impl RedisServer {
                 child: None,
                 dir: tempfile::tempdir().expect("temp dir"),
                 aof,
-                extra: password
-                    .iter()
-                    .flat_map(|p| ["--requirepass".to_string(), p.clone()])
-                    .collect(),
+                extra: extra.clone(),
                 password: password.clone(),
             };
             match s.spawn() {
@@ -128,6 +138,11 @@ impl RedisServer {
     /// The data directory.
     pub fn dir(&self) -> PathBuf {
         self.dir.path().to_path_buf()
+    }
+
+    /// Whether the process is running (not stopped).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
     }
 
     /// Kills the server (SIGKILL); its data directory stays.
