@@ -28,6 +28,12 @@ pub(crate) struct ServeArgs {
     /// Use a Redis Cluster: a few of its nodes as redis://host:port, comma-separated
     #[arg(long, env = "DQ_REDIS_CLUSTER", value_delimiter = ',')]
     pub(crate) redis_cluster: Vec<String>,
+    /// Redis replicas that must acknowledge each enqueue (Redis WAIT) before dq answers [default: 0]
+    #[arg(long, env = "DQ_WAIT_REPLICAS")]
+    pub(crate) wait_replicas: Option<u32>,
+    /// Longest wait for those replicas, e.g. 1s; past it the enqueue gets 503 [default: 1s]
+    #[arg(long, env = "DQ_WAIT_TIMEOUT")]
+    pub(crate) wait_timeout: Option<String>,
     /// Key namespace in Redis [default: dq]
     #[arg(long, env = "DQ_REDIS_PREFIX")]
     pub(crate) redis_prefix: Option<String>,
@@ -90,6 +96,8 @@ struct FileConfig {
     redis: Option<String>,
     #[serde(default)]
     redis_cluster: Vec<String>,
+    wait_replicas: Option<u32>,
+    wait_timeout: Option<String>,
     redis_prefix: Option<String>,
     redis_timeout: Option<String>,
     max_body_bytes: Option<usize>,
@@ -179,6 +187,18 @@ impl ServeArgs {
             }
             redis.prefix = p;
         }
+        if let Some(n) = self.wait_replicas.or(file.wait_replicas) {
+            if n > 16 {
+                bail!("wait_replicas: {n} is more than 16");
+            }
+            redis.wait_replicas = n;
+        }
+        if let Some(t) = self.wait_timeout.or(file.wait_timeout) {
+            redis.wait_timeout = duration("wait_timeout", &t)?;
+            if redis.wait_timeout.is_zero() {
+                bail!("wait_timeout: must be more than 0 (0 would make WAIT block forever)");
+            }
+        }
         if let Some(t) = self.redis_timeout.or(file.redis_timeout) {
             redis.response_timeout = duration("redis_timeout", &t)?;
         }
@@ -242,6 +262,9 @@ impl ServeArgs {
             .log_level
             .or(file.log_level)
             .unwrap_or_else(|| "info".into());
+        if redis.wait_replicas > 0 && redis.wait_timeout >= redis.response_timeout {
+            bail!("wait_timeout must be shorter than redis_timeout (a WAIT reply comes after it)");
+        }
         let cluster = if self.redis_cluster.is_empty() {
             file.redis_cluster
         } else {
@@ -268,8 +291,12 @@ impl ServeArgs {
             redis.cluster = cluster;
             StoreChoice::Redis(redis)
         } else {
+            if redis.wait_replicas > 0 {
+                bail!("wait_replicas applies to Redis; the embedded store is on one disk");
+            }
             StoreChoice::Embedded(data_dir.unwrap_or_else(|| PathBuf::from("dq-data")))
         };
+
         Ok(Settings {
             topics: file.topics,
             server,

@@ -26,7 +26,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run the server (HTTP API, dispatcher)
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Measure a running server: enqueue, drain, steady, storage
     Bench(bench::BenchArgs),
     #[command(flatten)]
@@ -45,7 +45,7 @@ fn main() -> std::process::ExitCode {
     };
     let result = rt.block_on(async {
         match cli.cmd {
-            Cmd::Serve(args) => serve(args).await,
+            Cmd::Serve(args) => serve(*args).await,
             Cmd::Bench(args) => args.run().await,
             Cmd::Client(cmd) => cmd.run().await,
         }

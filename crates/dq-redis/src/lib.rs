@@ -55,6 +55,12 @@ pub struct RedisConfig {
     pub response_timeout: Duration,
     /// Longest wait to connect.
     pub connect_timeout: Duration,
+    /// Replicas that must acknowledge each enqueue (Redis `WAIT`) before it
+    /// is reported done; 0 (default) does not wait. See docs/design.md.
+    pub wait_replicas: u32,
+    /// Longest `WAIT` for those replicas; past it the enqueue fails (503) —
+    /// it may still be on the master: retrying with the same id is safe.
+    pub wait_timeout: Duration,
     /// Seed nodes of a Redis Cluster (`redis://host:port`, any few of its
     /// nodes). When not empty, `url` is not used and dq talks to the cluster.
     pub cluster: Vec<String>,
@@ -68,6 +74,8 @@ impl Default for RedisConfig {
             response_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             cluster: Vec::new(),
+            wait_replicas: 0,
+            wait_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -90,6 +98,9 @@ pub struct RedisStore {
     /// Where wake-ups are subscribed: the server, or each seed node in turn.
     pubsub: Vec<redis::Client>,
     conn: Conn,
+    /// With `wait_replicas`: enqueues and their `WAIT` go through their own
+    /// connection, so waiting never holds up other calls.
+    durable: Option<(Conn, u32, Duration)>,
     keys: Keys,
     scripts: Scripts,
     /// Topics this process already added to the topics set.
@@ -150,18 +161,19 @@ impl RedisStore {
             .map(|i| redis::Client::open(i.clone()))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| invalid(e.to_string()))?;
-        let conn = if config.cluster.is_empty() {
-            let cm_config = ConnectionManagerConfig::new()
-                .set_response_timeout(Some(config.response_timeout))
-                .set_connection_timeout(Some(config.connect_timeout))
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_secs(2));
-            Conn::Single(
-                ConnectionManager::new_lazy_with_config(pubsub[0].clone(), cm_config)
-                    .map_err(|e| invalid(e.to_string()))?,
-            )
-        } else {
-            let client = ClusterClientBuilder::new(infos)
+        let connect = || -> Result<Conn, ConnectError> {
+            if config.cluster.is_empty() {
+                let cm_config = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(config.response_timeout))
+                    .set_connection_timeout(Some(config.connect_timeout))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_secs(2));
+                return Ok(Conn::Single(
+                    ConnectionManager::new_lazy_with_config(pubsub[0].clone(), cm_config)
+                        .map_err(|e| invalid(e.to_string()))?,
+                ));
+            }
+            let client = ClusterClientBuilder::new(infos.clone())
                 .tcp_settings(TcpSettings::default().set_nodelay(true))
                 .connection_timeout(config.connect_timeout)
                 .response_timeout(config.response_timeout)
@@ -170,19 +182,30 @@ impl RedisStore {
                 .max_retry_wait(1000)
                 .build()
                 .map_err(|e| invalid(e.to_string()))?;
-            Conn::Cluster(
+            Ok(Conn::Cluster(
                 client.get_pending_async_connection_with_config(
                     ClusterConfig::new()
                         .set_connection_timeout(config.connect_timeout)
                         .set_response_timeout(config.response_timeout),
                 ),
-            )
+            ))
+        };
+        let conn = connect()?;
+        let durable = if config.wait_replicas > 0 {
+            Some((
+                connect()?,
+                config.wait_replicas,
+                config.wait_timeout.max(Duration::from_millis(1)),
+            ))
+        } else {
+            None
         };
         let keys = Keys::new(config.prefix.clone());
         let scripts = Scripts::new(&keys.wake_channel());
         Ok(Self {
             pubsub,
             conn,
+            durable,
             keys,
             scripts,
             known: Mutex::new(HashSet::new()),
@@ -238,6 +261,16 @@ impl RedisStore {
         topic: &Topic,
         args: &[&[u8]],
     ) -> StoreResult<Value> {
+        self.run_on(self.conn.clone(), script, topic, args).await
+    }
+
+    async fn run_on(
+        &self,
+        mut conn: Conn,
+        script: &redis::Script,
+        topic: &Topic,
+        args: &[&[u8]],
+    ) -> StoreResult<Value> {
         let tk = self.keys.topic(topic);
         let mut inv = script.prepare_invoke();
         for k in &tk.all {
@@ -247,8 +280,45 @@ impl RedisStore {
         for a in args {
             inv.arg(*a);
         }
-        let mut conn = self.conn.clone();
         inv.invoke_async(&mut conn).await.map_err(unavailable)
+    }
+
+    /// Runs the enqueue script; with `wait_replicas`, then waits for that
+    /// many replicas to have it (WAIT on the same connection, at the master
+    /// of the topic's slot).
+    async fn enqueue_durably(&self, topic: &Topic, args: &[&[u8]]) -> StoreResult<Value> {
+        let Some((conn, replicas, timeout)) = &self.durable else {
+            return self.run(&self.scripts.enqueue, topic, args).await;
+        };
+        let v = self
+            .run_on(conn.clone(), &self.scripts.enqueue, topic, args)
+            .await?;
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(*replicas).arg(timeout.as_millis() as u64);
+        let acked: i64 = match conn.clone() {
+            Conn::Single(mut c) => wait.query_async(&mut c).await,
+            Conn::Cluster(mut c) => {
+                let route = redis::cluster_routing::Route::with_key(
+                    self.keys.topic(topic).sched(),
+                    redis::cluster_routing::SlotAddr::Master,
+                );
+                c.route_command(
+                    wait,
+                    redis::cluster_routing::RoutingInfo::SingleNode(
+                        redis::cluster_routing::SingleNodeRoutingInfo::SpecificNode(route),
+                    ),
+                )
+                .await
+                .and_then(|v| redis::from_redis_value(v).map_err(Into::into))
+            }
+        }
+        .map_err(unavailable)?;
+        if acked < i64::from(*replicas) {
+            return Err(StoreError::Unavailable(format!(
+                "written on the master but {acked} of {replicas} replicas acknowledged within {timeout:?}; retry (with the job's id, a retry is harmless)"
+            )));
+        }
+        Ok(v)
     }
 }
 
@@ -308,7 +378,7 @@ impl Store for RedisStore {
             });
         }
         let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-        let v = self.run(&self.scripts.enqueue, topic, &refs).await?;
+        let v = self.enqueue_durably(topic, &refs).await?;
         decode_enqueued(v, jobs)
     }
 

@@ -17,3 +17,132 @@ async fn on_cluster(cluster: &RedisCluster, scenario: &str) -> RedisStore {
 }
 
 dq_testkit::conformance_tests!(in_one conformance_on_a_cluster, RedisCluster::start(3, 1), on_cluster);
+
+/// A master is killed under load: its replica takes over and service comes
+/// back by itself; every enqueue acknowledged with `wait_replicas = 1` is
+/// still there afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_under_load_loses_no_acknowledged_enqueue() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    use dq_core::{Body, JobId, NewJob, Store, Topic, When};
+
+    let mut cluster = RedisCluster::start(3, 1);
+    let config = |wait_replicas| RedisConfig {
+        cluster: cluster.urls(),
+        wait_replicas,
+        wait_timeout: Duration::from_millis(300),
+        response_timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let durable = Arc::new(RedisStore::new(&config(1)).unwrap());
+    let plain = RedisStore::new(&config(0)).unwrap();
+    let t = Topic::new("orders").unwrap();
+    let job = |id: String| {
+        NewJob::new(
+            JobId::new(id).unwrap(),
+            Body::Json("{}".into()),
+            When::DelayMs(60_000),
+        )
+    };
+    let now = 1_700_000_000_000;
+
+    let acked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let failed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (durable, acked, failed, stop, t) = (
+            durable.clone(),
+            acked.clone(),
+            failed.clone(),
+            stop.clone(),
+            t.clone(),
+        );
+        tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let id = format!("j{i}");
+                i += 1;
+                match durable.enqueue(&t, &[job(id.clone())], now).await {
+                    Ok(_) => acked.lock().unwrap().push(id),
+                    Err(_) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            }
+        })
+    };
+    let count = |a: &Arc<std::sync::Mutex<Vec<String>>>| a.lock().unwrap().len();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count(&acked) < 300 {
+        assert!(Instant::now() < deadline, "no load");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // Kill the master of the topic's slot.
+    let victim = cluster.master_of("dq:{orders}:sched");
+    cluster.nodes[victim].stop();
+    let killed_at = Instant::now();
+
+    // Service comes back by itself once the replica is promoted.
+    let mut k = 0;
+    loop {
+        k += 1;
+        if plain
+            .enqueue(&t, &[job(format!("p{k}"))], now)
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        assert!(killed_at.elapsed() < Duration::from_secs(20), "no failover");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let resumed = killed_at.elapsed();
+    // Every node learns of the new master (gossip may lag a little).
+    while cluster.master_of("dq:{orders}:sched") == victim {
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(20),
+            "no node saw a failover"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The new master has no replica yet: durable enqueues are refused, not
+    // acknowledged. The old master comes back as its replica.
+    let before = count(&acked);
+    cluster.nodes[victim].restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while count(&acked) < before + 300 {
+        assert!(Instant::now() < deadline, "durable enqueues did not resume");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    producer.await.unwrap();
+
+    let ids = acked.lock().unwrap().clone();
+    let mut missing = Vec::new();
+    for id in &ids {
+        if plain
+            .get(&t, &JobId::new(id.clone()).unwrap())
+            .await
+            .unwrap()
+            .is_none()
+        {
+            missing.push(id.clone());
+        }
+    }
+    eprintln!(
+        "acknowledged {} enqueues, {} refused during the failover; service back {:?} after the kill",
+        ids.len(),
+        failed.load(Ordering::Relaxed),
+        resumed
+    );
+    assert!(
+        missing.is_empty(),
+        "lost acknowledged enqueues: {missing:?}"
+    );
+}
