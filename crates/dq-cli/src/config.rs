@@ -25,6 +25,9 @@ pub(crate) struct ServeArgs {
     /// Use Redis instead of the embedded store: redis://[user:password@]host:port[/db], rediss:// for TLS
     #[arg(long, env = "DQ_REDIS")]
     pub(crate) redis: Option<String>,
+    /// Use several independent Redis servers (shards): their URLs, comma-separated, the same list on every dq instance
+    #[arg(long, env = "DQ_REDIS_SHARDS", value_delimiter = ',')]
+    pub(crate) redis_shards: Vec<String>,
     /// Use a Redis Cluster: a few of its nodes as redis://host:port, comma-separated
     #[arg(long, env = "DQ_REDIS_CLUSTER", value_delimiter = ',')]
     pub(crate) redis_cluster: Vec<String>,
@@ -96,6 +99,8 @@ struct FileConfig {
     redis: Option<String>,
     #[serde(default)]
     redis_cluster: Vec<String>,
+    #[serde(default)]
+    redis_shards: Vec<String>,
     wait_replicas: Option<u32>,
     wait_timeout: Option<String>,
     redis_prefix: Option<String>,
@@ -133,8 +138,8 @@ pub(crate) enum LogFormat {
 pub(crate) enum StoreChoice {
     /// The embedded store in this directory (the default).
     Embedded(PathBuf),
-    /// Redis.
-    Redis(dq_redis::RedisConfig),
+    /// Redis: one server, one Cluster, or several shards (one config each).
+    Redis(Vec<dq_redis::RedisConfig>),
 }
 
 /// Everything resolved.
@@ -270,33 +275,61 @@ impl ServeArgs {
         } else {
             self.redis_cluster
         };
-        let chosen = [redis_url.is_some(), !cluster.is_empty(), data_dir.is_some()]
-            .iter()
-            .filter(|c| **c)
-            .count();
+        let shards = if self.redis_shards.is_empty() {
+            file.redis_shards
+        } else {
+            self.redis_shards
+        };
+        let chosen = [
+            redis_url.is_some(),
+            !cluster.is_empty(),
+            !shards.is_empty(),
+            data_dir.is_some(),
+        ]
+        .iter()
+        .filter(|c| **c)
+        .count();
         if chosen > 1 {
             bail!(
-                "choose one store: redis, redis_cluster or data_dir (the embedded store) are given together"
+                "choose one store: redis, redis_cluster, redis_shards or data_dir (the embedded store) are given together"
             );
         }
-        let store = if let Some(url) = redis_url {
-            redis.url = url;
-            StoreChoice::Redis(redis)
-        } else if !cluster.is_empty() {
-            for url in &cluster {
+        let check = |key: &str, urls: &[String]| -> Result<()> {
+            for url in urls {
                 if !url.starts_with("redis://") && !url.starts_with("rediss://") {
-                    bail!("redis_cluster: {url:?} is not a redis:// or rediss:// URL");
+                    bail!("{key}: {url:?} is not a redis:// or rediss:// URL");
                 }
             }
+            let distinct: std::collections::HashSet<&String> = urls.iter().collect();
+            if distinct.len() != urls.len() {
+                bail!("{key}: a URL is listed twice");
+            }
+            Ok(())
+        };
+        let store = if let Some(url) = redis_url {
+            redis.url = url;
+            StoreChoice::Redis(vec![redis])
+        } else if !cluster.is_empty() {
+            check("redis_cluster", &cluster)?;
             redis.cluster = cluster;
-            StoreChoice::Redis(redis)
+            StoreChoice::Redis(vec![redis])
+        } else if !shards.is_empty() {
+            check("redis_shards", &shards)?;
+            StoreChoice::Redis(
+                shards
+                    .into_iter()
+                    .map(|url| dq_redis::RedisConfig {
+                        url,
+                        ..redis.clone()
+                    })
+                    .collect(),
+            )
         } else {
             if redis.wait_replicas > 0 {
                 bail!("wait_replicas applies to Redis; the embedded store is on one disk");
             }
             StoreChoice::Embedded(data_dir.unwrap_or_else(|| PathBuf::from("dq-data")))
         };
-
         Ok(Settings {
             topics: file.topics,
             server,
@@ -350,7 +383,7 @@ mod tests {
         .resolve()
         .unwrap();
         assert_eq!(s.server.listen.to_string(), "127.0.0.1:9000");
-        assert!(matches!(&s.store, StoreChoice::Redis(r) if r.url == "redis://flag:2"));
+        assert!(matches!(&s.store, StoreChoice::Redis(r) if r[0].url == "redis://flag:2"));
         let e = ServeArgs {
             config: Some(PathBuf::from("/dev/null")),
             redis: Some("redis://x:1".into()),
@@ -379,7 +412,7 @@ mod tests {
         .resolve()
         .unwrap();
         assert!(
-            matches!(&s.store, StoreChoice::Redis(r) if r.cluster == ["redis://a:1", "redis://b:2"])
+            matches!(&s.store, StoreChoice::Redis(r) if r[0].cluster == ["redis://a:1", "redis://b:2"])
         );
         assert_eq!(s.server.admin_token.as_deref(), Some("0123456789abcdef0"));
         let s = ServeArgs {
@@ -389,7 +422,17 @@ mod tests {
         }
         .resolve()
         .unwrap();
-        assert!(matches!(&s.store, StoreChoice::Redis(r) if r.cluster == ["redis://c:3"]));
+        assert!(matches!(&s.store, StoreChoice::Redis(r) if r[0].cluster == ["redis://c:3"]));
+        let s = ServeArgs {
+            config: Some(PathBuf::from("/dev/null")),
+            redis_shards: vec!["redis://a:1".into(), "redis://b:2".into()],
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(
+            matches!(&s.store, StoreChoice::Redis(r) if r.len() == 2 && r[1].url == "redis://b:2")
+        );
         for (args, needle) in [
             (
                 ServeArgs {
@@ -405,6 +448,13 @@ mod tests {
                     ..Default::default()
                 },
                 "redis_cluster",
+            ),
+            (
+                ServeArgs {
+                    redis_shards: vec!["redis://a:1".into(), "redis://a:1".into()],
+                    ..Default::default()
+                },
+                "twice",
             ),
             (
                 ServeArgs {

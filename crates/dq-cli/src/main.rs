@@ -82,25 +82,37 @@ async fn serve(args: ServeArgs) -> Result<()> {
             let what = format!("embedded, data in {}", shown.display());
             (Arc::new(store), what)
         }
-        StoreChoice::Redis(config) => {
-            let store = dq_redis::RedisStore::new(config)?;
-            let url = if config.cluster.is_empty() {
-                dq_redis::mask_url(&config.url)
-            } else {
-                let seeds: Vec<String> = config
-                    .cluster
-                    .iter()
-                    .map(|u| dq_redis::mask_url(u))
-                    .collect();
-                format!("cluster {}", seeds.join(","))
-            };
+        StoreChoice::Redis(configs) => {
+            let mut shards = Vec::new();
+            let mut names = Vec::new();
+            for (i, config) in configs.iter().enumerate() {
+                let name = if config.cluster.is_empty() {
+                    dq_redis::mask_url(&config.url)
+                } else {
+                    let seeds: Vec<String> = config
+                        .cluster
+                        .iter()
+                        .map(|u| dq_redis::mask_url(u))
+                        .collect();
+                    format!("cluster {}", seeds.join(","))
+                };
+                let name = if configs.len() > 1 {
+                    format!("shard {i} {name}")
+                } else {
+                    name
+                };
+                shards.push((name.clone(), dq_redis::RedisStore::new(config)?));
+                names.push(name);
+            }
+            let store = dq_redis::ShardedStore::new(shards);
+            let what = format!("redis at {}", names.join("; "));
             match store.load_scripts().await {
-                Ok(()) => tracing::info!(redis = %url, "Redis reachable, scripts loaded"),
+                Ok(()) => tracing::info!(redis = %what, "Redis reachable, scripts loaded"),
                 Err(e) => {
-                    tracing::warn!(redis = %url, error = %e, "Redis not reachable yet; serving anyway and retrying (requests get 503 until it answers)")
+                    tracing::warn!(redis = %what, error = %e, "Redis not reachable yet; serving anyway and retrying (requests get 503 until it answers)")
                 }
             }
-            (Arc::new(store), format!("redis at {url}"))
+            (Arc::new(store), what)
         }
     };
     let mut config = settings.server.clone();

@@ -215,6 +215,11 @@ pub trait Store: Send + Sync + 'static {
     /// Checks the store answers.
     async fn ping(&self) -> StoreResult<()>;
 
+    /// Each part of the store (one per Redis shard) and whether it answers.
+    async fn health(&self) -> Vec<(String, StoreResult<()>)> {
+        vec![("store".to_string(), self.ping().await)]
+    }
+
     /// Calls `on_wake(topic)` whenever a job of `topic` became due earlier
     /// than before through *another* process (or this one), so waiting
     /// consumers and the dispatcher can wake up. Runs until dropped,

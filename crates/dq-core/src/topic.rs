@@ -141,7 +141,19 @@ pub struct TopicConfig {
     pub retry: RetryPolicy,
     /// How jobs reach consumers.
     pub delivery: Delivery,
+    /// How many independent parts the topic is split into (Redis only: each
+    /// is its own hash slot, so on a Cluster or over shards a hot topic
+    /// spreads over nodes). Order holds within a partition.
+    #[serde(default = "one")]
+    pub partitions: u32,
 }
+
+fn one() -> u32 {
+    1
+}
+
+/// Most partitions a topic may have.
+pub const MAX_PARTITIONS: u32 = 256;
 
 impl Default for TopicConfig {
     fn default() -> Self {
@@ -152,6 +164,7 @@ impl Default for TopicConfig {
             default_delay_ms: 0,
             retry: RetryPolicy::default(),
             delivery: Delivery::Pull,
+            partitions: 1,
         }
     }
 }
@@ -175,6 +188,10 @@ pub struct TopicConfigPatch {
     pub retry: Option<RetryPolicy>,
     /// See [`TopicConfig::delivery`].
     pub delivery: Option<Delivery>,
+    /// See [`TopicConfig::partitions`]. Changes only while the topic holds
+    /// no jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<u32>,
 }
 
 impl TopicConfigPatch {
@@ -206,6 +223,14 @@ impl TopicConfigPatch {
         if let Some(Delivery::Push(p)) = &self.delivery {
             p.validate()?;
         }
+        if let Some(n) = self.partitions
+            && !(1..=MAX_PARTITIONS).contains(&n)
+        {
+            return Err(InvalidInput::new(
+                "invalid_partitions",
+                format!("partitions must be 1-{MAX_PARTITIONS}, got {n}"),
+            ));
+        }
         Ok(())
     }
 
@@ -233,6 +258,9 @@ impl TopicConfigPatch {
         }
         if let Some(v) = &self.delivery {
             base.delivery = v.clone();
+        }
+        if let Some(v) = self.partitions {
+            base.partitions = v;
         }
         base
     }

@@ -79,6 +79,7 @@ fn config(cx: &Ctx, tid: i64) -> OpResult<TopicConfig> {
                     .get::<_, Option<String>>(5)?
                     .and_then(|s| serde_json::from_str(&s).ok())
                     .unwrap_or(d.delivery.clone()),
+                partitions: 1,
             })
         })?;
     Ok(c)
@@ -803,6 +804,13 @@ pub(crate) fn put_topic_config(
     topic: &Topic,
     p: &TopicConfigPatch,
 ) -> OpResult<TopicConfig> {
+    if p.partitions.is_some_and(|n| n != 1) {
+        return Err(StoreError::Invalid(InvalidInput::new(
+            "invalid_partitions",
+            "the embedded store keeps a topic in one partition; partitions spread a topic over Redis Cluster slots or shards",
+        ))
+        .into());
+    }
     let tid = ensure_tid(cx, topic)?;
     cx.conn
         .prepare_cached(

@@ -219,6 +219,7 @@ pub(crate) fn decode_config(fields: &[(String, String)]) -> TopicConfig {
             "lease_ms" => c.lease_ms = v.parse().unwrap_or(c.lease_ms),
             "dead_cap" => c.dead_cap = v.parse().unwrap_or(c.dead_cap),
             "default_delay_ms" => c.default_delay_ms = v.parse().unwrap_or(c.default_delay_ms),
+            "partitions" => c.partitions = v.parse().unwrap_or(c.partitions),
             "retry" => {
                 if let Some(r) = RetryPolicy::decode(v) {
                     c.retry = r;

@@ -22,6 +22,7 @@ mod conn;
 mod decode;
 pub mod keys;
 mod scripts;
+pub mod sharded;
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -38,6 +39,7 @@ use redis::io::tcp::TcpSettings;
 use redis::{AsyncCommands, IntoConnectionInfo, Value};
 
 pub use keys::Keys;
+pub use sharded::ShardedStore;
 
 use conn::Conn;
 use decode::*;
@@ -693,6 +695,9 @@ impl Store for RedisStore {
         }
         if let Some(v) = patch.default_delay_ms {
             fields.push(("default_delay_ms", v.to_string()));
+        }
+        if let Some(v) = patch.partitions {
+            fields.push(("partitions", v.to_string()));
         }
         if let Some(v) = &patch.retry {
             fields.push(("retry", v.encode()));

@@ -341,21 +341,33 @@ fn checked(st: &AppState, headers: &HeaderMap, body: &Bytes) -> Result<Form, Api
 pub(crate) async fn overview(State(st): State<AppState>, headers: HeaderMap) -> Response {
     let v = Viewer::of(&st, &headers);
     let now = st.clock.now_ms();
-    let up = st.store.ping().await;
+    let health = st.store.health().await;
+    let up = health.iter().any(|(_, r)| r.is_ok());
     let mut body = String::new();
-    let _ = writeln!(
-        body,
-        r#"<table id="stores"><thead><tr><th>store</th><th>health</th></tr></thead><tbody><tr><td>{}</td><td>{}</td></tr></tbody></table>"#,
-        esc(&st.store_name),
-        match &up {
-            Ok(()) => r#"<span class="ok">answering</span>"#.to_string(),
-            Err(e) => format!(
-                r#"<span class="bad">not answering: {}</span>"#,
-                esc(&e.to_string())
-            ),
-        }
+    body.push_str(
+        r#"<table id="stores"><thead><tr><th>store</th><th>health</th></tr></thead><tbody>"#,
     );
-    let topics = if up.is_ok() {
+    for (name, r) in &health {
+        let name = if health.len() == 1 {
+            &st.store_name
+        } else {
+            name
+        };
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td>{}</td></tr>",
+            esc(name),
+            match r {
+                Ok(()) => r#"<span class="ok">answering</span>"#.to_string(),
+                Err(e) => format!(
+                    r#"<span class="bad">not answering: {}</span>"#,
+                    esc(&e.to_string())
+                ),
+            }
+        );
+    }
+    body.push_str("</tbody></table>");
+    let topics = if up {
         st.store.topics().await.unwrap_or_default()
     } else {
         Vec::new()
@@ -614,6 +626,7 @@ fn settings_form(body: &mut String, v: &Viewer, base: &str, cfg: &TopicConfig) {
 <label for="lease_ms">lease (ms)</label> <input type="number" min="1" id="lease_ms" name="lease_ms" value="{}"><br>
 <label for="dead_cap">dead letters kept</label> <input type="number" min="0" id="dead_cap" name="dead_cap" value="{}"><br>
 <label for="default_delay_ms">default delay (ms)</label> <input type="number" min="0" id="default_delay_ms" name="default_delay_ms" value="{}"><br>
+<label for="partitions">partitions</label> <input type="number" min="1" max="256" id="partitions" name="partitions" value="{}"> <span class="muted">Redis only; changes only while the topic holds no jobs</span><br>
 <label for="retry">retry policy (JSON)</label> <input type="text" class="wide" id="retry" name="retry" value="{}"> <span class="muted">e.g. <code>{{"delays_ms":[60000,180000]}}</code>, <code>{{"fixed_ms":5000}}</code>, <code>{{"exponential":{{"initial_ms":1000,"factor":2,"max_ms":3600000,"jitter":0.1}}}}</code></span><br>
 <fieldset><legend>delivery</legend>
 <label for="mode">mode</label> <select id="mode" name="mode"><option value="pull"{}>pull (consumers reserve)</option><option value="push"{}>push (dq calls a URL)</option></select><br>
@@ -628,6 +641,7 @@ fn settings_form(body: &mut String, v: &Viewer, base: &str, cfg: &TopicConfig) {
         cfg.lease_ms,
         cfg.dead_cap,
         cfg.default_delay_ms,
+        cfg.partitions,
         esc(&retry),
         sel(!push),
         sel(push),
@@ -869,6 +883,7 @@ async fn save_settings(
             lease_ms: f.number("lease_ms")?,
             dead_cap: f.number("dead_cap")?,
             default_delay_ms: f.number("default_delay_ms")?,
+            partitions: f.number("partitions")?,
             retry,
             delivery: Some(match f.get("mode") {
                 Some("push") => Delivery::Push(push_config(&f, old_push)?),

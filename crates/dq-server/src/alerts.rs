@@ -99,25 +99,40 @@ impl Alerter {
 
     /// Runs until `cancel` fires.
     pub async fn run(self, cancel: CancellationToken) {
-        let mut up = true;
+        // Per part of the store (one per Redis shard): whether it answered.
+        let mut up: HashMap<String, bool> = HashMap::new();
         let mut dead_seen: HashMap<String, u64> = HashMap::new();
         let mut pending: HashMap<String, u64> = HashMap::new();
         let mut last_sent: HashMap<String, Instant> = HashMap::new();
         let mut over: HashSet<String> = HashSet::new();
         loop {
             let now_ms = self.st.clock.now_ms();
-            let ping = tokio::time::timeout(Duration::from_secs(3), self.st.store.ping()).await;
-            let ok = matches!(ping, Ok(Ok(())));
-            if ok != up {
-                up = ok;
-                let (kind, message) = if ok {
-                    ("store_recovered", "the store answers again".to_string())
+            let health = tokio::time::timeout(Duration::from_secs(3), self.st.store.health())
+                .await
+                .unwrap_or_else(|_| {
+                    vec![(
+                        "store".to_string(),
+                        Err(dq_core::StoreError::Unavailable(
+                            "health check timed out".into(),
+                        )),
+                    )]
+                });
+            let several = health.len() > 1;
+            let mut ok = false;
+            for (name, result) in health {
+                ok |= result.is_ok();
+                let was = up.insert(name.clone(), result.is_ok()).unwrap_or(true);
+                if was == result.is_ok() {
+                    continue;
+                }
+                let what = if several {
+                    format!("Redis shard {name}")
                 } else {
-                    let why = match ping {
-                        Ok(Err(e)) => e.to_string(),
-                        _ => "ping timed out".into(),
-                    };
-                    ("store_down", format!("the store does not answer: {why}"))
+                    "the store".to_string()
+                };
+                let (kind, message) = match result {
+                    Ok(()) => ("store_recovered", format!("{what} answers again")),
+                    Err(e) => ("store_down", format!("{what} does not answer: {e}")),
                 };
                 self.send(Alert {
                     kind,

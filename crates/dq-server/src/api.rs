@@ -83,6 +83,7 @@ pub(crate) struct EnqueueReq {
 impl EnqueueReq {
     /// Validates everything; nothing is written before this passes.
     fn into_job(self, limits: &Limits, now_ms: u64) -> Result<NewJob, ApiError> {
+        let generated_id = self.id.is_none();
         let id = match self.id {
             Some(id) => job_id(id)?,
             None => JobId::generate(),
@@ -121,6 +122,7 @@ impl EnqueueReq {
             lease_ms: self.lease_ms,
             retry: self.retry,
             replace: self.replace,
+            generated_id,
         })
     }
 }
@@ -763,14 +765,28 @@ pub(crate) async fn healthz() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
-/// `GET /readyz` — the store answers.
+/// `GET /readyz` — the store answers (with shards: any of them), with the
+/// health of each part of the store.
 pub(crate) async fn readyz(State(st): State<AppState>) -> ApiResult {
-    let ping = tokio::time::timeout(Duration::from_secs(2), st.store.ping()).await;
-    match ping {
-        Ok(Ok(())) => Ok(Json(json!({"status": "ready"})).into_response()),
-        Ok(Err(e)) => Err(e.into()),
-        Err(_) => Err(StoreError::Unavailable("ping timed out".into()).into()),
+    let health = tokio::time::timeout(Duration::from_secs(2), st.store.health()).await;
+    let Ok(health) = health else {
+        return Err(StoreError::Unavailable("health check timed out".into()).into());
+    };
+    let parts: Vec<Value> = health
+        .iter()
+        .map(|(name, r)| match r {
+            Ok(()) => json!({"name": name, "up": true}),
+            Err(e) => json!({"name": name, "up": false, "error": e.to_string()}),
+        })
+        .collect();
+    if health.iter().any(|(_, r)| r.is_ok()) {
+        return Ok(Json(json!({"status": "ready", "stores": parts})).into_response());
     }
+    let e = health
+        .into_iter()
+        .find_map(|(_, r)| r.err())
+        .unwrap_or_else(|| StoreError::Unavailable("no store".into()));
+    Err(e.into())
 }
 
 /// Fallback for unknown routes.

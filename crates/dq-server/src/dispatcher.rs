@@ -66,6 +66,25 @@ impl Dispatcher {
         let started = Instant::now();
         let mut next = started + self.max_sleep;
         for topic in self.store.topics().await? {
+            // A topic whose store part (Redis shard) fails waits; the others go on.
+            if let Err(e) = self.topic_pass(&topic, started, &mut next).await {
+                tracing::debug!(topic = %topic, error = %e, "dispatcher pass of a topic failed");
+                next = next.min(started + Duration::from_secs(1).min(self.max_sleep));
+            }
+        }
+        Ok(next)
+    }
+
+    /// Expired leases and due jobs of one topic; lowers `next` to when the
+    /// topic needs another pass.
+    async fn topic_pass(
+        &self,
+        topic: &dq_core::Topic,
+        started: Instant,
+        next: &mut Instant,
+    ) -> Result<(), StoreError> {
+        {
+            let topic = topic.clone();
             loop {
                 let now = self.clock.now_ms();
                 let r = self.store.requeue_expired(&topic, BATCH, now).await?;
@@ -84,7 +103,7 @@ impl Dispatcher {
                 if (r.retried + r.dead) < BATCH as u64 {
                     if let Some(d) = r.next_deadline_ms {
                         // The script expires leases strictly after their deadline.
-                        next = next.min(at(started, now, d + 1));
+                        *next = (*next).min(at(started, now, d + 1));
                     }
                     break;
                 }
@@ -94,13 +113,13 @@ impl Dispatcher {
                 let p = self.store.promote_due(&topic, BATCH, now).await?;
                 if p.moved < BATCH as u64 {
                     if let Some(d) = p.next_due_ms {
-                        next = next.min(at(started, now, d));
+                        *next = (*next).min(at(started, now, d));
                     }
                     break;
                 }
             }
         }
-        Ok(next)
+        Ok(())
     }
 }
 

@@ -140,11 +140,21 @@ impl Metrics {
     /// The exposition text: the store's figures read now, then this process's.
     pub async fn render(&self, store: &dyn Store, now_ms: u64) -> String {
         let mut out = String::new();
-        let up = store.ping().await.is_ok();
+        let health = store.health().await;
+        let up = health.iter().any(|(_, r)| r.is_ok());
         out.push_str(
-            "# HELP dq_up Whether the store answers (1) or not (0).\n# TYPE dq_up gauge\n",
+            "# HELP dq_up Whether the store answers (1) or not (0); with Redis shards, whether any does.\n# TYPE dq_up gauge\n",
         );
         let _ = writeln!(out, "dq_up {}", u8::from(up));
+        out.push_str("# HELP dq_store_up Whether each part of the store (each Redis shard) answers.\n# TYPE dq_store_up gauge\n");
+        for (name, r) in &health {
+            let _ = writeln!(
+                out,
+                "dq_store_up{{store=\"{}\"}} {}",
+                label(name),
+                u8::from(r.is_ok())
+            );
+        }
         let mut stats = Vec::new();
         if up && let Ok(topics) = store.topics().await {
             for t in topics {

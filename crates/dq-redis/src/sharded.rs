@@ -1,0 +1,854 @@
+//! The Redis store as dq serves it: one or more shards (independent Redis
+//! servers, or one Redis Cluster), and topics split into partitions.
+//!
+//! - **Partitions.** Partition `p` of topic `t` is stored as if it were its
+//!   own topic, named [`Topic::partition`] (`t` for 0, `t#p` else), so each
+//!   partition has its own hash tag (`dq:{t#p}:…`): its own Cluster slot,
+//!   possibly its own shard. A job's partition follows from its id
+//!   ([`partition_of`]); a dq-generated id names its partition
+//!   (`<uuid>~p<N>`) and is placed on a partition whose shard answers.
+//!   Every partition holds the topic's settings (the scripts read them); the
+//!   partition count is read from partition 0 and cached for a second.
+//! - **Shards.** Partition `t#p` lives on shard
+//!   `jump_hash(fnv1a(t#p), shards)`: stable while the list of shards stays
+//!   the same. A shard that does not answer delays only its own partitions:
+//!   claims and dispatcher passes skip it for a second after a failure, and
+//!   everything else works on.
+//!
+//! Order (priority, then due time, then enqueue order) holds within a
+//! partition; claims visit the partitions round-robin.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use dq_core::store::StoreResult;
+use dq_core::*;
+use futures::future::join_all;
+
+use crate::RedisStore;
+
+/// How long a partition count read from Redis is trusted.
+const PARTITIONS_TTL: Duration = Duration::from_secs(1);
+/// How long a shard that failed is skipped by claims and dispatcher passes.
+const DOWN_FOR: Duration = Duration::from_secs(1);
+
+struct Shard {
+    name: String,
+    store: RedisStore,
+    /// Skipped by claims and promotions until this instant (ms since `epoch`).
+    down_until_ms: AtomicU64,
+}
+
+/// The dq store over one or more Redis shards, with partitioned topics.
+pub struct ShardedStore {
+    shards: Vec<Shard>,
+    epoch: Instant,
+    partitions: Mutex<HashMap<String, (u32, Instant)>>,
+    next: AtomicUsize,
+}
+
+impl std::fmt::Debug for ShardedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardedStore")
+            .field(
+                "shards",
+                &self.shards.iter().map(|s| &s.name).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// FNV-1a, 64 bits: a stable hash (unlike std's, the same in every process).
+fn fnv1a(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Jump consistent hash (Lamping & Veach): a bucket in `0..n` for `key`;
+/// growing `n` moves only the keys that must move.
+fn jump_hash(mut key: u64, n: usize) -> usize {
+    let (mut b, mut j): (i64, i64) = (-1, 0);
+    while j < n as i64 {
+        b = j;
+        key = key.wrapping_mul(2_862_933_555_777_941_757).wrapping_add(1);
+        j = ((b + 1) as f64 * ((1u64 << 31) as f64 / ((key >> 33) + 1) as f64)) as i64;
+    }
+    b.max(0) as usize
+}
+
+/// The partition of job `id` in a topic of `partitions` partitions: the one
+/// a generated id names (`…~p<N>`), else a stable hash of the id.
+pub fn partition_of(id: &str, partitions: u32) -> u32 {
+    if partitions <= 1 {
+        return 0;
+    }
+    if let Some((_, p)) = id.rsplit_once("~p")
+        && let Ok(p) = p.parse::<u32>()
+        && p < partitions
+    {
+        return p;
+    }
+    (fnv1a(id) % u64::from(partitions)) as u32
+}
+
+fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+impl ShardedStore {
+    /// A store over `shards` (name, store), e.g. one per Redis server; one
+    /// shard for a single server or a Cluster.
+    ///
+    /// # Panics
+    /// With no shard.
+    pub fn new(shards: Vec<(String, RedisStore)>) -> Self {
+        assert!(!shards.is_empty(), "at least one shard");
+        Self {
+            shards: shards
+                .into_iter()
+                .map(|(name, store)| Shard {
+                    name,
+                    store,
+                    down_until_ms: AtomicU64::new(0),
+                })
+                .collect(),
+            epoch: Instant::now(),
+            partitions: Mutex::default(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Loads the scripts on every shard that answers.
+    ///
+    /// # Errors
+    /// When no shard answers.
+    pub async fn load_scripts(&self) -> StoreResult<()> {
+        let results = join_all(self.shards.iter().map(|s| s.store.load_scripts())).await;
+        if results.iter().all(Result::is_err) {
+            return results.into_iter().next().expect("a shard");
+        }
+        Ok(())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// The shard (index in the list given to [`ShardedStore::new`]) holding
+    /// partition `part` (a name from [`Topic::partition`]).
+    pub fn shard_of_partition(&self, part: &Topic) -> usize {
+        self.shard_index(part)
+    }
+
+    fn shard_index(&self, part: &Topic) -> usize {
+        if self.shards.len() == 1 {
+            0
+        } else {
+            jump_hash(fnv1a(part.as_str()), self.shards.len())
+        }
+    }
+
+    fn shard(&self, part: &Topic) -> &Shard {
+        &self.shards[self.shard_index(part)]
+    }
+
+    fn store(&self, part: &Topic) -> &RedisStore {
+        &self.shard(part).store
+    }
+
+    fn is_down(&self, part: &Topic) -> bool {
+        self.shard(part).down_until_ms.load(Ordering::Relaxed) > self.now_ms()
+    }
+
+    /// Notes a failure of the shard of `part` (when Redis did not answer).
+    fn note<T>(&self, part: &Topic, r: &StoreResult<T>) {
+        if let Err(StoreError::Unavailable(e)) = r {
+            let s = self.shard(part);
+            let until = self.now_ms() + DOWN_FOR.as_millis() as u64;
+            if s.down_until_ms.swap(until, Ordering::Relaxed) <= self.now_ms() {
+                tracing::warn!(shard = %s.name, error = %e, "Redis shard not answering; its partitions wait");
+            }
+        }
+    }
+
+    /// How many partitions `t` has (1 if unknown).
+    async fn partition_count(&self, t: &Topic) -> StoreResult<u32> {
+        if let Some((n, at)) = self
+            .partitions
+            .lock()
+            .expect("poisoned")
+            .get(t.as_str())
+            .copied()
+            && at.elapsed() < PARTITIONS_TTL
+        {
+            return Ok(n);
+        }
+        let r = self.store(t).topic_config(t).await;
+        self.note(t, &r);
+        let n = r?.map_or(1, |c| c.partitions.max(1));
+        self.partitions
+            .lock()
+            .expect("poisoned")
+            .insert(t.as_str().to_string(), (n, Instant::now()));
+        Ok(n)
+    }
+
+    fn forget_partitions(&self, t: &Topic) {
+        self.partitions.lock().expect("poisoned").remove(t.as_str());
+    }
+
+    /// The partition holding job `id` of `t`.
+    async fn part_of(&self, t: &Topic, id: &JobId) -> StoreResult<Topic> {
+        let n = self.partition_count(t).await?;
+        Ok(t.partition(partition_of(id.as_str(), n)))
+    }
+
+    /// The partitions of `t`, starting at a rotating one.
+    fn rotation(&self, n: u32) -> impl Iterator<Item = u32> {
+        let start = (self.next.fetch_add(1, Ordering::Relaxed) % n as usize) as u32;
+        (0..n).map(move |k| (start + k) % n)
+    }
+
+    /// Runs `f` on every partition of `t` (concurrently), with the results in
+    /// partition order; partitions on shards known to be down are skipped
+    /// when `skip_down`.
+    async fn each<'a, T, F, Fut>(
+        &'a self,
+        t: &Topic,
+        skip_down: bool,
+        f: F,
+    ) -> StoreResult<Vec<(Topic, StoreResult<T>)>>
+    where
+        F: Fn(&'a RedisStore, Topic) -> Fut,
+        Fut: std::future::Future<Output = StoreResult<T>>,
+    {
+        let n = self.partition_count(t).await?;
+        let parts: Vec<Topic> = (0..n)
+            .map(|p| t.partition(p))
+            .filter(|p| !(skip_down && self.is_down(p)))
+            .collect();
+        let results = join_all(
+            parts
+                .iter()
+                .map(|p| f(&self.shards[self.shard_index(p)].store, p.clone())),
+        )
+        .await;
+        for (p, r) in parts.iter().zip(&results) {
+            self.note(p, r);
+        }
+        Ok(parts.into_iter().zip(results).collect())
+    }
+
+    /// The results that succeeded; an error when none did (and some failed).
+    fn gathered<T>(results: Vec<(Topic, StoreResult<T>)>) -> StoreResult<Vec<T>> {
+        let mut ok = Vec::new();
+        let mut first_err = None;
+        let total = results.len();
+        for (_, r) in results {
+            match r {
+                Ok(v) => ok.push(v),
+                Err(e) => {
+                    if !matches!(e, StoreError::Unavailable(_)) {
+                        return Err(e);
+                    }
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) if ok.is_empty() && total > 0 => Err(e),
+            _ => Ok(ok),
+        }
+    }
+
+    /// Partitions whose shard is not known to be down (all if none is up).
+    fn healthy_partitions(&self, t: &Topic, n: u32) -> Vec<u32> {
+        let up: Vec<u32> = (0..n).filter(|p| !self.is_down(&t.partition(*p))).collect();
+        if up.is_empty() { (0..n).collect() } else { up }
+    }
+}
+
+#[async_trait]
+impl Store for ShardedStore {
+    async fn enqueue(
+        &self,
+        topic: &Topic,
+        jobs: &[NewJob],
+        now_ms: u64,
+    ) -> StoreResult<Vec<Enqueued>> {
+        let n = self.partition_count(topic).await?;
+        if n == 1 {
+            let r = self.store(topic).enqueue(topic, jobs, now_ms).await;
+            self.note(topic, &r);
+            return r;
+        }
+        let mut results: Vec<Option<Enqueued>> = vec![None; jobs.len()];
+        // Jobs still to place: (index in `jobs`, the job as placed).
+        let mut pending: Vec<(usize, NewJob)> = Vec::with_capacity(jobs.len());
+        let mut healthy = self.healthy_partitions(topic, n);
+        for (i, j) in jobs.iter().enumerate() {
+            let mut j = j.clone();
+            if j.generated_id {
+                let p = healthy[self.next.fetch_add(1, Ordering::Relaxed) % healthy.len()];
+                j.id = JobId::new(format!("{}~p{p}", JobId::generate()))?;
+            }
+            pending.push((i, j));
+        }
+        for _round in 0..3 {
+            let mut groups: HashMap<u32, Vec<(usize, NewJob)>> = HashMap::new();
+            for (i, j) in pending.drain(..) {
+                groups
+                    .entry(partition_of(j.id.as_str(), n))
+                    .or_default()
+                    .push((i, j));
+            }
+            let calls = groups.into_iter().map(|(p, group)| async move {
+                let part = topic.partition(p);
+                let batch: Vec<NewJob> = group.iter().map(|(_, j)| j.clone()).collect();
+                let r = self.store(&part).enqueue(&part, &batch, now_ms).await;
+                (part, group, r)
+            });
+            let mut failure = None;
+            for (part, group, r) in join_all(calls).await {
+                self.note(&part, &r);
+                match r {
+                    Ok(done) => {
+                        for ((i, _), e) in group.into_iter().zip(done) {
+                            results[i] = Some(e);
+                        }
+                    }
+                    // Jobs with generated ids go to a partition that answers.
+                    Err(StoreError::Unavailable(e))
+                        if group.iter().all(|(_, j)| j.generated_id) =>
+                    {
+                        failure.get_or_insert(StoreError::Unavailable(e));
+                        pending.extend(group);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if pending.is_empty() {
+                break;
+            }
+            healthy = self.healthy_partitions(topic, n);
+            for (_, j) in &mut pending {
+                let p = healthy[self.next.fetch_add(1, Ordering::Relaxed) % healthy.len()];
+                j.id = JobId::new(format!("{}~p{p}", JobId::generate()))?;
+            }
+            if pending.len() == jobs.len() && healthy.len() == n as usize {
+                // Nothing answered and no shard is marked down: give up.
+                return Err(failure.expect("a failure"));
+            }
+        }
+        if !pending.is_empty() {
+            return Err(StoreError::Unavailable(
+                "no Redis shard of this topic answers".into(),
+            ));
+        }
+        Ok(results
+            .into_iter()
+            .map(|e| e.expect("every job placed"))
+            .collect())
+    }
+
+    async fn get(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobInfo>> {
+        let part = self.part_of(topic, id).await?;
+        let r = self.store(&part).get(&part, id).await;
+        self.note(&part, &r);
+        r
+    }
+
+    async fn cancel(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobState>> {
+        let part = self.part_of(topic, id).await?;
+        let r = self.store(&part).cancel(&part, id).await;
+        self.note(&part, &r);
+        r
+    }
+
+    async fn reschedule(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        due_at_ms: u64,
+        now_ms: u64,
+    ) -> StoreResult<()> {
+        let part = self.part_of(topic, id).await?;
+        let r = self
+            .store(&part)
+            .reschedule(&part, id, due_at_ms, now_ms)
+            .await;
+        self.note(&part, &r);
+        r
+    }
+
+    async fn claim(
+        &self,
+        topic: &Topic,
+        max: usize,
+        lease_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<Claimed> {
+        let n = self.partition_count(topic).await?;
+        if n == 1 {
+            let r = self.store(topic).claim(topic, max, lease_ms, now_ms).await;
+            self.note(topic, &r);
+            return r;
+        }
+        let mut out = Claimed {
+            leases: Vec::new(),
+            next_due_ms: None,
+        };
+        let mut failure = None;
+        let mut answered = false;
+        for p in self.rotation(n) {
+            let part = topic.partition(p);
+            if self.is_down(&part) {
+                continue;
+            }
+            let want = max - out.leases.len();
+            let r = self.store(&part).claim(&part, want, lease_ms, now_ms).await;
+            self.note(&part, &r);
+            match r {
+                Ok(c) => {
+                    answered = true;
+                    out.next_due_ms = min_opt(out.next_due_ms, c.next_due_ms);
+                    out.leases.extend(c.leases.into_iter().map(|mut l| {
+                        l.topic = topic.clone();
+                        l
+                    }));
+                    if out.leases.len() >= max {
+                        break;
+                    }
+                }
+                Err(e @ StoreError::Unavailable(_)) => {
+                    failure.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        match failure {
+            Some(e) if !answered => Err(e),
+            _ => Ok(out),
+        }
+    }
+
+    async fn extend_lease(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        lease_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<u64> {
+        let part = self.part_of(topic, id).await?;
+        let r = self
+            .store(&part)
+            .extend_lease(&part, id, token, lease_ms, now_ms)
+            .await;
+        self.note(&part, &r);
+        r
+    }
+
+    async fn ack(&self, topic: &Topic, id: &JobId, token: &str) -> StoreResult<()> {
+        let part = self.part_of(topic, id).await?;
+        let r = self.store(&part).ack(&part, id, token).await;
+        self.note(&part, &r);
+        r
+    }
+
+    async fn nack(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        error: &str,
+        retry_in_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<NackOutcome> {
+        let part = self.part_of(topic, id).await?;
+        let r = self
+            .store(&part)
+            .nack(&part, id, token, error, retry_in_ms, now_ms)
+            .await;
+        self.note(&part, &r);
+        r
+    }
+
+    async fn bury(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        error: &str,
+        now_ms: u64,
+    ) -> StoreResult<()> {
+        let part = self.part_of(topic, id).await?;
+        let r = self
+            .store(&part)
+            .bury(&part, id, token, error, now_ms)
+            .await;
+        self.note(&part, &r);
+        r
+    }
+
+    async fn release(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        delay_ms: u64,
+        now_ms: u64,
+    ) -> StoreResult<u64> {
+        let part = self.part_of(topic, id).await?;
+        let r = self
+            .store(&part)
+            .release(&part, id, token, delay_ms, now_ms)
+            .await;
+        self.note(&part, &r);
+        r
+    }
+
+    async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted> {
+        let all = self
+            .each(topic, true, |s, p| async move {
+                s.promote_due(&p, max, now_ms).await
+            })
+            .await?;
+        let mut out = Promoted {
+            moved: 0,
+            next_due_ms: None,
+        };
+        for p in Self::gathered(all)? {
+            // The dispatcher goes again while `moved` reaches its batch size:
+            // a sum reaches it whenever one partition's batch was full.
+            out.moved += p.moved;
+            out.next_due_ms = min_opt(out.next_due_ms, p.next_due_ms);
+        }
+        Ok(out)
+    }
+
+    async fn requeue_expired(
+        &self,
+        topic: &Topic,
+        max: usize,
+        now_ms: u64,
+    ) -> StoreResult<Requeued> {
+        let all = self
+            .each(topic, true, |s, p| async move {
+                s.requeue_expired(&p, max, now_ms).await
+            })
+            .await?;
+        let mut out = Requeued::default();
+        for r in Self::gathered(all)? {
+            out.retried += r.retried;
+            out.dead += r.dead;
+            out.next_deadline_ms = min_opt(out.next_deadline_ms, r.next_deadline_ms);
+            out.jobs.extend(r.jobs);
+        }
+        Ok(out)
+    }
+
+    async fn list_dead(
+        &self,
+        topic: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>> {
+        let want = offset.saturating_add(limit);
+        let all = self
+            .each(topic, false, |s, p| async move {
+                s.list_dead(&p, 0, want).await
+            })
+            .await?;
+        let mut jobs: Vec<JobInfo> = Self::gathered(all)?.into_iter().flatten().collect();
+        jobs.sort_by(|a, b| (a.died_at_ms, a.id.as_str()).cmp(&(b.died_at_ms, b.id.as_str())));
+        Ok(jobs.into_iter().skip(offset).take(limit).collect())
+    }
+
+    async fn list_scheduled(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
+        let all = self
+            .each(topic, false, |s, p| async move {
+                s.list_scheduled(&p, limit).await
+            })
+            .await?;
+        let mut jobs: Vec<JobInfo> = Self::gathered(all)?.into_iter().flatten().collect();
+        jobs.sort_by(|a, b| (a.due_at_ms, a.id.as_str()).cmp(&(b.due_at_ms, b.id.as_str())));
+        jobs.truncate(limit);
+        Ok(jobs)
+    }
+
+    async fn replay_dead(
+        &self,
+        topic: &Topic,
+        ids: Option<&[JobId]>,
+        max: usize,
+        now_ms: u64,
+    ) -> StoreResult<u64> {
+        let n = self.partition_count(topic).await?;
+        let mut total = 0;
+        match ids {
+            Some(ids) => {
+                let mut groups: HashMap<u32, Vec<JobId>> = HashMap::new();
+                for id in ids {
+                    groups
+                        .entry(partition_of(id.as_str(), n))
+                        .or_default()
+                        .push(id.clone());
+                }
+                for (p, ids) in groups {
+                    let part = topic.partition(p);
+                    let r = self
+                        .store(&part)
+                        .replay_dead(&part, Some(&ids), ids.len(), now_ms)
+                        .await;
+                    self.note(&part, &r);
+                    total += r?;
+                }
+            }
+            None => {
+                for p in 0..n {
+                    if total >= max as u64 {
+                        break;
+                    }
+                    let part = topic.partition(p);
+                    let r = self
+                        .store(&part)
+                        .replay_dead(&part, None, max - total as usize, now_ms)
+                        .await;
+                    self.note(&part, &r);
+                    total += r?;
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    async fn purge_dead(&self, topic: &Topic, max: usize) -> StoreResult<u64> {
+        let n = self.partition_count(topic).await?;
+        let mut total = 0;
+        for p in 0..n {
+            if total >= max as u64 {
+                break;
+            }
+            let part = topic.partition(p);
+            let r = self
+                .store(&part)
+                .purge_dead(&part, max - total as usize)
+                .await;
+            self.note(&part, &r);
+            total += r?;
+        }
+        Ok(total)
+    }
+
+    async fn topics(&self) -> StoreResult<Vec<Topic>> {
+        // Each shard lists the partition-0 names it holds (other partitions'
+        // names are not topic names and are left out by the shard).
+        let all = join_all(self.shards.iter().map(|s| s.store.topics())).await;
+        let mut names = BTreeSet::new();
+        let mut first_err = None;
+        let mut answered = false;
+        for r in all {
+            match r {
+                Ok(ts) => {
+                    answered = true;
+                    names.extend(ts);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) if !answered => Err(e),
+            _ => Ok(names.into_iter().collect()),
+        }
+    }
+
+    async fn topic_config(&self, topic: &Topic) -> StoreResult<Option<TopicConfig>> {
+        let r = self.store(topic).topic_config(topic).await;
+        self.note(topic, &r);
+        r
+    }
+
+    async fn put_topic_config(
+        &self,
+        topic: &Topic,
+        patch: &TopicConfigPatch,
+    ) -> StoreResult<TopicConfig> {
+        let current = self.store(topic).topic_config(topic).await?;
+        let old_n = current.as_ref().map_or(1, |c| c.partitions.max(1));
+        let new_n = patch.partitions.unwrap_or(old_n);
+        if new_n != old_n {
+            let mut held = 0;
+            for p in 0..old_n {
+                let part = topic.partition(p);
+                let s = self.store(&part).stats(&part, 0).await?;
+                held += s.scheduled + s.ready + s.reserved + s.dead;
+            }
+            if held > 0 {
+                return Err(StoreError::Invalid(InvalidInput::new(
+                    "invalid_partitions",
+                    format!(
+                        "topic {topic} holds {held} jobs in {old_n} partitions; the partition count changes only while a topic is empty (drain it, or use a new topic)"
+                    ),
+                )));
+            }
+        }
+        // Every partition gets the whole resulting settings: the scripts of
+        // each read their own copy.
+        let result = patch.apply(current.unwrap_or_default());
+        let full = TopicConfigPatch {
+            max_attempts: Some(result.max_attempts),
+            lease_ms: Some(result.lease_ms),
+            dead_cap: Some(result.dead_cap),
+            default_delay_ms: Some(result.default_delay_ms),
+            retry: Some(result.retry.clone()),
+            delivery: Some(result.delivery.clone()),
+            partitions: Some(new_n),
+        };
+        // Partition 0 last: it holds the count the others are found by.
+        for p in (1..new_n).chain([0]) {
+            let part = topic.partition(p);
+            self.store(&part).put_topic_config(&part, &full).await?;
+        }
+        for p in new_n..old_n {
+            let part = topic.partition(p);
+            self.store(&part).delete_topic(&part, 1).await?;
+        }
+        self.forget_partitions(topic);
+        Ok(result)
+    }
+
+    async fn delete_topic(&self, topic: &Topic, max: usize) -> StoreResult<(u64, bool)> {
+        let n = self.partition_count(topic).await?;
+        let mut deleted = 0;
+        let mut gone = true;
+        // Partition 0 last: while it stands, the topic and its count stand.
+        for p in (1..n).chain([0]) {
+            let part = topic.partition(p);
+            if p == 0 && !gone {
+                break;
+            }
+            let left = max.saturating_sub(deleted as usize).max(1);
+            let (d, g) = self.store(&part).delete_topic(&part, left).await?;
+            deleted += d;
+            gone &= g;
+        }
+        self.forget_partitions(topic);
+        Ok((deleted, gone))
+    }
+
+    async fn stats(&self, topic: &Topic, now_ms: u64) -> StoreResult<TopicStats> {
+        let all = self
+            .each(
+                topic,
+                false,
+                |s, p| async move { s.stats(&p, now_ms).await },
+            )
+            .await?;
+        let mut out = TopicStats::default();
+        for s in Self::gathered(all)? {
+            out.scheduled += s.scheduled;
+            out.ready += s.ready;
+            out.reserved += s.reserved;
+            out.dead += s.dead;
+            out.oldest_overdue_ms = out.oldest_overdue_ms.max(s.oldest_overdue_ms);
+            let (c, d) = (&mut out.counters, &s.counters);
+            c.enqueued += d.enqueued;
+            c.acked += d.acked;
+            c.failed += d.failed;
+            c.expired += d.expired;
+            c.dead += d.dead;
+            c.cancelled += d.cancelled;
+            c.dead_dropped += d.dead_dropped;
+            c.replayed += d.replayed;
+        }
+        Ok(out)
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        // Ready while any shard answers: the others delay only their jobs.
+        let all = join_all(self.shards.iter().map(|s| s.store.ping())).await;
+        if all.iter().any(Result::is_ok) {
+            return Ok(());
+        }
+        all.into_iter().next().expect("a shard")
+    }
+
+    async fn health(&self) -> Vec<(String, StoreResult<()>)> {
+        let all = join_all(self.shards.iter().map(|s| s.store.ping())).await;
+        self.shards
+            .iter()
+            .map(|s| s.name.clone())
+            .zip(all)
+            .collect()
+    }
+
+    async fn watch_wakes(&self, on_wake: WakeFn) {
+        // Wake-ups name partitions: pass on the topic.
+        let on_topic: WakeFn = std::sync::Arc::new(move |name: &str| match name.split_once('#') {
+            Some((t, _)) => on_wake(t),
+            None => on_wake(name),
+        });
+        join_all(
+            self.shards
+                .iter()
+                .map(|s| s.store.watch_wakes(on_topic.clone())),
+        )
+        .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_of_ids() {
+        assert_eq!(partition_of("anything", 1), 0);
+        assert_eq!(partition_of("0190-abc~p3", 4), 3);
+        assert_eq!(
+            partition_of("0190-abc~p3", 2),
+            partition_of("0190-abc~p3", 2)
+        );
+        assert!(partition_of("0190-abc~p9", 4) < 4, "out of range: hashed");
+        let mut seen = [0u32; 8];
+        for i in 0..8000 {
+            seen[partition_of(&format!("order-{i}"), 8) as usize] += 1;
+        }
+        assert!(seen.iter().all(|n| (800..1200).contains(n)), "{seen:?}");
+        // Stable across processes and releases: a fixed value.
+        assert_eq!(
+            partition_of("order-42", 16),
+            (fnv1a("order-42") % 16) as u32
+        );
+        assert_eq!(fnv1a(""), 0xcbf2_9ce4_8422_2325);
+    }
+
+    #[test]
+    fn jump_hash_is_stable_and_moves_little() {
+        let keys: Vec<u64> = (0..10_000u64).map(|i| fnv1a(&format!("t#{i}"))).collect();
+        let three: Vec<usize> = keys.iter().map(|k| jump_hash(*k, 3)).collect();
+        let four: Vec<usize> = keys.iter().map(|k| jump_hash(*k, 4)).collect();
+        assert!(three.iter().all(|b| *b < 3));
+        let moved = three.iter().zip(&four).filter(|(a, b)| a != b).count();
+        assert!(
+            (2000..3000).contains(&moved),
+            "about a quarter moves: {moved}"
+        );
+        assert!(three.iter().zip(&four).all(|(a, b)| a == b || *b == 3));
+        assert_eq!(jump_hash(12345, 1), 0);
+    }
+}

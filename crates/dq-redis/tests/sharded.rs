@@ -1,0 +1,318 @@
+//! The store over several Redis shards, with partitioned topics: the whole
+//! conformance suite on 3 shards; a 16-partition topic spread over them;
+//! a shard killed mid-load.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use dq_core::*;
+use dq_redis::{RedisConfig, RedisStore, ShardedStore};
+use dq_testkit::RedisServer;
+use redis::Commands;
+
+const T0: u64 = 1_700_000_000_000;
+
+fn sharded(servers: &[RedisServer]) -> ShardedStore {
+    ShardedStore::new(
+        servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let store = RedisStore::new(&RedisConfig {
+                    url: s.url(),
+                    response_timeout: std::time::Duration::from_millis(500),
+                    connect_timeout: std::time::Duration::from_millis(200),
+                    ..Default::default()
+                })
+                .unwrap();
+                (format!("shard {i}"), store)
+            })
+            .collect(),
+    )
+}
+
+async fn fresh() -> (ShardedStore, Vec<RedisServer>) {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    (sharded(&servers), servers)
+}
+
+dq_testkit::conformance_tests!(fresh());
+
+fn job(id: &str, when: When) -> NewJob {
+    NewJob::new(JobId::new(id).unwrap(), Body::Json("{}".into()), when)
+}
+
+fn generated(when: When) -> NewJob {
+    let mut j = job(JobId::generate().as_str(), when);
+    j.generated_id = true;
+    j
+}
+
+async fn partitioned(s: &ShardedStore, t: &Topic, n: u32) {
+    s.put_topic_config(
+        t,
+        &TopicConfigPatch {
+            partitions: Some(n),
+            max_attempts: Some(1),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// A 16-partition topic over 3 shards: jobs spread over every shard, each
+/// handed out once to concurrent claimers; lookups, lists, stats, dead
+/// letters and settings see the topic whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_topic_spreads_over_shards() {
+    let (s, servers) = fresh().await;
+    let s = Arc::new(s);
+    let t = Topic::new("hot").unwrap();
+    partitioned(&s, &t, 16).await;
+    assert_eq!(s.topic_config(&t).await.unwrap().unwrap().partitions, 16);
+    assert_eq!(
+        s.topics().await.unwrap(),
+        vec![t.clone()],
+        "partitions are not topics"
+    );
+
+    let mut jobs: Vec<NewJob> = (0..500)
+        .map(|i| job(&format!("u{i}"), When::DelayMs(0)))
+        .collect();
+    jobs.extend((0..500).map(|_| generated(When::DelayMs(0))));
+    let mut ids = HashSet::new();
+    for chunk in jobs.chunks(250) {
+        for e in s.enqueue(&t, chunk, T0).await.unwrap() {
+            assert!(e.created);
+            assert!(ids.insert(e.id.to_string()), "ids are unique");
+        }
+    }
+    assert_eq!(ids.len(), 1000);
+    assert!(
+        ids.iter().filter(|i| i.contains("~p")).count() == 500,
+        "generated ids name their partition"
+    );
+    for (i, server) in servers.iter().enumerate() {
+        let records: usize = server
+            .connection()
+            .keys::<_, Vec<String>>("dq:{hot*}:jobs")
+            .unwrap()
+            .len();
+        assert!(
+            records >= 2,
+            "shard {i} holds partitions of the topic ({records})"
+        );
+    }
+    let st = s.stats(&t, T0).await.unwrap();
+    assert_eq!((st.ready, st.counters.enqueued), (1000, 1000));
+
+    // Lookups by id reach the right partition.
+    let u7 = JobId::new("u7").unwrap();
+    assert_eq!(
+        s.get(&t, &u7).await.unwrap().unwrap().state,
+        JobState::Ready
+    );
+    let gen_id = JobId::new(ids.iter().find(|i| i.contains("~p")).unwrap().clone()).unwrap();
+    assert!(s.get(&t, &gen_id).await.unwrap().is_some());
+    assert_eq!(s.cancel(&t, &u7).await.unwrap(), Some(JobState::Ready));
+
+    // Four claimers take everything, each job once.
+    let mut handles = Vec::new();
+    for _ in 0..4 {
+        let (s, t) = (s.clone(), t.clone());
+        handles.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let c = s.claim(&t, 50, None, T0 + 1).await.unwrap();
+                if c.leases.is_empty() {
+                    return got;
+                }
+                for l in c.leases {
+                    assert_eq!(l.topic, t, "leases name the topic, not the partition");
+                    got.push(l);
+                }
+            }
+        }));
+    }
+    let mut leases = Vec::new();
+    for h in handles {
+        leases.extend(h.await.unwrap());
+    }
+    let claimed: HashSet<String> = leases.iter().map(|l| l.id.to_string()).collect();
+    assert_eq!(leases.len(), 999, "every job but the cancelled one, once");
+    assert_eq!(claimed.len(), 999);
+
+    // Ack most, kill three; dead letters of all partitions list as one.
+    for (k, l) in leases.iter().enumerate() {
+        if k < 3 {
+            s.nack(
+                &t,
+                &l.id,
+                &l.token,
+                &format!("boom {k}"),
+                None,
+                T0 + 10 + k as u64,
+            )
+            .await
+            .unwrap();
+        } else {
+            s.ack(&t, &l.id, &l.token).await.unwrap();
+        }
+    }
+    let dead = s.list_dead(&t, 0, 10).await.unwrap();
+    assert_eq!(dead.len(), 3);
+    assert_eq!(
+        dead.iter()
+            .map(|j| j.last_error.clone().unwrap())
+            .collect::<Vec<_>>(),
+        ["boom 0", "boom 1", "boom 2"],
+        "oldest death first across partitions"
+    );
+    assert_eq!(s.list_dead(&t, 1, 1).await.unwrap()[0].id, dead[1].id);
+
+    // Scheduled jobs list in due order across partitions.
+    for i in 0..20u64 {
+        s.enqueue(
+            &t,
+            &[job(&format!("s{i}"), When::DueAtMs(T0 + 100_000 - i))],
+            T0,
+        )
+        .await
+        .unwrap();
+    }
+    let next = s.list_scheduled(&t, 5).await.unwrap();
+    assert_eq!(
+        next.iter().map(|j| j.id.to_string()).collect::<Vec<_>>(),
+        ["s19", "s18", "s17", "s16", "s15"]
+    );
+
+    // The partition count changes only on an empty topic.
+    let e = s
+        .put_topic_config(
+            &t,
+            &TopicConfigPatch {
+                partitions: Some(4),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, StoreError::Invalid(i) if i.code == "invalid_partitions"),
+        "{e:?}"
+    );
+    assert_eq!(s.topic_config(&t).await.unwrap().unwrap().partitions, 16);
+    assert_eq!(
+        s.replay_dead(&t, Some(&[dead[0].id.clone()]), 10, T0 + 20)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(s.purge_dead(&t, 100).await.unwrap(), 2);
+    let (deleted, gone) = s.delete_topic(&t, 1000).await.unwrap();
+    assert!(gone);
+    assert_eq!(deleted, 21, "the replayed job and the scheduled ones");
+    assert!(s.topics().await.unwrap().is_empty());
+    for server in &servers {
+        let left: Vec<String> = server.connection().keys("dq:{hot*").unwrap();
+        assert!(left.is_empty(), "nothing of the topic left: {left:?}");
+    }
+}
+
+/// One of three shards dies mid-load: enqueues with generated ids keep
+/// succeeding, claims keep handing out the other shards' jobs, and after the
+/// shard is back (its data on disk) its jobs come out too; none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_shard_delays_only_its_own_jobs() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_durable()).collect();
+    let s = sharded(&servers);
+    let t = Topic::new("orders").unwrap();
+    partitioned(&s, &t, 12).await;
+
+    let mut enqueued = HashSet::new();
+    for _ in 0..10 {
+        for e in s
+            .enqueue(
+                &t,
+                &(0..50)
+                    .map(|_| generated(When::DelayMs(0)))
+                    .collect::<Vec<_>>(),
+                T0,
+            )
+            .await
+            .unwrap()
+        {
+            enqueued.insert(e.id.to_string());
+        }
+    }
+    servers[1].stop();
+
+    // Generated ids go to partitions that answer.
+    for _ in 0..10 {
+        let r = s
+            .enqueue(
+                &t,
+                &(0..50)
+                    .map(|_| generated(When::DelayMs(0)))
+                    .collect::<Vec<_>>(),
+                T0,
+            )
+            .await
+            .expect("enqueue with generated ids while a shard is down");
+        enqueued.extend(r.into_iter().map(|e| e.id.to_string()));
+    }
+    assert_eq!(enqueued.len(), 1000);
+    // A producer's own id on the dead shard is refused, not lost.
+    let on_dead = (0..1000)
+        .map(|i| format!("mine-{i}"))
+        .find(|id| {
+            let p = dq_redis::sharded::partition_of(id, 12);
+            s.shard_of_partition(&t.partition(p)) == 1
+        })
+        .unwrap();
+    assert!(matches!(
+        s.enqueue(&t, &[job(&on_dead, When::DelayMs(0))], T0).await,
+        Err(StoreError::Unavailable(_))
+    ));
+
+    // Claims hand out everything the live shards hold.
+    let mut got: HashMap<String, u32> = HashMap::new();
+    loop {
+        let c = s.claim(&t, 100, Some(600_000), T0 + 1).await.unwrap();
+        if c.leases.is_empty() {
+            break;
+        }
+        for l in c.leases {
+            *got.entry(l.id.to_string()).or_default() += 1;
+            s.ack(&t, &l.id, &l.token).await.unwrap();
+        }
+    }
+    let before = got.len();
+    assert!(before >= 500, "the live shards' jobs came out: {before}");
+    assert!(before < 1000, "the dead shard's did not");
+    let health = s.health().await;
+    assert!(health[1].1.is_err() && health[0].1.is_ok() && health[2].1.is_ok());
+    assert!(s.ping().await.is_ok(), "ready while any shard answers");
+
+    // The shard comes back with its data: the rest comes out, once each.
+    servers[1].restart();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while got.len() < 1000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} of 1000",
+            got.len()
+        );
+        let c = s.claim(&t, 100, None, T0 + 2).await;
+        if let Ok(c) = c {
+            for l in c.leases {
+                *got.entry(l.id.to_string()).or_default() += 1;
+                s.ack(&t, &l.id, &l.token).await.unwrap();
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(got.values().all(|n| *n == 1), "each job handed out once");
+    assert_eq!(got.keys().cloned().collect::<HashSet<_>>(), enqueued);
+}
