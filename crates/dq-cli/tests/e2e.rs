@@ -256,6 +256,91 @@ async fn two_servers_one_redis_one_holder_per_job() {
     assert_eq!(ids.len(), N);
 }
 
+/// Three `dq serve` on one Redis Cluster (3 masters), a 16-partition topic:
+/// jobs enqueued through all three (with and without ids) are each handed to
+/// exactly one holder, none early, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_one_cluster_sixteen_partitions_one_holder_per_job() {
+    let cluster = dq_testkit::RedisCluster::start(3, 0);
+    let seeds = cluster.urls().join(",");
+    let mut dqs = Vec::new();
+    for _ in 0..3 {
+        dqs.push(Arc::new(
+            Dq::start_with(&["--redis-cluster", &seeds, "--redis-timeout", "2s"]).await,
+        ));
+    }
+    let (s, v, _) = dqs[0]
+        .call(
+            reqwest::Method::PUT,
+            "/v1/topics/hot",
+            Some(json!({"partitions": 16})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["config"]["partitions"], json!(16));
+    const N: usize = 3000;
+    for (k, dq) in dqs.iter().enumerate() {
+        let jobs: Vec<Value> = (0..1000)
+            .map(|i| {
+                let delay = rand::random_range(0..=1000u64);
+                if i % 2 == 0 {
+                    json!({"id": format!("p{k}-{i}"), "delay_ms": delay})
+                } else {
+                    json!({"delay_ms": delay})
+                }
+            })
+            .collect();
+        let (s, v) = dq
+            .post("/v1/topics/hot/jobs:batch", json!({ "jobs": jobs }))
+            .await;
+        assert_eq!(s, 200, "{v}");
+    }
+    // The partitions are spread over the masters.
+    let mut masters = HashSet::new();
+    for p in 0..16 {
+        let tag = if p == 0 {
+            "hot".to_string()
+        } else {
+            format!("hot#{p}")
+        };
+        masters.insert(cluster.master_of(&format!("dq:{{{tag}}}:jobs")));
+    }
+    assert_eq!(masters.len(), 3, "16 partitions over 3 masters");
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let stop: Arc<dyn Fn() -> bool + Send + Sync> = {
+        let seen = seen.clone();
+        Arc::new(move || seen.lock().unwrap().handouts.len() >= N || Instant::now() > deadline)
+    };
+    let consumers: Vec<_> = (0..6)
+        .map(|i| {
+            tokio::spawn(consume(
+                dqs[i % 3].clone(),
+                "hot",
+                seen.clone(),
+                stop.clone(),
+                true,
+            ))
+        })
+        .collect();
+    for c in consumers {
+        c.await.unwrap();
+    }
+    let seen = seen.lock().unwrap();
+    let mut ids = HashSet::new();
+    for (id, d, received, _) in &seen.handouts {
+        assert!(ids.insert(id.clone()), "{id} handed to two holders");
+        assert!(received >= d, "early");
+    }
+    assert_eq!(ids.len(), N, "every job handed out");
+    let (_, v, _) = dqs[2]
+        .call(reqwest::Method::GET, "/v1/topics/hot", None)
+        .await;
+    assert_eq!(v["stats"]["counters"]["acked"], json!(N));
+    let (s, v, _) = dqs[1].call(reqwest::Method::GET, "/readyz", None).await;
+    assert_eq!(s, 200, "{v}");
+}
+
 /// (d) Redis (AOF, appendfsync always) is killed mid-load: enqueues get 503
 /// with Retry-After; after a restart service resumes and every enqueue that
 /// was answered OK is there.
