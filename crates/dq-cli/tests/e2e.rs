@@ -326,9 +326,8 @@ async fn three_servers_one_cluster_sixteen_partitions_one_holder_per_job() {
     for c in consumers {
         c.await.unwrap();
     }
-    let seen = seen.lock().unwrap();
     let mut ids = HashSet::new();
-    for (id, d, received, _) in &seen.handouts {
+    for (id, d, received, _) in &seen.lock().unwrap().handouts {
         assert!(ids.insert(id.clone()), "{id} handed to two holders");
         assert!(received >= d, "early");
     }
