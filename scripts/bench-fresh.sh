@@ -4,9 +4,12 @@
 #
 #   scripts/bench-fresh.sh embedded drain --jobs 100000 --window 1s..10s
 #   scripts/bench-fresh.sh redis enqueue --jobs 200000
+#   scripts/bench-fresh.sh shards drain --jobs 100000 --window 0s..0s --partitions 12
+#   scripts/bench-fresh.sh cluster drain --jobs 100000 --window 0s..0s --partitions 12
 #
 # Uses target/release/dq (cargo build --release -p dq-cli) unless DQ_BIN is set.
-# The redis store gets a private redis-server (no persistence) on a free port.
+# The redis store gets a private redis-server (no persistence) on a free port;
+# shards: three of them; cluster: a 3-master Redis Cluster of them.
 set -euo pipefail
 store=$1; shift
 scenario=$1
@@ -17,10 +20,12 @@ listen="127.0.0.1:$port"
 cleanup() {
   [ -n "${dq_pid:-}" ] && kill "$dq_pid" 2>/dev/null && wait "$dq_pid" 2>/dev/null || true
   [ -n "${redis_port:-}" ] && redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1 || true
+  for p in "${extra_ports[@]}"; do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true; done
   rm -rf "$dir"
 }
 trap cleanup EXIT
 extra=()
+extra_ports=()
 case $store in
   embedded)
     "$bin" serve --listen "$listen" --data-dir "$dir/data" --log-level warn >"$dir/dq.log" 2>&1 &
@@ -33,7 +38,47 @@ case $store in
     "$bin" serve --listen "$listen" --redis "redis://127.0.0.1:$redis_port" --log-level warn >"$dir/dq.log" 2>&1 &
     [ "$scenario" = storage ] && extra=(--redis "redis://127.0.0.1:$redis_port")
     ;;
-  *) echo "store must be embedded or redis" >&2; exit 2 ;;
+  shards)
+    # Three private redis-servers as shards.
+    urls=()
+    for i in 1 2 3; do
+      p=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      mkdir -p "$dir/s$i"
+      redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir/s$i" --logfile "$dir/s$i/redis.log" --daemonize yes
+      urls+=("redis://127.0.0.1:$p"); extra_ports+=("$p")
+    done
+    sleep 0.2
+    "$bin" serve --listen "$listen" --redis-shards "$(IFS=,; echo "${urls[*]}")" --log-level warn >"$dir/dq.log" 2>&1 &
+    ;;
+  cluster)
+    # A private 3-master Redis Cluster (no replicas).
+    urls=(); hosts=()
+    for i in 1 2 3; do
+      # A cluster node also listens on port + 10000 (its bus): stay below 55536.
+      p=$(python3 -c '
+import random, socket
+while True:
+    p = random.randint(20000, 45000)
+    try:
+        for q in (p, p + 10000):
+            s = socket.socket(); s.bind(("127.0.0.1", q)); s.close()
+        print(p); break
+    except OSError:
+        pass')
+      mkdir -p "$dir/c$i"
+      redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir/c$i" --logfile "$dir/c$i/redis.log" \
+        --cluster-enabled yes --cluster-config-file nodes.conf --daemonize yes
+      urls+=("redis://127.0.0.1:$p"); hosts+=("127.0.0.1:$p"); extra_ports+=("$p")
+    done
+    sleep 0.3
+    redis-cli --cluster create "${hosts[@]}" --cluster-replicas 0 --cluster-yes >"$dir/cluster.log" 2>&1
+    for _ in $(seq 100); do
+      redis-cli -p "${extra_ports[0]}" cluster info | grep -q cluster_state:ok && break
+      sleep 0.1
+    done
+    "$bin" serve --listen "$listen" --redis-cluster "$(IFS=,; echo "${urls[*]}")" --log-level warn >"$dir/dq.log" 2>&1 &
+    ;;
+  *) echo "store must be embedded, redis, shards or cluster" >&2; exit 2 ;;
 esac
 dq_pid=$!
 python3 - "$listen" <<'PY'

@@ -34,6 +34,9 @@ pub(crate) struct BenchArgs {
     /// Topic to use [default: bench-<scenario>-<random>]; deleted afterwards unless --keep
     #[arg(long, global = true)]
     topic: Option<String>,
+    /// Split the bench topic into this many partitions first (Redis stores)
+    #[arg(long, global = true)]
+    partitions: Option<u32>,
     /// Keep the bench topic and its jobs afterwards
     #[arg(long, global = true)]
     keep: bool,
@@ -533,6 +536,11 @@ impl BenchArgs {
             .topic
             .clone()
             .unwrap_or_else(|| format!("bench-{name}-{run_id}"));
+        if let Some(n) = self.partitions {
+            api.put(&format!("/v1/topics/{topic}"), &json!({ "partitions": n }))
+                .await
+                .context("setting the bench topic's partitions")?;
+        }
         let result = match self.scenario {
             Scenario::Enqueue {
                 jobs,

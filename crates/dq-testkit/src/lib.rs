@@ -20,3 +20,16 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("cannot bind a loopback port")
 }
+
+/// A free port `p` on 127.0.0.1 with `p + offset` free too (a Redis Cluster
+/// node's bus listens on port + 10000, so `p` stays below 65536 - offset).
+pub fn free_port_pair(offset: u16) -> u16 {
+    loop {
+        let p = free_port();
+        if let Some(q) = p.checked_add(offset)
+            && std::net::TcpListener::bind(("127.0.0.1", q)).is_ok()
+        {
+            return p;
+        }
+    }
+}

@@ -52,8 +52,15 @@ impl RedisServer {
         let mut last_err = String::new();
         // A free port can be taken by someone else before redis binds it: retry.
         for _ in 0..5 {
+            // A cluster node also listens on port + 10000 (its bus).
+            let cluster = extra.iter().any(|a| a == "--cluster-enabled");
+            let port = if cluster {
+                crate::free_port_pair(10_000)
+            } else {
+                crate::free_port()
+            };
             let mut s = Self {
-                port: crate::free_port(),
+                port,
                 child: None,
                 dir: tempfile::tempdir().expect("temp dir"),
                 aof,
