@@ -215,6 +215,15 @@ pub trait Store: Send + Sync + 'static {
     /// Checks the store answers.
     async fn ping(&self) -> StoreResult<()>;
 
+    /// Records that dispatcher `me` is alive at `now_ms` and returns every
+    /// dispatcher seen alive within the last `ttl_ms`, sorted, `me`
+    /// included; dispatchers share the topics among themselves by it. A
+    /// store only one process uses (the embedded one) returns just `me`.
+    async fn members(&self, me: &str, now_ms: u64, ttl_ms: u64) -> StoreResult<Vec<String>> {
+        let _ = (now_ms, ttl_ms);
+        Ok(vec![me.to_string()])
+    }
+
     /// Each part of the store (one per Redis shard) and whether it answers.
     async fn health(&self) -> Vec<(String, StoreResult<()>)> {
         vec![("store".to_string(), self.ping().await)]

@@ -52,6 +52,11 @@ impl Keys {
         format!("{}:topics", self.prefix)
     }
 
+    /// The ZSET of live dispatchers (member: instance id, score: last seen ms).
+    pub fn members(&self) -> String {
+        format!("{}:dispatchers", self.prefix)
+    }
+
     /// The pub/sub channel on which scripts announce "topic X has a job due earlier".
     pub fn wake_channel(&self) -> String {
         format!("{}:wake", self.prefix)

@@ -793,6 +793,22 @@ impl Store for RedisStore {
         })
     }
 
+    async fn members(&self, me: &str, now_ms: u64, ttl_ms: u64) -> StoreResult<Vec<String>> {
+        let key = self.keys.members();
+        let mut conn = self.conn.clone();
+        let (members,): (Vec<String>,) = redis::pipe()
+            .atomic()
+            .zadd(&key, me, now_ms)
+            .ignore()
+            .zrembyscore(&key, "-inf", format!("({}", now_ms.saturating_sub(ttl_ms)))
+            .ignore()
+            .zrange(&key, 0, -1)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(members)
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         let mut conn = self.conn.clone();
         let _: String = redis::cmd("PING")

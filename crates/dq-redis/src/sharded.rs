@@ -778,6 +778,21 @@ impl Store for ShardedStore {
         Ok(out)
     }
 
+    async fn members(&self, me: &str, now_ms: u64, ttl_ms: u64) -> StoreResult<Vec<String>> {
+        // Kept on the first shard that answers (while shard 0 is down, two
+        // instances may both dispatch a topic for a while: that is safe).
+        let mut first_err = None;
+        for s in &self.shards {
+            match s.store.members(me, now_ms, ttl_ms).await {
+                Ok(m) => return Ok(m),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        Err(first_err.expect("a shard"))
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         // Ready while any shard answers: the others delay only their jobs.
         let all = join_all(self.shards.iter().map(|s| s.store.ping())).await;

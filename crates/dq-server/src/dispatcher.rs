@@ -6,6 +6,14 @@
 //! `max_sleep`: leases taken through *other* dq processes and topics created
 //! there are noticed within that bound. Several dispatchers on one store are
 //! safe: every step is one atomic store call.
+//!
+//! Several dispatchers (one per dq instance) share the topics: each records
+//! itself alive in the store ([`Store::members`]) and handles only the topics
+//! it owns by rendezvous hashing over the live ones; when one stops
+//! answering, its topics pass to the others after `member_ttl` (5 s, or 3 ×
+//! `max_sleep` if longer). Reserve calls promote due jobs themselves, so the
+//! dispatcher is what takes back expired leases, keeps counts current and
+//! wakes waiting consumers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,9 +37,78 @@ pub struct Dispatcher {
     pub wakers: Arc<Wakers>,
     /// Longest sleep.
     pub max_sleep: Duration,
+    /// This dispatcher's id among the live ones.
+    pub id: String,
+    /// The live dispatchers as last read, and when.
+    members: std::sync::Mutex<Option<(Instant, Vec<String>)>>,
+}
+
+/// FNV-1a, 64 bits, then the SplitMix64 finalizer so that similar inputs
+/// (t1, t2, …) get unrelated values; the same in every process.
+fn fnv1a(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.bytes().chain([0]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// Whether `me` handles `topic` among the live dispatchers `members`
+/// (rendezvous hashing: the member with the highest hash of (member, topic)
+/// does; with no members known, everyone does).
+pub fn owns(members: &[String], me: &str, topic: &str) -> bool {
+    members
+        .iter()
+        .max_by_key(|m| (fnv1a(&[m, topic]), m.as_str()))
+        .is_none_or(|owner| owner == me)
 }
 
 impl Dispatcher {
+    /// A dispatcher with a new random id.
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        wakers: Arc<Wakers>,
+        max_sleep: Duration,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            wakers,
+            max_sleep,
+            id: format!("{:016x}", rand::random::<u64>()),
+            members: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// How long a dispatcher counts as alive after it was last seen.
+    pub fn member_ttl(&self) -> Duration {
+        Duration::from_secs(5).max(self.max_sleep * 3)
+    }
+
+    /// The live dispatchers (read at most every 500 ms); empty when the
+    /// store cannot say (then this one handles every topic).
+    async fn live_members(&self) -> Vec<String> {
+        if let Some((at, m)) = &*self.members.lock().expect("poisoned")
+            && at.elapsed() < Duration::from_millis(500)
+        {
+            return m.clone();
+        }
+        let ttl = self.member_ttl().as_millis() as u64;
+        match self.store.members(&self.id, self.clock.now_ms(), ttl).await {
+            Ok(m) => {
+                *self.members.lock().expect("poisoned") = Some((Instant::now(), m.clone()));
+                m
+            }
+            Err(_) => Vec::new(),
+        }
+    }
+
     /// Runs until `cancel` fires.
     pub async fn run(self, cancel: CancellationToken) {
         let mut failures = 0u32;
@@ -61,18 +138,30 @@ impl Dispatcher {
         }
     }
 
-    /// One pass over every topic. Returns when to run again.
+    /// One pass over the topics this dispatcher owns. Returns when to run
+    /// again.
     pub async fn tick(&self) -> Result<Instant, StoreError> {
+        self.tick_report().await.map(|(next, _)| next)
+    }
+
+    /// [`Dispatcher::tick`], also returning the topics it handled.
+    pub async fn tick_report(&self) -> Result<(Instant, Vec<dq_core::Topic>), StoreError> {
         let started = Instant::now();
         let mut next = started + self.max_sleep;
+        let members = self.live_members().await;
+        let mut visited = Vec::new();
         for topic in self.store.topics().await? {
+            if !owns(&members, &self.id, topic.as_str()) {
+                continue;
+            }
+            visited.push(topic.clone());
             // A topic whose store part (Redis shard) fails waits; the others go on.
             if let Err(e) = self.topic_pass(&topic, started, &mut next).await {
                 tracing::debug!(topic = %topic, error = %e, "dispatcher pass of a topic failed");
                 next = next.min(started + Duration::from_secs(1).min(self.max_sleep));
             }
         }
-        Ok(next)
+        Ok((next, visited))
     }
 
     /// Expired leases and due jobs of one topic; lowers `next` to when the
@@ -126,4 +215,37 @@ impl Dispatcher {
 /// The instant at which the clock will read `due_ms`, given it read `now_ms` at `base`.
 fn at(base: Instant, now_ms: u64, due_ms: u64) -> Instant {
     base + Duration::from_millis(due_ms.saturating_sub(now_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_spread_over_members_and_move_only_from_a_leaver() {
+        let three: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let topics: Vec<String> = (0..300).map(|i| format!("t{i}")).collect();
+        let owner = |members: &[String], t: &str| {
+            members
+                .iter()
+                .filter(|m| owns(members, m, t))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let mut per = std::collections::HashMap::new();
+        for t in &topics {
+            let o = owner(&three, t);
+            assert_eq!(o.len(), 1, "exactly one owner of {t}");
+            *per.entry(o[0].clone()).or_insert(0) += 1;
+        }
+        assert!(per.values().all(|n| (70..130).contains(n)), "{per:?}");
+        // "b" leaves: only its topics move.
+        let two: Vec<String> = ["a", "c"].map(String::from).to_vec();
+        for t in &topics {
+            let before = owner(&three, t)[0].clone();
+            let after = owner(&two, t)[0].clone();
+            assert!(before == after || before == "b", "{t} moved from {before}");
+        }
+        assert!(owns(&[], "x", "t"), "no members known: handle everything");
+    }
 }

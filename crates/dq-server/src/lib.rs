@@ -313,12 +313,12 @@ impl Server {
             let max_sleep = self.config.dispatcher_max_sleep;
             let cancel = loops.clone();
             supervise(&tracker, &loops, "dispatcher", move || {
-                let d = dispatcher::Dispatcher {
-                    store: st.store.clone(),
-                    clock: st.clock.clone(),
-                    wakers: st.wakers.clone(),
+                let d = dispatcher::Dispatcher::new(
+                    st.store.clone(),
+                    st.clock.clone(),
+                    st.wakers.clone(),
                     max_sleep,
-                };
+                );
                 d.run(cancel.clone())
             });
         }
