@@ -282,7 +282,24 @@ impl RedisStore {
         for a in args {
             inv.arg(*a);
         }
-        inv.invoke_async(&mut conn).await.map_err(unavailable)
+        // During a Cluster resharding a script whose keys are split between
+        // two nodes is refused with TRYAGAIN, or redirected (ASK, MOVED)
+        // more often than the client follows by itself; during a failover it
+        // may be refused with CLUSTERDOWN or MASTERDOWN. In every case it did
+        // not run: wait and run it again, for up to about 3 s beyond the
+        // client's own retries.
+        let mut wait = Duration::from_millis(20);
+        let mut waited = Duration::ZERO;
+        loop {
+            match inv.invoke_async(&mut conn).await {
+                Err(e) if not_run(&e) && waited < Duration::from_secs(3) => {
+                    tokio::time::sleep(wait).await;
+                    waited += wait;
+                    wait = (wait * 2).min(Duration::from_millis(250));
+                }
+                r => return r.map_err(unavailable),
+            }
+        }
     }
 
     /// Runs the enqueue script; with `wait_replicas`, then waits for that
@@ -322,6 +339,22 @@ impl RedisStore {
         }
         Ok(v)
     }
+}
+
+/// Whether Redis refused a script before running it, for a reason that passes
+/// (a slot being migrated, a cluster without a master for a moment).
+fn not_run(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::Ask
+                | ServerErrorKind::Moved
+        )
+    )
 }
 
 fn unavailable(e: redis::RedisError) -> StoreError {

@@ -146,3 +146,129 @@ async fn failover_under_load_loses_no_acknowledged_enqueue() {
         "lost acknowledged enqueues: {missing:?}"
     );
 }
+
+/// The slot of a busy topic moves to another master while producers and a
+/// consumer work on it (clients meet ASK, TRYAGAIN and then MOVED): every
+/// enqueue that succeeded is handed out exactly once, and afterwards the
+/// topic is served from its new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resharding_under_load_loses_nothing() {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use dq_core::{Body, JobId, NewJob, Store, Topic, When};
+
+    let cluster = RedisCluster::start(3, 0);
+    let store = Arc::new(
+        RedisStore::new(&RedisConfig {
+            cluster: cluster.urls(),
+            ..Default::default()
+        })
+        .unwrap(),
+    );
+    let t = Topic::new("moving").unwrap();
+    let now = 1_700_000_000_000u64;
+    let stop = Arc::new(AtomicBool::new(false));
+    let errors = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let enqueued = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let got = Arc::new(std::sync::Mutex::new(HashMap::<String, u32>::new()));
+
+    let producer = {
+        let (store, t, stop, errors, enqueued) = (
+            store.clone(),
+            t.clone(),
+            stop.clone(),
+            errors.clone(),
+            enqueued.clone(),
+        );
+        tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let jobs: Vec<NewJob> = (0..20)
+                    .map(|k| {
+                        NewJob::new(
+                            JobId::new(format!("m{i}-{k}")).unwrap(),
+                            Body::Json("{}".into()),
+                            When::DelayMs(0),
+                        )
+                    })
+                    .collect();
+                i += 1;
+                match store.enqueue(&t, &jobs, now).await {
+                    Ok(r) => enqueued
+                        .lock()
+                        .unwrap()
+                        .extend(r.into_iter().map(|e| e.id.to_string())),
+                    Err(e) => errors.lock().unwrap().push(format!("enqueue: {e}")),
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let consumer = {
+        let (store, t, stop, errors, got) = (
+            store.clone(),
+            t.clone(),
+            stop.clone(),
+            errors.clone(),
+            got.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                let done = stop.load(Ordering::Relaxed);
+                match store.claim(&t, 50, Some(600_000), now + 1).await {
+                    Ok(c) => {
+                        if c.leases.is_empty() && done {
+                            return;
+                        }
+                        for l in c.leases {
+                            *got.lock().unwrap().entry(l.id.to_string()).or_default() += 1;
+                            if let Err(e) = store.ack(&t, &l.id, &l.token).await {
+                                errors.lock().unwrap().push(format!("ack: {e}"));
+                            }
+                        }
+                    }
+                    Err(e) => errors.lock().unwrap().push(format!("claim: {e}")),
+                }
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let slot = cluster.slot_of("dq:{moving}:sched");
+    let from = cluster.master_of_slot(slot);
+    let to = (from + 1) % 3;
+    tokio::task::block_in_place(|| cluster.migrate_slot(slot, to, 1, Duration::from_millis(100)));
+    assert_eq!(cluster.master_of_slot(slot), to);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    producer.await.unwrap();
+    consumer.await.unwrap();
+
+    let enqueued = enqueued.lock().unwrap().clone();
+    let got = got.lock().unwrap().clone();
+    let errors = errors.lock().unwrap().clone();
+    eprintln!(
+        "{} enqueued, {} handed out, {} errors during the move: {:?}",
+        enqueued.len(),
+        got.len(),
+        errors.len(),
+        errors.iter().take(3).collect::<Vec<_>>()
+    );
+    assert!(enqueued.len() > 500, "load ran through the move");
+    assert!(got.values().all(|n| *n == 1), "no job handed out twice");
+    for id in &enqueued {
+        assert!(
+            got.contains_key(id),
+            "{id} was enqueued but never handed out"
+        );
+    }
+    let s = store.stats(&t, now + 2).await.unwrap();
+    assert_eq!((s.ready, s.reserved), (0, 0));
+    assert!(
+        errors.is_empty(),
+        "the client rode through the move: {errors:?}"
+    );
+}

@@ -79,19 +79,83 @@ impl RedisCluster {
         }
     }
 
-    /// The index of the node now serving as master for `key`'s slot.
-    pub fn master_of(&self, key: &str) -> usize {
+    /// The node id of node `i` (`CLUSTER MYID`).
+    pub fn node_id(&self, i: usize) -> String {
+        ::redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.nodes[i].connection())
+            .expect("cluster myid")
+    }
+
+    /// The hash slot of `key`.
+    pub fn slot_of(&self, key: &str) -> u16 {
+        let any = self.nodes.iter().find(|n| n.is_running()).expect("a node");
+        ::redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut any.connection())
+            .expect("keyslot")
+    }
+
+    /// Moves hash slot `slot` from its master to master `to`, the way
+    /// `redis-cli --cluster reshard` does (IMPORTING/MIGRATING, then MIGRATE
+    /// of `batch` keys at a time with `pause` between batches, then SETSLOT
+    /// NODE everywhere), so that clients meanwhile meet ASK and TRYAGAIN.
+    pub fn migrate_slot(&self, slot: u16, to: usize, batch: usize, pause: Duration) {
+        let key_probe = self.master_of_slot(slot);
+        let from = key_probe;
+        assert_ne!(from, to, "slot {slot} is on node {to} already");
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let mut src = self.nodes[from].connection();
+        let mut dst = self.nodes[to].connection();
+        let setslot = |c: &mut ::redis::Connection, state: &str, id: &str| {
+            ::redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(state)
+                .arg(id)
+                .query::<()>(c)
+                .expect("cluster setslot");
+        };
+        setslot(&mut dst, "IMPORTING", &from_id);
+        setslot(&mut src, "MIGRATING", &to_id);
+        loop {
+            let keys: Vec<String> = ::redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(batch)
+                .query(&mut src)
+                .expect("getkeysinslot");
+            if keys.is_empty() {
+                break;
+            }
+            let mut m = ::redis::cmd("MIGRATE");
+            m.arg("127.0.0.1")
+                .arg(self.nodes[to].port())
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("REPLACE")
+                .arg("KEYS")
+                .arg(&keys);
+            m.query::<()>(&mut src).expect("migrate");
+            std::thread::sleep(pause);
+        }
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].is_running() {
+                setslot(&mut self.nodes[i].connection(), "NODE", &to_id);
+            }
+        }
+    }
+
+    /// The index of the node now serving as master for `slot`.
+    pub fn master_of_slot(&self, slot: u16) -> usize {
         let any = self
             .nodes
             .iter()
             .find(|n| n.is_running())
             .expect("a running node");
         let mut c = any.connection();
-        let slot: i64 = ::redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query(&mut c)
-            .expect("keyslot");
         let slots: ::redis::Value = ::redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query(&mut c)
@@ -99,6 +163,7 @@ impl RedisCluster {
         let ::redis::Value::Array(ranges) = slots else {
             panic!("CLUSTER SLOTS: {slots:?}")
         };
+        let slot = i64::from(slot);
         for r in ranges {
             let ::redis::Value::Array(parts) = r else {
                 continue;
@@ -118,5 +183,10 @@ impl RedisCluster {
             }
         }
         panic!("no master for slot {slot}");
+    }
+
+    /// The index of the node now serving as master for `key`'s slot.
+    pub fn master_of(&self, key: &str) -> usize {
+        self.master_of_slot(self.slot_of(key))
     }
 }
