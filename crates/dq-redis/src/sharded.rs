@@ -214,6 +214,18 @@ impl ShardedStore {
         Ok(t.partition(partition_of(id.as_str(), n)))
     }
 
+    /// Runs `f` on the partition holding job `id`, noting a shard failure.
+    async fn on_job<'a, T, F, Fut>(&'a self, topic: &Topic, id: &JobId, f: F) -> StoreResult<T>
+    where
+        F: FnOnce(&'a RedisStore, Topic) -> Fut,
+        Fut: std::future::Future<Output = StoreResult<T>>,
+    {
+        let part = self.part_of(topic, id).await?;
+        let r = f(&self.shards[self.shard_index(&part)].store, part.clone()).await;
+        self.note(&part, &r);
+        r
+    }
+
     /// The partitions of `t`, starting at a rotating one.
     fn rotation(&self, n: u32) -> impl Iterator<Item = u32> {
         let start = (self.next.fetch_add(1, Ordering::Relaxed) % n as usize) as u32;
@@ -363,17 +375,13 @@ impl Store for ShardedStore {
     }
 
     async fn get(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobInfo>> {
-        let part = self.part_of(topic, id).await?;
-        let r = self.store(&part).get(&part, id).await;
-        self.note(&part, &r);
-        r
+        self.on_job(topic, id, |s, p| async move { s.get(&p, id).await })
+            .await
     }
 
     async fn cancel(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobState>> {
-        let part = self.part_of(topic, id).await?;
-        let r = self.store(&part).cancel(&part, id).await;
-        self.note(&part, &r);
-        r
+        self.on_job(topic, id, |s, p| async move { s.cancel(&p, id).await })
+            .await
     }
 
     async fn reschedule(
@@ -383,13 +391,10 @@ impl Store for ShardedStore {
         due_at_ms: u64,
         now_ms: u64,
     ) -> StoreResult<()> {
-        let part = self.part_of(topic, id).await?;
-        let r = self
-            .store(&part)
-            .reschedule(&part, id, due_at_ms, now_ms)
-            .await;
-        self.note(&part, &r);
-        r
+        self.on_job(topic, id, |s, p| async move {
+            s.reschedule(&p, id, due_at_ms, now_ms).await
+        })
+        .await
     }
 
     async fn claim(
@@ -451,20 +456,15 @@ impl Store for ShardedStore {
         lease_ms: Option<u64>,
         now_ms: u64,
     ) -> StoreResult<u64> {
-        let part = self.part_of(topic, id).await?;
-        let r = self
-            .store(&part)
-            .extend_lease(&part, id, token, lease_ms, now_ms)
-            .await;
-        self.note(&part, &r);
-        r
+        self.on_job(topic, id, |s, p| async move {
+            s.extend_lease(&p, id, token, lease_ms, now_ms).await
+        })
+        .await
     }
 
     async fn ack(&self, topic: &Topic, id: &JobId, token: &str) -> StoreResult<()> {
-        let part = self.part_of(topic, id).await?;
-        let r = self.store(&part).ack(&part, id, token).await;
-        self.note(&part, &r);
-        r
+        self.on_job(topic, id, |s, p| async move { s.ack(&p, id, token).await })
+            .await
     }
 
     async fn nack(
@@ -476,13 +476,10 @@ impl Store for ShardedStore {
         retry_in_ms: Option<u64>,
         now_ms: u64,
     ) -> StoreResult<NackOutcome> {
-        let part = self.part_of(topic, id).await?;
-        let r = self
-            .store(&part)
-            .nack(&part, id, token, error, retry_in_ms, now_ms)
-            .await;
-        self.note(&part, &r);
-        r
+        self.on_job(topic, id, |s, p| async move {
+            s.nack(&p, id, token, error, retry_in_ms, now_ms).await
+        })
+        .await
     }
 
     async fn bury(
@@ -493,13 +490,10 @@ impl Store for ShardedStore {
         error: &str,
         now_ms: u64,
     ) -> StoreResult<()> {
-        let part = self.part_of(topic, id).await?;
-        let r = self
-            .store(&part)
-            .bury(&part, id, token, error, now_ms)
-            .await;
-        self.note(&part, &r);
-        r
+        self.on_job(topic, id, |s, p| async move {
+            s.bury(&p, id, token, error, now_ms).await
+        })
+        .await
     }
 
     async fn release(
@@ -510,13 +504,10 @@ impl Store for ShardedStore {
         delay_ms: u64,
         now_ms: u64,
     ) -> StoreResult<u64> {
-        let part = self.part_of(topic, id).await?;
-        let r = self
-            .store(&part)
-            .release(&part, id, token, delay_ms, now_ms)
-            .await;
-        self.note(&part, &r);
-        r
+        self.on_job(topic, id, |s, p| async move {
+            s.release(&p, id, token, delay_ms, now_ms).await
+        })
+        .await
     }
 
     async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted> {
