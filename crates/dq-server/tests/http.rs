@@ -1049,3 +1049,63 @@ async fn two_request_ids(a: &Api) -> Vec<String> {
     }
     out
 }
+
+/// With Redis shards, one down: /readyz stays 200 and names the shard that
+/// is down; /metrics says which answers.
+#[tokio::test]
+async fn health_per_shard() {
+    let up = RedisServer::start();
+    let dead_port = dq_testkit::free_port();
+    let shard = |url: String| {
+        RedisStore::new(&RedisConfig {
+            url,
+            response_timeout: std::time::Duration::from_millis(300),
+            connect_timeout: std::time::Duration::from_millis(200),
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let store = dq_redis::ShardedStore::new(vec![
+        ("a".into(), shard(up.url())),
+        ("b".into(), shard(format!("redis://127.0.0.1:{dead_port}"))),
+    ]);
+    let a = Api {
+        router: app(
+            AppState::new(Arc::new(store), Arc::new(SystemClock), Limits::default()),
+            64 * 1024,
+        ),
+        _redis: None,
+    };
+    let (s, v) = a.call("GET", "/readyz", None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["stores"][0], json!({"name": "a", "up": true}));
+    assert_eq!(v["stores"][1]["up"], json!(false));
+    assert!(
+        v["stores"][1]["error"]
+            .as_str()
+            .is_some_and(|e| !e.is_empty())
+    );
+    let res = a
+        .router
+        .clone()
+        .oneshot(
+            Request::builder()
+                .uri("/metrics")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let text = String::from_utf8(
+        axum::body::to_bytes(res.into_body(), usize::MAX)
+            .await
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    let m = parse_metrics(&text);
+    assert_eq!(m["dq_up"], 1.0);
+    assert_eq!(m["dq_store_up{store=\"a\"}"], 1.0);
+    assert_eq!(m["dq_store_up{store=\"b\"}"], 0.0);
+    drop(up);
+}
