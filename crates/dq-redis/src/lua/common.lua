@@ -109,10 +109,15 @@ local function load(id)
           m = m, L = L, r = r, e = e, t = t, u = u, x = x, w = w}
 end
 
+-- The stored form of record `j`.
+local function pack(j)
+  return cmsgpack.pack(j.d, j.p, j.q, j.a, j.s, j.c, j.k, j.b,
+    j.m, j.L, j.r, j.e, j.t, j.u, j.x, j.w)
+end
+
 -- Writes the job record of `id`.
 local function save(id, j)
-  redis.call('HSET', K.jobs, id, cmsgpack.pack(j.d, j.p, j.q, j.a, j.s, j.c, j.k, j.b,
-    j.m, j.L, j.r, j.e, j.t, j.u, j.x, j.w))
+  redis.call('HSET', K.jobs, id, pack(j))
 end
 
 local function bucket(ms)

@@ -6,9 +6,10 @@
 --   kind (j | b), body, replace (1 | 0)
 -- Returns: 3 per job: outcome (1 created | 2 replaced | 0 exists),
 --   due ms, state letter (s | y | r | d).
--- Side effects: job records, sched/ready/wheel, ctr.enqueued, ctr.seq and
---   ctr.far; one PUBLISH on WAKE_CHANNEL when a job is due now or makes the
---   next event earlier.
+-- Side effects: job records (HSETNX for a new id, HSET when replacing),
+--   sched/ready/wheel, ctr.enqueued, ctr.seq (once per call) and ctr.far;
+--   one PUBLISH on WAKE_CHANNEL when a job is due now or makes the next
+--   event earlier.
 -- The next event is read once and kept in `head` over the batch (it decides
 -- the wake-up exactly as place() does, without a read per job).
 local now = tonumber(ARGV[2])
@@ -20,21 +21,27 @@ local head = next_due(K)
 local far = 0
 -- Wheel entries of this batch, pushed once per bucket at the end.
 local wheel, buckets = {}, {}
+-- Enqueue order within the topic: read once, written back once.
+local seq = tonumber(redis.call('HGET', K.ctr, 'seq') or '0')
+local seq0 = seq
 for i = 3, #ARGV, 10 do
   local id = ARGV[i]
   local wk, wv = ARGV[i + 1], tonumber(ARGV[i + 2])
-  local old = load(id)
+  local replace = ARGV[i + 9] == '1'
   local outcome = 1
-  if old then
-    if ARGV[i + 9] == '1' and (old.s == 's' or old.s == 'y') then
-      unplace(K, id, old)
-      if old.s == 's' and not old.w and old.d == head then head = next_due(K) end
-      outcome = 2
-    else
-      out[#out + 1] = 0
-      out[#out + 1] = old.d
-      out[#out + 1] = old.s
-      outcome = 0
+  if replace then
+    local old = load(id)
+    if old then
+      if old.s == 's' or old.s == 'y' then
+        unplace(K, id, old)
+        if old.s == 's' and not old.w and old.d == head then head = next_due(K) end
+        outcome = 2
+      else
+        out[#out + 1] = 0
+        out[#out + 1] = old.d
+        out[#out + 1] = old.s
+        outcome = 0
+      end
     end
   end
   if outcome ~= 0 then
@@ -47,43 +54,65 @@ for i = 3, #ARGV, 10 do
       if cfg == nil then cfg = topic_cfg(K) end
       due = now + cfg.default_delay_ms
     end
-    local j = {d = due, p = tonumber(ARGV[i + 3]), q = redis.call('HINCRBY', K.ctr, 'seq', 1),
+    seq = seq + 1
+    local j = {d = due, p = tonumber(ARGV[i + 3]), q = seq,
                a = 0, c = now, k = ARGV[i + 7], b = ARGV[i + 8],
                m = tonumber(ARGV[i + 4]), L = tonumber(ARGV[i + 5])}
     if ARGV[i + 6] ~= '' then j.r = ARGV[i + 6] end
+    -- Where it goes, decided before anything is written.
+    local near_due = due > now and near(due, now)
     if due <= now then
       j.s = 'y'
-      redis.call('ZADD', K.ready, j.p, ready_member(due, j.q, id))
-      woke = true
     else
       j.s = 's'
-      local event = due
-      if near(due, now) then
-        redis.call('ZADD', K.sched, due, id)
-      else
-        local b = bucket(due)
-        if not wheel[b] then
-          wheel[b] = {}
-          buckets[#buckets + 1] = b
-        end
-        local ids = wheel[b]
-        ids[#ids + 1] = id
-        far = far + 1
-        j.w = true
-        event = b
-      end
-      if head < 0 or event < head then
-        woke = true
-        head = event
+      if not near_due then j.w = true end
+    end
+    local written = true
+    if replace then
+      save(id, j)
+    else
+      -- One hash lookup for the common case of a new id; an existing job
+      -- is left as it is and reported.
+      written = redis.call('HSETNX', K.jobs, id, pack(j)) == 1
+      if not written then
+        local old = load(id)
+        out[#out + 1] = 0
+        out[#out + 1] = old.d
+        out[#out + 1] = old.s
       end
     end
-    save(id, j)
-    if outcome == 1 then created = created + 1 end
-    out[#out + 1] = outcome
-    out[#out + 1] = due
-    out[#out + 1] = j.s
+    if written then
+      if j.s == 'y' then
+        redis.call('ZADD', K.ready, j.p, ready_member(due, j.q, id))
+        woke = true
+      else
+        local event = due
+        if near_due then
+          redis.call('ZADD', K.sched, due, id)
+        else
+          local b = bucket(due)
+          if not wheel[b] then
+            wheel[b] = {}
+            buckets[#buckets + 1] = b
+          end
+          local ids = wheel[b]
+          ids[#ids + 1] = id
+          far = far + 1
+          event = b
+        end
+        if head < 0 or event < head then
+          woke = true
+          head = event
+        end
+      end
+      if outcome == 1 then created = created + 1 end
+      out[#out + 1] = outcome
+      out[#out + 1] = due
+      out[#out + 1] = j.s
+    end
   end
 end
+if seq ~= seq0 then redis.call('HSET', K.ctr, 'seq', seq) end
 if created > 0 then redis.call('HINCRBY', K.ctr, 'enqueued', created) end
 if far > 0 then redis.call('HINCRBY', K.ctr, 'far', far) end
 for _, b in ipairs(buckets) do
