@@ -299,3 +299,26 @@ async fn files_turning_unwritable_fail_writes_cleanly() {
     );
     assert_eq!(s.claim(&topic, 10, None, T0).await.unwrap().leases.len(), 2);
 }
+
+/// The embedded store keeps a topic whole: partitions other than 1 are
+/// refused with a clear code, and 1 is accepted.
+#[tokio::test]
+async fn partitions_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let t = Topic::new("p").unwrap();
+    let patch = |n| TopicConfigPatch {
+        partitions: Some(n),
+        ..Default::default()
+    };
+    match s.put_topic_config(&t, &patch(4)).await {
+        Err(StoreError::Invalid(i)) => assert_eq!(i.code, "invalid_partitions"),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        s.topic_config(&t).await.unwrap().is_none(),
+        "nothing written"
+    );
+    let c = s.put_topic_config(&t, &patch(1)).await.unwrap();
+    assert_eq!(c.partitions, 1);
+}

@@ -55,6 +55,7 @@ fn redis() -> Admin {
         ..Default::default()
     })
     .unwrap();
+    let store = dq_redis::ShardedStore::new(vec![("redis".into(), store)]);
     admin_over(Arc::new(store), Box::new(r))
 }
 

@@ -31,6 +31,8 @@ fn state_for(url: String, clock: Arc<dyn Clock>) -> AppState {
         max_body_bytes: 1000,
         ..Limits::default()
     };
+    // As `dq serve` runs it: the sharded store over one Redis.
+    let store = dq_redis::ShardedStore::new(vec![("redis".into(), store)]);
     AppState::new(Arc::new(store), clock, limits)
 }
 
@@ -1108,4 +1110,65 @@ async fn health_per_shard() {
     assert_eq!(m["dq_store_up{store=\"a\"}"], 1.0);
     assert_eq!(m["dq_store_up{store=\"b\"}"], 0.0);
     drop(up);
+}
+
+/// Partitions through the API: set on an empty topic, generated ids name
+/// their partition, the count cannot change while jobs wait, bounds checked.
+#[tokio::test]
+async fn partitions_through_the_api() {
+    let a = api();
+    a.expect_error(
+        "PUT",
+        "/v1/topics/p",
+        Some(json!({"partitions": 0})),
+        400,
+        "invalid_partitions",
+    )
+    .await;
+    a.expect_error(
+        "PUT",
+        "/v1/topics/p",
+        Some(json!({"partitions": 257})),
+        400,
+        "invalid_partitions",
+    )
+    .await;
+    let (s, v) = a
+        .call("PUT", "/v1/topics/p", Some(json!({"partitions": 4})))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["config"]["partitions"], json!(4));
+    let (s, v) = a
+        .call(
+            "POST",
+            "/v1/topics/p/jobs:batch",
+            Some(json!({"jobs": [{}, {}, {}, {}, {"id": "mine"}]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let ids: Vec<String> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(ids[..4].iter().all(|i| i.contains("~p")), "{ids:?}");
+    assert_eq!(ids[4], "mine");
+    for id in &ids {
+        let (s, _) = a
+            .call("GET", &format!("/v1/topics/p/jobs/{id}"), None)
+            .await;
+        assert_eq!(s, StatusCode::OK, "{id} is found by its id");
+    }
+    a.expect_error(
+        "PUT",
+        "/v1/topics/p",
+        Some(json!({"partitions": 2})),
+        400,
+        "invalid_partitions",
+    )
+    .await;
+    assert_eq!(a.stats("p").await["ready"], json!(5));
+    let (_, v) = a.call("GET", "/v1/topics/p", None).await;
+    assert_eq!(v["config"]["partitions"], json!(4), "unchanged");
 }
