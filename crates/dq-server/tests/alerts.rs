@@ -217,3 +217,64 @@ async fn alerts_once_per_incident_to_webhook_and_email() {
     );
     let _ = stop.send(());
 }
+
+/// With shards, a `store_down` alert names the shard that stopped answering
+/// (once), and `store_recovered` follows when it is back; the other shard
+/// raises nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_alerts_name_the_shard() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let a = RedisServer::start();
+    let mut b = RedisServer::start();
+    let (hook, got) = webhook_sink().await;
+    let shard = |url: String| {
+        dq_redis::RedisStore::new(&dq_redis::RedisConfig {
+            url,
+            response_timeout: Duration::from_millis(300),
+            connect_timeout: Duration::from_millis(200),
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let store = dq_redis::ShardedStore::new(vec![
+        ("shard-a".into(), shard(a.url())),
+        ("shard-b".into(), shard(b.url())),
+    ]);
+    let server = Server::new(
+        ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            alerts: AlertConfig {
+                webhooks: vec![hook],
+                check_every: Duration::from_millis(100),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        Arc::new(store),
+        Arc::new(dq_core::SystemClock),
+    );
+    let l = server.bind().await.unwrap();
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.run(l, async move {
+        let _ = stopped.await;
+    }));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(kinds(&got, "store_down").is_empty());
+    b.stop();
+    wait_until("the shard-down alert", || {
+        !kinds(&got, "store_down").is_empty()
+    })
+    .await;
+    b.restart();
+    wait_until("the recovery", || {
+        !kinds(&got, "store_recovered").is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let down = kinds(&got, "store_down");
+    assert_eq!(down.len(), 1, "{down:?}");
+    let msg = down[0]["message"].as_str().unwrap();
+    assert!(msg.contains("shard-b") && !msg.contains("shard-a"), "{msg}");
+    assert_eq!(kinds(&got, "store_recovered").len(), 1);
+    drop(a);
+}
