@@ -148,6 +148,9 @@ pub(crate) enum TopicsCmd {
         /// Back to pull delivery (consumers reserve jobs)
         #[arg(long)]
         pull: bool,
+        /// Split the topic into this many partitions (Redis; only while it holds no jobs)
+        #[arg(long)]
+        partitions: Option<u32>,
     },
     /// Delete a topic and all its jobs
     Delete { topic: String },
@@ -545,8 +548,12 @@ impl ClientCmd {
                         push_concurrency,
                         push_secret,
                         pull,
+                        partitions,
                     } => {
                         let mut req = json!({});
+                        if let Some(n) = partitions {
+                            req["partitions"] = json!(n);
+                        }
                         if let Some(m) = max_attempts {
                             req["max_attempts"] = json!(m);
                         }

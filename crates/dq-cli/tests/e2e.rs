@@ -269,14 +269,18 @@ async fn three_servers_one_cluster_sixteen_partitions_one_holder_per_job() {
             Dq::start_with(&["--redis-cluster", &seeds, "--redis-timeout", "2s"]).await,
         ));
     }
-    let (s, v, _) = dqs[0]
-        .call(
-            reqwest::Method::PUT,
-            "/v1/topics/hot",
-            Some(json!({"partitions": 16})),
-        )
-        .await;
-    assert_eq!(s, 200, "{v}");
+    // Through the CLI, as an operator would.
+    let out = Command::new(env!("CARGO_BIN_EXE_dq"))
+        .args(["topics", "put", "hot", "--partitions", "16", "--json"])
+        .args(["--server", &dqs[0].base])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["config"]["partitions"], json!(16));
     const N: usize = 3000;
     for (k, dq) in dqs.iter().enumerate() {
