@@ -80,6 +80,14 @@ impl Api {
         v["stats"].clone()
     }
 
+    /// [`Api::expect_error`] for each `(method, uri, body, status, code)`, in order.
+    async fn expect_errors(&self, cases: &[(&str, &str, Option<Value>, u16, &str)]) {
+        for (method, uri, body, status, code) in cases {
+            self.expect_error(method, uri, body.clone(), *status, code)
+                .await;
+        }
+    }
+
     async fn expect_error(
         &self,
         method: &str,
@@ -380,157 +388,141 @@ async fn reserve_long_poll_wakes_on_enqueue_and_due_time() {
 async fn every_error_code_and_nothing_written() {
     let a = api();
     let j = "/v1/topics/t/jobs";
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"body": 1, "delay_ms": -5})),
-        400,
-        "invalid_delay",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"body": 1, "delay_ms": 5, "due_at_ms": 5})),
-        400,
-        "invalid_delay",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"body": 1, "delay_ms": 3650u64 * 86_400_000 + 1})),
-        400,
-        "invalid_delay",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"body": 1, "due_at_ms": u64::MAX / 2})),
-        400,
-        "invalid_due_at",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"body": 1, "delay_ms": 1e300})),
-        400,
-        "invalid_json",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"id": "", "body": 1})),
-        400,
-        "invalid_id",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"id": "x".repeat(257)})),
-        400,
-        "invalid_id",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"body": 1, "dealy_ms": 5})),
-        400,
-        "invalid_json",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"body": 1, "body_base64": "AA=="})),
-        400,
-        "invalid_body",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"body_base64": "!!"})),
-        400,
-        "invalid_body",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"body": 1, "max_attempts": 0})),
-        400,
-        "invalid_max_attempts",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"body": 1, "lease_ms": 5})),
-        400,
-        "invalid_lease",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"body": 1, "priority": -1})),
-        400,
-        "invalid_json",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"body": 1, "retry": {"fixed_ms": 1, "x": 2}})),
-        400,
-        "invalid_json",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"retry": {"delays_ms": []}})),
-        400,
-        "invalid_retry",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        "/v1/topics/bad%20topic/jobs",
-        Some(json!({})),
-        400,
-        "invalid_topic",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"body": "x".repeat(1000)})),
-        413,
-        "body_too_large",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        j,
-        Some(json!({"body": "x".repeat(70_000)})),
-        413,
-        "request_too_large",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        "/v1/topics/t/jobs:batch",
-        Some(json!({"jobs": []})),
-        400,
-        "invalid_batch",
-    )
+    a.expect_errors(&[
+        (
+            "POST",
+            j,
+            Some(json!({"body": 1, "delay_ms": -5})),
+            400,
+            "invalid_delay",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"body": 1, "delay_ms": 5, "due_at_ms": 5})),
+            400,
+            "invalid_delay",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"body": 1, "delay_ms": 3650u64 * 86_400_000 + 1})),
+            400,
+            "invalid_delay",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"body": 1, "due_at_ms": u64::MAX / 2})),
+            400,
+            "invalid_due_at",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"body": 1, "delay_ms": 1e300})),
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"id": "", "body": 1})),
+            400,
+            "invalid_id",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"id": "x".repeat(257)})),
+            400,
+            "invalid_id",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"body": 1, "dealy_ms": 5})),
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"body": 1, "body_base64": "AA=="})),
+            400,
+            "invalid_body",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"body_base64": "!!"})),
+            400,
+            "invalid_body",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"body": 1, "max_attempts": 0})),
+            400,
+            "invalid_max_attempts",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"body": 1, "lease_ms": 5})),
+            400,
+            "invalid_lease",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"body": 1, "priority": -1})),
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"body": 1, "retry": {"fixed_ms": 1, "x": 2}})),
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"retry": {"delays_ms": []}})),
+            400,
+            "invalid_retry",
+        ),
+        (
+            "POST",
+            "/v1/topics/bad%20topic/jobs",
+            Some(json!({})),
+            400,
+            "invalid_topic",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"body": "x".repeat(1000)})),
+            413,
+            "body_too_large",
+        ),
+        (
+            "POST",
+            j,
+            Some(json!({"body": "x".repeat(70_000)})),
+            413,
+            "request_too_large",
+        ),
+        (
+            "POST",
+            "/v1/topics/t/jobs:batch",
+            Some(json!({"jobs": []})),
+            400,
+            "invalid_batch",
+        ),
+    ])
     .await;
 
     // Malformed bytes: invalid UTF-8, broken JSON, wrong content type.
@@ -573,138 +565,131 @@ async fn every_error_code_and_nothing_written() {
 
     // Reserve, ack, nack, touch.
     let r = "/v1/reserve";
-    a.expect_error(
-        "POST",
-        r,
-        Some(json!({"topics": []})),
-        400,
-        "invalid_topics",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        r,
-        Some(json!({"topics": ["a b"]})),
-        400,
-        "invalid_topic",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        r,
-        Some(json!({"topics": ["t"], "max": 0})),
-        400,
-        "invalid_max",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        r,
-        Some(json!({"topics": ["t"], "max": 1001})),
-        400,
-        "invalid_max",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        r,
-        Some(json!({"topics": ["t"], "wait_ms": 30001})),
-        400,
-        "invalid_wait",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        r,
-        Some(json!({"topics": ["t"], "lease_ms": 1})),
-        400,
-        "invalid_lease",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        "/v1/topics/t/jobs/nope/ack",
-        Some(json!({"token": "x"})),
-        404,
-        "job_not_found",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        "/v1/topics/t/jobs/nope/ack",
-        Some(json!({})),
-        400,
-        "invalid_json",
-    )
+    a.expect_errors(&[
+        (
+            "POST",
+            r,
+            Some(json!({"topics": []})),
+            400,
+            "invalid_topics",
+        ),
+        (
+            "POST",
+            r,
+            Some(json!({"topics": ["a b"]})),
+            400,
+            "invalid_topic",
+        ),
+        (
+            "POST",
+            r,
+            Some(json!({"topics": ["t"], "max": 0})),
+            400,
+            "invalid_max",
+        ),
+        (
+            "POST",
+            r,
+            Some(json!({"topics": ["t"], "max": 1001})),
+            400,
+            "invalid_max",
+        ),
+        (
+            "POST",
+            r,
+            Some(json!({"topics": ["t"], "wait_ms": 30001})),
+            400,
+            "invalid_wait",
+        ),
+        (
+            "POST",
+            r,
+            Some(json!({"topics": ["t"], "lease_ms": 1})),
+            400,
+            "invalid_lease",
+        ),
+        (
+            "POST",
+            "/v1/topics/t/jobs/nope/ack",
+            Some(json!({"token": "x"})),
+            404,
+            "job_not_found",
+        ),
+        (
+            "POST",
+            "/v1/topics/t/jobs/nope/ack",
+            Some(json!({})),
+            400,
+            "invalid_json",
+        ),
+    ])
     .await;
     a.call("POST", j, Some(json!({"id": "w", "delay_ms": 60000})))
         .await;
-    a.expect_error(
-        "POST",
-        "/v1/topics/t/jobs/w/ack",
-        Some(json!({"token": "x"})),
-        409,
-        "lease_mismatch",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        "/v1/topics/t/jobs/w/touch",
-        Some(json!({"token": "x"})),
-        409,
-        "lease_mismatch",
-    )
+    a.expect_errors(&[
+        (
+            "POST",
+            "/v1/topics/t/jobs/w/ack",
+            Some(json!({"token": "x"})),
+            409,
+            "lease_mismatch",
+        ),
+        (
+            "POST",
+            "/v1/topics/t/jobs/w/touch",
+            Some(json!({"token": "x"})),
+            409,
+            "lease_mismatch",
+        ),
+    ])
     .await;
     a.call("POST", j, Some(json!({"id": "now"}))).await;
     let (_, v) = a.call("POST", r, Some(json!({"topics": ["t"]}))).await;
     let token = v["jobs"][0]["token"].clone();
-    a.expect_error(
-        "POST",
-        "/v1/topics/t/jobs/now/ack",
-        Some(json!({"token": "stale"})),
-        409,
-        "lease_mismatch",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        "/v1/topics/t/jobs/now/nack",
-        Some(json!({"token": "stale"})),
-        409,
-        "lease_mismatch",
-    )
-    .await;
-    a.expect_error(
-        "POST",
-        "/v1/topics/t/jobs/now/nack",
-        Some(json!({"token": token, "retry_in_ms": -1})),
-        400,
-        "invalid_delay",
-    )
-    .await;
-    a.expect_error(
-        "PATCH",
-        "/v1/topics/t/jobs/now",
-        Some(json!({"delay_ms": 5})),
-        409,
-        "not_in_state",
-    )
-    .await;
-    a.expect_error(
-        "PATCH",
-        "/v1/topics/t/jobs/w",
-        Some(json!({})),
-        400,
-        "invalid_delay",
-    )
-    .await;
-    a.expect_error(
-        "PATCH",
-        "/v1/topics/t/jobs/gone",
-        Some(json!({"delay_ms": 5})),
-        404,
-        "job_not_found",
-    )
+    a.expect_errors(&[
+        (
+            "POST",
+            "/v1/topics/t/jobs/now/ack",
+            Some(json!({"token": "stale"})),
+            409,
+            "lease_mismatch",
+        ),
+        (
+            "POST",
+            "/v1/topics/t/jobs/now/nack",
+            Some(json!({"token": "stale"})),
+            409,
+            "lease_mismatch",
+        ),
+        (
+            "POST",
+            "/v1/topics/t/jobs/now/nack",
+            Some(json!({"token": token, "retry_in_ms": -1})),
+            400,
+            "invalid_delay",
+        ),
+        (
+            "PATCH",
+            "/v1/topics/t/jobs/now",
+            Some(json!({"delay_ms": 5})),
+            409,
+            "not_in_state",
+        ),
+        (
+            "PATCH",
+            "/v1/topics/t/jobs/w",
+            Some(json!({})),
+            400,
+            "invalid_delay",
+        ),
+        (
+            "PATCH",
+            "/v1/topics/t/jobs/gone",
+            Some(json!({"delay_ms": 5})),
+            404,
+            "job_not_found",
+        ),
+    ])
     .await;
     let (s, _) = a
         .call(
@@ -720,44 +705,40 @@ async fn every_error_code_and_nothing_written() {
     );
 
     // Topics, dead letters, routes.
-    a.expect_error("GET", "/v1/topics/unknown", None, 404, "topic_not_found")
-        .await;
-    a.expect_error("DELETE", "/v1/topics/unknown", None, 404, "topic_not_found")
-        .await;
-    a.expect_error(
-        "PUT",
-        "/v1/topics/t",
-        Some(json!({"lease_ms": 0})),
-        400,
-        "invalid_lease",
-    )
+    a.expect_errors(&[
+        ("GET", "/v1/topics/unknown", None, 404, "topic_not_found"),
+        ("DELETE", "/v1/topics/unknown", None, 404, "topic_not_found"),
+        (
+            "PUT",
+            "/v1/topics/t",
+            Some(json!({"lease_ms": 0})),
+            400,
+            "invalid_lease",
+        ),
+        (
+            "PUT",
+            "/v1/topics/t",
+            Some(json!({"dead_cap": 10_000_001})),
+            400,
+            "invalid_dead_cap",
+        ),
+        (
+            "PUT",
+            "/v1/topics/t",
+            Some(json!({"delivery": {"mode": "push"}})),
+            400,
+            "invalid_json",
+        ),
+        (
+            "GET",
+            "/v1/topics/t/dead?limit=0",
+            None,
+            400,
+            "invalid_limit",
+        ),
+        ("GET", "/v1/nothing", None, 404, "route_not_found"),
+    ])
     .await;
-    a.expect_error(
-        "PUT",
-        "/v1/topics/t",
-        Some(json!({"dead_cap": 10_000_001})),
-        400,
-        "invalid_dead_cap",
-    )
-    .await;
-    a.expect_error(
-        "PUT",
-        "/v1/topics/t",
-        Some(json!({"delivery": {"mode": "push"}})),
-        400,
-        "invalid_json",
-    )
-    .await;
-    a.expect_error(
-        "GET",
-        "/v1/topics/t/dead?limit=0",
-        None,
-        400,
-        "invalid_limit",
-    )
-    .await;
-    a.expect_error("GET", "/v1/nothing", None, 404, "route_not_found")
-        .await;
     let (_, v) = a.call("GET", "/v1/topics/t", None).await;
     assert_eq!(
         v["config"]["lease_ms"],
