@@ -701,30 +701,32 @@ pub(crate) fn list_dead(
     offset: usize,
     limit: usize,
 ) -> OpResult<Vec<JobInfo>> {
-    let Some(tid) = tid(cx, topic)? else {
-        return Ok(Vec::new());
-    };
-    let rows = cx
-        .conn
-        .prepare_cached(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND state = 3 ORDER BY died_ms, seq LIMIT ?2 OFFSET ?3"
-        ))?
-        .query_map(params![tid, limit as i64, offset as i64], job_row)?
-        .map(|r| r.map(|(_, j)| j))
-        .collect::<Result<_, _>>()?;
-    Ok(rows)
+    list_in_state(cx, topic, 3, "died_ms, seq", offset, limit)
 }
 
 pub(crate) fn list_scheduled(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<Vec<JobInfo>> {
+    list_in_state(cx, topic, 0, "due_ms, seq", 0, limit)
+}
+
+/// Jobs of `topic` in `state`, ordered by `order` (columns of the state's
+/// partial index, so the scan follows it).
+fn list_in_state(
+    cx: &mut Ctx,
+    topic: &Topic,
+    state: i64,
+    order: &'static str,
+    offset: usize,
+    limit: usize,
+) -> OpResult<Vec<JobInfo>> {
     let Some(tid) = tid(cx, topic)? else {
         return Ok(Vec::new());
     };
     let rows = cx
         .conn
         .prepare_cached(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND state = 0 ORDER BY due_ms, seq LIMIT ?2"
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND state = {state} ORDER BY {order} LIMIT ?2 OFFSET ?3"
         ))?
-        .query_map(params![tid, limit as i64], job_row)?
+        .query_map(params![tid, limit as i64, offset as i64], job_row)?
         .map(|r| r.map(|(_, j)| j))
         .collect::<Result<_, _>>()?;
     Ok(rows)
