@@ -302,6 +302,61 @@ impl RedisStore {
         }
     }
 
+    /// Runs `script` (extend_lease or release) on a held job: its arguments
+    /// are the id, the token, one value and now; it answers a status or a time.
+    async fn held_call(
+        &self,
+        script: &redis::Script,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        value: &[u8],
+        now_ms: u64,
+    ) -> StoreResult<u64> {
+        let v = self
+            .run(
+                script,
+                topic,
+                &[id.as_str().as_bytes(), token.as_bytes(), value, &n(now_ms)],
+            )
+            .await?;
+        status_time(&v)
+    }
+
+    /// Runs the nack script: a failed attempt (retried or dead), or with
+    /// `bury` dead at once.
+    #[allow(clippy::too_many_arguments)]
+    async fn fail(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        token: &str,
+        error: &str,
+        retry_in_ms: Option<u64>,
+        now_ms: u64,
+        bury: bool,
+    ) -> StoreResult<Value> {
+        let rand = if bury {
+            "0".to_string()
+        } else {
+            rand::random::<f64>().to_string()
+        };
+        self.run(
+            &self.scripts.nack,
+            topic,
+            &[
+                id.as_str().as_bytes(),
+                token.as_bytes(),
+                clip_error(error).as_bytes(),
+                &opt(retry_in_ms),
+                &n(now_ms),
+                rand.as_bytes(),
+                if bury { b"1" } else { b"0" },
+            ],
+        )
+        .await
+    }
+
     /// Runs the enqueue script; with `wait_replicas`, then waits for that
     /// many replicas to have it (WAIT on the same connection, at the master
     /// of the topic's slot).
@@ -482,19 +537,15 @@ impl Store for RedisStore {
         lease_ms: Option<u64>,
         now_ms: u64,
     ) -> StoreResult<u64> {
-        let v = self
-            .run(
-                &self.scripts.extend_lease,
-                topic,
-                &[
-                    id.as_str().as_bytes(),
-                    token.as_bytes(),
-                    &opt(lease_ms),
-                    &n(now_ms),
-                ],
-            )
-            .await?;
-        status_time(&v)
+        self.held_call(
+            &self.scripts.extend_lease,
+            topic,
+            id,
+            token,
+            &opt(lease_ms),
+            now_ms,
+        )
+        .await
     }
 
     async fn ack(&self, topic: &Topic, id: &JobId, token: &str) -> StoreResult<()> {
@@ -518,19 +569,7 @@ impl Store for RedisStore {
         now_ms: u64,
     ) -> StoreResult<NackOutcome> {
         let v = self
-            .run(
-                &self.scripts.nack,
-                topic,
-                &[
-                    id.as_str().as_bytes(),
-                    token.as_bytes(),
-                    clip_error(error).as_bytes(),
-                    &opt(retry_in_ms),
-                    &n(now_ms),
-                    rand::random::<f64>().to_string().as_bytes(),
-                    b"0",
-                ],
-            )
+            .fail(topic, id, token, error, retry_in_ms, now_ms, false)
             .await?;
         decode_nacked(&status(&v)?)
     }
@@ -544,19 +583,7 @@ impl Store for RedisStore {
         now_ms: u64,
     ) -> StoreResult<()> {
         let v = self
-            .run(
-                &self.scripts.nack,
-                topic,
-                &[
-                    id.as_str().as_bytes(),
-                    token.as_bytes(),
-                    clip_error(error).as_bytes(),
-                    b"",
-                    &n(now_ms),
-                    b"0",
-                    b"1",
-                ],
-            )
+            .fail(topic, id, token, error, None, now_ms, true)
             .await?;
         status(&v).map(|_| ())
     }
@@ -569,19 +596,15 @@ impl Store for RedisStore {
         delay_ms: u64,
         now_ms: u64,
     ) -> StoreResult<u64> {
-        let v = self
-            .run(
-                &self.scripts.release,
-                topic,
-                &[
-                    id.as_str().as_bytes(),
-                    token.as_bytes(),
-                    &n(delay_ms),
-                    &n(now_ms),
-                ],
-            )
-            .await?;
-        status_time(&v)
+        self.held_call(
+            &self.scripts.release,
+            topic,
+            id,
+            token,
+            &n(delay_ms),
+            now_ms,
+        )
+        .await
     }
 
     async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted> {
