@@ -10,6 +10,7 @@
 //! - [`store`]: the [`Store`] trait and [`StoreError`].
 
 pub mod clock;
+pub mod hash;
 pub mod limits;
 pub mod model;
 pub mod retry;

@@ -61,14 +61,9 @@ impl std::fmt::Debug for ShardedStore {
     }
 }
 
-/// FNV-1a, 64 bits: a stable hash (unlike std's, the same in every process).
+/// FNV-1a of a name (see [`dq_core::hash`]).
 fn fnv1a(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    dq_core::hash::fnv1a(&[s.as_bytes()])
 }
 
 /// Jump consistent hash (Lamping & Veach): a bucket in `0..n` for `key`;

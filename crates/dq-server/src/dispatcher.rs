@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use dq_core::hash::{fnv1a, mix64};
 use dq_core::{Clock, NackOutcome, Store, StoreError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -43,28 +44,16 @@ pub struct Dispatcher {
     members: std::sync::Mutex<Option<(Instant, Vec<String>)>>,
 }
 
-/// FNV-1a, 64 bits, then the SplitMix64 finalizer so that similar inputs
-/// (t1, t2, …) get unrelated values; the same in every process.
-fn fnv1a(parts: &[&str]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for b in p.bytes().chain([0]) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
-}
-
 /// Whether `me` handles `topic` among the live dispatchers `members`
 /// (rendezvous hashing: the member with the highest hash of (member, topic)
 /// does; with no members known, everyone does).
 pub fn owns(members: &[String], me: &str, topic: &str) -> bool {
     members
         .iter()
-        .max_by_key(|m| (fnv1a(&[m, topic]), m.as_str()))
+        .max_by_key(|m| {
+            let h = fnv1a(&[m.as_bytes(), b"\0", topic.as_bytes(), b"\0"]);
+            (mix64(h), m.as_str())
+        })
         .is_none_or(|owner| owner == me)
 }
 
