@@ -279,6 +279,39 @@ impl ShardedStore {
         }
     }
 
+    /// A new generated id naming one of `partitions` (taken in turn).
+    fn generated_id(&self, partitions: &[u32]) -> StoreResult<JobId> {
+        let p = partitions[self.next.fetch_add(1, Ordering::Relaxed) % partitions.len()];
+        Ok(JobId::new(format!("{}~p{p}", JobId::generate()))?)
+    }
+
+    /// Runs `f(store, partition, left)` on the partitions of `t` in order
+    /// until `max` is reached in all (replay and purge of the oldest dead
+    /// letters); returns the sum.
+    async fn up_to<'a, F, Fut>(&'a self, t: &Topic, max: usize, f: F) -> StoreResult<u64>
+    where
+        F: Fn(&'a RedisStore, Topic, usize) -> Fut,
+        Fut: std::future::Future<Output = StoreResult<u64>>,
+    {
+        let n = self.partition_count(t).await?;
+        let mut total = 0;
+        for p in 0..n {
+            if total >= max as u64 {
+                break;
+            }
+            let part = t.partition(p);
+            let r = f(
+                &self.shards[self.shard_index(&part)].store,
+                part.clone(),
+                max - total as usize,
+            )
+            .await;
+            self.note(&part, &r);
+            total += r?;
+        }
+        Ok(total)
+    }
+
     /// Partitions whose shard is not known to be down (all if none is up).
     fn healthy_partitions(&self, t: &Topic, n: u32) -> Vec<u32> {
         let up: Vec<u32> = (0..n).filter(|p| !self.is_down(&t.partition(*p))).collect();
@@ -307,8 +340,7 @@ impl Store for ShardedStore {
         for (i, j) in jobs.iter().enumerate() {
             let mut j = j.clone();
             if j.generated_id {
-                let p = healthy[self.next.fetch_add(1, Ordering::Relaxed) % healthy.len()];
-                j.id = JobId::new(format!("{}~p{p}", JobId::generate()))?;
+                j.id = self.generated_id(&healthy)?;
             }
             pending.push((i, j));
         }
@@ -350,8 +382,7 @@ impl Store for ShardedStore {
             }
             healthy = self.healthy_partitions(topic, n);
             for (_, j) in &mut pending {
-                let p = healthy[self.next.fetch_add(1, Ordering::Relaxed) % healthy.len()];
-                j.id = JobId::new(format!("{}~p{p}", JobId::generate()))?;
+                j.id = self.generated_id(&healthy)?;
             }
             if pending.len() == jobs.len() && healthy.len() == n as usize {
                 // Nothing answered and no shard is marked down: give up.
@@ -581,61 +612,39 @@ impl Store for ShardedStore {
         max: usize,
         now_ms: u64,
     ) -> StoreResult<u64> {
+        let Some(ids) = ids else {
+            return self
+                .up_to(topic, max, |s, p, left| async move {
+                    s.replay_dead(&p, None, left, now_ms).await
+                })
+                .await;
+        };
         let n = self.partition_count(topic).await?;
-        let mut total = 0;
-        match ids {
-            Some(ids) => {
-                let mut groups: HashMap<u32, Vec<JobId>> = HashMap::new();
-                for id in ids {
-                    groups
-                        .entry(partition_of(id.as_str(), n))
-                        .or_default()
-                        .push(id.clone());
-                }
-                for (p, ids) in groups {
-                    let part = topic.partition(p);
-                    let r = self
-                        .store(&part)
-                        .replay_dead(&part, Some(&ids), ids.len(), now_ms)
-                        .await;
-                    self.note(&part, &r);
-                    total += r?;
-                }
-            }
-            None => {
-                for p in 0..n {
-                    if total >= max as u64 {
-                        break;
-                    }
-                    let part = topic.partition(p);
-                    let r = self
-                        .store(&part)
-                        .replay_dead(&part, None, max - total as usize, now_ms)
-                        .await;
-                    self.note(&part, &r);
-                    total += r?;
-                }
-            }
+        let mut groups: HashMap<u32, Vec<JobId>> = HashMap::new();
+        for id in ids {
+            groups
+                .entry(partition_of(id.as_str(), n))
+                .or_default()
+                .push(id.clone());
         }
-        Ok(total)
-    }
-
-    async fn purge_dead(&self, topic: &Topic, max: usize) -> StoreResult<u64> {
-        let n = self.partition_count(topic).await?;
         let mut total = 0;
-        for p in 0..n {
-            if total >= max as u64 {
-                break;
-            }
+        for (p, ids) in groups {
             let part = topic.partition(p);
             let r = self
                 .store(&part)
-                .purge_dead(&part, max - total as usize)
+                .replay_dead(&part, Some(&ids), ids.len(), now_ms)
                 .await;
             self.note(&part, &r);
             total += r?;
         }
         Ok(total)
+    }
+
+    async fn purge_dead(&self, topic: &Topic, max: usize) -> StoreResult<u64> {
+        self.up_to(topic, max, |s, p, left| async move {
+            s.purge_dead(&p, left).await
+        })
+        .await
     }
 
     async fn topics(&self) -> StoreResult<Vec<Topic>> {
