@@ -161,40 +161,37 @@ impl Dispatcher {
         started: Instant,
         next: &mut Instant,
     ) -> Result<(), StoreError> {
-        {
-            let topic = topic.clone();
-            loop {
-                let now = self.clock.now_ms();
-                let r = self.store.requeue_expired(&topic, BATCH, now).await?;
-                for (id, outcome) in &r.jobs {
-                    match outcome {
-                        NackOutcome::Retry { due_at_ms, attempt } => tracing::info!(
-                            topic = %topic, id = %id, attempt, error = "lease expired",
-                            retry_at_ms = due_at_ms, "job failed; will retry"
-                        ),
-                        NackOutcome::Dead { attempt } => tracing::warn!(
-                            topic = %topic, id = %id, attempt, error = "lease expired",
-                            "job failed for the last time; dead"
-                        ),
-                    }
-                }
-                if (r.retried + r.dead) < BATCH as u64 {
-                    if let Some(d) = r.next_deadline_ms {
-                        // The script expires leases strictly after their deadline.
-                        *next = (*next).min(at(started, now, d + 1));
-                    }
-                    break;
+        loop {
+            let now = self.clock.now_ms();
+            let r = self.store.requeue_expired(topic, BATCH, now).await?;
+            for (id, outcome) in &r.jobs {
+                match outcome {
+                    NackOutcome::Retry { due_at_ms, attempt } => tracing::info!(
+                        topic = %topic, id = %id, attempt, error = "lease expired",
+                        retry_at_ms = due_at_ms, "job failed; will retry"
+                    ),
+                    NackOutcome::Dead { attempt } => tracing::warn!(
+                        topic = %topic, id = %id, attempt, error = "lease expired",
+                        "job failed for the last time; dead"
+                    ),
                 }
             }
-            loop {
-                let now = self.clock.now_ms();
-                let p = self.store.promote_due(&topic, BATCH, now).await?;
-                if p.moved < BATCH as u64 {
-                    if let Some(d) = p.next_due_ms {
-                        *next = (*next).min(at(started, now, d));
-                    }
-                    break;
+            if (r.retried + r.dead) < BATCH as u64 {
+                if let Some(d) = r.next_deadline_ms {
+                    // The script expires leases strictly after their deadline.
+                    *next = (*next).min(at(started, now, d + 1));
                 }
+                break;
+            }
+        }
+        loop {
+            let now = self.clock.now_ms();
+            let p = self.store.promote_due(topic, BATCH, now).await?;
+            if p.moved < BATCH as u64 {
+                if let Some(d) = p.next_due_ms {
+                    *next = (*next).min(at(started, now, d));
+                }
+                break;
             }
         }
         Ok(())
