@@ -1060,11 +1060,7 @@ pub(crate) struct LoginQuery {
 }
 
 /// `GET /admin/login`.
-async fn login_page(
-    State(st): State<AppState>,
-    headers: HeaderMap,
-    Query(q): Query<LoginQuery>,
-) -> Response {
+async fn login_page(State(st): State<AppState>, Query(q): Query<LoginQuery>) -> Response {
     if !st.admin.has_token() {
         return see_other("/");
     }
@@ -1072,7 +1068,6 @@ async fn login_page(
         csrf: st.admin.csrf(""),
         token: false,
     };
-    let _ = headers;
     let failed = if q.failed.is_some() {
         r#"<p class="error" id="error">That is not the admin token.</p>"#
     } else {
