@@ -29,6 +29,13 @@ pub(crate) struct Conn {
     json: bool,
 }
 
+impl Conn {
+    /// The JSON API client for this server and token.
+    fn api(&self) -> Result<Api> {
+        Api::new(&self.server, self.token.as_deref())
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum ClientCmd {
     /// Enqueue a job
@@ -385,7 +392,7 @@ impl ClientCmd {
                 max_attempts,
                 replace,
             } => {
-                let api = Api::new(&conn.server, conn.token.as_deref())?;
+                let api = conn.api()?;
                 let mut req = json!({});
                 if let Some(b) = body {
                     req["body"] = serde_json::from_str(&b).unwrap_or(Value::String(b));
@@ -434,7 +441,7 @@ impl ClientCmd {
                 }
             }
             ClientCmd::Get { conn, topic, id } => {
-                let api = Api::new(&conn.server, conn.token.as_deref())?;
+                let api = conn.api()?;
                 let v = api
                     .call(
                         Method::GET,
@@ -470,7 +477,7 @@ impl ClientCmd {
                 }
             }
             ClientCmd::Cancel { conn, topic, id } => {
-                let api = Api::new(&conn.server, conn.token.as_deref())?;
+                let api = conn.api()?;
                 let v = api
                     .call(
                         Method::DELETE,
@@ -491,7 +498,7 @@ impl ClientCmd {
                 delay,
                 at,
             } => {
-                let api = Api::new(&conn.server, conn.token.as_deref())?;
+                let api = conn.api()?;
                 let req = match (delay, at) {
                     (Some(d), _) => json!({"delay_ms": ms(&d, "--delay")?}),
                     (None, Some(a)) => json!({"due_at_ms": at_ms(&a)?}),
@@ -515,7 +522,7 @@ impl ClientCmd {
                 }
             }
             ClientCmd::Stats { conn, topic } => {
-                let api = Api::new(&conn.server, conn.token.as_deref())?;
+                let api = conn.api()?;
                 match topic {
                     Some(t) => {
                         let v = api
@@ -532,7 +539,7 @@ impl ClientCmd {
                 }
             }
             ClientCmd::Topics { conn, cmd } => {
-                let api = Api::new(&conn.server, conn.token.as_deref())?;
+                let api = conn.api()?;
                 match cmd.unwrap_or(TopicsCmd::List) {
                     TopicsCmd::List => print_topics(&api, conn.json, false).await?,
                     TopicsCmd::Put {
@@ -614,7 +621,7 @@ impl ClientCmd {
                 }
             }
             ClientCmd::Dead { conn, cmd } => {
-                let api = Api::new(&conn.server, conn.token.as_deref())?;
+                let api = conn.api()?;
                 match cmd {
                     DeadCmd::List {
                         topic,
