@@ -72,6 +72,8 @@ fn enc(s: &str) -> String {
 
 /// What every page needs to know about the viewer.
 struct Viewer {
+    /// The session ("" without a token, or when not signed in).
+    session: String,
     /// The CSRF token forms carry.
     csrf: String,
     /// Whether an admin token is configured (then the viewer is signed in).
@@ -80,9 +82,10 @@ struct Viewer {
 
 impl Viewer {
     fn of(st: &AppState, headers: &HeaderMap) -> Self {
-        let s = session(st, headers).unwrap_or_default();
+        let session = session(st, headers).unwrap_or_default();
         Self {
-            csrf: st.admin.csrf(&s),
+            csrf: st.admin.csrf(&session),
+            session,
             token: st.admin.has_token(),
         }
     }
@@ -323,10 +326,9 @@ impl Form {
 }
 
 /// Checks a form's CSRF token against the viewer's session.
-fn checked(st: &AppState, headers: &HeaderMap, body: &Bytes) -> Result<Form, ApiError> {
+fn checked(st: &AppState, v: &Viewer, body: &Bytes) -> Result<Form, ApiError> {
     let form = Form::parse(body);
-    let s = session(st, headers).unwrap_or_default();
-    if !st.admin.csrf_ok(&s, form.get("csrf").unwrap_or("")) {
+    if !st.admin.csrf_ok(&v.session, form.get("csrf").unwrap_or("")) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "csrf_mismatch",
@@ -446,7 +448,7 @@ pub(crate) async fn overview(State(st): State<AppState>, headers: HeaderMap) -> 
 async fn create_topic(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let v = Viewer::of(&st, &headers);
     let r = async {
-        let f = checked(&st, &headers, &body)?;
+        let f = checked(&st, &v, &body)?;
         let name = f
             .get("name")
             .ok_or_else(|| ApiError::bad_request("invalid_topic", "give the topic a name"))?;
@@ -859,7 +861,7 @@ async fn save_settings(
     let v = Viewer::of(&st, &headers);
     let base = format!("/admin/topics/{}", enc(&name));
     let r = async {
-        let f = checked(&st, &headers, &body)?;
+        let f = checked(&st, &v, &body)?;
         let t = Topic::new(name.clone())?;
         let old = st
             .store
@@ -910,7 +912,7 @@ async fn job_action(
     let base = format!("/admin/topics/{}", enc(&name));
     let back = format!("{base}?job={}", enc(&id));
     let r = async {
-        let f = checked(&st, &headers, &body)?;
+        let f = checked(&st, &v, &body)?;
         let t = Topic::new(name.clone())?;
         let id = JobId::new(id.clone())?;
         let now = st.clock.now_ms();
@@ -970,7 +972,7 @@ async fn dead_action(
     let v = Viewer::of(&st, &headers);
     let base = format!("/admin/topics/{}", enc(&name));
     let r = async {
-        let f = checked(&st, &headers, &body)?;
+        let f = checked(&st, &v, &body)?;
         let t = Topic::new(name.clone())?;
         let ids = f.all("ids");
         let all = f.get("scope") == Some("all");
@@ -1005,7 +1007,7 @@ async fn dead_action(
             }
         };
         if f.get("confirm") != Some("yes") {
-            return Ok(Err(question));
+            return Ok(Err((question, f)));
         }
         let n = if action == "purge" {
             crate::api::purge(&st, &t).await?
@@ -1030,25 +1032,22 @@ async fn dead_action(
             };
             see_other(&format!("{base}?done={done}&n={n}"))
         }
-        Ok(Err(question)) => {
-            let f = Form::parse(&body);
-            page(
-                &v,
-                "Confirm",
-                &format!(
-                    r#"<p id="question">{}</p><form method="post" action="{base}/dead/{}" id="confirm">{}<button name="confirm" value="yes">Yes, {}</button></form><p><a href="{base}">No, back</a></p>"#,
-                    esc(&question),
-                    esc(&action),
-                    f.hidden_copy(),
-                    if action == "purge" {
-                        "delete them"
-                    } else {
-                        "replay"
-                    }
-                ),
-                false,
-            )
-        }
+        Ok(Err((question, f))) => page(
+            &v,
+            "Confirm",
+            &format!(
+                r#"<p id="question">{}</p><form method="post" action="{base}/dead/{}" id="confirm">{}<button name="confirm" value="yes">Yes, {}</button></form><p><a href="{base}">No, back</a></p>"#,
+                esc(&question),
+                esc(&action),
+                f.hidden_copy(),
+                if action == "purge" {
+                    "delete them"
+                } else {
+                    "replay"
+                }
+            ),
+            false,
+        ),
         Err(e) => error_page(&v, &e, &base),
     }
 }
@@ -1065,6 +1064,7 @@ async fn login_page(State(st): State<AppState>, Query(q): Query<LoginQuery>) -> 
         return see_other("/");
     }
     let v = Viewer {
+        session: String::new(),
         csrf: st.admin.csrf(""),
         token: false,
     };
@@ -1120,7 +1120,7 @@ async fn login(State(st): State<AppState>, body: Bytes) -> Response {
 /// it expires or the token changes).
 async fn logout(State(st): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     let v = Viewer::of(&st, &headers);
-    if let Err(e) = checked(&st, &headers, &body) {
+    if let Err(e) = checked(&st, &v, &body) {
         return error_page(&v, &e, "/");
     }
     let mut res = see_other("/admin/login");
