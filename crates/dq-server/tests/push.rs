@@ -462,6 +462,7 @@ async fn ssrf_guard_refuses_metadata_and_optionally_private() {
         "http://169.254.169.254/latest/meta-data/",
         "http://[fe80::1]/x",
         "http://0.0.0.0/x",
+        "http://no-such-host.invalid/",
     ] {
         let (s, v) = d
             .push_topic("x", json!({"mode": "push", "url": url}), json!({}))
@@ -472,18 +473,6 @@ async fn ssrf_guard_refuses_metadata_and_optionally_private() {
             "{url}: {v}"
         );
     }
-    let (s, v) = d
-        .push_topic(
-            "x",
-            json!({"mode": "push", "url": "http://no-such-host.invalid/"}),
-            json!({}),
-        )
-        .await;
-    assert_eq!(
-        (s, v["error"]["code"].clone()),
-        (400, json!("invalid_callback")),
-        "{v}"
-    );
     let (s, _) = d
         .push_topic(
             "x",
