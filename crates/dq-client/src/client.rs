@@ -223,7 +223,8 @@ pub struct TopicInfo {
     pub name: String,
     /// Counts and counters.
     pub stats: TopicStats,
-    /// Settings (absent in listings).
+    /// Settings (absent in listings). Push secrets and header values come
+    /// redacted (`whsec_…a1b2`): they are write-only.
     pub config: Option<TopicConfig>,
 }
 

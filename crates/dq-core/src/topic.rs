@@ -28,7 +28,12 @@ pub enum PushMethod {
 }
 
 /// Where and how push deliveries go.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Its `secrets` and header values are credentials: they are write-only.
+/// Replies and logs show [`PushConfig::redacted`] (its `Debug` is redacted
+/// too, so `?cfg` in a log line is safe); only the store and the deliverer
+/// see the values themselves.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PushConfig {
     /// The callback URL (http or https).
@@ -51,6 +56,42 @@ pub struct PushConfig {
     pub secrets: Vec<String>,
 }
 
+/// What replies and logs show of a credential: `…` and its last 4
+/// characters when it is long enough that these give little away (16 or
+/// more), else `…` alone. `…` is not visible ASCII, so a redacted copy sent
+/// back as a header value or secret is refused, never stored.
+pub fn redact(value: &str) -> String {
+    let n = value.chars().count();
+    if n >= 16 {
+        let tail: String = value.chars().skip(n - 4).collect();
+        format!("…{tail}")
+    } else {
+        "…".to_string()
+    }
+}
+
+/// A signing secret as replies show it: `whsec_…a1b2`.
+fn redact_secret(secret: &str) -> String {
+    match secret.strip_prefix("whsec_") {
+        Some(rest) => format!("whsec_{}", redact(rest)),
+        None => redact(secret),
+    }
+}
+
+impl std::fmt::Debug for PushConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self.redacted();
+        f.debug_struct("PushConfig")
+            .field("url", &r.url)
+            .field("method", &r.method)
+            .field("timeout_ms", &r.timeout_ms)
+            .field("headers", &r.headers)
+            .field("concurrency", &r.concurrency)
+            .field("secrets", &r.secrets)
+            .finish()
+    }
+}
+
 fn default_push_timeout() -> u64 {
     3000
 }
@@ -60,6 +101,20 @@ fn default_push_concurrency() -> u32 {
 }
 
 impl PushConfig {
+    /// A copy fit to show: every header value and secret replaced by
+    /// [`redact`] (`whsec_…a1b2`; as many secrets as there are).
+    pub fn redacted(&self) -> PushConfig {
+        PushConfig {
+            headers: self
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), redact(v)))
+                .collect(),
+            secrets: self.secrets.iter().map(|s| redact_secret(s)).collect(),
+            ..self.clone()
+        }
+    }
+
     /// Checks the fields that can be checked without the network.
     ///
     /// # Errors
@@ -103,8 +158,19 @@ impl PushConfig {
             let token = !k.is_empty()
                 && k.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-            if !token || v.chars().any(|c| c.is_control()) {
-                return bad(format!("header {k:?} is not a valid header"));
+            if !token {
+                return bad(format!("header {k:?} is not a valid header name"));
+            }
+            // What an HTTP client can send: visible ASCII, spaces and tabs.
+            if v.contains('…') {
+                return bad(format!(
+                    "header {k:?}: its value is a redacted copy (values are never shown); send the value itself"
+                ));
+            }
+            if !v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)) {
+                return bad(format!(
+                    "header {k:?}: the value must be visible ASCII, spaces and tabs"
+                ));
             }
         }
         if self.secrets.len() > 5 {
@@ -117,9 +183,14 @@ impl PushConfig {
                         .all(|c| c.is_ascii_alphanumeric() || b"+/=".contains(&c))
             });
             if !ok {
-                return bad(
-                    "each secret must be whsec_ followed by base64 (at least 16 characters)".into(),
-                );
+                let why = if sec.contains('…') {
+                    " (this one is a redacted copy: secrets are never shown, send the secret itself)"
+                } else {
+                    ""
+                };
+                return bad(format!(
+                    "each secret must be whsec_ followed by base64 (at least 16 characters){why}"
+                ));
             }
         }
         Ok(())
@@ -154,6 +225,18 @@ fn one() -> u32 {
 
 /// Most partitions a topic may have.
 pub const MAX_PARTITIONS: u32 = 256;
+
+impl TopicConfig {
+    /// A copy fit to show in a reply or a log line (push credentials
+    /// redacted, see [`PushConfig::redacted`]).
+    pub fn redacted(&self) -> TopicConfig {
+        let mut c = self.clone();
+        if let Delivery::Push(p) = &c.delivery {
+            c.delivery = Delivery::Push(p.redacted());
+        }
+        c
+    }
+}
 
 impl Default for TopicConfig {
     fn default() -> Self {
@@ -321,6 +404,81 @@ mod tests {
                 .is_err(),
             "unknown fields refused"
         );
+    }
+
+    #[test]
+    fn redaction_hides_secrets_and_header_values_and_cannot_be_stored() {
+        let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+        let p = PushConfig {
+            url: "https://hooks.example.com/dq".into(),
+            method: PushMethod::Post,
+            timeout_ms: 3000,
+            headers: [
+                (
+                    "X-Api-Key".to_string(),
+                    "sk_live_0123456789abcdef".to_string(),
+                ),
+                ("X-Short".to_string(), "tiny".to_string()),
+            ]
+            .into(),
+            concurrency: 16,
+            secrets: vec![secret.into(), "whsec_AAAAAAAAAAAAAAAAAAAAzz9Q".into()],
+        };
+        let r = p.redacted();
+        assert_eq!(r.secrets, ["whsec_…LaSw", "whsec_…zz9Q"]);
+        assert_eq!(r.headers["X-Api-Key"], "…cdef");
+        assert_eq!(r.headers["X-Short"], "…", "short values show nothing");
+        assert_eq!((r.url.as_str(), r.timeout_ms), (p.url.as_str(), 3000));
+        for shown in [
+            format!("{p:?}"),
+            format!(
+                "{:?}",
+                TopicConfig {
+                    delivery: Delivery::Push(p.clone()),
+                    ..Default::default()
+                }
+            ),
+            serde_json::to_string(
+                &TopicConfig {
+                    delivery: Delivery::Push(p.clone()),
+                    ..Default::default()
+                }
+                .redacted(),
+            )
+            .unwrap(),
+        ] {
+            assert!(!shown.contains("MfKQ9r8GKYqrTwjUPD8ILPZIo2La"), "{shown}");
+            assert!(!shown.contains("sk_live_0123"), "{shown}");
+            assert!(!shown.contains("tiny"), "{shown}");
+        }
+        // A redacted copy sent back is refused, so it never replaces the real values.
+        let e = r.validate().unwrap_err();
+        assert_eq!(e.code, "invalid_callback");
+        assert!(e.message.contains("redacted"), "{}", e.message);
+        let only_secrets = PushConfig {
+            headers: Default::default(),
+            ..r.clone()
+        };
+        assert!(
+            only_secrets
+                .validate()
+                .unwrap_err()
+                .message
+                .contains("redacted copy")
+        );
+        let non_ascii = PushConfig {
+            headers: [("X-Name".to_string(), "café".to_string())].into(),
+            secrets: vec![],
+            ..p.clone()
+        };
+        assert!(
+            non_ascii
+                .validate()
+                .unwrap_err()
+                .message
+                .contains("visible ASCII")
+        );
+        assert!(p.validate().is_ok());
     }
 
     #[test]

@@ -583,7 +583,7 @@ pub(crate) async fn get_topic(State(st): State<AppState>, Path(t): Path<String>)
         .await?
         .ok_or_else(|| ApiError::topic_not_found(t.as_str()))?;
     let mut v = topic_summary(&st, &t).await?;
-    v["config"] = serde_json::to_value(cfg).unwrap_or(Value::Null);
+    v["config"] = serde_json::to_value(cfg.redacted()).unwrap_or(Value::Null);
     Ok(Json(v).into_response())
 }
 
@@ -594,7 +594,7 @@ pub(crate) async fn put_topic(
     JsonBody(patch): JsonBody<TopicConfigPatch>,
 ) -> ApiResult {
     let (t, cfg) = configure_topic(&st, t, patch).await?;
-    Ok(Json(json!({"name": t, "config": cfg})).into_response())
+    Ok(Json(json!({"name": t, "config": cfg.redacted()})).into_response())
 }
 
 /// Validates and stores a topic's settings (the API's PUT and the config
