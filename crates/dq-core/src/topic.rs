@@ -317,6 +317,27 @@ impl TopicConfigPatch {
         Ok(())
     }
 
+    /// This patch with the push defaults filled in: a topic turned to push
+    /// (`current` is its settings before the patch) that has no retry
+    /// settings of its own, in the patch or from before, gets retries after
+    /// 1, 3, 5, … 19 minutes and 10 attempts — a callback that is down is
+    /// usually down for minutes, not for the pull default's seconds.
+    pub fn with_push_defaults(mut self, current: &TopicConfig) -> Self {
+        if !matches!(self.delivery, Some(Delivery::Push(_))) {
+            return self;
+        }
+        let defaults = TopicConfig::default();
+        if self.retry.is_none() && current.retry == defaults.retry {
+            self.retry = Some(RetryPolicy::DelaysMs(
+                (0..10).map(|n| (2 * n + 1) * 60_000).collect(),
+            ));
+        }
+        if self.max_attempts.is_none() && current.max_attempts == defaults.max_attempts {
+            self.max_attempts = Some(10);
+        }
+        self
+    }
+
     /// Whether the patch changes nothing.
     pub fn is_empty(&self) -> bool {
         self == &Self::default()
@@ -379,6 +400,50 @@ mod tests {
         assert_eq!(
             p.validate(&Limits::default()).unwrap_err().code,
             "invalid_dead_cap"
+        );
+    }
+
+    #[test]
+    fn push_defaults_only_where_the_topic_has_no_settings_of_its_own() {
+        let push = Delivery::Push(PushConfig {
+            url: "http://127.0.0.1:9/h".into(),
+            method: PushMethod::Post,
+            timeout_ms: 3000,
+            headers: Default::default(),
+            concurrency: 1,
+            secrets: vec![],
+        });
+        let fresh = TopicConfigPatch {
+            delivery: Some(push.clone()),
+            ..Default::default()
+        }
+        .with_push_defaults(&TopicConfig::default());
+        assert_eq!(fresh.max_attempts, Some(10));
+        assert_eq!(
+            fresh.retry,
+            Some(RetryPolicy::DelaysMs(vec![
+                60_000, 180_000, 300_000, 420_000, 540_000, 660_000, 780_000, 900_000, 1_020_000,
+                1_140_000
+            ]))
+        );
+        let own = TopicConfig {
+            max_attempts: 3,
+            retry: RetryPolicy::FixedMs(5000),
+            ..Default::default()
+        };
+        let kept = TopicConfigPatch {
+            delivery: Some(push.clone()),
+            ..Default::default()
+        }
+        .with_push_defaults(&own);
+        assert_eq!((kept.max_attempts, kept.retry), (None, None));
+        let pull = TopicConfigPatch {
+            delivery: Some(Delivery::Pull),
+            ..Default::default()
+        };
+        assert_eq!(
+            pull.clone().with_push_defaults(&TopicConfig::default()),
+            pull
         );
     }
 

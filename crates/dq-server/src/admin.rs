@@ -21,18 +21,19 @@ use std::time::{Duration, UNIX_EPOCH};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use dq_core::{
-    Body, Delivery, JobId, JobInfo, JobState, PushConfig, PushMethod, RetryPolicy, Topic,
-    TopicConfig, TopicConfigPatch,
+    Body, Delivery, JobId, JobInfo, JobState, PushConfig, PushMethod, RetryPolicy, StoreError,
+    Topic, TopicConfig, TopicConfigPatch,
 };
 use serde::Deserialize;
 
 use crate::AppState;
 use crate::auth::{SESSION_COOKIE, SESSION_MAX_AGE_MS, session};
 use crate::error::ApiError;
+use crate::service::Error;
 
 /// The admin routes.
 pub(crate) fn routes() -> Router<AppState> {
@@ -150,23 +151,6 @@ fn page(v: &Viewer, title: &str, body: &str, refresh: bool) -> Response {
         t = esc(title)
     ))
     .into_response()
-}
-
-/// The page shown to a non-loopback peer when no admin token is set.
-pub(crate) fn loopback_only() -> Response {
-    (
-        StatusCode::FORBIDDEN,
-        Html(
-            "<!doctype html><title>dq</title><p>dq's admin page answers only on loopback because no <code>admin_token</code> is configured. Set <code>admin_token</code> (dq.toml, DQ_ADMIN_TOKEN or --admin-token) to use it from another host.</p>",
-        ),
-    )
-        .into_response()
-}
-
-/// A redirect to the login page, back to `uri` afterwards.
-pub(crate) fn to_login(uri: &Uri) -> Response {
-    let next = uri.path_and_query().map_or("/", |p| p.as_str());
-    see_other(&format!("/admin/login?next={}", enc(next)))
 }
 
 fn see_other(location: &str) -> Response {
@@ -342,8 +326,9 @@ fn checked(st: &AppState, v: &Viewer, body: &Bytes) -> Result<Form, ApiError> {
 /// a form registering a topic.
 pub(crate) async fn overview(State(st): State<AppState>, headers: HeaderMap) -> Response {
     let v = Viewer::of(&st, &headers);
-    let now = st.clock.now_ms();
-    let health = st.store.health().await;
+    let svc = &st.service;
+    let now = svc.clock().now_ms();
+    let health = svc.health().await;
     let up = health.iter().any(|(_, r)| r.is_ok());
     let mut body = String::new();
     body.push_str(
@@ -370,7 +355,7 @@ pub(crate) async fn overview(State(st): State<AppState>, headers: HeaderMap) -> 
     }
     body.push_str("</tbody></table>");
     let topics = if up {
-        st.store.topics().await.unwrap_or_default()
+        svc.topics().await.unwrap_or_default()
     } else {
         Vec::new()
     };
@@ -378,10 +363,10 @@ pub(crate) async fn overview(State(st): State<AppState>, headers: HeaderMap) -> 
         r#"<table id="topics"><thead><tr><th>topic</th><th>delivery</th><th>scheduled</th><th>ready</th><th>reserved</th><th>dead</th><th>oldest overdue</th><th>enqueued/s</th><th>acked/s</th><th>lateness p50</th><th>lateness p99</th><th>enqueued</th><th>acked</th><th>failed</th></tr></thead><tbody>"#,
     );
     for t in &topics {
-        let Ok(s) = st.store.stats(t, now).await else {
+        let Ok(s) = svc.stats(t).await else {
             continue;
         };
-        let mode = match st.store.topic_config(t).await {
+        let mode = match svc.topic_config(t).await {
             Ok(Some(c)) => match c.delivery {
                 Delivery::Pull => "pull",
                 Delivery::Push(_) => "push",
@@ -460,18 +445,12 @@ async fn create_topic(State(st): State<AppState>, headers: HeaderMap, body: Byte
             ..Default::default()
         };
         let t = Topic::new(name.to_string())?;
-        if st.store.topic_config(&t).await?.is_some() {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "topic_exists",
-                format!("topic {name:?} exists already; change it on its page"),
-            ));
-        }
-        crate::api::configure_topic(&st, name.to_string(), patch).await
+        st.service.create_topic(&t, patch).await?;
+        Ok::<_, ApiError>(t)
     }
     .await;
     match r {
-        Ok((t, _)) => see_other(&format!("/admin/topics/{}?done=created", enc(t.as_str()))),
+        Ok(t) => see_other(&format!("/admin/topics/{}?done=created", enc(t.as_str()))),
         Err(e) => error_page(&v, &e, "/"),
     }
 }
@@ -555,13 +534,9 @@ async fn render_topic(
     q: TopicQuery,
 ) -> Result<Response, ApiError> {
     let t = Topic::new(name)?;
-    let cfg = st
-        .store
-        .topic_config(&t)
-        .await?
-        .ok_or_else(|| ApiError::topic_not_found(t.as_str()))?;
-    let now = st.clock.now_ms();
-    let s = st.store.stats(&t, now).await?;
+    let cfg = st.service.known_topic(&t).await?;
+    let now = st.service.clock().now_ms();
+    let s = st.service.stats(&t).await?;
     let base = format!("/admin/topics/{}", enc(t.as_str()));
     let mut body = String::new();
     if let Some(msg) = q
@@ -676,7 +651,11 @@ async fn lookup(
     );
     if let Some(id) = job.filter(|j| !j.is_empty()) {
         let found = match JobId::new(id.to_string()) {
-            Ok(id) => st.store.get(t, &id).await?,
+            Ok(id) => match st.service.get(t, &id).await {
+                Ok(v) => Some(v.job),
+                Err(Error::Store(StoreError::NotFound)) => None,
+                Err(e) => return Err(e.into()),
+            },
             Err(_) => None,
         };
         match found {
@@ -743,7 +722,7 @@ async fn upcoming(
     base: &str,
     now: u64,
 ) -> Result<(), ApiError> {
-    let next = st.store.list_scheduled(t, 20).await?;
+    let next = st.service.list_scheduled(t, 20).await?;
     body.push_str(r#"<section><h2>Next due</h2><table id="upcoming"><thead><tr><th>id</th><th>due</th><th></th><th>attempts</th><th class="l">body</th></tr></thead><tbody>"#);
     for j in &next {
         let _ = write!(
@@ -789,7 +768,13 @@ async fn dead_letters(
     let mut looked = 0;
     'pages: while end > 0 && shown.len() < 100 && looked < 10_000 {
         let start = end.saturating_sub(1000);
-        let mut chunk = st.store.list_dead(t, start, end - start).await?;
+        let mut chunk: Vec<JobInfo> = st
+            .service
+            .list_dead(t, start, end - start)
+            .await?
+            .into_iter()
+            .map(|v| v.job)
+            .collect();
         looked += end - start;
         end = start;
         chunk.reverse();
@@ -863,11 +848,7 @@ async fn save_settings(
     let r = async {
         let f = checked(&st, &v, &body)?;
         let t = Topic::new(name.clone())?;
-        let old = st
-            .store
-            .topic_config(&t)
-            .await?
-            .ok_or_else(|| ApiError::topic_not_found(t.as_str()))?;
+        let old = st.service.known_topic(&t).await?;
         let retry = f
             .get("retry")
             .map(|r| {
@@ -892,11 +873,12 @@ async fn save_settings(
                 _ => Delivery::Pull,
             }),
         };
-        crate::api::configure_topic(&st, name.clone(), patch).await
+        st.service.configure_topic(&t, patch).await?;
+        Ok::<_, ApiError>(())
     }
     .await;
     match r {
-        Ok(_) => see_other(&format!("{base}?done=saved")),
+        Ok(()) => see_other(&format!("{base}?done=saved")),
         Err(e) => error_page(&v, &e, &base),
     }
 }
@@ -915,14 +897,10 @@ async fn job_action(
         let f = checked(&st, &v, &body)?;
         let t = Topic::new(name.clone())?;
         let id = JobId::new(id.clone())?;
-        let now = st.clock.now_ms();
+        let now = st.service.clock().now_ms();
         match action.as_str() {
             "cancel" => {
-                st.store
-                    .cancel(&t, &id)
-                    .await?
-                    .ok_or_else(ApiError::job_not_found)?;
-                tracing::info!(topic = %t, id = %id, "job cancelled from the admin page");
+                st.service.cancel(&t, &id).await?;
                 Ok("cancelled")
             }
             "run" | "reschedule" => {
@@ -936,11 +914,10 @@ async fn job_action(
                         ApiError::bad_request("invalid_delay", format!("delay {text:?}: {e}"))
                     })?;
                     let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-                    st.limits.check_delay(ms)?;
+                    st.service.limits().check_delay(ms)?;
                     now + ms
                 };
-                st.store.reschedule(&t, &id, due, now).await?;
-                st.wakers.wake(t.as_str());
+                st.service.reschedule(&t, &id, due).await?;
                 Ok(if action == "run" {
                     "run"
                 } else {
@@ -978,7 +955,7 @@ async fn dead_action(
         let all = f.get("scope") == Some("all");
         let question = match action.as_str() {
             "replay" if all => {
-                let dead = st.store.stats(&t, st.clock.now_ms()).await?.dead;
+                let dead = st.service.stats(&t).await?.dead;
                 format!("Replay all {dead} dead letters of {}?", t.as_str())
             }
             "replay" if ids.is_empty() => {
@@ -995,7 +972,7 @@ async fn dead_action(
             }
             "replay" => format!("Replay {} dead letter(s): {}?", ids.len(), ids.join(", ")),
             "purge" => {
-                let dead = st.store.stats(&t, st.clock.now_ms()).await?.dead;
+                let dead = st.service.stats(&t).await?.dead;
                 format!("Delete all {dead} dead letters of {} for good?", t.as_str())
             }
             _ => {
@@ -1010,15 +987,15 @@ async fn dead_action(
             return Ok(Err((question, f)));
         }
         let n = if action == "purge" {
-            crate::api::purge(&st, &t).await?
+            st.service.purge(&t).await?
         } else if all {
-            crate::api::replay(&st, &t, None).await?
+            st.service.replay(&t, None).await?
         } else {
             let ids = ids
                 .iter()
                 .map(|i| JobId::new(i.to_string()))
                 .collect::<Result<Vec<_>, _>>()?;
-            crate::api::replay(&st, &t, Some(&ids)).await?
+            st.service.replay(&t, Some(&ids)).await?
         };
         Ok(Ok(n))
     }
@@ -1107,7 +1084,7 @@ async fn login(State(st): State<AppState>, body: Bytes) -> Response {
     let mut res = see_other(&next);
     let cookie = format!(
         "{SESSION_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-        st.admin.new_session(st.clock.now_ms()),
+        st.admin.new_session(st.service.clock().now_ms()),
         SESSION_MAX_AGE_MS / 1000
     );
     if let Ok(v) = HeaderValue::from_str(&cookie) {

@@ -13,13 +13,14 @@
 //! configure alerts on one instance of a deployment.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::AppState;
+use crate::service::Service;
 
 /// Where alerts go and when.
 #[derive(Debug, Clone)]
@@ -79,7 +80,7 @@ pub struct Alert {
 
 /// The alert loop (see the module docs).
 pub struct Alerter {
-    st: AppState,
+    svc: Arc<Service>,
     cfg: AlertConfig,
     http: reqwest::Client,
 }
@@ -89,12 +90,12 @@ impl Alerter {
     ///
     /// # Panics
     /// When the HTTP client cannot be built (no TLS crypto provider installed).
-    pub fn new(st: AppState, cfg: AlertConfig) -> Self {
+    pub fn new(svc: Arc<Service>, cfg: AlertConfig) -> Self {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(5))
             .build()
             .expect("HTTP client for alerts");
-        Self { st, cfg, http }
+        Self { svc, cfg, http }
     }
 
     /// Runs until `cancel` fires.
@@ -106,8 +107,8 @@ impl Alerter {
         let mut last_sent: HashMap<String, Instant> = HashMap::new();
         let mut over: HashSet<String> = HashSet::new();
         loop {
-            let now_ms = self.st.clock.now_ms();
-            let health = tokio::time::timeout(Duration::from_secs(3), self.st.store.health())
+            let now_ms = self.svc.clock().now_ms();
+            let health = tokio::time::timeout(Duration::from_secs(3), self.svc.health())
                 .await
                 .unwrap_or_else(|_| {
                     vec![(
@@ -168,11 +169,11 @@ impl Alerter {
         last_sent: &mut HashMap<String, Instant>,
         over: &mut HashSet<String>,
     ) {
-        let Ok(topics) = self.st.store.topics().await else {
+        let Ok(topics) = self.svc.topics().await else {
             return;
         };
         for t in topics {
-            let Ok(s) = self.st.store.stats(&t, now_ms).await else {
+            let Ok(s) = self.svc.stats(&t).await else {
                 continue;
             };
             let name = t.to_string();

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, parse};
+use crate::service::{AckItem, JobView};
 
 type ApiResult<T = Response> = Result<T, ApiError>;
 
@@ -147,16 +148,17 @@ fn put_body(obj: &mut Value, body: &Body) {
     }
 }
 
-fn job_json(topic: &Topic, j: &JobInfo, cfg: &TopicConfig) -> Value {
+fn job_json(view: &JobView) -> Value {
+    let j = &view.job;
     let mut v = json!({
-        "topic": topic,
+        "topic": view.topic,
         "id": j.id,
         "state": j.state,
         "due_at_ms": j.due_at_ms,
         "priority": j.priority,
         "attempts": j.attempts,
-        "max_attempts": j.max_attempts.unwrap_or(cfg.max_attempts),
-        "lease_ms": j.lease_ms.unwrap_or(cfg.lease_ms),
+        "max_attempts": view.max_attempts,
+        "lease_ms": view.lease_ms,
         "last_error": j.last_error,
         "created_at_ms": j.created_at_ms,
         "lease_deadline_ms": j.lease_deadline_ms,
@@ -187,18 +189,9 @@ pub(crate) async fn enqueue(
     JsonBody(req): JsonBody<EnqueueReq>,
 ) -> ApiResult {
     let t = topic(t)?;
-    let now = st.clock.now_ms();
-    let job = req.into_job(&st.limits, now)?;
-    let mut out = st
-        .store
-        .enqueue(&t, std::slice::from_ref(&job), now)
-        .await?;
-    let e = out
-        .pop()
-        .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "no result"))?;
-    if e.created || e.replaced {
-        st.wakers.wake(t.as_str());
-    }
+    let svc = &st.service;
+    let job = req.into_job(svc.limits(), svc.clock().now_ms())?;
+    let e = svc.enqueue(&t, job).await?;
     let status = if e.created {
         StatusCode::CREATED
     } else {
@@ -230,12 +223,14 @@ pub(crate) async fn enqueue_batch(
             ),
         ));
     }
-    let now = st.clock.now_ms();
+    let svc = &st.service;
+    let now = svc.clock().now_ms();
     let mut results: Vec<Value> = Vec::with_capacity(req.jobs.len());
     let mut valid: Vec<NewJob> = Vec::new();
     let mut slots: Vec<usize> = Vec::new();
     for raw in &req.jobs {
-        match parse::<EnqueueReq>(raw.get().as_bytes()).and_then(|r| r.into_job(&st.limits, now)) {
+        match parse::<EnqueueReq>(raw.get().as_bytes()).and_then(|r| r.into_job(svc.limits(), now))
+        {
             Ok(job) => {
                 slots.push(results.len());
                 results.push(Value::Null);
@@ -245,10 +240,7 @@ pub(crate) async fn enqueue_batch(
         }
     }
     if !valid.is_empty() {
-        let out = st.store.enqueue(&t, &valid, now).await?;
-        if out.iter().any(|e| e.created || e.replaced) {
-            st.wakers.wake(t.as_str());
-        }
+        let out = svc.enqueue_batch(&t, valid).await?;
         for (slot, e) in slots.into_iter().zip(out.iter()) {
             results[slot] = enqueued_json(e);
         }
@@ -262,13 +254,8 @@ pub(crate) async fn get_job(
     Path((t, id)): Path<(String, String)>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
-    let job = st
-        .store
-        .get(&t, &id)
-        .await?
-        .ok_or_else(ApiError::job_not_found)?;
-    let cfg = st.store.topic_config(&t).await?.unwrap_or_default();
-    Ok(Json(job_json(&t, &job, &cfg)).into_response())
+    let job = st.service.get(&t, &id).await?;
+    Ok(Json(job_json(&job)).into_response())
 }
 
 /// `DELETE /v1/topics/{topic}/jobs/{id}`
@@ -277,12 +264,7 @@ pub(crate) async fn cancel_job(
     Path((t, id)): Path<(String, String)>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
-    let was = st
-        .store
-        .cancel(&t, &id)
-        .await?
-        .ok_or_else(ApiError::job_not_found)?;
-    tracing::info!(topic = %t, id = %id, state = %was, "job cancelled");
+    let was = st.service.cancel(&t, &id).await?;
     Ok(Json(json!({"id": id, "cancelled": true, "state": was})).into_response())
 }
 
@@ -300,8 +282,9 @@ pub(crate) async fn reschedule_job(
     JsonBody(req): JsonBody<RescheduleReq>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
-    let now = st.clock.now_ms();
-    let due = match when(&st.limits, req.delay_ms, req.due_at_ms, now)? {
+    let svc = &st.service;
+    let now = svc.clock().now_ms();
+    let due = match when(svc.limits(), req.delay_ms, req.due_at_ms, now)? {
         Some(When::DelayMs(d)) => now + d,
         Some(When::DueAtMs(t)) => t,
         _ => {
@@ -311,8 +294,7 @@ pub(crate) async fn reschedule_job(
             ));
         }
     };
-    st.store.reschedule(&t, &id, due, now).await?;
-    st.wakers.wake(t.as_str());
+    svc.reschedule(&t, &id, due).await?;
     Ok(Json(json!({"id": id, "due_at_ms": due})).into_response())
 }
 
@@ -364,31 +346,10 @@ pub(crate) async fn reserve(
             format!("wait_ms must be at most {MAX_WAIT_MS}, got {wait_ms}"),
         ));
     }
-    if st.shutdown.is_cancelled() {
-        return Err(ApiError::shutting_down());
-    }
-    if let Some(t) = {
-        let push = st.push_topics.read().expect("poisoned");
-        topics.iter().find(|t| push.contains(t.as_str())).cloned()
-    } {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "topic_is_push",
-            format!(
-                "topic {t} is delivered by push to its callback URL; reserve is for pull topics"
-            ),
-        ));
-    }
-    let leases = crate::reserve::reserve(&st, &topics, max, req.lease_ms, wait_ms).await;
-    for t in &topics {
-        st.wakers.release(t.as_str());
-    }
-    let leases = leases?;
-    let now = st.clock.now_ms();
-    for l in &leases {
-        let late = std::time::Duration::from_millis(now.saturating_sub(l.due_at_ms));
-        st.metrics.observe_lateness(l.topic.as_str(), late);
-    }
+    let leases = st
+        .service
+        .reserve(&topics, max, req.lease_ms, wait_ms)
+        .await?;
     let jobs: Vec<Value> = leases.iter().map(lease_json).collect();
     Ok(Json(json!({ "jobs": jobs })).into_response())
 }
@@ -406,7 +367,7 @@ pub(crate) async fn ack(
     JsonBody(req): JsonBody<TokenReq>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
-    st.store.ack(&t, &id, &req.token).await?;
+    st.service.ack(&t, &id, &req.token).await?;
     Ok(Json(json!({"id": id, "acked": true})).into_response())
 }
 
@@ -428,12 +389,12 @@ pub(crate) async fn nack(
     JsonBody(req): JsonBody<NackReq>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
+    let svc = &st.service;
     let retry_in = req
         .retry_in_ms
-        .map(|ms| delay(&st.limits, "retry_in_ms", ms))
+        .map(|ms| delay(svc.limits(), "retry_in_ms", ms))
         .transpose()?;
     let error = req.error.unwrap_or_else(|| "nacked".into());
-    let now = st.clock.now_ms();
     if req.dead {
         if retry_in.is_some() {
             return Err(ApiError::bad_request(
@@ -441,24 +402,14 @@ pub(crate) async fn nack(
                 "retry_in_ms makes no sense with dead: true",
             ));
         }
-        st.store.bury(&t, &id, &req.token, &error, now).await?;
-        tracing::warn!(topic = %t, id = %id, error = %limits::clip_error(&error), "job buried; dead");
+        svc.bury(&t, &id, &req.token, &error).await?;
         return Ok(Json(json!({"id": id, "state": "dead"})).into_response());
     }
-    let out = st
-        .store
-        .nack(&t, &id, &req.token, &error, retry_in, now)
-        .await?;
-    let body = match out {
-        NackOutcome::Retry { due_at_ms, attempt } => {
-            tracing::info!(topic = %t, id = %id, attempt, error = %limits::clip_error(&error), retry_at_ms = due_at_ms, "job failed; will retry");
-            st.wakers.wake(t.as_str());
+    let body = match svc.nack(&t, &id, &req.token, &error, retry_in).await? {
+        NackOutcome::Retry { due_at_ms, .. } => {
             json!({"id": id, "state": "scheduled", "due_at_ms": due_at_ms})
         }
-        NackOutcome::Dead { attempt } => {
-            tracing::warn!(topic = %t, id = %id, attempt, error = %limits::clip_error(&error), "job failed for the last time; dead");
-            json!({"id": id, "state": "dead"})
-        }
+        NackOutcome::Dead { .. } => json!({"id": id, "state": "dead"}),
     };
     Ok(Json(body).into_response())
 }
@@ -478,12 +429,9 @@ pub(crate) async fn release(
     JsonBody(req): JsonBody<ReleaseReq>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
-    let delay = delay(&st.limits, "delay_ms", req.delay_ms.unwrap_or(0))?;
-    let due = st
-        .store
-        .release(&t, &id, &req.token, delay, st.clock.now_ms())
-        .await?;
-    st.wakers.wake(t.as_str());
+    let svc = &st.service;
+    let delay = delay(svc.limits(), "delay_ms", req.delay_ms.unwrap_or(0))?;
+    let due = svc.release(&t, &id, &req.token, delay).await?;
     let state = if delay == 0 { "ready" } else { "scheduled" };
     Ok(Json(json!({"id": id, "state": state, "due_at_ms": due})).into_response())
 }
@@ -502,26 +450,19 @@ pub(crate) async fn touch(
     JsonBody(req): JsonBody<TouchReq>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
-    if let Some(ms) = req.lease_ms {
-        limits::check_lease(ms)?;
-    }
-    let now = st.clock.now_ms();
-    let deadline = st
-        .store
-        .extend_lease(&t, &id, &req.token, req.lease_ms, now)
-        .await?;
+    let deadline = st.service.touch(&t, &id, &req.token, req.lease_ms).await?;
     Ok(Json(json!({"id": id, "lease_deadline_ms": deadline})).into_response())
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AckBatchReq {
-    acks: Vec<AckItem>,
+    acks: Vec<AckReq>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct AckItem {
+pub(crate) struct AckReq {
     topic: String,
     id: String,
     token: String,
@@ -541,48 +482,50 @@ pub(crate) async fn ack_batch(
             ),
         ));
     }
-    let results = futures::future::join_all(req.acks.into_iter().map(|a| {
-        let st = st.clone();
-        async move {
-            let r: Result<(), ApiError> = async {
-                let (t, id) = (topic(a.topic)?, job_id(a.id)?);
-                Ok(st.store.ack(&t, &id, &a.token).await?)
+    // Items that do not parse get their error; the others are acked together.
+    let mut results: Vec<Value> = Vec::with_capacity(req.acks.len());
+    let mut valid: Vec<AckItem> = Vec::new();
+    let mut slots: Vec<usize> = Vec::new();
+    for a in req.acks {
+        match topic(a.topic).and_then(|t| Ok((t, job_id(a.id)?))) {
+            Ok((topic, id)) => {
+                slots.push(results.len());
+                results.push(Value::Null);
+                valid.push(AckItem {
+                    topic,
+                    id,
+                    token: a.token,
+                });
             }
-            .await;
-            match r {
-                Ok(()) => json!({"acked": true}),
-                Err(e) => e.body(),
-            }
+            Err(e) => results.push(e.body()),
         }
-    }))
-    .await;
+    }
+    let acked = st.service.ack_batch(&valid).await;
+    for (slot, r) in slots.into_iter().zip(acked) {
+        results[slot] = match r {
+            Ok(()) => json!({"acked": true}),
+            Err(e) => ApiError::from(e).body(),
+        };
+    }
     Ok(Json(json!({ "results": results })).into_response())
 }
 
-async fn topic_summary(st: &AppState, t: &Topic) -> ApiResult<Value> {
-    let stats = st.store.stats(t, st.clock.now_ms()).await?;
-    Ok(json!({"name": t, "stats": stats}))
+fn summary(t: &Topic, stats: &TopicStats) -> Value {
+    json!({"name": t, "stats": stats})
 }
 
 /// `GET /v1/topics`
 pub(crate) async fn list_topics(State(st): State<AppState>) -> ApiResult {
-    let topics = st.store.topics().await?;
-    let mut out = Vec::with_capacity(topics.len());
-    for t in &topics {
-        out.push(topic_summary(&st, t).await?);
-    }
+    let topics = st.service.topics_with_stats().await?;
+    let out: Vec<Value> = topics.iter().map(|(t, s)| summary(t, s)).collect();
     Ok(Json(json!({ "topics": out })).into_response())
 }
 
 /// `GET /v1/topics/{topic}`
 pub(crate) async fn get_topic(State(st): State<AppState>, Path(t): Path<String>) -> ApiResult {
     let t = topic(t)?;
-    let cfg = st
-        .store
-        .topic_config(&t)
-        .await?
-        .ok_or_else(|| ApiError::topic_not_found(t.as_str()))?;
-    let mut v = topic_summary(&st, &t).await?;
+    let cfg = st.service.known_topic(&t).await?;
+    let mut v = summary(&t, &st.service.stats(&t).await?);
     v["config"] = serde_json::to_value(cfg.redacted()).unwrap_or(Value::Null);
     Ok(Json(v).into_response())
 }
@@ -593,59 +536,15 @@ pub(crate) async fn put_topic(
     Path(t): Path<String>,
     JsonBody(patch): JsonBody<TopicConfigPatch>,
 ) -> ApiResult {
-    let (t, cfg) = configure_topic(&st, t, patch).await?;
-    Ok(Json(json!({"name": t, "config": cfg.redacted()})).into_response())
-}
-
-/// Validates and stores a topic's settings (the API's PUT and the config
-/// file's topics both come here).
-pub(crate) async fn configure_topic(
-    st: &AppState,
-    t: String,
-    mut patch: TopicConfigPatch,
-) -> Result<(Topic, TopicConfig), ApiError> {
     let t = topic(t)?;
-    patch.validate(&st.limits)?;
-    if let Some(Delivery::Push(p)) = &patch.delivery {
-        st.push_guard
-            .check_url(&p.url)
-            .await
-            .map_err(|m| ApiError::bad_request("invalid_callback", m))?;
-        // A topic turned to push without its own retry settings gets the push
-        // defaults: retries after 1, 3, 5, ... 19 minutes, 10 attempts.
-        let current = st.store.topic_config(&t).await?.unwrap_or_default();
-        let defaults = TopicConfig::default();
-        if patch.retry.is_none() && current.retry == defaults.retry {
-            patch.retry = Some(RetryPolicy::DelaysMs(
-                (0..10).map(|n| (2 * n + 1) * 60_000).collect(),
-            ));
-        }
-        if patch.max_attempts.is_none() && current.max_attempts == defaults.max_attempts {
-            patch.max_attempts = Some(10);
-        }
-    }
-    let cfg = st.store.put_topic_config(&t, &patch).await?;
-    st.topics_changed.notify_one();
-    tracing::info!(topic = %t, config = ?cfg, "topic configured");
-    Ok((t, cfg))
+    let cfg = st.service.configure_topic(&t, patch).await?;
+    Ok(Json(json!({"name": t, "config": cfg.redacted()})).into_response())
 }
 
 /// `DELETE /v1/topics/{topic}` — deletes the topic and all its jobs.
 pub(crate) async fn delete_topic(State(st): State<AppState>, Path(t): Path<String>) -> ApiResult {
     let t = topic(t)?;
-    if st.store.topic_config(&t).await?.is_none() {
-        return Err(ApiError::topic_not_found(t.as_str()));
-    }
-    let mut deleted = 0;
-    loop {
-        let (n, gone) = st.store.delete_topic(&t, 1000).await?;
-        deleted += n;
-        if gone {
-            break;
-        }
-    }
-    st.topics_changed.notify_one();
-    tracing::warn!(topic = %t, deleted, "topic deleted");
+    let deleted = st.service.delete_topic(&t).await?;
     Ok(Json(json!({"name": t, "deleted_jobs": deleted})).into_response())
 }
 
@@ -663,16 +562,11 @@ pub(crate) async fn list_dead(
     Query(q): Query<DeadQuery>,
 ) -> ApiResult {
     let t = topic(t)?;
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=1000).contains(&limit) {
-        return Err(ApiError::bad_request(
-            "invalid_limit",
-            format!("limit must be between 1 and 1000, got {limit}"),
-        ));
-    }
-    let cfg = st.store.topic_config(&t).await?.unwrap_or_default();
-    let jobs = st.store.list_dead(&t, q.offset.unwrap_or(0), limit).await?;
-    let jobs: Vec<Value> = jobs.iter().map(|j| job_json(&t, j, &cfg)).collect();
+    let jobs = st
+        .service
+        .list_dead(&t, q.offset.unwrap_or(0), q.limit.unwrap_or(100))
+        .await?;
+    let jobs: Vec<Value> = jobs.iter().map(job_json).collect();
     Ok(Json(json!({ "jobs": jobs })).into_response())
 }
 
@@ -701,63 +595,15 @@ pub(crate) async fn replay_dead(
         }
         None => None,
     };
-    let replayed = replay(&st, &t, ids.as_deref()).await?;
+    let replayed = st.service.replay(&t, ids.as_deref()).await?;
     Ok(Json(json!({ "replayed": replayed })).into_response())
-}
-
-/// Replays the named dead letters, or all of them (as many as were dead when
-/// it began: a job that dies again meanwhile is not replayed twice).
-pub(crate) async fn replay(
-    st: &AppState,
-    t: &Topic,
-    ids: Option<&[JobId]>,
-) -> Result<u64, ApiError> {
-    let now = st.clock.now_ms();
-    let replayed = match ids {
-        Some(ids) => st.store.replay_dead(t, Some(ids), ids.len(), now).await?,
-        None => {
-            let mut left = st.store.stats(t, now).await?.dead;
-            let mut total = 0;
-            while left > 0 {
-                let n = st
-                    .store
-                    .replay_dead(t, None, left.min(1000) as usize, now)
-                    .await?;
-                total += n;
-                if n == 0 {
-                    break;
-                }
-                left = left.saturating_sub(n);
-            }
-            total
-        }
-    };
-    if replayed > 0 {
-        st.wakers.wake(t.as_str());
-        tracing::info!(topic = %t, replayed, "dead letters replayed");
-    }
-    Ok(replayed)
 }
 
 /// `DELETE /v1/topics/{topic}/dead`
 pub(crate) async fn purge_dead(State(st): State<AppState>, Path(t): Path<String>) -> ApiResult {
     let t = topic(t)?;
-    let purged = purge(&st, &t).await?;
+    let purged = st.service.purge(&t).await?;
     Ok(Json(json!({ "purged": purged })).into_response())
-}
-
-/// Deletes every dead letter of `t`.
-pub(crate) async fn purge(st: &AppState, t: &Topic) -> Result<u64, ApiError> {
-    let mut total = 0;
-    loop {
-        let n = st.store.purge_dead(t, 1000).await?;
-        total += n;
-        if n < 1000 {
-            break;
-        }
-    }
-    tracing::info!(topic = %t, purged = total, "dead letters purged");
-    Ok(total)
 }
 
 /// `GET /healthz` — the process answers.
@@ -768,7 +614,7 @@ pub(crate) async fn healthz() -> Response {
 /// `GET /readyz` — the store answers (with shards: any of them), with the
 /// health of each part of the store.
 pub(crate) async fn readyz(State(st): State<AppState>) -> ApiResult {
-    let health = tokio::time::timeout(Duration::from_secs(2), st.store.health()).await;
+    let health = tokio::time::timeout(Duration::from_secs(2), st.service.health()).await;
     let Ok(health) = health else {
         return Err(StoreError::Unavailable("health check timed out".into()).into());
     };

@@ -155,7 +155,7 @@ pub(crate) fn session(st: &AppState, headers: &HeaderMap) -> Option<String> {
         return Some(String::new());
     }
     cookie(headers, SESSION_COOKIE)
-        .filter(|v| st.admin.session_ok(v, st.clock.now_ms()))
+        .filter(|v| st.admin.session_ok(v, st.service.clock().now_ms()))
         .map(str::to_string)
 }
 
@@ -211,11 +211,11 @@ pub(crate) async fn guard(
     if admin {
         if !st.admin.has_token() {
             if !peer.is_ok_and(|c| c.0.ip().is_loopback()) {
-                return crate::admin::loopback_only();
+                return loopback_only();
             }
         } else if path != "/admin/login" && session(&st, req.headers()).is_none() {
             if method == Method::GET || method == Method::HEAD {
-                return crate::admin::to_login(req.uri());
+                return to_login(req.uri());
             }
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
@@ -245,6 +245,25 @@ pub(crate) async fn guard(
         }
     }
     next.run(req).await
+}
+
+/// The page shown to a non-loopback peer when no admin token is set.
+fn loopback_only() -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        axum::response::Html(
+            "<!doctype html><title>dq</title><p>dq's admin page answers only on loopback because no <code>admin_token</code> is configured. Set <code>admin_token</code> (dq.toml, DQ_ADMIN_TOKEN or --admin-token) to use it from another host.</p>",
+        ),
+    )
+        .into_response()
+}
+
+/// A redirect (303) to the login page, back to `uri` afterwards.
+fn to_login(uri: &axum::http::Uri) -> Response {
+    let next = uri.path_and_query().map_or("/", |p| p.as_str());
+    let next: String = form_urlencoded::byte_serialize(next.as_bytes()).collect();
+    axum::response::Redirect::to(&format!("/admin/login?next={}", next.replace('+', "%20")))
+        .into_response()
 }
 
 #[cfg(test)]

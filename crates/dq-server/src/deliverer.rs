@@ -15,15 +15,16 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use dq_core::{Body, Delivery, Lease, PushConfig, PushMethod, Topic};
+use dq_core::{Body, Lease, PushConfig, PushMethod, Topic};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::AppState;
-use crate::push_guard::{self, PushGuard};
+use crate::metrics::Metrics;
+use crate::push_guard;
+use crate::service::Service;
 
 /// How often the set of push topics is read again.
 const REFRESH: Duration = Duration::from_secs(1);
@@ -51,25 +52,32 @@ pub fn sign(secrets: &[String], msg_id: &str, timestamp: u64, body: &[u8]) -> St
 
 /// See the module docs.
 pub struct Deliverer {
-    st: AppState,
+    svc: Arc<Service>,
+    metrics: Arc<Metrics>,
     http: reqwest::Client,
     tracker: TaskTracker,
 }
 
 impl Deliverer {
-    /// A deliverer whose connections obey `guard`.
+    /// A deliverer whose connections obey the service's push guard; each
+    /// attempt's duration and outcome go to `metrics`.
     ///
     /// # Panics
     /// When the HTTP client cannot be built (no TLS crypto provider installed).
-    pub fn new(st: AppState, guard: PushGuard, tracker: TaskTracker) -> Self {
+    pub fn new(svc: Arc<Service>, metrics: Arc<Metrics>, tracker: TaskTracker) -> Self {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
-            .dns_resolver(push_guard::resolver(guard))
+            .dns_resolver(push_guard::resolver(svc.push_guard()))
             .pool_max_idle_per_host(64)
             .user_agent(concat!("dq/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("HTTP client for push delivery");
-        Self { st, http, tracker }
+        Self {
+            svc,
+            metrics,
+            http,
+            tracker,
+        }
     }
 
     /// Runs until `cancel` fires; deliveries in flight are tracked by the
@@ -77,10 +85,8 @@ impl Deliverer {
     pub async fn run(self, cancel: CancellationToken) {
         let mut topics: HashMap<Topic, (PushConfig, CancellationToken)> = HashMap::new();
         loop {
-            match self.push_topics().await {
+            match self.svc.push_topics().await {
                 Ok(now) => {
-                    *self.st.push_topics.write().expect("poisoned") =
-                        now.keys().map(|t| t.to_string()).collect();
                     topics.retain(|t, (cfg, stop)| {
                         let keep = now.get(t) == Some(cfg);
                         if !keep {
@@ -94,7 +100,8 @@ impl Deliverer {
                         }
                         let stop = cancel.child_token();
                         let task = TopicDelivery {
-                            st: self.st.clone(),
+                            svc: self.svc.clone(),
+                            metrics: self.metrics.clone(),
                             http: self.http.clone(),
                             topic: t.clone(),
                             cfg: cfg.clone(),
@@ -109,26 +116,15 @@ impl Deliverer {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(REFRESH) => {}
-                _ = self.st.topics_changed.notified() => {}
+                _ = self.svc.topics_changed().notified() => {}
             }
         }
-    }
-
-    async fn push_topics(&self) -> Result<HashMap<Topic, PushConfig>, dq_core::StoreError> {
-        let mut out = HashMap::new();
-        for t in self.st.store.topics().await? {
-            if let Some(cfg) = self.st.store.topic_config(&t).await?
-                && let Delivery::Push(p) = cfg.delivery
-            {
-                out.insert(t, p);
-            }
-        }
-        Ok(out)
     }
 }
 
 struct TopicDelivery {
-    st: AppState,
+    svc: Arc<Service>,
+    metrics: Arc<Metrics>,
     http: reqwest::Client,
     topic: Topic,
     cfg: PushConfig,
@@ -143,7 +139,7 @@ impl TopicDelivery {
         let lease_ms = self.cfg.timeout_ms + 5_000;
         let this = Arc::new(self);
         let mut failures = 0u32;
-        while !stop.is_cancelled() && !this.st.shutdown.is_cancelled() {
+        while !stop.is_cancelled() && !this.svc.shutdown().is_cancelled() {
             let free = slots.available_permits();
             if free == 0 {
                 tokio::select! {
@@ -153,7 +149,7 @@ impl TopicDelivery {
                 continue;
             }
             let leases = tokio::select! {
-                r = crate::reserve::reserve(&this.st, std::slice::from_ref(&this.topic), free, Some(lease_ms), 1000) => r,
+                r = this.svc.reserve_push(&this.topic, free, lease_ms, 1000) => r,
                 _ = stop.cancelled() => return,
             };
             let leases = match leases {
@@ -186,7 +182,7 @@ impl TopicDelivery {
     async fn deliver(&self, lease: Lease) {
         let started = Instant::now();
         let msg_id = format!("{}/{}", lease.topic, lease.id);
-        let ts = self.st.clock.now_ms() / 1000;
+        let ts = self.svc.clock().now_ms() / 1000;
         let (body, content_type): (Vec<u8>, &str) = match &lease.body {
             Body::Json(s) => (s.as_bytes().to_vec(), "application/json"),
             Body::Bytes(b) => (b.clone(), "application/octet-stream"),
@@ -238,37 +234,32 @@ impl TopicDelivery {
         let took = started.elapsed();
         let took_ms = took.as_millis() as u64;
         let (t, id, token) = (&lease.topic, &lease.id, lease.token.as_str());
-        let now = self.st.clock.now_ms();
-        let store = &self.st.store;
+        let svc = &self.svc;
         let outcome = match &result {
             Ok((status, _)) if (200..300).contains(status) => {
-                store.ack(t, id, token).await.map(|_| "acked")
+                svc.ack(t, id, token).await.map(|_| "acked")
             }
-            Ok((410, _)) => store
-                .bury(t, id, token, "callback answered 410 Gone", now)
+            Ok((410, _)) => svc
+                .bury(t, id, token, "callback answered 410 Gone")
                 .await
                 .map(|_| "dead"),
-            Ok((status, retry_after)) => store
+            Ok((status, retry_after)) => svc
                 .nack(
                     t,
                     id,
                     token,
                     &format!("callback answered HTTP {status}"),
                     *retry_after,
-                    now,
                 )
                 .await
                 .map(|_| "retry"),
-            Err(e) => store
-                .nack(t, id, token, e, None, now)
-                .await
-                .map(|_| "retry"),
+            Err(e) => svc.nack(t, id, token, e, None).await.map(|_| "retry"),
         };
         let outcome = outcome.unwrap_or_else(|e| {
             tracing::warn!(topic = %t, id = %id, error = %e, "cannot record the delivery's outcome; the job comes back after its lease");
             "unrecorded"
         });
-        self.st.metrics.observe_push(t.as_str(), outcome, took);
+        self.metrics.observe_push(t.as_str(), outcome, took);
         match &result {
             Ok((status, _)) => {
                 tracing::info!(target: "dq::delivery", topic = %t, id = %id, attempt = lease.attempt, status, took_ms, outcome)
@@ -291,7 +282,7 @@ impl TopicDelivery {
                 .is_ok()
         {
             let port = req.url().port_or_known_default().unwrap_or(80);
-            self.st.push_guard.check_host(host, port).await?;
+            self.svc.push_guard().check_host(host, port).await?;
         }
         let res = self.http.execute(req).await.map_err(|e| {
             if e.is_timeout() {

@@ -99,6 +99,25 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<crate::service::Error> for ApiError {
+    fn from(e: crate::service::Error) -> Self {
+        use crate::service::Error;
+        match e {
+            Error::Store(e) => e.into(),
+            Error::TopicNotFound(t) => Self::topic_not_found(&t),
+            Error::TopicIsPush(_) => {
+                Self::new(StatusCode::CONFLICT, "topic_is_push", e.to_string())
+            }
+            Error::TopicExists(t) => Self::new(
+                StatusCode::CONFLICT,
+                "topic_exists",
+                format!("topic {t:?} exists already; change it on its page"),
+            ),
+            Error::ShuttingDown => Self::shutting_down(),
+        }
+    }
+}
+
 impl ApiError {
     /// The JSON body.
     pub fn body(&self) -> serde_json::Value {

@@ -4,8 +4,14 @@
 //!   OpenAPI document), so tests call it with `oneshot` or on port 0.
 //! - [`Server`] runs the router, the [`dispatcher::Dispatcher`] and the
 //!   cross-process wake-up listener as supervised tasks, with graceful shutdown.
-//! - Modules: `api` (handlers), [`error`] (`ApiError`), `extract` (JSON
-//!   bodies), `reserve` (the long-poll), [`dispatcher`], [`wakers`].
+//! - [`service`] holds every verb ([`Service`]); the front-ends — `api`
+//!   (HTTP handlers), `admin` (the admin page), [`deliverer`] (push) and
+//!   [`Server::apply_topics`] (the config file's topics) — parse, call it and
+//!   render, and never call the store themselves.
+//! - [`AppState`] (`state.rs`): what the HTTP front-ends share.
+//! - Other modules: [`error`] (`ApiError`), `extract` (JSON bodies),
+//!   `reserve` (the long-poll), [`dispatcher`], [`wakers`], [`auth`],
+//!   [`metrics`], [`alerts`], [`push_guard`], `openapi`.
 
 mod admin;
 pub mod alerts;
@@ -19,6 +25,8 @@ pub mod metrics;
 mod openapi;
 pub mod push_guard;
 mod reserve;
+pub mod service;
+mod state;
 pub mod wakers;
 
 use std::future::Future;
@@ -34,59 +42,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use error::ApiError;
-use wakers::Wakers;
-
-/// What every handler shares.
-#[derive(Clone)]
-pub struct AppState {
-    /// The store.
-    pub store: Arc<dyn Store>,
-    /// The source of "now".
-    pub clock: Arc<dyn Clock>,
-    /// Input bounds.
-    pub limits: Limits,
-    /// In-process wake-ups.
-    pub wakers: Arc<Wakers>,
-    /// Fires at shutdown: reserve stops taking jobs.
-    pub shutdown: CancellationToken,
-    /// What this process measures (lateness, HTTP durations).
-    pub metrics: Arc<metrics::Metrics>,
-    /// Which addresses push callbacks may reach.
-    pub push_guard: push_guard::PushGuard,
-    /// Notified when this process changes a topic's settings, so the
-    /// deliverer picks up a new push topic at once (other processes' changes
-    /// within a second).
-    pub topics_changed: Arc<tokio::sync::Notify>,
-    /// Topics delivered by push, as the deliverer last read them (within a
-    /// second); `POST /v1/reserve` refuses them.
-    pub push_topics: Arc<std::sync::RwLock<std::collections::HashSet<String>>>,
-    /// Who may use the admin page and the mutating API.
-    pub admin: Arc<auth::AdminAuth>,
-    /// Enqueue/ack rates shown on the admin page.
-    rates: Arc<admin::Rates>,
-    /// What the admin page calls the store (e.g. `redis redis://host:6379/0`).
-    pub store_name: String,
-}
-
-impl AppState {
-    /// State with fresh wakers and shutdown token.
-    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, limits: Limits) -> Self {
-        Self {
-            store,
-            clock,
-            limits,
-            wakers: Arc::new(Wakers::default()),
-            shutdown: CancellationToken::new(),
-            metrics: Arc::default(),
-            push_guard: push_guard::PushGuard::default(),
-            topics_changed: Arc::default(),
-            push_topics: Arc::default(),
-            admin: Arc::new(auth::AdminAuth::new(None)),
-            rates: Arc::default(),
-            store_name: "store".into(),
-        }
-    }
-}
+pub use service::Service;
+pub use state::AppState;
 
 /// The HTTP API. `max_request_bytes` caps every request body.
 pub fn app(state: AppState, max_request_bytes: usize) -> Router {
@@ -180,10 +137,7 @@ async fn metrics_text(
     axum::extract::State(st): axum::extract::State<AppState>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let body = st
-        .metrics
-        .render(st.store.as_ref(), st.clock.now_ms())
-        .await;
+    let body = st.metrics.render(&st.service).await;
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -242,10 +196,10 @@ pub struct Server {
 impl Server {
     /// A server over `store`.
     pub fn new(config: ServerConfig, store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
-        let mut state = AppState::new(store, clock, config.limits);
-        state.push_guard = push_guard::PushGuard {
+        let guard = push_guard::PushGuard {
             deny_private: config.push_deny_private,
         };
+        let mut state = AppState::with_guard(store, clock, config.limits, guard);
         state.admin = Arc::new(auth::AdminAuth::new(config.admin_token.clone()));
         state.store_name = config.store_name.clone();
         Self { config, state }
@@ -266,9 +220,14 @@ impl Server {
         topics: &std::collections::BTreeMap<String, dq_core::TopicConfigPatch>,
     ) -> Result<(), String> {
         for (name, patch) in topics {
-            api::configure_topic(&self.state, name.clone(), patch.clone())
-                .await
-                .map_err(|e| format!("topic {name:?}: {} ({})", e.message, e.code))?;
+            let configured = match dq_core::Topic::new(name.clone()) {
+                Ok(t) => self.state.service.configure_topic(&t, patch.clone()).await,
+                Err(e) => Err(e.into()),
+            };
+            configured.map_err(|e| {
+                let e = ApiError::from(e);
+                format!("topic {name:?}: {} ({})", e.message, e.code)
+            })?;
         }
         Ok(())
     }
@@ -295,10 +254,11 @@ impl Server {
         let tracker = TaskTracker::new();
         let loops = CancellationToken::new();
         let state = self.state.clone();
+        let svc = state.service.clone();
 
         {
-            let store = state.store.clone();
-            let wakers = state.wakers.clone();
+            let store = svc.store().clone();
+            let wakers = svc.wakers().clone();
             supervise(&tracker, &loops, "wake-listener", move || {
                 let store = store.clone();
                 let wakers = wakers.clone();
@@ -309,14 +269,14 @@ impl Server {
             });
         }
         {
-            let st = state.clone();
+            let svc = svc.clone();
             let max_sleep = self.config.dispatcher_max_sleep;
             let cancel = loops.clone();
             supervise(&tracker, &loops, "dispatcher", move || {
                 let d = dispatcher::Dispatcher::new(
-                    st.store.clone(),
-                    st.clock.clone(),
-                    st.wakers.clone(),
+                    svc.store().clone(),
+                    svc.clock().clone(),
+                    svc.wakers().clone(),
                     max_sleep,
                 );
                 d.run(cancel.clone())
@@ -327,26 +287,27 @@ impl Server {
         // them finish within the grace period.
         let deliveries = TaskTracker::new();
         {
-            let st = state.clone();
+            let svc = svc.clone();
+            let metrics = state.metrics.clone();
             let cancel = loops.clone();
             let deliveries = deliveries.clone();
             supervise(&tracker, &loops, "deliverer", move || {
-                let d = deliverer::Deliverer::new(st.clone(), st.push_guard, deliveries.clone());
+                let d = deliverer::Deliverer::new(svc.clone(), metrics.clone(), deliveries.clone());
                 d.run(cancel.clone())
             });
         }
 
         if self.config.alerts.enabled() {
-            let st = state.clone();
+            let svc = svc.clone();
             let cfg = self.config.alerts.clone();
             let cancel = loops.clone();
             supervise(&tracker, &loops, "alerts", move || {
-                alerts::Alerter::new(st.clone(), cfg.clone()).run(cancel.clone())
+                alerts::Alerter::new(svc.clone(), cfg.clone()).run(cancel.clone())
             });
         }
 
         let router = app(state.clone(), self.config.max_request_bytes);
-        let shutdown = state.shutdown.clone();
+        let shutdown = svc.shutdown().clone();
         let graceful = {
             let shutdown = shutdown.clone();
             async move {

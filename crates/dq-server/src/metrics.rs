@@ -13,8 +13,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use dq_core::Store;
-
 /// Upper bounds (seconds) of the histogram buckets: 1 ms to 1 min.
 const BUCKETS: [f64; 16] = [
     0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0,
@@ -138,9 +136,9 @@ impl Metrics {
     }
 
     /// The exposition text: the store's figures read now, then this process's.
-    pub async fn render(&self, store: &dyn Store, now_ms: u64) -> String {
+    pub async fn render(&self, svc: &crate::service::Service) -> String {
         let mut out = String::new();
-        let health = store.health().await;
+        let health = svc.health().await;
         let up = health.iter().any(|(_, r)| r.is_ok());
         out.push_str(
             "# HELP dq_up Whether the store answers (1) or not (0); with Redis shards, whether any does.\n# TYPE dq_up gauge\n",
@@ -156,9 +154,9 @@ impl Metrics {
             );
         }
         let mut stats = Vec::new();
-        if up && let Ok(topics) = store.topics().await {
+        if up && let Ok(topics) = svc.topics().await {
             for t in topics {
-                if let Ok(s) = store.stats(&t, now_ms).await {
+                if let Ok(s) = svc.stats(&t).await {
                     stats.push((t, s));
                 }
             }

@@ -13,7 +13,7 @@ use dq_core::{Lease, StoreError, Topic};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::AppState;
+use crate::service::Service;
 
 /// Leases up to `max` jobs from `topics`, waiting up to `wait_ms` for one.
 ///
@@ -22,14 +22,17 @@ use crate::AppState;
 /// returned even if a later claim fails (they would otherwise only come back
 /// after their lease expired).
 pub(crate) async fn reserve(
-    st: &AppState,
+    svc: &Service,
     topics: &[Topic],
     max: usize,
     lease_ms: Option<u64>,
     wait_ms: u64,
 ) -> Result<Vec<Lease>, StoreError> {
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
-    let notifiers: Vec<Arc<Notify>> = topics.iter().map(|t| st.wakers.topic(t.as_str())).collect();
+    let notifiers: Vec<Arc<Notify>> = topics
+        .iter()
+        .map(|t| svc.wakers().topic(t.as_str()))
+        .collect();
     // Start at a different topic each call so one busy topic cannot starve the others.
     let start = rand_index(topics.len());
     loop {
@@ -38,7 +41,7 @@ pub(crate) async fn reserve(
         for n in &mut notified {
             n.as_mut().enable();
         }
-        let now = st.clock.now_ms();
+        let now = svc.clock().now_ms();
         let mut leases: Vec<Lease> = Vec::new();
         let mut next_due: Option<u64> = None;
         for i in 0..topics.len() {
@@ -46,7 +49,11 @@ pub(crate) async fn reserve(
                 break;
             }
             let t = &topics[(start + i) % topics.len()];
-            match st.store.claim(t, max - leases.len(), lease_ms, now).await {
+            match svc
+                .store()
+                .claim(t, max - leases.len(), lease_ms, now)
+                .await
+            {
                 Ok(c) => {
                     leases.extend(c.leases);
                     next_due = match (next_due, c.next_due_ms) {
@@ -61,18 +68,18 @@ pub(crate) async fn reserve(
                 }
             }
         }
-        if !leases.is_empty() || Instant::now() >= deadline || st.shutdown.is_cancelled() {
+        if !leases.is_empty() || Instant::now() >= deadline || svc.shutdown().is_cancelled() {
             return Ok(leases);
         }
         let mut wake_at = deadline;
         if let Some(due) = next_due {
-            let in_ms = due.saturating_sub(st.clock.now_ms());
+            let in_ms = due.saturating_sub(svc.clock().now_ms());
             wake_at = wake_at.min(Instant::now() + Duration::from_millis(in_ms));
         }
         tokio::select! {
             _ = futures::future::select_all(notified) => {}
             _ = tokio::time::sleep_until(wake_at) => {}
-            _ = st.shutdown.cancelled() => return Ok(Vec::new()),
+            _ = svc.shutdown().cancelled() => return Ok(Vec::new()),
         }
     }
 }

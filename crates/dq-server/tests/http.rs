@@ -1147,3 +1147,47 @@ async fn partitions_through_the_api() {
     let (_, v) = a.call("GET", "/v1/topics/p", None).await;
     assert_eq!(v["config"]["partitions"], json!(4), "unchanged");
 }
+
+#[tokio::test]
+async fn a_topic_turned_to_push_or_back_is_seen_by_reserve_at_once() {
+    let a = api();
+    let reserve = json!({"topics": ["hooks"], "max": 1});
+    let (s, _) = a
+        .call("POST", "/v1/topics/hooks/jobs", Some(json!({"id": "j1"})))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    // Reserved once as a pull topic: its mode is now remembered.
+    let (s, v) = a.call("POST", "/v1/reserve", Some(reserve.clone())).await;
+    assert_eq!(
+        (s, v["jobs"].as_array().map(Vec::len)),
+        (StatusCode::OK, Some(1))
+    );
+    // Turned to push through this instance: refused on the very next call,
+    // not a second later.
+    let push = json!({"delivery": {"mode": "push", "url": "http://127.0.0.1:9/hook"}});
+    let (s, v) = a.call("PUT", "/v1/topics/hooks", Some(push)).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["config"]["max_attempts"], 10, "push defaults: {v}");
+    a.expect_error(
+        "POST",
+        "/v1/reserve",
+        Some(reserve.clone()),
+        409,
+        "topic_is_push",
+    )
+    .await;
+    // And back to pull: reservable at once.
+    let (s, _) = a
+        .call(
+            "PUT",
+            "/v1/topics/hooks",
+            Some(json!({"delivery": {"mode": "pull"}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, v) = a.call("POST", "/v1/reserve", Some(reserve)).await;
+    assert_eq!(
+        (s, v["jobs"].as_array().map(Vec::len)),
+        (StatusCode::OK, Some(0))
+    );
+}

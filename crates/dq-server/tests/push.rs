@@ -694,11 +694,11 @@ async fn push_retry_schedule_is_exact_with_a_test_clock() {
         assert_eq!(job["attempts"], json!(n));
         // One millisecond early: nothing.
         clock.set(now + wait - 1);
-        st.wakers.wake("");
+        st.service.wakers().wake("");
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(r.got().len(), n, "not delivered early");
         clock.set(now + wait);
-        st.wakers.wake("");
+        st.service.wakers().wake("");
         now += wait;
     }
     let t = Instant::now();

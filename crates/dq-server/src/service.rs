@@ -1,0 +1,688 @@
+//! The service layer: every verb dq offers, said once.
+//!
+//! Front-ends — the HTTP API (`api`), the admin page (`admin`), the push
+//! [`crate::deliverer`] and the config file's topics
+//! ([`crate::Server::apply_topics`]) — parse their input into `dq_core`'s
+//! validated types, call one method of [`Service`] and render what it
+//! returns. No front-end calls the [`Store`]: this module decides, for all of
+//! them, what goes with each state change — who is woken, the effective
+//! per-job limits a read shows, the push retry defaults, the loops over the
+//! store's bounded calls (delete a topic, replay or purge all dead letters),
+//! lateness, and the one log line per change (`debug` for the hot verbs:
+//! enqueue, ack, touch, release; `info`/`warn` for the rest).
+//!
+//! Background loops that are not front-ends (the dispatcher's promote and
+//! reap passes, the cross-process wake listener) are handed the store by
+//! [`crate::Server`] itself.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dq_core::limits::{self, MAX_BATCH};
+use dq_core::{
+    Clock, Delivery, Enqueued, InvalidInput, JobId, JobInfo, JobState, Lease, Limits, NackOutcome,
+    NewJob, PushConfig, Store, StoreError, StoreResult, Topic, TopicConfig, TopicConfigPatch,
+    TopicStats,
+};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::push_guard::PushGuard;
+use crate::wakers::Wakers;
+
+/// Why a verb was refused, as what the caller does next. Front-ends render
+/// it (the HTTP API as [`crate::ApiError`]).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// The store refused or failed (bad input included, as
+    /// [`StoreError::Invalid`]; an unknown job as [`StoreError::NotFound`]).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No topic of that name (for verbs on a topic's settings and dead letters).
+    #[error("no topic named {0:?}")]
+    TopicNotFound(String),
+    /// A reserve named a topic delivered by push.
+    #[error("topic {0} is delivered by push to its callback URL; reserve is for pull topics")]
+    TopicIsPush(String),
+    /// A create of a topic that exists.
+    #[error("topic {0:?} exists already")]
+    TopicExists(String),
+    /// This process is shutting down and takes no new reservations.
+    #[error("this dq instance is shutting down; retry on another")]
+    ShuttingDown,
+}
+
+impl From<InvalidInput> for Error {
+    fn from(e: InvalidInput) -> Self {
+        Self::Store(StoreError::Invalid(e))
+    }
+}
+
+/// A verb's result.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// A job as reads show it: what the store holds, and the limits in effect
+/// for it (its own overrides, else its topic's settings).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobView {
+    /// The job's topic.
+    pub topic: Topic,
+    /// The job.
+    pub job: JobInfo,
+    /// Hand-outs before it goes dead.
+    pub max_attempts: u32,
+    /// Lease length of its hand-outs when the reserve names none.
+    pub lease_ms: u64,
+}
+
+/// One ack of a batch.
+#[derive(Debug, Clone)]
+pub struct AckItem {
+    /// The job's topic.
+    pub topic: Topic,
+    /// The job.
+    pub id: JobId,
+    /// The lease token the reserve handed out.
+    pub token: String,
+}
+
+/// How long a topic's delivery mode, as [`Service::reserve`] checks it, may
+/// be stale when another dq instance changed it (changes through this
+/// instance take effect at once).
+const MODE_TTL: Duration = Duration::from_secs(1);
+
+/// Most topics whose mode is remembered; beyond it the memory starts over,
+/// so hostile topic names in reserves cannot grow it.
+const MODE_CACHE_MAX: usize = 10_000;
+
+/// Every verb, over one store. Shared by every front-end (`Arc<Service>`).
+pub struct Service {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    limits: Limits,
+    wakers: Arc<Wakers>,
+    metrics: Arc<Metrics>,
+    push_guard: PushGuard,
+    shutdown: CancellationToken,
+    topics_changed: Notify,
+    /// Whether each recently reserved topic is delivered by push, and when
+    /// that was read.
+    modes: Mutex<HashMap<Topic, (Instant, bool)>>,
+}
+
+impl Service {
+    /// A service over `store`; `metrics` records lateness, `push_guard`
+    /// decides which callback addresses topics may register.
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        limits: Limits,
+        metrics: Arc<Metrics>,
+        push_guard: PushGuard,
+    ) -> Self {
+        Self {
+            store,
+            clock,
+            limits,
+            wakers: Arc::new(Wakers::default()),
+            metrics,
+            push_guard,
+            shutdown: CancellationToken::new(),
+            topics_changed: Notify::new(),
+            modes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The source of "now".
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Input bounds.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// In-process wake-ups (the dispatcher and the wake listener share them;
+    /// tests wake waiters after moving a manual clock).
+    pub fn wakers(&self) -> &Arc<Wakers> {
+        &self.wakers
+    }
+
+    /// Which addresses push callbacks may reach.
+    pub fn push_guard(&self) -> PushGuard {
+        self.push_guard
+    }
+
+    /// Fires at shutdown: reserves stop taking jobs.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// Notified when this process changed a topic's settings (the
+    /// deliverer picks up a new push topic at once).
+    pub(crate) fn topics_changed(&self) -> &Notify {
+        &self.topics_changed
+    }
+
+    /// The store, for the background loops [`crate::Server`] runs.
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    // ---- jobs -------------------------------------------------------------
+
+    /// Enqueues one job.
+    ///
+    /// # Errors
+    /// A store error; nothing was written.
+    pub async fn enqueue(&self, t: &Topic, job: NewJob) -> Result<Enqueued> {
+        let mut out = self.enqueue_batch(t, vec![job]).await?;
+        out.pop()
+            .ok_or_else(|| StoreError::Unavailable("the store answered no result".into()).into())
+    }
+
+    /// Enqueues up to [`MAX_BATCH`] jobs in one store call; a result per job,
+    /// in order. Waiters are woken when any job was created or replaced.
+    ///
+    /// # Errors
+    /// `invalid_batch` for an empty or oversized batch; a store error
+    /// (nothing written).
+    pub async fn enqueue_batch(&self, t: &Topic, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        if jobs.is_empty() || jobs.len() > MAX_BATCH {
+            return Err(InvalidInput::new(
+                "invalid_batch",
+                format!("a batch holds 1 to {MAX_BATCH} jobs, got {}", jobs.len()),
+            )
+            .into());
+        }
+        let out = self.store.enqueue(t, &jobs, self.now()).await?;
+        let changed = out.iter().filter(|e| e.created || e.replaced).count();
+        if changed > 0 {
+            self.wakers.wake(t.as_str());
+        }
+        tracing::debug!(topic = %t, jobs = out.len(), changed, "jobs enqueued");
+        Ok(out)
+    }
+
+    /// One job with the limits in effect for it.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; a store error.
+    pub async fn get(&self, t: &Topic, id: &JobId) -> Result<JobView> {
+        let job = self.store.get(t, id).await?.ok_or(StoreError::NotFound)?;
+        let cfg = self.store.topic_config(t).await?.unwrap_or_default();
+        Ok(view(t, job, &cfg))
+    }
+
+    /// Removes a job in any state; returns the state it was in.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; a store error.
+    pub async fn cancel(&self, t: &Topic, id: &JobId) -> Result<JobState> {
+        let was = self
+            .store
+            .cancel(t, id)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        tracing::info!(topic = %t, id = %id, state = %was, "job cancelled");
+        Ok(was)
+    }
+
+    /// Moves a waiting job to `due_at_ms`.
+    ///
+    /// # Errors
+    /// `invalid_due_at` beyond the largest delay; [`StoreError::NotFound`],
+    /// [`StoreError::NotInState`] when reserved or dead.
+    pub async fn reschedule(&self, t: &Topic, id: &JobId, due_at_ms: u64) -> Result<()> {
+        let now = self.now();
+        self.limits.check_due_at(due_at_ms, now)?;
+        self.store.reschedule(t, id, due_at_ms, now).await?;
+        self.wakers.wake(t.as_str());
+        tracing::info!(topic = %t, id = %id, due_at_ms, "job rescheduled");
+        Ok(())
+    }
+
+    /// Leases up to `max` due jobs of pull topics, waiting up to `wait_ms`
+    /// for one to become due (see `reserve.rs`). Lateness is recorded for
+    /// each job handed out.
+    ///
+    /// # Errors
+    /// [`Error::ShuttingDown`]; [`Error::TopicIsPush`]; a store error when
+    /// nothing was claimed.
+    pub async fn reserve(
+        &self,
+        topics: &[Topic],
+        max: usize,
+        lease_ms: Option<u64>,
+        wait_ms: u64,
+    ) -> Result<Vec<Lease>> {
+        if self.shutdown.is_cancelled() {
+            return Err(Error::ShuttingDown);
+        }
+        for t in topics {
+            if self.is_push(t).await? {
+                return Err(Error::TopicIsPush(t.to_string()));
+            }
+        }
+        self.hand_out(topics, max, lease_ms, wait_ms).await
+    }
+
+    /// What the deliverer claims of a push topic: as [`Service::reserve`],
+    /// without the pull-only check.
+    pub(crate) async fn reserve_push(
+        &self,
+        t: &Topic,
+        max: usize,
+        lease_ms: u64,
+        wait_ms: u64,
+    ) -> Result<Vec<Lease>> {
+        self.hand_out(std::slice::from_ref(t), max, Some(lease_ms), wait_ms)
+            .await
+    }
+
+    async fn hand_out(
+        &self,
+        topics: &[Topic],
+        max: usize,
+        lease_ms: Option<u64>,
+        wait_ms: u64,
+    ) -> Result<Vec<Lease>> {
+        let leases = crate::reserve::reserve(self, topics, max, lease_ms, wait_ms).await;
+        for t in topics {
+            self.wakers.release(t.as_str());
+        }
+        let leases = leases?;
+        let now = self.now();
+        for l in &leases {
+            let late = Duration::from_millis(now.saturating_sub(l.due_at_ms));
+            self.metrics.observe_lateness(l.topic.as_str(), late);
+        }
+        Ok(leases)
+    }
+
+    /// Whether `t` is delivered by push, as read within [`MODE_TTL`].
+    async fn is_push(&self, t: &Topic) -> Result<bool> {
+        if let Some((at, push)) = self.modes.lock().expect("poisoned").get(t)
+            && at.elapsed() < MODE_TTL
+        {
+            return Ok(*push);
+        }
+        let push = matches!(
+            self.store.topic_config(t).await?,
+            Some(TopicConfig {
+                delivery: Delivery::Push(_),
+                ..
+            })
+        );
+        let mut modes = self.modes.lock().expect("poisoned");
+        if modes.len() >= MODE_CACHE_MAX {
+            modes.clear();
+        }
+        modes.insert(t.clone(), (Instant::now(), push));
+        Ok(push)
+    }
+
+    /// Completes a job.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], [`StoreError::LeaseMismatch`] for a stale
+    /// token, [`StoreError::NotInState`].
+    pub async fn ack(&self, t: &Topic, id: &JobId, token: &str) -> Result<()> {
+        self.store.ack(t, id, token).await?;
+        tracing::debug!(topic = %t, id = %id, "job acked");
+        Ok(())
+    }
+
+    /// Acks each item (concurrently); a result per item, in order.
+    pub async fn ack_batch(&self, acks: &[AckItem]) -> Vec<Result<()>> {
+        futures::future::join_all(acks.iter().map(|a| self.ack(&a.topic, &a.id, &a.token))).await
+    }
+
+    /// Fails an attempt: retried after `retry_in_ms` (or the retry policy's
+    /// wait), or dead when it was the last.
+    ///
+    /// # Errors
+    /// `invalid_delay` beyond the largest delay; as [`Service::ack`].
+    pub async fn nack(
+        &self,
+        t: &Topic,
+        id: &JobId,
+        token: &str,
+        error: &str,
+        retry_in_ms: Option<u64>,
+    ) -> Result<NackOutcome> {
+        if let Some(ms) = retry_in_ms {
+            self.limits.check_delay(ms)?;
+        }
+        let out = self
+            .store
+            .nack(t, id, token, error, retry_in_ms, self.now())
+            .await?;
+        let error = limits::clip_error(error);
+        match out {
+            NackOutcome::Retry { due_at_ms, attempt } => {
+                tracing::info!(topic = %t, id = %id, attempt, error = %error, retry_at_ms = due_at_ms, "job failed; will retry");
+                self.wakers.wake(t.as_str());
+            }
+            NackOutcome::Dead { attempt } => {
+                tracing::warn!(topic = %t, id = %id, attempt, error = %error, "job failed for the last time; dead");
+            }
+        }
+        Ok(out)
+    }
+
+    /// Fails the attempt for good: dead at once.
+    ///
+    /// # Errors
+    /// As [`Service::ack`].
+    pub async fn bury(&self, t: &Topic, id: &JobId, token: &str, error: &str) -> Result<()> {
+        self.store.bury(t, id, token, error, self.now()).await?;
+        tracing::warn!(topic = %t, id = %id, error = %limits::clip_error(error), "job buried; dead");
+        Ok(())
+    }
+
+    /// Gives a reserved job back without counting the attempt, due after
+    /// `delay_ms`; returns the new due time.
+    ///
+    /// # Errors
+    /// `invalid_delay`; as [`Service::ack`].
+    pub async fn release(&self, t: &Topic, id: &JobId, token: &str, delay_ms: u64) -> Result<u64> {
+        self.limits.check_delay(delay_ms)?;
+        let due = self
+            .store
+            .release(t, id, token, delay_ms, self.now())
+            .await?;
+        self.wakers.wake(t.as_str());
+        tracing::debug!(topic = %t, id = %id, due_at_ms = due, "job released");
+        Ok(due)
+    }
+
+    /// Extends a lease to now + `lease_ms` (or the job's / topic's lease);
+    /// returns the new deadline.
+    ///
+    /// # Errors
+    /// `invalid_lease`; as [`Service::ack`].
+    pub async fn touch(
+        &self,
+        t: &Topic,
+        id: &JobId,
+        token: &str,
+        lease_ms: Option<u64>,
+    ) -> Result<u64> {
+        if let Some(ms) = lease_ms {
+            limits::check_lease(ms)?;
+        }
+        let deadline = self
+            .store
+            .extend_lease(t, id, token, lease_ms, self.now())
+            .await?;
+        tracing::debug!(topic = %t, id = %id, lease_deadline_ms = deadline, "lease extended");
+        Ok(deadline)
+    }
+
+    // ---- topics -----------------------------------------------------------
+
+    /// Every known topic.
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn topics(&self) -> Result<Vec<Topic>> {
+        Ok(self.store.topics().await?)
+    }
+
+    /// A topic's counts (zeros for a topic never seen).
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn stats(&self, t: &Topic) -> Result<TopicStats> {
+        Ok(self.store.stats(t, self.now()).await?)
+    }
+
+    /// Every topic with its counts, in the store's order.
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn topics_with_stats(&self) -> Result<Vec<(Topic, TopicStats)>> {
+        let topics = self.store.topics().await?;
+        let mut out = Vec::with_capacity(topics.len());
+        for t in topics {
+            let s = self.stats(&t).await?;
+            out.push((t, s));
+        }
+        Ok(out)
+    }
+
+    /// A topic's settings, `None` when unknown.
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn topic_config(&self, t: &Topic) -> Result<Option<TopicConfig>> {
+        Ok(self.store.topic_config(t).await?)
+    }
+
+    /// A known topic's settings.
+    ///
+    /// # Errors
+    /// [`Error::TopicNotFound`]; a store error.
+    pub async fn known_topic(&self, t: &Topic) -> Result<TopicConfig> {
+        self.store
+            .topic_config(t)
+            .await?
+            .ok_or_else(|| Error::TopicNotFound(t.to_string()))
+    }
+
+    /// Validates and stores a topic's settings (fields left out keep their
+    /// value; a push URL is checked against the SSRF guard; push defaults
+    /// filled in). Returns the resulting settings.
+    ///
+    /// # Errors
+    /// The first field out of bounds (`invalid_*`, `invalid_callback`); a
+    /// store error. Nothing is written unless every check passed.
+    pub async fn configure_topic(&self, t: &Topic, patch: TopicConfigPatch) -> Result<TopicConfig> {
+        patch.validate(&self.limits)?;
+        let mut patch = patch;
+        if let Some(Delivery::Push(p)) = &patch.delivery {
+            self.push_guard
+                .check_url(&p.url)
+                .await
+                .map_err(|m| InvalidInput::new("invalid_callback", m))?;
+            let current = self.store.topic_config(t).await?.unwrap_or_default();
+            patch = patch.with_push_defaults(&current);
+        }
+        let cfg = self.store.put_topic_config(t, &patch).await?;
+        self.forget_mode(t);
+        self.topics_changed.notify_one();
+        // TopicConfig's Debug redacts push credentials.
+        tracing::info!(topic = %t, config = ?cfg, "topic configured");
+        Ok(cfg)
+    }
+
+    /// As [`Service::configure_topic`] for a topic that must be new.
+    ///
+    /// # Errors
+    /// [`Error::TopicExists`]; as [`Service::configure_topic`].
+    pub async fn create_topic(&self, t: &Topic, patch: TopicConfigPatch) -> Result<TopicConfig> {
+        if self.store.topic_config(t).await?.is_some() {
+            return Err(Error::TopicExists(t.to_string()));
+        }
+        self.configure_topic(t, patch).await
+    }
+
+    /// Deletes a topic and every job in it (in bounded store calls); returns
+    /// how many jobs were deleted.
+    ///
+    /// # Errors
+    /// [`Error::TopicNotFound`]; a store error (what was deleted so far
+    /// stays deleted; calling again finishes the job).
+    pub async fn delete_topic(&self, t: &Topic) -> Result<u64> {
+        self.known_topic(t).await?;
+        let mut deleted = 0;
+        loop {
+            let (n, gone) = self.store.delete_topic(t, MAX_BATCH).await?;
+            deleted += n;
+            if gone {
+                break;
+            }
+        }
+        self.forget_mode(t);
+        self.topics_changed.notify_one();
+        tracing::warn!(topic = %t, deleted, "topic deleted");
+        Ok(deleted)
+    }
+
+    fn forget_mode(&self, t: &Topic) {
+        self.modes.lock().expect("poisoned").remove(t);
+    }
+
+    /// Push topics with their callback settings (the deliverer's view).
+    ///
+    /// # Errors
+    /// A store error.
+    pub(crate) async fn push_topics(&self) -> Result<HashMap<Topic, PushConfig>> {
+        let mut out = HashMap::new();
+        for t in self.store.topics().await? {
+            if let Some(cfg) = self.store.topic_config(&t).await?
+                && let Delivery::Push(p) = cfg.delivery
+            {
+                out.insert(t, p);
+            }
+        }
+        Ok(out)
+    }
+
+    // ---- dead letters and listings ------------------------------------------
+
+    /// Dead letters, oldest death first, from `offset`.
+    ///
+    /// # Errors
+    /// `invalid_limit` outside 1–1000; a store error.
+    pub async fn list_dead(&self, t: &Topic, offset: usize, limit: usize) -> Result<Vec<JobView>> {
+        if !(1..=1000).contains(&limit) {
+            return Err(InvalidInput::new(
+                "invalid_limit",
+                format!("limit must be between 1 and 1000, got {limit}"),
+            )
+            .into());
+        }
+        let cfg = self.store.topic_config(t).await?.unwrap_or_default();
+        let jobs = self.store.list_dead(t, offset, limit).await?;
+        Ok(jobs.into_iter().map(|j| view(t, j, &cfg)).collect())
+    }
+
+    /// Up to `limit` (≤ 1000) scheduled jobs, earliest due first.
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn list_scheduled(&self, t: &Topic, limit: usize) -> Result<Vec<JobInfo>> {
+        Ok(self.store.list_scheduled(t, limit.min(1000)).await?)
+    }
+
+    /// Replays the named dead letters, or all of them (as many as were dead
+    /// when it began: a job that dies again meanwhile is not replayed twice);
+    /// each is due now with a fresh attempt count. Returns how many.
+    ///
+    /// # Errors
+    /// `invalid_batch` for more than [`MAX_BATCH`] ids; a store error.
+    pub async fn replay(&self, t: &Topic, ids: Option<&[JobId]>) -> Result<u64> {
+        let now = self.now();
+        let replayed = match ids {
+            Some(ids) if ids.len() > MAX_BATCH => {
+                return Err(InvalidInput::new(
+                    "invalid_batch",
+                    format!("ids may hold at most {MAX_BATCH} ids"),
+                )
+                .into());
+            }
+            Some(ids) => self.store.replay_dead(t, Some(ids), ids.len(), now).await?,
+            None => {
+                let mut left = self.store.stats(t, now).await?.dead;
+                let mut total = 0;
+                while left > 0 {
+                    let n = self
+                        .store
+                        .replay_dead(t, None, left.min(MAX_BATCH as u64) as usize, now)
+                        .await?;
+                    total += n;
+                    if n == 0 {
+                        break;
+                    }
+                    left = left.saturating_sub(n);
+                }
+                total
+            }
+        };
+        if replayed > 0 {
+            self.wakers.wake(t.as_str());
+            tracing::info!(topic = %t, replayed, "dead letters replayed");
+        }
+        Ok(replayed)
+    }
+
+    /// Deletes every dead letter of `t`; returns how many.
+    ///
+    /// # Errors
+    /// A store error (what was purged so far stays purged).
+    pub async fn purge(&self, t: &Topic) -> Result<u64> {
+        let mut total = 0;
+        loop {
+            let n = self.store.purge_dead(t, MAX_BATCH).await?;
+            total += n;
+            if n < MAX_BATCH as u64 {
+                break;
+            }
+        }
+        tracing::info!(topic = %t, purged = total, "dead letters purged");
+        Ok(total)
+    }
+
+    // ---- health -------------------------------------------------------------
+
+    /// Each part of the store (one per Redis shard) and whether it answers.
+    pub async fn health(&self) -> Vec<(String, StoreResult<()>)> {
+        self.store.health().await
+    }
+}
+
+fn view(t: &Topic, job: JobInfo, cfg: &TopicConfig) -> JobView {
+    JobView {
+        topic: t.clone(),
+        max_attempts: job.max_attempts.unwrap_or(cfg.max_attempts),
+        lease_ms: job.lease_ms.unwrap_or(cfg.lease_ms),
+        job,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The rule of this module, checked: front-ends reach the store only
+    /// through the service.
+    #[test]
+    fn no_front_end_calls_the_store() {
+        for (file, text) in [
+            ("api.rs", include_str!("api.rs")),
+            ("admin.rs", include_str!("admin.rs")),
+            ("deliverer.rs", include_str!("deliverer.rs")),
+            ("alerts.rs", include_str!("alerts.rs")),
+            ("metrics.rs", include_str!("metrics.rs")),
+            ("auth.rs", include_str!("auth.rs")),
+        ] {
+            for needle in [
+                ".store.",
+                ".store()",
+                "dyn Store",
+                "dq_core::Store;",
+                "dq_core::Store}",
+                "Store,",
+            ] {
+                assert!(!text.contains(needle), "{file} uses {needle:?}");
+            }
+        }
+    }
+}

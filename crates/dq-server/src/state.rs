@@ -1,0 +1,51 @@
+//! What the HTTP front-ends (API, admin page, /metrics) share: the
+//! [`Service`] and what only they need. Background loops get explicit
+//! handles from [`crate::Server`], not this.
+
+use std::sync::Arc;
+
+use dq_core::{Clock, Limits, Store};
+
+use crate::auth::AdminAuth;
+use crate::metrics::Metrics;
+use crate::push_guard::PushGuard;
+use crate::service::Service;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// Every verb.
+    pub service: Arc<Service>,
+    /// What this process measures (lateness, HTTP durations).
+    pub metrics: Arc<Metrics>,
+    /// Who may use the admin page and the mutating API.
+    pub admin: Arc<AdminAuth>,
+    /// Enqueue/ack rates shown on the admin page.
+    pub(crate) rates: Arc<crate::admin::Rates>,
+    /// What the admin page calls the store (e.g. `redis redis://host:6379/0`).
+    pub store_name: String,
+}
+
+impl AppState {
+    /// State over `store` with the default push guard and no admin token.
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, limits: Limits) -> Self {
+        Self::with_guard(store, clock, limits, PushGuard::default())
+    }
+
+    /// State over `store` whose push callbacks obey `guard`.
+    pub fn with_guard(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        limits: Limits,
+        guard: PushGuard,
+    ) -> Self {
+        let metrics: Arc<Metrics> = Arc::default();
+        Self {
+            service: Arc::new(Service::new(store, clock, limits, metrics.clone(), guard)),
+            metrics,
+            admin: Arc::new(AdminAuth::new(None)),
+            rates: Arc::default(),
+            store_name: "store".into(),
+        }
+    }
+}
