@@ -4,39 +4,21 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use dq_core::{JobState, RetryPolicy, TopicConfig, TopicConfigPatch, TopicStats};
+use dq_api as wire;
+pub use dq_api::{Enqueued, Job, Leased, Nacked, RawJson, TopicInfo};
+use dq_core::{JobState, RetryPolicy, TopicConfig, TopicConfigPatch};
 use reqwest::Method;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::error::{Error, Result};
 
 /// A job to enqueue. Build with [`NewJob::json`] or [`NewJob::bytes`], then
 /// the setters.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct NewJob {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    body: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    body_base64: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    delay_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    due_at_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    priority: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_attempts: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    lease_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    retry: Option<RetryPolicy>,
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    replace: bool,
-}
+#[serde(transparent)]
+pub struct NewJob(wire::EnqueueRequest);
 
 impl NewJob {
     /// A job whose body is `body` as JSON.
@@ -44,199 +26,91 @@ impl NewJob {
     /// # Panics
     /// If `body` cannot be serialized to JSON (a map with non-string keys).
     pub fn json(body: impl Serialize) -> Self {
-        Self {
-            body: Some(serde_json::to_value(body).expect("job body serializes to JSON")),
-            ..Self::default()
-        }
+        Self(wire::EnqueueRequest {
+            body: Some(RawJson::from_value(&body).expect("job body serializes to JSON")),
+            ..Default::default()
+        })
+    }
+
+    /// A job whose body is this JSON text, sent exactly as it is.
+    ///
+    /// # Errors
+    /// [`Error::Decode`] when `text` is not JSON.
+    pub fn json_text(text: impl Into<String>) -> Result<Self> {
+        let body = RawJson::from_text(text.into()).map_err(|e| Error::Decode(e.to_string()))?;
+        Ok(Self(wire::EnqueueRequest {
+            body: Some(body),
+            ..Default::default()
+        }))
     }
 
     /// A job whose body is opaque bytes.
     pub fn bytes(body: impl AsRef<[u8]>) -> Self {
-        Self {
+        Self(wire::EnqueueRequest {
             body_base64: Some(B64.encode(body)),
-            ..Self::default()
-        }
+            ..Default::default()
+        })
     }
 
     /// The id (idempotency key); without one the server generates one.
     pub fn id(mut self, id: impl Into<String>) -> Self {
-        self.id = Some(id.into());
+        self.0.id = Some(id.into());
         self
     }
 
     /// Due after `delay`.
     pub fn delay(mut self, delay: Duration) -> Self {
-        self.delay_ms = Some(delay.as_millis() as u64);
-        self.due_at_ms = None;
+        self.0.delay_ms = Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
+        self.0.due_at_ms = None;
         self
     }
 
     /// Due at this Unix millisecond.
     pub fn due_at_ms(mut self, due_at_ms: u64) -> Self {
-        self.due_at_ms = Some(due_at_ms);
-        self.delay_ms = None;
+        self.0.due_at_ms = Some(i64::try_from(due_at_ms).unwrap_or(i64::MAX));
+        self.0.delay_ms = None;
         self
     }
 
     /// Priority, lower first (default 1024).
     pub fn priority(mut self, priority: u32) -> Self {
-        self.priority = Some(priority);
+        self.0.priority = Some(priority);
         self
     }
 
     /// Attempts before the job goes dead (default: the topic's).
     pub fn max_attempts(mut self, n: u32) -> Self {
-        self.max_attempts = Some(n);
+        self.0.max_attempts = Some(n);
         self
     }
 
     /// Lease length for this job's hand-outs (default: the topic's).
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease_ms = Some(lease.as_millis() as u64);
+        self.0.lease_ms = Some(lease.as_millis() as u64);
         self
     }
 
     /// Retry waits for this job (default: the topic's).
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = Some(retry);
+        self.0.retry = Some(retry);
         self
     }
 
     /// Replace a job with this id if it is still waiting.
     pub fn replace(mut self) -> Self {
-        self.replace = true;
+        self.0.replace = true;
         self
     }
-}
 
-/// What enqueue did.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Enqueued {
-    /// The job's id.
-    pub id: String,
-    /// A new job was written.
-    pub created: bool,
-    /// A waiting job was replaced.
-    #[serde(default)]
-    pub replaced: bool,
-    /// Its due time.
-    pub due_at_ms: u64,
-    /// Its state.
-    pub state: JobState,
-}
-
-/// A job as `GET` shows it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Job {
-    /// Topic.
-    pub topic: String,
-    /// Id.
-    pub id: String,
-    /// State.
-    pub state: JobState,
-    /// Due time.
-    pub due_at_ms: u64,
-    /// Priority.
-    pub priority: u32,
-    /// Hand-outs so far.
-    pub attempts: u32,
-    /// Attempts allowed.
-    pub max_attempts: u32,
-    /// Last failure.
-    pub last_error: Option<String>,
-    /// Enqueue time.
-    pub created_at_ms: u64,
-    /// Current lease's deadline.
-    pub lease_deadline_ms: Option<u64>,
-    /// Death time.
-    pub died_at_ms: Option<u64>,
-    /// JSON body.
-    pub body: Option<Value>,
-    /// Bytes body, base64.
-    pub body_base64: Option<String>,
-}
-
-/// A job leased to you by [`Client::reserve`].
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct Leased {
-    /// Topic.
-    pub topic: String,
-    /// Id.
-    pub id: String,
-    /// Lease token: ack, nack, touch and release need it.
-    pub token: String,
-    /// Which hand-out this is (1 for the first).
-    pub attempt: u32,
-    /// Due time.
-    pub due_at_ms: u64,
-    /// Lease deadline.
-    pub lease_deadline_ms: u64,
-    /// Priority.
-    pub priority: u32,
-    /// JSON body.
-    pub body: Option<Value>,
-    /// Bytes body, base64.
-    pub body_base64: Option<String>,
-}
-
-impl Leased {
-    /// The JSON body as `T`.
-    ///
-    /// # Errors
-    /// [`Error::Decode`] when the body is bytes or not a `T`.
-    pub fn json<T: DeserializeOwned>(&self) -> Result<T> {
-        let body = self
-            .body
-            .clone()
-            .ok_or_else(|| Error::Decode("the job's body is bytes, not JSON".into()))?;
-        serde_json::from_value(body).map_err(|e| Error::Decode(e.to_string()))
+    /// The request as it goes on the wire.
+    pub fn request(&self) -> &wire::EnqueueRequest {
+        &self.0
     }
-
-    /// The body's bytes (a JSON body as its text).
-    ///
-    /// # Errors
-    /// [`Error::Decode`] for invalid base64.
-    pub fn bytes(&self) -> Result<Vec<u8>> {
-        match (&self.body_base64, &self.body) {
-            (Some(b), _) => B64.decode(b).map_err(|e| Error::Decode(e.to_string())),
-            (None, Some(v)) => Ok(v.to_string().into_bytes()),
-            (None, None) => Ok(Vec::new()),
-        }
-    }
-}
-
-/// What a nack did.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Nacked {
-    /// Id.
-    pub id: String,
-    /// `scheduled` (will be retried) or `dead`.
-    pub state: JobState,
-    /// When it is due again, if scheduled.
-    pub due_at_ms: Option<u64>,
-}
-
-/// A topic's settings and counts.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct TopicInfo {
-    /// Name.
-    pub name: String,
-    /// Counts and counters.
-    pub stats: TopicStats,
-    /// Settings (absent in listings). Push secrets and header values come
-    /// redacted (`whsec_…a1b2`): they are write-only.
-    pub config: Option<TopicConfig>,
 }
 
 /// Options of a reserve call.
-#[derive(Debug, Clone, Serialize)]
-pub struct Reserve {
-    topics: Vec<String>,
-    max: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    lease_ms: Option<u64>,
-    wait_ms: u64,
-}
+#[derive(Debug, Clone)]
+pub struct Reserve(wire::ReserveRequest);
 
 impl Reserve {
     /// Reserve from these topics, one job, no waiting.
@@ -245,43 +119,35 @@ impl Reserve {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Self {
+        Self(wire::ReserveRequest {
             topics: topics.into_iter().map(Into::into).collect(),
-            max: 1,
+            max: Some(1),
             lease_ms: None,
-            wait_ms: 0,
-        }
+            wait_ms: Some(0),
+        })
     }
 
     /// Up to `max` jobs (1–1000).
     pub fn max(mut self, max: usize) -> Self {
-        self.max = max;
+        self.0.max = Some(max);
         self
     }
 
     /// Lease length.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease_ms = Some(lease.as_millis() as u64);
+        self.0.lease_ms = Some(lease.as_millis() as u64);
         self
     }
 
     /// Wait up to this long (≤ 30 s) for a job to become due.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait_ms = wait.as_millis() as u64;
+        self.0.wait_ms = Some(wait.as_millis() as u64);
         self
     }
 }
 
 /// One ack of [`Client::ack_batch`].
-#[derive(Debug, Clone, Serialize)]
-pub struct Ack {
-    /// Topic.
-    pub topic: String,
-    /// Id.
-    pub id: String,
-    /// Lease token.
-    pub token: String,
-}
+pub type Ack = wire::AckItem;
 
 /// A client of one dq server. Cheap to clone (connections are pooled and shared).
 #[derive(Debug, Clone)]
@@ -358,11 +224,11 @@ impl Client {
     }
 
     /// Sends a request; retries transient failures when `idempotent`.
-    async fn call<T: DeserializeOwned>(
+    async fn call<T: DeserializeOwned, B: Serialize + ?Sized>(
         &self,
         method: Method,
         url: String,
-        body: Option<&Value>,
+        body: Option<&B>,
         idempotent: bool,
     ) -> Result<T> {
         let mut attempt = 0;
@@ -415,9 +281,8 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`] for bad input, [`Error::Unavailable`], [`Error::Transport`].
     pub async fn enqueue(&self, topic: &str, job: &NewJob) -> Result<Enqueued> {
-        let body = serde_json::to_value(job).map_err(|e| Error::Decode(e.to_string()))?;
         let url = format!("{}/v1/topics/{}/jobs", self.base, encode_segment(topic));
-        self.call(Method::POST, url, Some(&body), job.id.is_some())
+        self.call(Method::POST, url, Some(job.request()), job.0.id.is_some())
             .await
     }
 
@@ -430,18 +295,23 @@ impl Client {
         topic: &str,
         jobs: &[NewJob],
     ) -> Result<Vec<Result<Enqueued>>> {
-        let body = json!({ "jobs": jobs });
+        let body = wire::BatchRequest {
+            jobs: jobs.iter().map(NewJob::request).collect::<Vec<_>>(),
+        };
         let url = format!(
             "{}/v1/topics/{}/jobs:batch",
             self.base,
             encode_segment(topic)
         );
-        let all_ids = jobs.iter().all(|j| j.id.is_some());
-        let v: Value = self.call(Method::POST, url, Some(&body), all_ids).await?;
-        per_item(&v, |item| {
-            serde_json::from_value::<Enqueued>(item.clone())
-                .map_err(|e| Error::Decode(e.to_string()))
-        })
+        let all_ids = jobs.iter().all(|j| j.0.id.is_some());
+        let r: wire::BatchResponse = self.call(Method::POST, url, Some(&body), all_ids).await?;
+        Ok(r.results
+            .into_iter()
+            .map(|item| match item {
+                wire::BatchResult::Enqueued(e) => Ok(e),
+                wire::BatchResult::Error(e) => Err(item_error(&e)),
+            })
+            .collect())
     }
 
     /// Reads a job.
@@ -449,7 +319,7 @@ impl Client {
     /// # Errors
     /// [`Error::NotFound`] when there is no such job.
     pub async fn get(&self, topic: &str, id: &str) -> Result<Job> {
-        self.call(Method::GET, self.job_url(topic, id, None), None, true)
+        self.call(Method::GET, self.job_url(topic, id, None), NONE, true)
             .await
     }
 
@@ -458,10 +328,10 @@ impl Client {
     /// # Errors
     /// [`Error::NotFound`] when there is no such job.
     pub async fn cancel(&self, topic: &str, id: &str) -> Result<JobState> {
-        let v: Value = self
-            .call(Method::DELETE, self.job_url(topic, id, None), None, false)
+        let r: wire::Cancelled = self
+            .call(Method::DELETE, self.job_url(topic, id, None), NONE, false)
             .await?;
-        serde_json::from_value(v["state"].clone()).map_err(|e| Error::Decode(e.to_string()))
+        Ok(r.state)
     }
 
     /// Moves a waiting job to `due_at_ms`; returns the new due time.
@@ -469,17 +339,19 @@ impl Client {
     /// # Errors
     /// [`Error::NotInState`] when reserved or dead, [`Error::NotFound`].
     pub async fn reschedule(&self, topic: &str, id: &str, due_at_ms: u64) -> Result<u64> {
-        let v: Value = self
+        let body = wire::RescheduleRequest {
+            delay_ms: None,
+            due_at_ms: Some(i64::try_from(due_at_ms).unwrap_or(i64::MAX)),
+        };
+        let r: wire::Rescheduled = self
             .call(
                 Method::PATCH,
                 self.job_url(topic, id, None),
-                Some(&json!({"due_at_ms": due_at_ms})),
+                Some(&body),
                 true,
             )
             .await?;
-        v["due_at_ms"]
-            .as_u64()
-            .ok_or_else(|| Error::Decode("no due_at_ms".into()))
+        Ok(r.due_at_ms)
     }
 
     /// Leases due jobs.
@@ -487,16 +359,11 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`], [`Error::Unavailable`], [`Error::Transport`].
     pub async fn reserve(&self, req: &Reserve) -> Result<Vec<Leased>> {
-        #[derive(Deserialize)]
-        struct Reply {
-            jobs: Vec<Leased>,
-        }
-        let body = serde_json::to_value(req).map_err(|e| Error::Decode(e.to_string()))?;
-        let r: Reply = self
+        let r: wire::Reserved = self
             .call(
                 Method::POST,
                 format!("{}/v1/reserve", self.base),
-                Some(&body),
+                Some(&req.0),
                 false,
             )
             .await?;
@@ -509,11 +376,13 @@ impl Client {
     /// [`Error::LeaseMismatch`] when the lease is no longer yours;
     /// [`Error::NotFound`] when the job was cancelled.
     pub async fn ack(&self, topic: &str, id: &str, token: &str) -> Result<()> {
-        let _: Value = self
+        let _: wire::Acked = self
             .call(
                 Method::POST,
                 self.job_url(topic, id, Some("ack")),
-                Some(&json!({"token": token})),
+                Some(&wire::AckRequest {
+                    token: token.into(),
+                }),
                 false,
             )
             .await?;
@@ -525,15 +394,38 @@ impl Client {
     /// # Errors
     /// For the call as a whole.
     pub async fn ack_batch(&self, acks: &[Ack]) -> Result<Vec<Result<()>>> {
-        let v: Value = self
+        let r: wire::AckBatchResponse = self
             .call(
                 Method::POST,
                 format!("{}/v1/ack:batch", self.base),
-                Some(&json!({ "acks": acks })),
+                Some(&wire::AckBatchRequest {
+                    acks: acks.to_vec(),
+                }),
                 false,
             )
             .await?;
-        per_item(&v, |_| Ok(()))
+        Ok(r.results
+            .into_iter()
+            .map(|item| match item {
+                wire::AckResult::Acked { .. } => Ok(()),
+                wire::AckResult::Error(e) => Err(item_error(&e)),
+            })
+            .collect())
+    }
+
+    async fn nack_request(
+        &self,
+        topic: &str,
+        id: &str,
+        body: &wire::NackRequest,
+    ) -> Result<Nacked> {
+        self.call(
+            Method::POST,
+            self.job_url(topic, id, Some("nack")),
+            Some(body),
+            false,
+        )
+        .await
     }
 
     /// Fails the attempt: retried after `retry_in` (or the retry policy), or dead.
@@ -548,17 +440,13 @@ impl Client {
         error: &str,
         retry_in: Option<Duration>,
     ) -> Result<Nacked> {
-        let mut body = json!({"token": token, "error": error});
-        if let Some(r) = retry_in {
-            body["retry_in_ms"] = json!(r.as_millis() as u64);
-        }
-        self.call(
-            Method::POST,
-            self.job_url(topic, id, Some("nack")),
-            Some(&body),
-            false,
-        )
-        .await
+        let body = wire::NackRequest {
+            token: token.into(),
+            error: Some(error.into()),
+            retry_in_ms: retry_in.map(|r| i64::try_from(r.as_millis()).unwrap_or(i64::MAX)),
+            dead: false,
+        };
+        self.nack_request(topic, id, &body).await
     }
 
     /// Sends the job to the dead letters at once (a permanent failure).
@@ -566,15 +454,13 @@ impl Client {
     /// # Errors
     /// As [`Client::ack`].
     pub async fn bury(&self, topic: &str, id: &str, token: &str, error: &str) -> Result<()> {
-        let _: Value = self
-            .call(
-                Method::POST,
-                self.job_url(topic, id, Some("nack")),
-                Some(&json!({"token": token, "error": error, "dead": true})),
-                false,
-            )
-            .await?;
-        Ok(())
+        let body = wire::NackRequest {
+            token: token.into(),
+            error: Some(error.into()),
+            retry_in_ms: None,
+            dead: true,
+        };
+        self.nack_request(topic, id, &body).await.map(|_| ())
     }
 
     /// Gives the job back without counting the attempt; due after `delay`.
@@ -588,17 +474,19 @@ impl Client {
         token: &str,
         delay: Duration,
     ) -> Result<u64> {
-        let v: Value = self
+        let body = wire::ReleaseRequest {
+            token: token.into(),
+            delay_ms: Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
+        };
+        let r: wire::Released = self
             .call(
                 Method::POST,
                 self.job_url(topic, id, Some("release")),
-                Some(&json!({"token": token, "delay_ms": delay.as_millis() as u64})),
+                Some(&body),
                 false,
             )
             .await?;
-        v["due_at_ms"]
-            .as_u64()
-            .ok_or_else(|| Error::Decode("no due_at_ms".into()))
+        Ok(r.due_at_ms)
     }
 
     /// Extends a lease to now + `lease` (or the job's/topic's lease); returns the deadline.
@@ -612,11 +500,11 @@ impl Client {
         token: &str,
         lease: Option<Duration>,
     ) -> Result<u64> {
-        let mut body = json!({"token": token});
-        if let Some(l) = lease {
-            body["lease_ms"] = json!(l.as_millis() as u64);
-        }
-        let v: Value = self
+        let body = wire::TouchRequest {
+            token: token.into(),
+            lease_ms: lease.map(|l| l.as_millis() as u64),
+        };
+        let r: wire::Touched = self
             .call(
                 Method::POST,
                 self.job_url(topic, id, Some("touch")),
@@ -624,9 +512,7 @@ impl Client {
                 true,
             )
             .await?;
-        v["lease_deadline_ms"]
-            .as_u64()
-            .ok_or_else(|| Error::Decode("no lease_deadline_ms".into()))
+        Ok(r.lease_deadline_ms)
     }
 
     /// Every topic with its counts.
@@ -634,12 +520,8 @@ impl Client {
     /// # Errors
     /// [`Error::Unavailable`], [`Error::Transport`].
     pub async fn topics(&self) -> Result<Vec<TopicInfo>> {
-        #[derive(Deserialize)]
-        struct Reply {
-            topics: Vec<TopicInfo>,
-        }
-        let r: Reply = self
-            .call(Method::GET, format!("{}/v1/topics", self.base), None, true)
+        let r: wire::TopicList = self
+            .call(Method::GET, format!("{}/v1/topics", self.base), NONE, true)
             .await?;
         Ok(r.topics)
     }
@@ -652,20 +534,21 @@ impl Client {
         self.call(
             Method::GET,
             format!("{}/v1/topics/{}", self.base, encode_segment(topic)),
-            None,
+            NONE,
             true,
         )
         .await
     }
 
-    /// Creates or updates a topic's settings; fields left out keep their value.
+    /// Creates or updates a topic's settings; fields left out keep their
+    /// value. Returns the settings now in force (push credentials redacted).
     ///
     /// # Errors
     /// [`Error::Invalid`] for settings out of range.
     pub async fn put_topic(&self, topic: &str, patch: &TopicConfigPatch) -> Result<TopicConfig> {
         let body = serde_json::to_value(patch).map_err(|e| Error::Decode(e.to_string()))?;
         let body = strip_nulls(body);
-        let v: Value = self
+        let r: wire::TopicConfigured = self
             .call(
                 Method::PUT,
                 format!("{}/v1/topics/{}", self.base, encode_segment(topic)),
@@ -673,7 +556,7 @@ impl Client {
                 true,
             )
             .await?;
-        serde_json::from_value(v["config"].clone()).map_err(|e| Error::Decode(e.to_string()))
+        Ok(r.config)
     }
 
     /// Deletes a topic and all its jobs; returns how many jobs.
@@ -681,15 +564,15 @@ impl Client {
     /// # Errors
     /// [`Error::NotFound`] for an unknown topic.
     pub async fn delete_topic(&self, topic: &str) -> Result<u64> {
-        let v: Value = self
+        let r: wire::TopicDeleted = self
             .call(
                 Method::DELETE,
                 format!("{}/v1/topics/{}", self.base, encode_segment(topic)),
-                None,
+                NONE,
                 false,
             )
             .await?;
-        Ok(v["deleted_jobs"].as_u64().unwrap_or(0))
+        Ok(r.deleted_jobs)
     }
 
     /// Dead letters, oldest first.
@@ -697,16 +580,12 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`] for a limit outside 1–1000.
     pub async fn dead(&self, topic: &str, offset: usize, limit: usize) -> Result<Vec<Job>> {
-        #[derive(Deserialize)]
-        struct Reply {
-            jobs: Vec<Job>,
-        }
         let url = format!(
             "{}/v1/topics/{}/dead?offset={offset}&limit={limit}",
             self.base,
             encode_segment(topic)
         );
-        let r: Reply = self.call(Method::GET, url, None, true).await?;
+        let r: wire::DeadList = self.call(Method::GET, url, NONE, true).await?;
         Ok(r.jobs)
     }
 
@@ -715,11 +594,10 @@ impl Client {
     /// # Errors
     /// [`Error::Unavailable`], [`Error::Transport`].
     pub async fn replay_dead(&self, topic: &str, ids: Option<&[&str]>) -> Result<u64> {
-        let body = match ids {
-            Some(ids) => json!({ "ids": ids }),
-            None => json!({}),
+        let body = wire::ReplayRequest {
+            ids: ids.map(|ids| ids.iter().map(|i| i.to_string()).collect()),
         };
-        let v: Value = self
+        let r: wire::Replayed = self
             .call(
                 Method::POST,
                 format!(
@@ -731,7 +609,7 @@ impl Client {
                 true,
             )
             .await?;
-        Ok(v["replayed"].as_u64().unwrap_or(0))
+        Ok(r.replayed)
     }
 
     /// Deletes all dead letters of a topic; returns how many.
@@ -739,17 +617,20 @@ impl Client {
     /// # Errors
     /// [`Error::Unavailable`], [`Error::Transport`].
     pub async fn purge_dead(&self, topic: &str) -> Result<u64> {
-        let v: Value = self
+        let r: wire::Purged = self
             .call(
                 Method::DELETE,
                 format!("{}/v1/topics/{}/dead", self.base, encode_segment(topic)),
-                None,
+                NONE,
                 true,
             )
             .await?;
-        Ok(v["purged"].as_u64().unwrap_or(0))
+        Ok(r.purged)
     }
 }
+
+/// No request body.
+const NONE: Option<&()> = None;
 
 fn strip_nulls(v: Value) -> Value {
     match v {
@@ -758,25 +639,15 @@ fn strip_nulls(v: Value) -> Value {
     }
 }
 
-/// Splits `{"results": [...]}` into per-item results.
-fn per_item<T>(v: &Value, ok: impl Fn(&Value) -> Result<T>) -> Result<Vec<Result<T>>> {
-    let items = v["results"]
-        .as_array()
-        .ok_or_else(|| Error::Decode("no results".into()))?;
-    Ok(items
-        .iter()
-        .map(|item| {
-            if item.get("error").is_some() {
-                let status = match item["error"]["code"].as_str().unwrap_or("") {
-                    "job_not_found" | "topic_not_found" => 404,
-                    "lease_mismatch" | "not_in_state" => 409,
-                    c if c.starts_with("store_") => 503,
-                    _ => 400,
-                };
-                Err(Error::from_reply(status, item, None))
-            } else {
-                ok(item)
-            }
-        })
-        .collect())
+/// A per-item refusal of a batch as the error the same refusal of a single
+/// call would be.
+fn item_error(e: &wire::ErrorBody) -> Error {
+    let status = match e.error.code.as_str() {
+        "job_not_found" | "topic_not_found" => 404,
+        "lease_mismatch" | "not_in_state" => 409,
+        c if c.starts_with("store_") => 503,
+        _ => 400,
+    };
+    let v = serde_json::to_value(e).unwrap_or(Value::Null);
+    Error::from_reply(status, &v, None)
 }

@@ -51,8 +51,10 @@ mod error;
 mod worker;
 
 pub use client::{
-    Ack, Client, Enqueued, Job, Leased, Nacked, NewJob, Reserve, TopicInfo, encode_segment,
+    Ack, Client, Enqueued, Job, Leased, Nacked, NewJob, RawJson, Reserve, TopicInfo, encode_segment,
 };
+/// The wire types of the HTTP API (the same crate the server renders with).
+pub use dq_api as wire;
 pub use dq_core::{JobState, RetryPolicy, TopicConfig, TopicConfigPatch, TopicStats};
 pub use error::{Error, Result};
 pub use worker::{Outcome, Task, Worker, WorkerStats};

@@ -63,7 +63,7 @@ impl Task {
     /// # Errors
     /// [`Error::Decode`] when the body is not a `T`.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T> {
-        self.leased.json()
+        self.leased.json().map_err(Error::Decode)
     }
 }
 
@@ -356,12 +356,11 @@ struct JobRun {
 impl JobRun {
     async fn run(self, leased: Leased) {
         let started = Instant::now();
-        let event = leased
-            .body
-            .as_ref()
-            .and_then(|b| b.get(&self.event_field))
-            .and_then(Value::as_str)
-            .map(str::to_string);
+        let event = leased.json::<Value>().ok().and_then(|b| {
+            b.get(&self.event_field)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
         let handler = self.handlers.get(&leased.topic).and_then(|h| {
             event
                 .as_ref()

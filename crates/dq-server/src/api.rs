@@ -8,16 +8,20 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
+use dq_api as wire;
 use dq_core::limits::{self, MAX_BATCH, MAX_CLAIM, MAX_WAIT_MS};
 use dq_core::*;
 use serde::Deserialize;
-use serde_json::value::RawValue;
-use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, parse};
 use crate::service::{AckItem, JobView};
+
+/// A JSON reply.
+fn reply<T: serde::Serialize>(v: T) -> ApiResult {
+    Ok(Json(v).into_response())
+}
 
 type ApiResult<T = Response> = Result<T, ApiError>;
 
@@ -64,146 +68,135 @@ fn when(
     }
 }
 
-/// A job as clients send it.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct EnqueueReq {
-    id: Option<String>,
-    body: Option<Box<RawValue>>,
-    body_base64: Option<String>,
-    delay_ms: Option<i64>,
-    due_at_ms: Option<i64>,
-    priority: Option<u32>,
-    max_attempts: Option<u32>,
-    lease_ms: Option<u64>,
-    retry: Option<RetryPolicy>,
-    #[serde(default)]
-    replace: bool,
-}
-
-impl EnqueueReq {
-    /// Validates everything; nothing is written before this passes.
-    fn into_job(self, limits: &Limits, now_ms: u64) -> Result<NewJob, ApiError> {
-        let generated_id = self.id.is_none();
-        let id = match self.id {
-            Some(id) => job_id(id)?,
-            None => JobId::generate(),
-        };
-        let body = match (self.body, self.body_base64) {
-            (Some(_), Some(_)) => {
-                return Err(ApiError::bad_request(
-                    "invalid_body",
-                    "give body or body_base64, not both",
-                ));
-            }
-            (Some(raw), None) => Body::Json(raw.get().to_string()),
-            (None, Some(b64)) => Body::Bytes(B64.decode(b64.as_bytes()).map_err(|e| {
-                ApiError::bad_request("invalid_body", format!("body_base64 is not base64: {e}"))
-            })?),
-            (None, None) => Body::Json("null".into()),
-        };
-        limits.check_body(body.len())?;
-        let when =
-            when(limits, self.delay_ms, self.due_at_ms, now_ms)?.unwrap_or(When::TopicDefault);
-        if let Some(n) = self.max_attempts {
-            limits::check_max_attempts(n)?;
+/// A job as a client sent it, validated; nothing is written before this passes.
+fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<NewJob, ApiError> {
+    let generated_id = req.id.is_none();
+    let id = match req.id {
+        Some(id) => job_id(id)?,
+        None => JobId::generate(),
+    };
+    let body = match (req.body, req.body_base64) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "invalid_body",
+                "give body or body_base64, not both",
+            ));
         }
-        if let Some(ms) = self.lease_ms {
-            limits::check_lease(ms)?;
-        }
-        if let Some(r) = &self.retry {
-            r.validate()?;
-        }
-        Ok(NewJob {
-            id,
-            body,
-            when,
-            priority: self.priority.unwrap_or(DEFAULT_PRIORITY),
-            max_attempts: self.max_attempts,
-            lease_ms: self.lease_ms,
-            retry: self.retry,
-            replace: self.replace,
-            generated_id,
-        })
+        (Some(raw), None) => Body::Json(raw.get().to_string()),
+        (None, Some(b64)) => Body::Bytes(B64.decode(b64.as_bytes()).map_err(|e| {
+            ApiError::bad_request("invalid_body", format!("body_base64 is not base64: {e}"))
+        })?),
+        (None, None) => Body::Json("null".into()),
+    };
+    limits.check_body(body.len())?;
+    let when = when(limits, req.delay_ms, req.due_at_ms, now_ms)?.unwrap_or(When::TopicDefault);
+    if let Some(n) = req.max_attempts {
+        limits::check_max_attempts(n)?;
     }
-}
-
-fn enqueued_json(e: &Enqueued) -> Value {
-    json!({
-        "id": e.id,
-        "created": e.created,
-        "replaced": e.replaced,
-        "due_at_ms": e.due_at_ms,
-        "state": e.state,
+    if let Some(ms) = req.lease_ms {
+        limits::check_lease(ms)?;
+    }
+    if let Some(r) = &req.retry {
+        r.validate()?;
+    }
+    Ok(NewJob {
+        id,
+        body,
+        when,
+        priority: req.priority.unwrap_or(DEFAULT_PRIORITY),
+        max_attempts: req.max_attempts,
+        lease_ms: req.lease_ms,
+        retry: req.retry,
+        replace: req.replace,
+        generated_id,
     })
 }
 
-/// Adds `body` (JSON) or `body_base64` (bytes) to an object.
-fn put_body(obj: &mut Value, body: &Body) {
-    match body {
-        Body::Json(s) => {
-            obj["body"] = serde_json::from_str(s).unwrap_or(Value::Null);
-        }
-        Body::Bytes(b) => obj["body_base64"] = Value::String(B64.encode(b)),
+fn enqueued(e: &Enqueued) -> wire::Enqueued {
+    wire::Enqueued {
+        id: e.id.to_string(),
+        created: e.created,
+        replaced: e.replaced,
+        due_at_ms: e.due_at_ms,
+        state: e.state,
     }
 }
 
-fn job_json(view: &JobView) -> Value {
-    let j = &view.job;
-    let mut v = json!({
-        "topic": view.topic,
-        "id": j.id,
-        "state": j.state,
-        "due_at_ms": j.due_at_ms,
-        "priority": j.priority,
-        "attempts": j.attempts,
-        "max_attempts": view.max_attempts,
-        "lease_ms": view.lease_ms,
-        "last_error": j.last_error,
-        "created_at_ms": j.created_at_ms,
-        "lease_deadline_ms": j.lease_deadline_ms,
-        "died_at_ms": j.died_at_ms,
-    });
-    put_body(&mut v, &j.body);
-    v
+/// A body as replies carry it: JSON as it was sent, bytes as base64.
+fn wire_body(body: &Body) -> (Option<wire::RawJson>, Option<String>) {
+    match body {
+        // Stored only after it parsed as JSON; the fallback is unreachable.
+        Body::Json(s) => (
+            Some(wire::RawJson::from_text(s.clone()).unwrap_or_else(|_| {
+                wire::RawJson::from_text("null".into()).expect("null is JSON")
+            })),
+            None,
+        ),
+        Body::Bytes(b) => (None, Some(B64.encode(b))),
+    }
 }
 
-fn lease_json(l: &Lease) -> Value {
-    let mut v = json!({
-        "topic": l.topic,
-        "id": l.id,
-        "token": l.token,
-        "attempt": l.attempt,
-        "due_at_ms": l.due_at_ms,
-        "lease_deadline_ms": l.lease_deadline_ms,
-        "priority": l.priority,
-    });
-    put_body(&mut v, &l.body);
-    v
+fn job(view: &JobView) -> wire::Job {
+    let j = &view.job;
+    let (body, body_base64) = wire_body(&j.body);
+    wire::Job {
+        topic: view.topic.to_string(),
+        id: j.id.to_string(),
+        state: j.state,
+        due_at_ms: j.due_at_ms,
+        priority: j.priority,
+        attempts: j.attempts,
+        max_attempts: view.max_attempts,
+        lease_ms: view.lease_ms,
+        last_error: j.last_error.clone(),
+        created_at_ms: j.created_at_ms,
+        lease_deadline_ms: j.lease_deadline_ms,
+        died_at_ms: j.died_at_ms,
+        body,
+        body_base64,
+    }
+}
+
+fn leased(l: &Lease) -> wire::Leased {
+    let (body, body_base64) = wire_body(&l.body);
+    wire::Leased {
+        topic: l.topic.to_string(),
+        id: l.id.to_string(),
+        token: l.token.clone(),
+        attempt: l.attempt,
+        due_at_ms: l.due_at_ms,
+        lease_deadline_ms: l.lease_deadline_ms,
+        priority: l.priority,
+        body,
+        body_base64,
+    }
+}
+
+fn error_body(e: &ApiError) -> wire::ErrorBody {
+    wire::ErrorBody {
+        error: wire::ErrorDetail {
+            code: e.code.to_string(),
+            message: e.message.clone(),
+        },
+    }
 }
 
 /// `POST /v1/topics/{topic}/jobs`
 pub(crate) async fn enqueue(
     State(st): State<AppState>,
     Path(t): Path<String>,
-    JsonBody(req): JsonBody<EnqueueReq>,
+    JsonBody(req): JsonBody<wire::EnqueueRequest>,
 ) -> ApiResult {
     let t = topic(t)?;
     let svc = &st.service;
-    let job = req.into_job(svc.limits(), svc.clock().now_ms())?;
+    let job = new_job(req, svc.limits(), svc.clock().now_ms())?;
     let e = svc.enqueue(&t, job).await?;
     let status = if e.created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(enqueued_json(&e))).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct BatchReq {
-    jobs: Vec<Box<RawValue>>,
+    Ok((status, Json(enqueued(&e))).into_response())
 }
 
 /// `POST /v1/topics/{topic}/jobs:batch` — a result per job; invalid jobs are
@@ -211,7 +204,7 @@ pub(crate) struct BatchReq {
 pub(crate) async fn enqueue_batch(
     State(st): State<AppState>,
     Path(t): Path<String>,
-    JsonBody(req): JsonBody<BatchReq>,
+    JsonBody(req): JsonBody<wire::BatchRequest>,
 ) -> ApiResult {
     let t = topic(t)?;
     if req.jobs.is_empty() || req.jobs.len() > MAX_BATCH {
@@ -225,27 +218,30 @@ pub(crate) async fn enqueue_batch(
     }
     let svc = &st.service;
     let now = svc.clock().now_ms();
-    let mut results: Vec<Value> = Vec::with_capacity(req.jobs.len());
+    let mut results: Vec<Option<wire::BatchResult>> = Vec::with_capacity(req.jobs.len());
     let mut valid: Vec<NewJob> = Vec::new();
     let mut slots: Vec<usize> = Vec::new();
     for raw in &req.jobs {
-        match parse::<EnqueueReq>(raw.get().as_bytes()).and_then(|r| r.into_job(svc.limits(), now))
+        match parse::<wire::EnqueueRequest>(raw.get().as_bytes())
+            .and_then(|r| new_job(r, svc.limits(), now))
         {
             Ok(job) => {
                 slots.push(results.len());
-                results.push(Value::Null);
+                results.push(None);
                 valid.push(job);
             }
-            Err(e) => results.push(e.body()),
+            Err(e) => results.push(Some(wire::BatchResult::Error(error_body(&e)))),
         }
     }
     if !valid.is_empty() {
         let out = svc.enqueue_batch(&t, valid).await?;
         for (slot, e) in slots.into_iter().zip(out.iter()) {
-            results[slot] = enqueued_json(e);
+            results[slot] = Some(wire::BatchResult::Enqueued(enqueued(e)));
         }
     }
-    Ok(Json(json!({ "results": results })).into_response())
+    reply(wire::BatchResponse {
+        results: results.into_iter().flatten().collect(),
+    })
 }
 
 /// `GET /v1/topics/{topic}/jobs/{id}`
@@ -254,8 +250,7 @@ pub(crate) async fn get_job(
     Path((t, id)): Path<(String, String)>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
-    let job = st.service.get(&t, &id).await?;
-    Ok(Json(job_json(&job)).into_response())
+    reply(job(&st.service.get(&t, &id).await?))
 }
 
 /// `DELETE /v1/topics/{topic}/jobs/{id}`
@@ -265,21 +260,18 @@ pub(crate) async fn cancel_job(
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
     let was = st.service.cancel(&t, &id).await?;
-    Ok(Json(json!({"id": id, "cancelled": true, "state": was})).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RescheduleReq {
-    delay_ms: Option<i64>,
-    due_at_ms: Option<i64>,
+    reply(wire::Cancelled {
+        id: id.to_string(),
+        cancelled: true,
+        state: was,
+    })
 }
 
 /// `PATCH /v1/topics/{topic}/jobs/{id}` — move a waiting job.
 pub(crate) async fn reschedule_job(
     State(st): State<AppState>,
     Path((t, id)): Path<(String, String)>,
-    JsonBody(req): JsonBody<RescheduleReq>,
+    JsonBody(req): JsonBody<wire::RescheduleRequest>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
     let svc = &st.service;
@@ -295,16 +287,10 @@ pub(crate) async fn reschedule_job(
         }
     };
     svc.reschedule(&t, &id, due).await?;
-    Ok(Json(json!({"id": id, "due_at_ms": due})).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ReserveReq {
-    topics: Vec<String>,
-    max: Option<usize>,
-    lease_ms: Option<u64>,
-    wait_ms: Option<u64>,
+    reply(wire::Rescheduled {
+        id: id.to_string(),
+        due_at_ms: due,
+    })
 }
 
 /// Most topics one reserve may name.
@@ -314,7 +300,7 @@ const MAX_RESERVE_TOPICS: usize = 100;
 /// up to `wait_ms` for one to become due.
 pub(crate) async fn reserve(
     State(st): State<AppState>,
-    JsonBody(req): JsonBody<ReserveReq>,
+    JsonBody(req): JsonBody<wire::ReserveRequest>,
 ) -> ApiResult {
     if req.topics.is_empty() || req.topics.len() > MAX_RESERVE_TOPICS {
         return Err(ApiError::bad_request(
@@ -350,43 +336,30 @@ pub(crate) async fn reserve(
         .service
         .reserve(&topics, max, req.lease_ms, wait_ms)
         .await?;
-    let jobs: Vec<Value> = leases.iter().map(lease_json).collect();
-    Ok(Json(json!({ "jobs": jobs })).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct TokenReq {
-    token: String,
+    reply(wire::Reserved {
+        jobs: leases.iter().map(leased).collect(),
+    })
 }
 
 /// `POST /v1/topics/{topic}/jobs/{id}/ack`
 pub(crate) async fn ack(
     State(st): State<AppState>,
     Path((t, id)): Path<(String, String)>,
-    JsonBody(req): JsonBody<TokenReq>,
+    JsonBody(req): JsonBody<wire::AckRequest>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
     st.service.ack(&t, &id, &req.token).await?;
-    Ok(Json(json!({"id": id, "acked": true})).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct NackReq {
-    token: String,
-    error: Option<String>,
-    retry_in_ms: Option<i64>,
-    /// Dead at once, whatever attempts are left (a permanent failure).
-    #[serde(default)]
-    dead: bool,
+    reply(wire::Acked {
+        id: id.to_string(),
+        acked: true,
+    })
 }
 
 /// `POST /v1/topics/{topic}/jobs/{id}/nack`
 pub(crate) async fn nack(
     State(st): State<AppState>,
     Path((t, id)): Path<(String, String)>,
-    JsonBody(req): JsonBody<NackReq>,
+    JsonBody(req): JsonBody<wire::NackRequest>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
     let svc = &st.service;
@@ -395,7 +368,7 @@ pub(crate) async fn nack(
         .map(|ms| delay(svc.limits(), "retry_in_ms", ms))
         .transpose()?;
     let error = req.error.unwrap_or_else(|| "nacked".into());
-    if req.dead {
+    let (state, due_at_ms) = if req.dead {
         if retry_in.is_some() {
             return Err(ApiError::bad_request(
                 "invalid_delay",
@@ -403,22 +376,18 @@ pub(crate) async fn nack(
             ));
         }
         svc.bury(&t, &id, &req.token, &error).await?;
-        return Ok(Json(json!({"id": id, "state": "dead"})).into_response());
-    }
-    let body = match svc.nack(&t, &id, &req.token, &error, retry_in).await? {
-        NackOutcome::Retry { due_at_ms, .. } => {
-            json!({"id": id, "state": "scheduled", "due_at_ms": due_at_ms})
+        (JobState::Dead, None)
+    } else {
+        match svc.nack(&t, &id, &req.token, &error, retry_in).await? {
+            NackOutcome::Retry { due_at_ms, .. } => (JobState::Scheduled, Some(due_at_ms)),
+            NackOutcome::Dead { .. } => (JobState::Dead, None),
         }
-        NackOutcome::Dead { .. } => json!({"id": id, "state": "dead"}),
     };
-    Ok(Json(body).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ReleaseReq {
-    token: String,
-    delay_ms: Option<i64>,
+    reply(wire::Nacked {
+        id: id.to_string(),
+        state,
+        due_at_ms,
+    })
 }
 
 /// `POST /v1/topics/{topic}/jobs/{id}/release` — give a reserved job back
@@ -426,52 +395,41 @@ pub(crate) struct ReleaseReq {
 pub(crate) async fn release(
     State(st): State<AppState>,
     Path((t, id)): Path<(String, String)>,
-    JsonBody(req): JsonBody<ReleaseReq>,
+    JsonBody(req): JsonBody<wire::ReleaseRequest>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
     let svc = &st.service;
     let delay = delay(svc.limits(), "delay_ms", req.delay_ms.unwrap_or(0))?;
     let due = svc.release(&t, &id, &req.token, delay).await?;
-    let state = if delay == 0 { "ready" } else { "scheduled" };
-    Ok(Json(json!({"id": id, "state": state, "due_at_ms": due})).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct TouchReq {
-    token: String,
-    lease_ms: Option<u64>,
+    reply(wire::Released {
+        id: id.to_string(),
+        state: if delay == 0 {
+            JobState::Ready
+        } else {
+            JobState::Scheduled
+        },
+        due_at_ms: due,
+    })
 }
 
 /// `POST /v1/topics/{topic}/jobs/{id}/touch`
 pub(crate) async fn touch(
     State(st): State<AppState>,
     Path((t, id)): Path<(String, String)>,
-    JsonBody(req): JsonBody<TouchReq>,
+    JsonBody(req): JsonBody<wire::TouchRequest>,
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
     let deadline = st.service.touch(&t, &id, &req.token, req.lease_ms).await?;
-    Ok(Json(json!({"id": id, "lease_deadline_ms": deadline})).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct AckBatchReq {
-    acks: Vec<AckReq>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct AckReq {
-    topic: String,
-    id: String,
-    token: String,
+    reply(wire::Touched {
+        id: id.to_string(),
+        lease_deadline_ms: deadline,
+    })
 }
 
 /// `POST /v1/ack:batch` — a result per ack.
 pub(crate) async fn ack_batch(
     State(st): State<AppState>,
-    JsonBody(req): JsonBody<AckBatchReq>,
+    JsonBody(req): JsonBody<wire::AckBatchRequest>,
 ) -> ApiResult {
     if req.acks.is_empty() || req.acks.len() > MAX_BATCH {
         return Err(ApiError::bad_request(
@@ -483,69 +441,83 @@ pub(crate) async fn ack_batch(
         ));
     }
     // Items that do not parse get their error; the others are acked together.
-    let mut results: Vec<Value> = Vec::with_capacity(req.acks.len());
+    let mut results: Vec<Option<wire::AckResult>> = Vec::with_capacity(req.acks.len());
     let mut valid: Vec<AckItem> = Vec::new();
     let mut slots: Vec<usize> = Vec::new();
     for a in req.acks {
         match topic(a.topic).and_then(|t| Ok((t, job_id(a.id)?))) {
             Ok((topic, id)) => {
                 slots.push(results.len());
-                results.push(Value::Null);
+                results.push(None);
                 valid.push(AckItem {
                     topic,
                     id,
                     token: a.token,
                 });
             }
-            Err(e) => results.push(e.body()),
+            Err(e) => results.push(Some(wire::AckResult::Error(error_body(&e)))),
         }
     }
     let acked = st.service.ack_batch(&valid).await;
     for (slot, r) in slots.into_iter().zip(acked) {
-        results[slot] = match r {
-            Ok(()) => json!({"acked": true}),
-            Err(e) => ApiError::from(e).body(),
-        };
+        results[slot] = Some(match r {
+            Ok(()) => wire::AckResult::Acked { acked: true },
+            Err(e) => wire::AckResult::Error(error_body(&e.into())),
+        });
     }
-    Ok(Json(json!({ "results": results })).into_response())
-}
-
-fn summary(t: &Topic, stats: &TopicStats) -> Value {
-    json!({"name": t, "stats": stats})
+    reply(wire::AckBatchResponse {
+        results: results.into_iter().flatten().collect(),
+    })
 }
 
 /// `GET /v1/topics`
 pub(crate) async fn list_topics(State(st): State<AppState>) -> ApiResult {
     let topics = st.service.topics_with_stats().await?;
-    let out: Vec<Value> = topics.iter().map(|(t, s)| summary(t, s)).collect();
-    Ok(Json(json!({ "topics": out })).into_response())
+    reply(wire::TopicList {
+        topics: topics
+            .into_iter()
+            .map(|(t, stats)| wire::TopicInfo {
+                name: t.to_string(),
+                stats,
+                config: None,
+            })
+            .collect(),
+    })
 }
 
 /// `GET /v1/topics/{topic}`
 pub(crate) async fn get_topic(State(st): State<AppState>, Path(t): Path<String>) -> ApiResult {
     let t = topic(t)?;
     let cfg = st.service.known_topic(&t).await?;
-    let mut v = summary(&t, &st.service.stats(&t).await?);
-    v["config"] = serde_json::to_value(cfg.redacted()).unwrap_or(Value::Null);
-    Ok(Json(v).into_response())
+    reply(wire::TopicInfo {
+        stats: st.service.stats(&t).await?,
+        name: t.to_string(),
+        config: Some(cfg.redacted()),
+    })
 }
 
 /// `PUT /v1/topics/{topic}` — fields left out keep their value.
 pub(crate) async fn put_topic(
     State(st): State<AppState>,
     Path(t): Path<String>,
-    JsonBody(patch): JsonBody<TopicConfigPatch>,
+    JsonBody(patch): JsonBody<wire::PutTopicRequest>,
 ) -> ApiResult {
     let t = topic(t)?;
     let cfg = st.service.configure_topic(&t, patch).await?;
-    Ok(Json(json!({"name": t, "config": cfg.redacted()})).into_response())
+    reply(wire::TopicConfigured {
+        name: t.to_string(),
+        config: cfg.redacted(),
+    })
 }
 
 /// `DELETE /v1/topics/{topic}` — deletes the topic and all its jobs.
 pub(crate) async fn delete_topic(State(st): State<AppState>, Path(t): Path<String>) -> ApiResult {
     let t = topic(t)?;
     let deleted = st.service.delete_topic(&t).await?;
-    Ok(Json(json!({"name": t, "deleted_jobs": deleted})).into_response())
+    reply(wire::TopicDeleted {
+        name: t.to_string(),
+        deleted_jobs: deleted,
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -566,21 +538,16 @@ pub(crate) async fn list_dead(
         .service
         .list_dead(&t, q.offset.unwrap_or(0), q.limit.unwrap_or(100))
         .await?;
-    let jobs: Vec<Value> = jobs.iter().map(job_json).collect();
-    Ok(Json(json!({ "jobs": jobs })).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ReplayReq {
-    ids: Option<Vec<String>>,
+    reply(wire::DeadList {
+        jobs: jobs.iter().map(job).collect(),
+    })
 }
 
 /// `POST /v1/topics/{topic}/dead/replay` — the named dead letters, or all.
 pub(crate) async fn replay_dead(
     State(st): State<AppState>,
     Path(t): Path<String>,
-    JsonBody(req): JsonBody<ReplayReq>,
+    JsonBody(req): JsonBody<wire::ReplayRequest>,
 ) -> ApiResult {
     let t = topic(t)?;
     let ids = match req.ids {
@@ -596,19 +563,22 @@ pub(crate) async fn replay_dead(
         None => None,
     };
     let replayed = st.service.replay(&t, ids.as_deref()).await?;
-    Ok(Json(json!({ "replayed": replayed })).into_response())
+    reply(wire::Replayed { replayed })
 }
 
 /// `DELETE /v1/topics/{topic}/dead`
 pub(crate) async fn purge_dead(State(st): State<AppState>, Path(t): Path<String>) -> ApiResult {
     let t = topic(t)?;
     let purged = st.service.purge(&t).await?;
-    Ok(Json(json!({ "purged": purged })).into_response())
+    reply(wire::Purged { purged })
 }
 
 /// `GET /healthz` — the process answers.
-pub(crate) async fn healthz() -> Response {
-    Json(json!({"status": "ok"})).into_response()
+pub(crate) async fn healthz() -> ApiResult {
+    reply(wire::Health {
+        status: "ok".into(),
+        stores: Vec::new(),
+    })
 }
 
 /// `GET /readyz` — the store answers (with shards: any of them), with the
@@ -618,15 +588,19 @@ pub(crate) async fn readyz(State(st): State<AppState>) -> ApiResult {
     let Ok(health) = health else {
         return Err(StoreError::Unavailable("health check timed out".into()).into());
     };
-    let parts: Vec<Value> = health
+    let parts: Vec<wire::StoreHealth> = health
         .iter()
-        .map(|(name, r)| match r {
-            Ok(()) => json!({"name": name, "up": true}),
-            Err(e) => json!({"name": name, "up": false, "error": e.to_string()}),
+        .map(|(name, r)| wire::StoreHealth {
+            name: name.clone(),
+            up: r.is_ok(),
+            error: r.as_ref().err().map(ToString::to_string),
         })
         .collect();
     if health.iter().any(|(_, r)| r.is_ok()) {
-        return Ok(Json(json!({"status": "ready", "stores": parts})).into_response());
+        return reply(wire::Health {
+            status: "ready".into(),
+            stores: parts,
+        });
     }
     let e = health
         .into_iter()

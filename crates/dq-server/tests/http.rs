@@ -1191,3 +1191,50 @@ async fn a_topic_turned_to_push_or_back_is_seen_by_reserve_at_once() {
         (StatusCode::OK, Some(0))
     );
 }
+
+#[tokio::test]
+async fn a_json_body_comes_back_as_it_was_sent() {
+    let a = api();
+    // Key order, spacing, a float written 1.0, an escape, a big integer:
+    // all things a parse-and-print would change.
+    let body = r#"{"z": 1.0,  "a": "\u00e9\n", "n": 12345678901234567890123}"#;
+    let req = Request::builder()
+        .method("POST")
+        .uri("/v1/topics/asis/jobs")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(format!(r#"{{"id": "j", "body": {body}}}"#)))
+        .unwrap();
+    let (s, v) = a.raw(req).await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let text = |req: Request<Body>| {
+        let router = a.router.clone();
+        async move {
+            let res = router.oneshot(req).await.unwrap();
+            let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            String::from_utf8(bytes.to_vec()).unwrap()
+        }
+    };
+    let got = text(
+        Request::builder()
+            .uri("/v1/topics/asis/jobs/j")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(got.contains(&format!(r#""body":{body}"#)), "{got}");
+    let reserved = text(
+        Request::builder()
+            .method("POST")
+            .uri("/v1/reserve")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(r#"{"topics": ["asis"]}"#))
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        reserved.contains(&format!(r#""body":{body}"#)),
+        "{reserved}"
+    );
+}

@@ -1,0 +1,594 @@
+//! dq-api: the HTTP/JSON wire format of dq, written once.
+//!
+//! Every request body and every response body of `/v1` (and of the health
+//! routes) is one of these types. The server (`dq-server`) parses requests
+//! into them and renders responses from them, the Rust client (`dq-client`)
+//! does the reverse, and a test in `dq-server` checks the OpenAPI document
+//! field by field against them (a field added here and not there fails it).
+//!
+//! Requests refuse unknown fields (a typo is an error, not a silent default);
+//! optional fields left out are not sent. Numbers a client may get wrong by
+//! sign (`delay_ms`, `due_at_ms`, `retry_in_ms`) are `i64`, so the server can
+//! answer "must be >= 0" instead of a parse error. Bodies travel as
+//! [`RawJson`]: the JSON text exactly as it was sent.
+//!
+//! docs/api.md describes each route; this crate is its vocabulary.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use dq_core::{JobState, RetryPolicy, TopicConfig, TopicConfigPatch, TopicStats};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// A JSON value kept as its text, byte for byte (a job body).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RawJson(Box<RawValue>);
+
+impl RawJson {
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// `text` if it is one JSON value.
+    ///
+    /// # Errors
+    /// When `text` is not JSON.
+    pub fn from_text(text: String) -> Result<Self, serde_json::Error> {
+        RawValue::from_string(text).map(Self)
+    }
+
+    /// `value` written as JSON.
+    ///
+    /// # Errors
+    /// When `value` cannot be written as JSON (a map with non-string keys).
+    pub fn from_value<T: Serialize + ?Sized>(value: &T) -> Result<Self, serde_json::Error> {
+        serde_json::value::to_raw_value(value).map(Self)
+    }
+
+    /// The value as `T`.
+    ///
+    /// # Errors
+    /// When it is not a `T`.
+    pub fn parse<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.get())
+    }
+}
+
+impl PartialEq for RawJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+/// An error: `{"error": {"code", "message"}}`, the body of every refusal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// The inside of an [`ErrorBody`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorDetail {
+    /// Stable, machine-readable (`lease_mismatch`); clients match on it.
+    pub code: String,
+    /// For a person.
+    pub message: String,
+}
+
+// ---- jobs -------------------------------------------------------------------
+
+/// `POST /v1/topics/{topic}/jobs`, and each job of a batch.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnqueueRequest {
+    /// The idempotency key; generated when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// A JSON body (exclusive with `body_base64`); `null` when neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<RawJson>,
+    /// A bytes body, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_base64: Option<String>,
+    /// Due this long from now (exclusive with `due_at_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<i64>,
+    /// Due at this Unix millisecond.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at_ms: Option<i64>,
+    /// Lower first; default 1024.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
+    /// Overrides the topic's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    /// Overrides the topic's lease for this job's hand-outs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+    /// Overrides the topic's retry waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// Rewrite a job with this id that is still waiting.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replace: bool,
+}
+
+/// What an enqueue did (the answer to one job).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enqueued {
+    /// The job's id (generated ones included).
+    pub id: String,
+    /// A new job was written (201); `false`: the id existed (200).
+    pub created: bool,
+    /// A waiting job was replaced.
+    #[serde(default)]
+    pub replaced: bool,
+    /// When it is due.
+    pub due_at_ms: u64,
+    /// Its state now.
+    pub state: JobState,
+}
+
+/// `POST /v1/topics/{topic}/jobs:batch`. The server reads each job on its
+/// own (`J` = [`RawJson`]) so one bad job is reported, not the whole batch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest<J = RawJson> {
+    /// 1 to 1000 jobs.
+    pub jobs: Vec<J>,
+}
+
+/// One result of a batch: the job's answer or its refusal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum BatchResult {
+    /// Refused (nothing written for it).
+    Error(ErrorBody),
+    /// Written, or already there.
+    Enqueued(Enqueued),
+}
+
+/// The answer to a batch: a result per job, in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchResponse {
+    /// One per job.
+    pub results: Vec<BatchResult>,
+}
+
+/// A job as `GET /v1/topics/{topic}/jobs/{id}` and the dead-letter list show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// Its topic.
+    pub topic: String,
+    /// Its id.
+    pub id: String,
+    /// Its state.
+    pub state: JobState,
+    /// When it is (or was) due.
+    pub due_at_ms: u64,
+    /// Lower first.
+    pub priority: u32,
+    /// Hand-outs so far.
+    pub attempts: u32,
+    /// Hand-outs allowed (its own, else the topic's).
+    pub max_attempts: u32,
+    /// Lease of its hand-outs (its own, else the topic's).
+    pub lease_ms: u64,
+    /// The last failure's text.
+    pub last_error: Option<String>,
+    /// When it was enqueued.
+    pub created_at_ms: u64,
+    /// The current lease's deadline (reserved jobs).
+    pub lease_deadline_ms: Option<u64>,
+    /// When it died (dead letters).
+    pub died_at_ms: Option<u64>,
+    /// A JSON body, as sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<RawJson>,
+    /// A bytes body, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_base64: Option<String>,
+}
+
+/// `DELETE /v1/topics/{topic}/jobs/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cancelled {
+    /// The job.
+    pub id: String,
+    /// Always `true`.
+    pub cancelled: bool,
+    /// The state it was in.
+    pub state: JobState,
+}
+
+/// `PATCH /v1/topics/{topic}/jobs/{id}`: exactly one of the two.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RescheduleRequest {
+    /// Due this long from now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<i64>,
+    /// Due at this Unix millisecond.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at_ms: Option<i64>,
+}
+
+/// The answer to a reschedule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rescheduled {
+    /// The job.
+    pub id: String,
+    /// Its new due time.
+    pub due_at_ms: u64,
+}
+
+// ---- consuming --------------------------------------------------------------
+
+/// `POST /v1/reserve`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveRequest {
+    /// 1 to 100 pull topics.
+    pub topics: Vec<String>,
+    /// Most jobs (1–1000, default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<usize>,
+    /// Lease length (default: the job's, else the topic's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+    /// Longest wait for a due job (≤ 30000, default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+}
+
+/// A job handed out under a lease.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Leased {
+    /// Its topic.
+    pub topic: String,
+    /// Its id.
+    pub id: String,
+    /// The lease token: ack, nack, touch and release need it.
+    pub token: String,
+    /// Which hand-out this is (1 for the first).
+    pub attempt: u32,
+    /// When it was due.
+    pub due_at_ms: u64,
+    /// When the lease ends.
+    pub lease_deadline_ms: u64,
+    /// Lower first.
+    pub priority: u32,
+    /// A JSON body, as sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<RawJson>,
+    /// A bytes body, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_base64: Option<String>,
+}
+
+/// A job body as replies carry it: JSON text or base64 bytes.
+fn body_bytes(body: Option<&RawJson>, b64: Option<&str>) -> Result<Vec<u8>, String> {
+    match (b64, body) {
+        (Some(b), _) => B64.decode(b).map_err(|e| e.to_string()),
+        (None, Some(j)) => Ok(j.get().as_bytes().to_vec()),
+        (None, None) => Ok(b"null".to_vec()),
+    }
+}
+
+/// A JSON `null` body arrives as no `body` field at all (serde reads
+/// `"body": null` as `None`), so neither field means `null`.
+fn body_json<'a, T: Deserialize<'a>>(
+    body: Option<&'a RawJson>,
+    b64: Option<&str>,
+) -> Result<T, String> {
+    match (body, b64) {
+        (Some(j), _) => j.parse().map_err(|e| e.to_string()),
+        (None, Some(_)) => Err("the job's body is bytes, not JSON".into()),
+        (None, None) => serde_json::from_str("null").map_err(|e| e.to_string()),
+    }
+}
+
+impl Leased {
+    /// The JSON body as `T`.
+    ///
+    /// # Errors
+    /// When the body is bytes or not a `T`.
+    pub fn json<'a, T: Deserialize<'a>>(&'a self) -> Result<T, String> {
+        body_json(self.body.as_ref(), self.body_base64.as_deref())
+    }
+
+    /// The body's bytes (a JSON body as its text, exactly as sent).
+    ///
+    /// # Errors
+    /// For invalid base64.
+    pub fn bytes(&self) -> Result<Vec<u8>, String> {
+        body_bytes(self.body.as_ref(), self.body_base64.as_deref())
+    }
+}
+
+impl Job {
+    /// The JSON body as `T`.
+    ///
+    /// # Errors
+    /// When the body is bytes or not a `T`.
+    pub fn json<'a, T: Deserialize<'a>>(&'a self) -> Result<T, String> {
+        body_json(self.body.as_ref(), self.body_base64.as_deref())
+    }
+
+    /// The body's bytes (a JSON body as its text, exactly as sent).
+    ///
+    /// # Errors
+    /// For invalid base64.
+    pub fn bytes(&self) -> Result<Vec<u8>, String> {
+        body_bytes(self.body.as_ref(), self.body_base64.as_deref())
+    }
+}
+
+/// The answer to a reserve (empty when nothing became due in time).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reserved {
+    /// The jobs leased.
+    pub jobs: Vec<Leased>,
+}
+
+/// `POST …/ack`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AckRequest {
+    /// The lease token.
+    pub token: String,
+}
+
+/// The answer to an ack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acked {
+    /// The job.
+    pub id: String,
+    /// Always `true`.
+    pub acked: bool,
+}
+
+/// `POST …/nack`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NackRequest {
+    /// The lease token.
+    pub token: String,
+    /// Why (kept as the job's `last_error`; default "nacked").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Retry after this long instead of the retry policy's wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_in_ms: Option<i64>,
+    /// Dead at once, whatever attempts are left (a permanent failure).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dead: bool,
+}
+
+/// The answer to a nack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Nacked {
+    /// The job.
+    pub id: String,
+    /// `scheduled` (will be retried) or `dead`.
+    pub state: JobState,
+    /// When it is due again, if scheduled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at_ms: Option<u64>,
+}
+
+/// `POST …/release`: give the job back without counting the attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    /// The lease token.
+    pub token: String,
+    /// Due again after this long (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<i64>,
+}
+
+/// The answer to a release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Released {
+    /// The job.
+    pub id: String,
+    /// `ready` (no delay) or `scheduled`.
+    pub state: JobState,
+    /// When it is due again.
+    pub due_at_ms: u64,
+}
+
+/// `POST …/touch`: extend the lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TouchRequest {
+    /// The lease token.
+    pub token: String,
+    /// New lease from now (default: the job's, else the topic's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+}
+
+/// The answer to a touch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Touched {
+    /// The job.
+    pub id: String,
+    /// The lease's new deadline.
+    pub lease_deadline_ms: u64,
+}
+
+/// One ack of `POST /v1/ack:batch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AckItem {
+    /// The job's topic.
+    pub topic: String,
+    /// The job.
+    pub id: String,
+    /// The lease token.
+    pub token: String,
+}
+
+/// `POST /v1/ack:batch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AckBatchRequest {
+    /// 1 to 1000 acks.
+    pub acks: Vec<AckItem>,
+}
+
+/// One result of an ack batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AckResult {
+    /// Refused.
+    Error(ErrorBody),
+    /// Done.
+    Acked {
+        /// Always `true`.
+        acked: bool,
+    },
+}
+
+/// The answer to an ack batch: a result per ack, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckBatchResponse {
+    /// One per ack.
+    pub results: Vec<AckResult>,
+}
+
+// ---- topics -----------------------------------------------------------------
+
+/// A topic with its counts, and on `GET /v1/topics/{topic}` its settings.
+/// Push secrets and header values come redacted (`whsec_…a1b2`): they are
+/// write-only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicInfo {
+    /// Its name.
+    pub name: String,
+    /// Counts and counters.
+    pub stats: TopicStats,
+    /// Settings (absent in listings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<TopicConfig>,
+}
+
+/// The answer to `PUT /v1/topics/{topic}`: the settings now in force
+/// (push credentials redacted).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicConfigured {
+    /// Its name.
+    pub name: String,
+    /// Its settings.
+    pub config: TopicConfig,
+}
+
+/// `GET /v1/topics`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicList {
+    /// Every topic with its counts.
+    pub topics: Vec<TopicInfo>,
+}
+
+/// `PUT /v1/topics/{topic}`'s body: the settings to change.
+pub type PutTopicRequest = TopicConfigPatch;
+
+/// `DELETE /v1/topics/{topic}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicDeleted {
+    /// The topic.
+    pub name: String,
+    /// Jobs deleted with it.
+    pub deleted_jobs: u64,
+}
+
+/// `GET /v1/topics/{topic}/dead`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadList {
+    /// Oldest death first.
+    pub jobs: Vec<Job>,
+}
+
+/// `POST /v1/topics/{topic}/dead/replay`: the named dead letters, or (no
+/// `ids`) all.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayRequest {
+    /// At most 1000 ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<Vec<String>>,
+}
+
+/// The answer to a replay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replayed {
+    /// How many became due.
+    pub replayed: u64,
+}
+
+/// `DELETE /v1/topics/{topic}/dead`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Purged {
+    /// How many were deleted.
+    pub purged: u64,
+}
+
+// ---- health -----------------------------------------------------------------
+
+/// `GET /healthz`, and `GET /readyz` with `stores`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    /// `ok` (healthz) or `ready`.
+    pub status: String,
+    /// Each part of the store (one per Redis shard), on readyz.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stores: Vec<StoreHealth>,
+}
+
+/// One part of the store on `/readyz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreHealth {
+    /// Its name (the shard's URL without password).
+    pub name: String,
+    /// Whether it answers.
+    pub up: bool,
+    /// Why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_is_kept_as_its_text() {
+        let text = r#"{"b": 1.0,  "a": "\u00e9"}"#;
+        let req: EnqueueRequest =
+            serde_json::from_str(&format!(r#"{{"body": {text}, "delay_ms": -1}}"#)).unwrap();
+        assert_eq!(req.body.as_ref().unwrap().get(), text);
+        assert_eq!(req.delay_ms, Some(-1));
+        let out = serde_json::to_string(&req).unwrap();
+        assert_eq!(out, format!(r#"{{"body":{text},"delay_ms":-1}}"#));
+    }
+
+    #[test]
+    fn requests_refuse_unknown_fields_and_results_tell_errors_apart() {
+        assert!(serde_json::from_str::<EnqueueRequest>(r#"{"dealy_ms": 5}"#).is_err());
+        assert!(serde_json::from_str::<NackRequest>(r#"{"token": "t", "x": 1}"#).is_err());
+        let r: BatchResponse = serde_json::from_str(
+            r#"{"results": [{"error": {"code": "invalid_id", "message": "m"}},
+                {"id": "a", "created": true, "replaced": false, "due_at_ms": 5, "state": "scheduled"}]}"#,
+        )
+        .unwrap();
+        assert!(matches!(&r.results[0], BatchResult::Error(e) if e.error.code == "invalid_id"));
+        assert!(matches!(&r.results[1], BatchResult::Enqueued(e) if e.id == "a"));
+    }
+}
