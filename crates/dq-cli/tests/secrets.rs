@@ -45,6 +45,10 @@ fn dq_cli(base: &str, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+async fn get_json(http: &reqwest::Client, url: &str) -> Value {
+    http.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_secrets_and_header_values_are_in_no_reply_output_or_log() {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -153,14 +157,7 @@ async fn push_secrets_and_header_values_are_in_no_reply_output_or_log() {
     );
 
     // The redacted copy sent back is refused and changes nothing.
-    let got: Value = http
-        .get(format!("{base}/v1/topics/hooks"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let got = get_json(&http, &format!("{base}/v1/topics/hooks")).await;
     let res = http
         .put(format!("{base}/v1/topics/hooks"))
         .bearer_auth(TOKEN)
@@ -178,14 +175,7 @@ async fn push_secrets_and_header_values_are_in_no_reply_output_or_log() {
             .contains("redacted"),
         "{err}"
     );
-    let again: Value = http
-        .get(format!("{base}/v1/topics/hooks"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let again = get_json(&http, &format!("{base}/v1/topics/hooks")).await;
     assert_eq!(again["config"], got["config"]);
 
     assert_eq!(leaked(&replies), Vec::<&str>::new(), "{replies}");
