@@ -5,6 +5,13 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// `.` and `..`: HTTP clients resolve them away as path segments (RFC 3986
+/// dot segments), so a topic or id spelled so could be written but never
+/// reached again by URL.
+fn is_dot_segment(s: &str) -> bool {
+    s == "." || s == ".."
+}
+
 use crate::limits::InvalidInput;
 use crate::retry::RetryPolicy;
 
@@ -43,6 +50,12 @@ impl Topic {
             return Err(InvalidInput::new(
                 "invalid_topic",
                 format!("topic may hold only A-Z a-z 0-9 . _ : -, found {c:?}"),
+            ));
+        }
+        if is_dot_segment(&name) {
+            return Err(InvalidInput::new(
+                "invalid_topic",
+                format!("{name:?} is not a topic name: a URL path cannot carry it"),
             ));
         }
         Ok(Self(name))
@@ -119,6 +132,12 @@ impl JobId {
             return Err(InvalidInput::new(
                 "invalid_id",
                 format!("id may not hold whitespace or control characters, found {c:?}"),
+            ));
+        }
+        if is_dot_segment(&id) {
+            return Err(InvalidInput::new(
+                "invalid_id",
+                format!("{id:?} is not a job id: a URL path cannot carry it"),
             ));
         }
         Ok(Self(id))
@@ -449,17 +468,19 @@ mod tests {
         assert_eq!(Topic::new("").unwrap_err().code, "invalid_topic");
         assert!(Topic::new("a".repeat(200)).is_ok());
         assert!(Topic::new("a".repeat(201)).is_err());
-        for bad in ["a b", "a{b}", "a/b", "é"] {
+        for bad in ["a b", "a{b}", "a/b", "é", ".", ".."] {
             assert!(Topic::new(bad).is_err(), "{bad}");
         }
+        assert!(Topic::new("...").is_ok() && Topic::new(".a").is_ok());
     }
 
     #[test]
     fn id_rules() {
         assert!(JobId::new("order-42/ünï").is_ok());
+        assert!(JobId::new("...").is_ok() && JobId::new("./a").is_ok());
         assert!(JobId::new("x".repeat(256)).is_ok());
         assert!(JobId::new("x".repeat(257)).is_err());
-        for bad in ["", "a b", "a\tb", "a\u{7}b", "a\nb"] {
+        for bad in ["", "a b", "a\tb", "a\u{7}b", "a\nb", ".", ".."] {
             assert_eq!(JobId::new(bad).unwrap_err().code, "invalid_id", "{bad:?}");
         }
         let a = JobId::generate();

@@ -562,7 +562,7 @@ impl Service {
     /// Dead letters, oldest death first, from `offset`.
     ///
     /// # Errors
-    /// `invalid_limit` outside 1–1000; a store error.
+    /// `invalid_limit` outside 1–1000; [`Error::TopicNotFound`]; a store error.
     pub async fn list_dead(&self, t: &Topic, offset: usize, limit: usize) -> Result<Vec<JobView>> {
         if !(1..=1000).contains(&limit) {
             return Err(InvalidInput::new(
@@ -571,7 +571,7 @@ impl Service {
             )
             .into());
         }
-        let cfg = self.store.topic_config(t).await?.unwrap_or_default();
+        let cfg = self.known_topic(t).await?;
         let jobs = self.store.list_dead(t, offset, limit).await?;
         Ok(jobs.into_iter().map(|j| view(t, j, &cfg)).collect())
     }
@@ -589,8 +589,10 @@ impl Service {
     /// each is due now with a fresh attempt count. Returns how many.
     ///
     /// # Errors
-    /// `invalid_batch` for more than [`MAX_BATCH`] ids; a store error.
+    /// `invalid_batch` for more than [`MAX_BATCH`] ids; [`Error::TopicNotFound`];
+    /// a store error.
     pub async fn replay(&self, t: &Topic, ids: Option<&[JobId]>) -> Result<u64> {
+        self.known_topic(t).await?;
         let now = self.now();
         let replayed = match ids {
             Some(ids) if ids.len() > MAX_BATCH => {
@@ -628,8 +630,10 @@ impl Service {
     /// Deletes every dead letter of `t`; returns how many.
     ///
     /// # Errors
-    /// A store error (what was purged so far stays purged).
+    /// [`Error::TopicNotFound`]; a store error (what was purged so far stays
+    /// purged).
     pub async fn purge(&self, t: &Topic) -> Result<u64> {
+        self.known_topic(t).await?;
         let mut total = 0;
         loop {
             let n = self.store.purge_dead(t, MAX_BATCH).await?;

@@ -1238,3 +1238,87 @@ async fn a_json_body_comes_back_as_it_was_sent() {
         "{reserved}"
     );
 }
+
+#[tokio::test]
+async fn dead_letter_calls_name_a_known_topic_and_dot_names_are_refused() {
+    let a = api();
+    let (s, _) = a
+        .call("POST", "/v1/topics/known/jobs", Some(json!({"id": "j"})))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    a.expect_errors(&[
+        (
+            "GET",
+            "/v1/topics/nosuch/dead",
+            None,
+            404,
+            "topic_not_found",
+        ),
+        (
+            "POST",
+            "/v1/topics/nosuch/dead/replay",
+            Some(json!({})),
+            404,
+            "topic_not_found",
+        ),
+        (
+            "DELETE",
+            "/v1/topics/nosuch/dead",
+            None,
+            404,
+            "topic_not_found",
+        ),
+        // Only a missing `ids` means all.
+        (
+            "POST",
+            "/v1/topics/known/dead/replay",
+            Some(json!({"ids": null})),
+            400,
+            "invalid_json",
+        ),
+        // Dot segments: clients resolve them away, so they are no names.
+        (
+            "POST",
+            "/v1/topics/%2E%2E/jobs",
+            Some(json!({})),
+            400,
+            "invalid_topic",
+        ),
+        (
+            "POST",
+            "/v1/topics/./jobs",
+            Some(json!({})),
+            400,
+            "invalid_topic",
+        ),
+        (
+            "GET",
+            "/v1/topics/known/jobs/%2E%2E",
+            None,
+            400,
+            "invalid_id",
+        ),
+        (
+            "POST",
+            "/v1/topics/known/jobs",
+            Some(json!({"id": "."})),
+            400,
+            "invalid_id",
+        ),
+    ])
+    .await;
+    // Nothing was written by any of them; the known topic still answers.
+    let (s, v) = a.call("GET", "/v1/topics", None).await;
+    assert_eq!(s, StatusCode::OK);
+    let names: Vec<&str> = v["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["known"]);
+    let (s, v) = a
+        .call("POST", "/v1/topics/known/dead/replay", Some(json!({})))
+        .await;
+    assert_eq!((s, v["replayed"].clone()), (StatusCode::OK, json!(0)));
+}
