@@ -50,6 +50,9 @@ fn main() -> std::process::ExitCode {
             Cmd::Client(cmd) => cmd.run().await,
         }
     });
+    // Whatever is still running (a blocking call stuck on a dead peer) must
+    // not keep the process alive once the work is done.
+    rt.shutdown_timeout(std::time::Duration::from_secs(2));
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -59,22 +62,34 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn init_logs(format: LogFormat, level: &str) -> Result<()> {
+/// Logs go to stderr through a writer thread that never blocks the server:
+/// when stderr cannot take more (a pipe nobody reads, a stalled terminal),
+/// lines are dropped rather than stalling requests or shutdown. Colour only
+/// when stderr is a terminal. Keep the guard until exit (it flushes).
+fn init_logs(
+    format: LogFormat,
+    level: &str,
+) -> Result<tracing_appender::non_blocking::WorkerGuard> {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .with_context(|| format!("log_level: {level:?} is not a valid filter"))?;
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .finish(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(writer);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
-    Ok(())
+    Ok(guard)
 }
 
 async fn serve(args: ServeArgs) -> Result<()> {
     let settings = args.resolve()?;
-    init_logs(settings.log_format, &settings.log_level)?;
+    let _logs = init_logs(settings.log_format, &settings.log_level)?;
     let (store, what): (Arc<dyn dq_core::Store>, String) = match &settings.store {
         StoreChoice::Embedded(dir) => {
             let store = dq_embedded::EmbeddedStore::open(dir)?;
@@ -132,18 +147,29 @@ async fn serve(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
+/// Completes at the first SIGTERM or SIGINT (graceful shutdown begins); a
+/// second one ends the process at once, with 128 + the signal's number.
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for SIGTERM");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot listen for SIGTERM/SIGINT; stop dq with SIGKILL");
+        return std::future::pending().await;
     };
     tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        _ = term.recv() => tracing::info!("SIGTERM received; a second SIGTERM or SIGINT stops at once"),
+        _ = int.recv() => tracing::info!("SIGINT received; a second SIGTERM or SIGINT stops at once"),
     }
+    tokio::spawn(async move {
+        let code = tokio::select! {
+            _ = term.recv() => 128 + 15,
+            _ = int.recv() => 128 + 2,
+        };
+        tracing::warn!(
+            "second signal: exiting now without finishing in-flight work (their jobs come back after their leases)"
+        );
+        std::process::exit(code);
+    });
 }
