@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::extract::{JsonBody, parse};
+use crate::extract::{ApiPath as Path, ApiQuery as Query, JsonBody, parse};
 use crate::service::{AckItem, JobView};
 
 /// A JSON reply.
@@ -607,6 +607,15 @@ pub(crate) async fn readyz(State(st): State<AppState>) -> ApiResult {
         .find_map(|(_, r)| r.err())
         .unwrap_or_else(|| StoreError::Unavailable("no store".into()));
     Err(e.into())
+}
+
+/// A known route with a method it does not take.
+pub(crate) async fn method_not_allowed(method: axum::http::Method) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("this route does not take {method}"),
+    )
 }
 
 /// Fallback for unknown routes.

@@ -66,3 +66,40 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))
 }
+
+/// Path parameters with our own error: 400 `invalid_path` (JSON) when a
+/// segment does not decode (e.g. `%FF`, not UTF-8), instead of axum's text.
+#[derive(Debug)]
+pub(crate) struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> axum::extract::FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| ApiPath(p.0))
+            .map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))
+    }
+}
+
+/// A query string with our own error: 400 `invalid_query` (JSON) naming the
+/// parameter, instead of axum's text.
+#[derive(Debug)]
+pub(crate) struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> axum::extract::FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::try_from_uri(&parts.uri)
+            .map(|q| ApiQuery(q.0))
+            .map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))
+    }
+}

@@ -74,6 +74,7 @@ pub fn app(state: AppState, max_request_bytes: usize) -> Router {
         .route("/metrics", get(metrics_text))
         .merge(admin::routes())
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(max_request_bytes))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

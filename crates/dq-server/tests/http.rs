@@ -1322,3 +1322,48 @@ async fn dead_letter_calls_name_a_known_topic_and_dot_names_are_refused() {
         .await;
     assert_eq!((s, v["replayed"].clone()), (StatusCode::OK, json!(0)));
 }
+
+#[tokio::test]
+async fn every_v1_error_is_json() {
+    let a = api();
+    let (s, _) = a
+        .call("POST", "/v1/topics/t/jobs", Some(json!({"id": "j"})))
+        .await;
+    assert_eq!(s, StatusCode::CREATED);
+    a.expect_errors(&[
+        (
+            "GET",
+            "/v1/topics/t/dead?limit=abc",
+            None,
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/v1/topics/t/dead?nosuch=1",
+            None,
+            400,
+            "invalid_query",
+        ),
+        (
+            "PUT",
+            "/v1/reserve",
+            Some(json!({})),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "POST",
+            "/v1/topics/t/jobs/j",
+            Some(json!({})),
+            405,
+            "method_not_allowed",
+        ),
+        ("GET", "/v1/topics/%FF/jobs/j", None, 400, "invalid_path"),
+        ("GET", "/v1/topics/t/jobs/%C3", None, 400, "invalid_path"),
+    ])
+    .await;
+    // The valid query still works.
+    let (s, v) = a.call("GET", "/v1/topics/t/dead?limit=5", None).await;
+    assert_eq!((s, v["jobs"].clone()), (StatusCode::OK, json!([])));
+}
