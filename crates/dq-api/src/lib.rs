@@ -567,6 +567,18 @@ pub struct Health {
     pub stores: Vec<StoreHealth>,
 }
 
+/// `GET /readyz` when no part of the store answers (503, `Retry-After: 1`):
+/// the error, and each part with why it does not answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotReady {
+    /// `unavailable`.
+    pub status: String,
+    /// Each part of the store.
+    pub stores: Vec<StoreHealth>,
+    /// `store_unavailable`.
+    pub error: ErrorDetail,
+}
+
 /// One part of the store on `/readyz`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoreHealth {

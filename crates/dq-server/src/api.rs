@@ -602,11 +602,23 @@ pub(crate) async fn readyz(State(st): State<AppState>) -> ApiResult {
             stores: parts,
         });
     }
-    let e = health
-        .into_iter()
-        .find_map(|(_, r)| r.err())
-        .unwrap_or_else(|| StoreError::Unavailable("no store".into()));
-    Err(e.into())
+    let e = ApiError::from(
+        health
+            .into_iter()
+            .find_map(|(_, r)| r.err())
+            .unwrap_or_else(|| StoreError::Unavailable("no store".into())),
+    );
+    let body = wire::NotReady {
+        status: "unavailable".into(),
+        stores: parts,
+        error: error_body(&e).error,
+    };
+    Ok((
+        e.status,
+        [(axum::http::header::RETRY_AFTER, "1")],
+        Json(body),
+    )
+        .into_response())
 }
 
 /// A known route with a method it does not take.

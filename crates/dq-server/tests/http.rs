@@ -769,6 +769,13 @@ async fn store_down_gives_503_with_retry_after() {
     assert_eq!(res.headers().get(header::RETRY_AFTER).unwrap(), "1");
     a.expect_error("GET", "/readyz", None, 503, "store_unavailable")
         .await;
+    // ... and says which part is down, as the 200 answer does.
+    let (_, v) = a.call("GET", "/readyz", None).await;
+    assert_eq!(v["status"], "unavailable", "{v}");
+    let stores = v["stores"].as_array().expect("stores listed");
+    assert_eq!(stores.len(), 1, "{v}");
+    assert_eq!(stores[0]["up"], false);
+    assert!(stores[0]["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
     let (s, _) = a.call("GET", "/healthz", None).await;
     assert_eq!(s, StatusCode::OK, "the process itself is healthy");
 }

@@ -397,17 +397,31 @@ fn routes() -> Vec<Route> {
             "get",
             "/readyz",
             None,
-            vec![(
-                "200",
-                to(Health {
-                    status: "ready".into(),
-                    stores: vec![StoreHealth {
-                        name: "s".into(),
-                        up: false,
-                        error: Some("e".into()),
-                    }],
-                }),
-            )],
+            vec![
+                (
+                    "200",
+                    to(Health {
+                        status: "ready".into(),
+                        stores: vec![StoreHealth {
+                            name: "s".into(),
+                            up: false,
+                            error: Some("e".into()),
+                        }],
+                    }),
+                ),
+                (
+                    "503",
+                    to(NotReady {
+                        status: "unavailable".into(),
+                        stores: vec![StoreHealth {
+                            name: "s".into(),
+                            up: false,
+                            error: Some("e".into()),
+                        }],
+                        error: error().error,
+                    }),
+                ),
+            ],
         ),
     ]
 }
