@@ -10,9 +10,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use crate::client::Api;
 use clap::{Args, Subcommand};
 use comfy_table::Table;
+use dq_client::{Ack, Client, NewJob, Reserve};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
@@ -180,12 +180,12 @@ fn progress(len: u64, what: &str) -> ProgressBar {
 
 /// Enqueues `n` jobs with `producers` tasks in batches; `job(i)` builds job i.
 async fn produce(
-    api: &Api,
+    api: &Client,
     topic: &str,
     n: usize,
     batch: usize,
     producers: usize,
-    job: Arc<dyn Fn(usize) -> Value + Send + Sync>,
+    job: Arc<dyn Fn(usize) -> NewJob + Send + Sync>,
     pb: &ProgressBar,
 ) -> Result<u64> {
     let next = Arc::new(AtomicUsize::new(0));
@@ -208,21 +208,11 @@ async fn produce(
                 }
                 let end = (start + batch).min(n);
                 let ok = if batch == 1 {
-                    api.post(&format!("/v1/topics/{topic}/jobs"), &job(start))
-                        .await
-                        .is_ok()
+                    api.enqueue(&topic, &job(start)).await.is_ok()
                 } else {
-                    let jobs: Vec<Value> = (start..end).map(|i| job(i)).collect();
-                    match api
-                        .post(
-                            &format!("/v1/topics/{topic}/jobs:batch"),
-                            &json!({ "jobs": jobs }),
-                        )
-                        .await
-                    {
-                        Ok(v) => v["results"]
-                            .as_array()
-                            .is_some_and(|r| r.iter().all(|x| x.get("error").is_none())),
+                    let jobs: Vec<NewJob> = (start..end).map(|i| job(i)).collect();
+                    match api.enqueue_batch(&topic, &jobs).await {
+                        Ok(r) => r.iter().all(Result::is_ok),
                         Err(_) => false,
                     }
                 };
@@ -251,7 +241,7 @@ struct Observed {
 
 /// Runs `c` consumers until `expected` distinct jobs were received or `deadline`.
 async fn consume(
-    api: &Api,
+    api: &Client,
     topic: &str,
     c: usize,
     max: usize,
@@ -272,34 +262,31 @@ async fn consume(
         let topic = topic.to_string();
         tasks.push(tokio::spawn(async move {
             while !done.load(Ordering::SeqCst) && Instant::now() < deadline {
-                let v = match api
-                    .post(
-                        "/v1/reserve",
-                        &json!({"topics": [topic], "max": max, "wait_ms": 500, "lease_ms": 120_000}),
-                    )
-                    .await
-                {
-                    Ok(v) => v,
+                let req = Reserve::new([topic.clone()])
+                    .max(max)
+                    .wait(Duration::from_millis(500))
+                    .lease(Duration::from_secs(120));
+                let jobs = match api.reserve(&req).await {
+                    Ok(jobs) => jobs,
                     Err(_) => {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
                 };
                 let received = now_us();
-                let jobs = v["jobs"].as_array().cloned().unwrap_or_default();
                 if jobs.is_empty() {
                     continue;
                 }
                 {
                     let mut o = obs.lock().expect("poisoned");
                     for j in &jobs {
-                        let due_us = j["due_at_ms"].as_u64().unwrap_or(0) * 1000;
+                        let due_us = j.due_at_ms * 1000;
                         if received < due_us {
                             o.early += 1;
                         } else {
                             let _ = o.lateness.record((received - due_us).max(1));
                         }
-                        *o.seen.entry(j["id"].as_str().unwrap_or("").to_string()).or_default() += 1;
+                        *o.seen.entry(j.id.clone()).or_default() += 1;
                     }
                     o.last_us = received;
                     if o.seen.len() >= expected {
@@ -307,11 +294,15 @@ async fn consume(
                     }
                 }
                 pb.inc(jobs.len() as u64);
-                let acks: Vec<Value> = jobs
-                    .iter()
-                    .map(|j| json!({"topic": topic, "id": j["id"], "token": j["token"]}))
+                let acks: Vec<Ack> = jobs
+                    .into_iter()
+                    .map(|j| Ack {
+                        topic: j.topic,
+                        id: j.id,
+                        token: j.token,
+                    })
                     .collect();
-                let _ = api.post("/v1/ack:batch", &json!({ "acks": acks })).await;
+                let _ = api.ack_batch(&acks).await;
             }
         }));
     }
@@ -398,7 +389,7 @@ impl SteadyPlan {
 
 /// Enqueues `rate` jobs/s for `secs` (a batch every 10 ms), delays uniform
 /// in `delay`; ids are `<run_id>-<n>`. Returns the jobs not accepted.
-async fn feed(api: &Api, topic: &str, run_id: &str, p: &SteadyPlan) -> u64 {
+async fn feed(api: &Client, topic: &str, run_id: &str, p: &SteadyPlan) -> u64 {
     let (a, b) = p.delay;
     let jobs = (p.rate as f64 * p.secs) as usize;
     let bd = body(p.body_bytes);
@@ -412,25 +403,20 @@ async fn feed(api: &Api, topic: &str, run_id: &str, p: &SteadyPlan) -> u64 {
         if owed <= sent {
             continue;
         }
-        let batch: Vec<Value> = (sent..owed)
+        let batch: Vec<NewJob> = (sent..owed)
             .map(|i| {
                 let d = a + if b > a {
                     rand::random_range(0..=(b - a))
                 } else {
                     0
                 };
-                json!({"id": format!("{run_id}-{i}"), "body": bd, "delay_ms": d})
+                NewJob::json(&bd)
+                    .id(format!("{run_id}-{i}"))
+                    .delay(Duration::from_millis(d))
             })
             .collect();
         for chunk in batch.chunks(1000) {
-            if api
-                .post(
-                    &format!("/v1/topics/{topic}/jobs:batch"),
-                    &json!({ "jobs": chunk }),
-                )
-                .await
-                .is_err()
-            {
+            if api.enqueue_batch(topic, chunk).await.is_err() {
                 errors += chunk.len() as u64;
             }
         }
@@ -485,7 +471,7 @@ async fn receiver(expected: usize) -> Result<(String, Arc<Mutex<Observed>>)> {
 }
 
 /// `rate` jobs/s for `secs`, delays uniform in `delay`, consumed as they fall due.
-async fn steady(api: &Api, topic: &str, run_id: &str, p: &SteadyPlan) -> Result<Value> {
+async fn steady(api: &Client, topic: &str, run_id: &str, p: &SteadyPlan) -> Result<Value> {
     let (a, b) = p.delay;
     let jobs = (p.rate as f64 * p.secs) as usize;
     let pb = progress(jobs as u64, "handed out");
@@ -522,7 +508,13 @@ fn body(bytes: usize) -> Value {
 
 impl BenchArgs {
     pub(crate) async fn run(self) -> Result<()> {
-        let api = Api::new(&self.server, self.token.as_deref())?;
+        // No retries: a refused call is counted, not hidden.
+        let mut api = Client::new(self.server.trim_end_matches('/'))
+            .context("cannot build HTTP client")?
+            .retries(0);
+        if let Some(t) = &self.token {
+            api = api.token(t.clone());
+        }
         let run_id = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
         let name = match &self.scenario {
             Scenario::Enqueue { .. } => "enqueue",
@@ -537,7 +529,11 @@ impl BenchArgs {
             .clone()
             .unwrap_or_else(|| format!("bench-{name}-{run_id}"));
         if let Some(n) = self.partitions {
-            api.put(&format!("/v1/topics/{topic}"), &json!({ "partitions": n }))
+            let patch = dq_core::TopicConfigPatch {
+                partitions: Some(n),
+                ..Default::default()
+            };
+            api.put_topic(&topic, &patch)
                 .await
                 .context("setting the bench topic's partitions")?;
         }
@@ -551,9 +547,11 @@ impl BenchArgs {
                 let batch = batch.clamp(1, 1000);
                 let b = body(body_bytes);
                 let rid = run_id.clone();
-                let job = Arc::new(
-                    move |i: usize| json!({"id": format!("{rid}-{i}"), "body": b, "delay_ms": 3_600_000}),
-                );
+                let job = Arc::new(move |i: usize| {
+                    NewJob::json(&b)
+                        .id(format!("{rid}-{i}"))
+                        .delay(Duration::from_millis(3_600_000))
+                });
                 let pb = progress(jobs as u64, "enqueue");
                 let t0 = Instant::now();
                 let errors = produce(&api, &topic, jobs, batch, producers, job, &pb).await?;
@@ -583,7 +581,7 @@ impl BenchArgs {
                         } else {
                             0
                         };
-                    json!({"id": format!("{rid}-{i}"), "body": bd, "due_at_ms": due})
+                    NewJob::json(&bd).id(format!("{rid}-{i}")).due_at_ms(due)
                 });
                 let pb = progress(jobs as u64, "handed out");
                 let deadline = Instant::now() + Duration::from_millis(b) + Duration::from_secs(120);
@@ -637,9 +635,11 @@ impl BenchArgs {
                 // 1. The backlog: jobs due in a day, never handed out here.
                 let b = body(64);
                 let rid = run_id.clone();
-                let fill = Arc::new(
-                    move |i: usize| json!({"id": format!("{rid}-b{i}"), "body": b, "delay_ms": 86_400_000}),
-                );
+                let fill = Arc::new(move |i: usize| {
+                    NewJob::json(&b)
+                        .id(format!("{rid}-b{i}"))
+                        .delay(Duration::from_millis(86_400_000))
+                });
                 let pb = progress(scheduled as u64, "backlog");
                 let t0 = Instant::now();
                 let fill_errors = produce(&api, &topic, scheduled, 1000, 4, fill, &pb).await?;
@@ -648,9 +648,11 @@ impl BenchArgs {
                 // 2. Batch enqueue on top of it.
                 let b = body(64);
                 let rid = run_id.clone();
-                let more = Arc::new(
-                    move |i: usize| json!({"id": format!("{rid}-e{i}"), "body": b, "delay_ms": 86_400_000}),
-                );
+                let more = Arc::new(move |i: usize| {
+                    NewJob::json(&b)
+                        .id(format!("{rid}-e{i}"))
+                        .delay(Duration::from_millis(86_400_000))
+                });
                 let pb = progress(jobs as u64, "enqueue");
                 let t0 = Instant::now();
                 let errors = produce(&api, &topic, jobs, 1000, 4, more, &pb).await?;
@@ -679,19 +681,26 @@ impl BenchArgs {
                     (rate as f64 * plan.secs) as usize
                 };
                 let (url, obs) = receiver(expected).await?;
-                api.put(
-                    &format!("/v1/topics/{topic}"),
-                    &json!({"delivery": {"mode": "push", "url": url, "concurrency": concurrency}}),
-                )
-                .await?;
+                let push = dq_core::PushConfig {
+                    url,
+                    method: dq_core::PushMethod::Post,
+                    timeout_ms: 3000,
+                    headers: Default::default(),
+                    concurrency: u32::try_from(concurrency).unwrap_or(u32::MAX),
+                    secrets: Vec::new(),
+                };
+                let patch = dq_core::TopicConfigPatch {
+                    delivery: Some(dq_core::Delivery::Push(push)),
+                    ..Default::default()
+                };
+                api.put_topic(&topic, &patch).await?;
                 let pb = progress(expected as u64, "delivered");
                 let started = Instant::now();
                 let t0_us = now_us();
                 let errors = if rate == 0 {
                     let bd = body(64);
                     let rid = run_id.clone();
-                    let job =
-                        Arc::new(move |i: usize| json!({"id": format!("{rid}-{i}"), "body": bd}));
+                    let job = Arc::new(move |i: usize| NewJob::json(&bd).id(format!("{rid}-{i}")));
                     produce(&api, &topic, jobs, 1000, 2, job, &ProgressBar::hidden()).await?
                 } else {
                     feed(&api, &topic, &run_id, &plan).await
@@ -762,9 +771,11 @@ impl BenchArgs {
                 let before = measure(&data_dir, &redis)?;
                 let bd = body(body_bytes);
                 let rid = run_id.clone();
-                let job = Arc::new(
-                    move |i: usize| json!({"id": format!("{rid}-{i}"), "body": bd, "delay_ms": 3_600_000}),
-                );
+                let job = Arc::new(move |i: usize| {
+                    NewJob::json(&bd)
+                        .id(format!("{rid}-{i}"))
+                        .delay(Duration::from_millis(3_600_000))
+                });
                 let pb = progress(jobs as u64, "enqueue");
                 let errors = produce(&api, &topic, jobs, 1000, 2, job, &pb).await?;
                 pb.finish_and_clear();
@@ -777,7 +788,7 @@ impl BenchArgs {
             }
         };
         if !self.keep {
-            let _ = api.delete(&format!("/v1/topics/{topic}")).await;
+            let _ = api.delete_topic(&topic).await;
         }
         print(&result);
         if self.check {

@@ -3,11 +3,11 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
-use dq_core::Clock;
-
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
 use comfy_table::Table;
+use dq_client::{Client, NewJob, TopicInfo, wire};
+use dq_core::{Clock, Delivery, PushConfig, PushMethod, RetryPolicy, TopicConfigPatch};
 use serde_json::{Value, json};
 
 /// Where the server is and how to print.
@@ -30,9 +30,23 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// The JSON API client for this server and token.
-    fn api(&self) -> Result<Api> {
-        Api::new(&self.server, self.token.as_deref())
+    /// The API client for this server and token. A server given without a
+    /// scheme (`127.0.0.1:7070`) means `http://`.
+    fn client(&self) -> Result<Client> {
+        let server = self.server.trim_end_matches('/');
+        let base = if server.contains("://") {
+            if !(server.starts_with("http://") || server.starts_with("https://")) {
+                bail!("--server {server:?}: the URL must start with http:// or https://");
+            }
+            server.to_string()
+        } else {
+            format!("http://{server}")
+        };
+        let mut c = Client::new(base).context("cannot build HTTP client")?;
+        if let Some(t) = &self.token {
+            c = c.token(t.clone());
+        }
+        Ok(c)
     }
 }
 
@@ -42,9 +56,13 @@ pub(crate) enum ClientCmd {
     Push {
         #[command(flatten)]
         conn: Conn,
+        /// The topic to enqueue on
         topic: String,
-        /// Job body: JSON text; anything that is not JSON is sent as a JSON string
+        /// Job body: JSON text (refused when it is not JSON; see --raw), or - to read it from stdin [default: null]
         body: Option<String>,
+        /// Send the body as a JSON string, whatever it holds
+        #[arg(long)]
+        raw: bool,
         /// Job id (idempotency key) [default: generated]
         #[arg(long)]
         id: Option<String>,
@@ -226,96 +244,12 @@ fn parse_retry(text: &str) -> Result<Value> {
     Ok(json!({ "delays_ms": list }))
 }
 
-/// A client of the HTTP API that works with raw JSON (the CLI prints what
-/// the server says; `dq bench` measures it). Connections are pooled.
-#[derive(Clone)]
-pub(crate) struct Api {
-    http: reqwest::Client,
-    base: String,
-    token: Option<String>,
-}
-
-impl Api {
-    pub(crate) fn new(server: &str, token: Option<&str>) -> Result<Self> {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
-            .pool_max_idle_per_host(64)
-            .build()
-            .context("cannot build HTTP client")?;
-        Ok(Self {
-            http,
-            base: server.trim_end_matches('/').to_string(),
-            token: token.map(str::to_string),
-        })
-    }
-
-    /// `base/part/part…`, each part percent-encoded.
-    fn url(&self, parts: &[&str]) -> String {
-        let mut u = self.base.clone();
-        for p in parts {
-            u.push('/');
-            u.push_str(&dq_client::encode_segment(p));
-        }
-        u
-    }
-
-    /// Sends a request; a non-2xx answer is an error naming its status, code and message.
-    pub(crate) async fn call(
-        &self,
-        method: reqwest::Method,
-        url: String,
-        body: Option<&Value>,
-    ) -> Result<Value> {
-        let mut req = self.http.request(method, &url);
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t);
-        }
-        if let Some(b) = body {
-            req = req.json(b);
-        }
-        let res = req
-            .send()
-            .await
-            .with_context(|| format!("cannot reach dq at {}", self.base))?;
-        let status = res.status();
-        let text = res.text().await.context("reading the reply")?;
-        let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        if status.is_success() {
-            return Ok(v);
-        }
-        let code = v["error"]["code"].as_str().unwrap_or("http_error");
-        let msg = v["error"]["message"].as_str().unwrap_or("");
-        Err(anyhow!("{} {code}: {msg}", status.as_u16()))
-    }
-
-    /// POST to a path under the base (path segments already safe).
-    pub(crate) async fn post(&self, path: &str, body: &Value) -> Result<Value> {
-        let url = format!("{}{path}", self.base);
-        self.call(reqwest::Method::POST, url, Some(body)).await
-    }
-
-    /// PUT to a path under the base.
-    pub(crate) async fn put(&self, path: &str, body: &Value) -> Result<Value> {
-        let url = format!("{}{path}", self.base);
-        self.call(reqwest::Method::PUT, url, Some(body)).await
-    }
-
-    /// DELETE a path under the base.
-    pub(crate) async fn delete(&self, path: &str) -> Result<Value> {
-        let url = format!("{}{path}", self.base);
-        self.call(reqwest::Method::DELETE, url, None).await
-    }
-}
-
 /// `dq topics` and `dq stats`: every topic with its counts (`stamp` adds the time).
-async fn print_topics(api: &Api, json: bool, stamp: bool) -> Result<()> {
-    let v = api
-        .call(reqwest::Method::GET, api.url(&["v1", "topics"]), None)
-        .await?;
+async fn print_topics(api: &Client, json: bool, stamp: bool) -> Result<()> {
+    let topics = api.topics().await?;
     if json {
-        print_json(&v);
+        print_json(&wire::TopicList { topics });
     } else {
-        let topics = v["topics"].as_array().cloned().unwrap_or_default();
         println!("{}", stats_table(&topics));
         if stamp {
             println!("at {}", rfc3339(Some(dq_core::SystemClock.now_ms())));
@@ -324,7 +258,7 @@ async fn print_topics(api: &Api, json: bool, stamp: bool) -> Result<()> {
     Ok(())
 }
 
-fn print_json(v: &Value) {
+fn print_json<T: serde::Serialize>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
@@ -337,15 +271,11 @@ fn kv_table(rows: &[(&str, String)]) -> Table {
     t
 }
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".into(), |v| v.to_string())
 }
 
-fn stats_table(topics: &[Value]) -> Table {
+fn stats_table(topics: &[TopicInfo]) -> Table {
     let mut t = Table::new();
     t.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY);
     t.set_header(vec![
@@ -360,26 +290,47 @@ fn stats_table(topics: &[Value]) -> Table {
         "failed",
     ]);
     for topic in topics {
-        let st = &topic["stats"];
-        let c = &st["counters"];
+        let st = &topic.stats;
+        let c = &st.counters;
         t.add_row(vec![
-            s(&topic["name"]),
-            s(&st["scheduled"]),
-            s(&st["ready"]),
-            s(&st["reserved"]),
-            s(&st["dead"]),
-            format!("{}ms", s(&st["oldest_overdue_ms"])),
-            s(&c["enqueued"]),
-            s(&c["acked"]),
-            s(&c["failed"]),
+            topic.name.clone(),
+            st.scheduled.to_string(),
+            st.ready.to_string(),
+            st.reserved.to_string(),
+            st.dead.to_string(),
+            format!("{}ms", st.oldest_overdue_ms),
+            c.enqueued.to_string(),
+            c.acked.to_string(),
+            c.failed.to_string(),
         ]);
     }
     t
 }
 
+/// The `push` body argument as the job's body: JSON text as it is, `-` for
+/// stdin, `--raw` for a string.
+fn push_body(body: Option<String>, raw: bool) -> Result<NewJob> {
+    let text = match body.as_deref() {
+        Some("-") => {
+            let mut t = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut t)
+                .context("reading the body from stdin")?;
+            t
+        }
+        Some(t) => t.to_string(),
+        None if raw => bail!("--raw needs a body"),
+        None => "null".into(),
+    };
+    if raw {
+        return Ok(NewJob::json(text));
+    }
+    NewJob::json_text(text.trim().to_string()).map_err(|e| {
+        anyhow!("the body is not JSON ({e}); fix it, or pass --raw to send it as a string")
+    })
+}
+
 impl ClientCmd {
     pub(crate) async fn run(self) -> Result<()> {
-        use reqwest::Method;
         match self {
             ClientCmd::Push {
                 conn,
@@ -391,104 +342,85 @@ impl ClientCmd {
                 priority,
                 max_attempts,
                 replace,
+                raw,
             } => {
-                let api = conn.api()?;
-                let mut req = json!({});
-                if let Some(b) = body {
-                    req["body"] = serde_json::from_str(&b).unwrap_or(Value::String(b));
-                }
+                let api = conn.client()?;
+                let mut job = push_body(body, raw)?;
                 if let Some(id) = id {
-                    req["id"] = json!(id);
+                    job = job.id(id);
                 }
                 if let Some(d) = delay {
-                    req["delay_ms"] = json!(ms(&d, "--delay")?);
+                    job = job.delay(Duration::from_millis(ms(&d, "--delay")?));
                 }
                 if let Some(a) = at {
-                    req["due_at_ms"] = json!(at_ms(&a)?);
+                    job = job.due_at_ms(at_ms(&a)?);
                 }
                 if let Some(p) = priority {
-                    req["priority"] = json!(p);
+                    job = job.priority(p);
                 }
                 if let Some(m) = max_attempts {
-                    req["max_attempts"] = json!(m);
+                    job = job.max_attempts(m);
                 }
                 if replace {
-                    req["replace"] = json!(true);
+                    job = job.replace();
                 }
-                let v = api
-                    .call(
-                        Method::POST,
-                        api.url(&["v1", "topics", &topic, "jobs"]),
-                        Some(&req),
-                    )
-                    .await?;
+                let e = api.enqueue(&topic, &job).await?;
                 if conn.json {
-                    print_json(&v);
+                    print_json(&e);
                 } else {
-                    let what = if v["created"] == json!(true) {
+                    let what = if e.created {
                         "created"
-                    } else if v["replaced"] == json!(true) {
+                    } else if e.replaced {
                         "replaced"
                     } else {
                         "exists (unchanged)"
                     };
                     println!(
                         "{} {what}; due {} ({})",
-                        s(&v["id"]),
-                        rfc3339(v["due_at_ms"].as_u64()),
-                        s(&v["state"])
+                        e.id,
+                        rfc3339(Some(e.due_at_ms)),
+                        e.state
                     );
                 }
             }
             ClientCmd::Get { conn, topic, id } => {
-                let api = conn.api()?;
-                let v = api
-                    .call(
-                        Method::GET,
-                        api.url(&["v1", "topics", &topic, "jobs", &id]),
-                        None,
-                    )
-                    .await?;
+                let api = conn.client()?;
+                let j = api.get(&topic, &id).await?;
                 if conn.json {
-                    print_json(&v);
+                    print_json(&j);
                 } else {
-                    let body = if v.get("body_base64").is_some() {
-                        format!("(base64) {}", s(&v["body_base64"]))
-                    } else {
-                        v["body"].to_string()
+                    let body = match (&j.body_base64, &j.body) {
+                        (Some(b), _) => format!("(base64) {b}"),
+                        (None, Some(b)) => b.get().to_string(),
+                        (None, None) => "null".into(),
                     };
                     let t = kv_table(&[
-                        ("topic", s(&v["topic"])),
-                        ("id", s(&v["id"])),
-                        ("state", s(&v["state"])),
-                        ("due", rfc3339(v["due_at_ms"].as_u64())),
-                        ("priority", s(&v["priority"])),
-                        (
-                            "attempts",
-                            format!("{}/{}", s(&v["attempts"]), s(&v["max_attempts"])),
-                        ),
-                        ("last error", s(&v["last_error"])),
-                        ("created", rfc3339(v["created_at_ms"].as_u64())),
-                        ("lease until", rfc3339(v["lease_deadline_ms"].as_u64())),
-                        ("died", rfc3339(v["died_at_ms"].as_u64())),
+                        ("topic", j.topic.clone()),
+                        ("id", j.id.clone()),
+                        ("state", j.state.to_string()),
+                        ("due", rfc3339(Some(j.due_at_ms))),
+                        ("priority", j.priority.to_string()),
+                        ("attempts", format!("{}/{}", j.attempts, j.max_attempts)),
+                        ("last error", opt(j.last_error.as_deref())),
+                        ("created", rfc3339(Some(j.created_at_ms))),
+                        ("lease until", rfc3339(j.lease_deadline_ms)),
+                        ("died", rfc3339(j.died_at_ms)),
                         ("body", body),
                     ]);
                     println!("{t}");
                 }
             }
             ClientCmd::Cancel { conn, topic, id } => {
-                let api = conn.api()?;
-                let v = api
-                    .call(
-                        Method::DELETE,
-                        api.url(&["v1", "topics", &topic, "jobs", &id]),
-                        None,
-                    )
-                    .await?;
+                let api = conn.client()?;
+                let state = api.cancel(&topic, &id).await?;
                 if conn.json {
-                    print_json(&v);
+                    print_json(&wire::Cancelled {
+                        id,
+                        cancelled: true,
+                        state,
+                    });
                 } else {
-                    println!("{} cancelled (was {})", s(&v["id"]), s(&v["state"]));
+                    println!("{id} cancelled (was {state})");
                 }
             }
             ClientCmd::Reschedule {
@@ -498,48 +430,39 @@ impl ClientCmd {
                 delay,
                 at,
             } => {
-                let api = conn.api()?;
-                let req = match (delay, at) {
-                    (Some(d), _) => json!({"delay_ms": ms(&d, "--delay")?}),
-                    (None, Some(a)) => json!({"due_at_ms": at_ms(&a)?}),
+                let api = conn.client()?;
+                let due = match (delay, at) {
+                    (Some(d), _) => {
+                        let d = Duration::from_millis(ms(&d, "--delay")?);
+                        api.reschedule_after(&topic, &id, d).await?
+                    }
+                    (None, Some(a)) => api.reschedule(&topic, &id, at_ms(&a)?).await?,
                     (None, None) => bail!("give --delay or --at"),
                 };
-                let v = api
-                    .call(
-                        Method::PATCH,
-                        api.url(&["v1", "topics", &topic, "jobs", &id]),
-                        Some(&req),
-                    )
-                    .await?;
                 if conn.json {
-                    print_json(&v);
+                    print_json(&wire::Rescheduled { id, due_at_ms: due });
                 } else {
-                    println!(
-                        "{} now due {}",
-                        s(&v["id"]),
-                        rfc3339(v["due_at_ms"].as_u64())
-                    );
+                    println!("{id} now due {}", rfc3339(Some(due)));
                 }
             }
             ClientCmd::Stats { conn, topic } => {
-                let api = conn.api()?;
+                let api = conn.client()?;
                 match topic {
                     Some(t) => {
-                        let v = api
-                            .call(Method::GET, api.url(&["v1", "topics", &t]), None)
-                            .await?;
+                        let info = api.topic(&t).await?;
                         if conn.json {
-                            print_json(&v);
+                            print_json(&info);
                         } else {
-                            println!("{}", stats_table(std::slice::from_ref(&v)));
-                            println!("config: {}", v["config"]);
+                            println!("{}", stats_table(std::slice::from_ref(&info)));
+                            let cfg = serde_json::to_string(&info.config).unwrap_or_default();
+                            println!("config: {cfg}");
                         }
                     }
                     None => print_topics(&api, conn.json, true).await?,
                 }
             }
             ClientCmd::Topics { conn, cmd } => {
-                let api = conn.api()?;
+                let api = conn.client()?;
                 match cmd.unwrap_or(TopicsCmd::List) {
                     TopicsCmd::List => print_topics(&api, conn.json, false).await?,
                     TopicsCmd::Put {
@@ -557,130 +480,115 @@ impl ClientCmd {
                         pull,
                         partitions,
                     } => {
-                        let mut req = json!({});
-                        if let Some(n) = partitions {
-                            req["partitions"] = json!(n);
-                        }
-                        if let Some(m) = max_attempts {
-                            req["max_attempts"] = json!(m);
-                        }
+                        let mut patch = TopicConfigPatch {
+                            partitions,
+                            max_attempts,
+                            dead_cap,
+                            ..Default::default()
+                        };
                         if let Some(l) = lease {
-                            req["lease_ms"] = json!(ms(&l, "--lease")?);
-                        }
-                        if let Some(c) = dead_cap {
-                            req["dead_cap"] = json!(c);
+                            patch.lease_ms = Some(ms(&l, "--lease")?);
                         }
                         if let Some(d) = default_delay {
-                            req["default_delay_ms"] = json!(ms(&d, "--default-delay")?);
+                            patch.default_delay_ms = Some(ms(&d, "--default-delay")?);
                         }
                         if let Some(r) = retry {
-                            req["retry"] = parse_retry(&r)?;
+                            patch.retry = Some(
+                                serde_json::from_value::<RetryPolicy>(parse_retry(&r)?)
+                                    .context("--retry")?,
+                            );
                         }
                         if let Some(url) = push_url {
-                            let mut d = json!({"mode": "push", "url": url});
-                            if let Some(m) = push_method {
-                                d["method"] = json!(m.to_ascii_uppercase());
-                            }
-                            if let Some(t) = push_timeout {
-                                d["timeout_ms"] = json!(ms(&t, "--push-timeout")?);
-                            }
-                            if let Some(c) = push_concurrency {
-                                d["concurrency"] = json!(c);
-                            }
-                            if !push_secret.is_empty() {
-                                d["secrets"] = json!(push_secret);
-                            }
-                            req["delivery"] = d;
+                            let method = match push_method.as_deref().map(str::to_ascii_uppercase) {
+                                None => PushMethod::Post,
+                                Some(m) if m == "POST" => PushMethod::Post,
+                                Some(m) if m == "GET" => PushMethod::Get,
+                                Some(m) => bail!("--push-method {m:?}: POST or GET"),
+                            };
+                            let timeout_ms = match push_timeout {
+                                Some(t) => ms(&t, "--push-timeout")?,
+                                None => 3000,
+                            };
+                            patch.delivery = Some(Delivery::Push(PushConfig {
+                                url,
+                                method,
+                                timeout_ms,
+                                headers: Default::default(),
+                                concurrency: push_concurrency.unwrap_or(16),
+                                secrets: push_secret,
+                            }));
                         }
                         if pull {
-                            req["delivery"] = json!({"mode": "pull"});
+                            patch.delivery = Some(Delivery::Pull);
                         }
-                        let v = api
-                            .call(Method::PUT, api.url(&["v1", "topics", &topic]), Some(&req))
-                            .await?;
+                        let config = api.put_topic(&topic, &patch).await?;
+                        let done = wire::TopicConfigured {
+                            name: topic,
+                            config,
+                        };
                         if conn.json {
-                            print_json(&v);
+                            print_json(&done);
                         } else {
-                            println!("{}: {}", s(&v["name"]), v["config"]);
+                            let cfg = serde_json::to_string(&done.config).unwrap_or_default();
+                            println!("{}: {cfg}", done.name);
                         }
                     }
                     TopicsCmd::Delete { topic } => {
-                        let v = api
-                            .call(Method::DELETE, api.url(&["v1", "topics", &topic]), None)
-                            .await?;
+                        let deleted = api.delete_topic(&topic).await?;
                         if conn.json {
-                            print_json(&v);
+                            print_json(&wire::TopicDeleted {
+                                name: topic,
+                                deleted_jobs: deleted,
+                            });
                         } else {
-                            println!(
-                                "{} deleted with {} jobs",
-                                s(&v["name"]),
-                                s(&v["deleted_jobs"])
-                            );
+                            println!("{topic} deleted with {deleted} jobs");
                         }
                     }
                 }
             }
             ClientCmd::Dead { conn, cmd } => {
-                let api = conn.api()?;
+                let api = conn.client()?;
                 match cmd {
                     DeadCmd::List {
                         topic,
                         limit,
                         offset,
                     } => {
-                        let url = format!(
-                            "{}?limit={limit}&offset={offset}",
-                            api.url(&["v1", "topics", &topic, "dead"])
-                        );
-                        let v = api.call(Method::GET, url, None).await?;
+                        let jobs = api.dead(&topic, offset, limit).await?;
                         if conn.json {
-                            print_json(&v);
+                            print_json(&wire::DeadList { jobs });
                         } else {
                             let mut t = Table::new();
                             t.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY);
                             t.set_header(vec!["id", "attempts", "died", "last error"]);
-                            for j in v["jobs"].as_array().cloned().unwrap_or_default() {
+                            for j in &jobs {
                                 t.add_row(vec![
-                                    s(&j["id"]),
-                                    s(&j["attempts"]),
-                                    rfc3339(j["died_at_ms"].as_u64()),
-                                    s(&j["last_error"]),
+                                    j.id.clone(),
+                                    j.attempts.to_string(),
+                                    rfc3339(j.died_at_ms),
+                                    opt(j.last_error.as_deref()),
                                 ]);
                             }
                             println!("{t}");
                         }
                     }
                     DeadCmd::Replay { topic, ids } => {
-                        let req = if ids.is_empty() {
-                            json!({})
-                        } else {
-                            json!({ "ids": ids })
-                        };
-                        let v = api
-                            .call(
-                                Method::POST,
-                                api.url(&["v1", "topics", &topic, "dead", "replay"]),
-                                Some(&req),
-                            )
+                        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+                        let replayed = api
+                            .replay_dead(&topic, (!ids.is_empty()).then_some(ids.as_slice()))
                             .await?;
                         if conn.json {
-                            print_json(&v);
+                            print_json(&wire::Replayed { replayed });
                         } else {
-                            println!("{} replayed", s(&v["replayed"]));
+                            println!("{replayed} replayed");
                         }
                     }
                     DeadCmd::Purge { topic } => {
-                        let v = api
-                            .call(
-                                Method::DELETE,
-                                api.url(&["v1", "topics", &topic, "dead"]),
-                                None,
-                            )
-                            .await?;
+                        let purged = api.purge_dead(&topic).await?;
                         if conn.json {
-                            print_json(&v);
+                            print_json(&wire::Purged { purged });
                         } else {
-                            println!("{} purged", s(&v["purged"]));
+                            println!("{purged} purged");
                         }
                     }
                 }

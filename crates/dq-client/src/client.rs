@@ -343,11 +343,33 @@ impl Client {
             delay_ms: None,
             due_at_ms: Some(i64::try_from(due_at_ms).unwrap_or(i64::MAX)),
         };
+        self.reschedule_request(topic, id, &body).await
+    }
+
+    /// Moves a waiting job to `delay` from now by the server's clock (not
+    /// this machine's); returns the new due time.
+    ///
+    /// # Errors
+    /// As [`Client::reschedule`].
+    pub async fn reschedule_after(&self, topic: &str, id: &str, delay: Duration) -> Result<u64> {
+        let body = wire::RescheduleRequest {
+            delay_ms: Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
+            due_at_ms: None,
+        };
+        self.reschedule_request(topic, id, &body).await
+    }
+
+    async fn reschedule_request(
+        &self,
+        topic: &str,
+        id: &str,
+        body: &wire::RescheduleRequest,
+    ) -> Result<u64> {
         let r: wire::Rescheduled = self
             .call(
                 Method::PATCH,
                 self.job_url(topic, id, None),
-                Some(&body),
+                Some(body),
                 true,
             )
             .await?;

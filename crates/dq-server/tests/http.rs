@@ -775,7 +775,10 @@ async fn store_down_gives_503_with_retry_after() {
     let stores = v["stores"].as_array().expect("stores listed");
     assert_eq!(stores.len(), 1, "{v}");
     assert_eq!(stores[0]["up"], false);
-    assert!(stores[0]["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
+    assert!(
+        stores[0]["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{v}"
+    );
     let (s, _) = a.call("GET", "/healthz", None).await;
     assert_eq!(s, StatusCode::OK, "the process itself is healthy");
 }

@@ -1,0 +1,190 @@
+//! The client subcommands through the real binary against a real `dq serve`
+//! (embedded store): the tour, `--json` output, and the inputs a careless
+//! user gives (a JSON typo, a server without scheme, an unknown topic).
+
+mod support;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use support::Dq;
+
+/// Runs `dq ARGS --server BASE`, with `stdin` as its input; (success, stdout, stderr).
+fn dq(base: &str, args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dq"))
+        .args(args)
+        .args(["--server", base])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_tour_and_its_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Dq::start_embedded(dir.path()).await;
+    let base = d.base.as_str();
+    // Without a scheme the server address still works.
+    let bare = base.trim_start_matches("http://");
+
+    // A JSON body is sent as written.
+    let (ok, out, err) = dq(
+        bare,
+        &[
+            "push",
+            "orders",
+            r#"{"order": 42,  "note": "é"}"#,
+            "--id",
+            "o42",
+            "--delay",
+            "30m",
+            "--json",
+        ],
+        "",
+    );
+    assert!(ok, "{err}");
+    let e = json_of(&out);
+    assert_eq!(
+        (e["id"].clone(), e["created"].clone()),
+        (json!("o42"), json!(true))
+    );
+    let (s, v, _) = d
+        .call(reqwest::Method::GET, "/v1/topics/orders/jobs/o42", None)
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(v["body"], json!({"order": 42, "note": "é"}));
+
+    // A typo is refused and writes nothing; --raw sends the text as a string.
+    let (ok, _, err) = dq(
+        base,
+        &["push", "orders", r#"{"order": 45,}"#, "--id", "o45"],
+        "",
+    );
+    assert!(!ok, "a body that is not JSON is refused");
+    assert!(err.contains("--raw"), "{err}");
+    let (s, _, _) = d
+        .call(reqwest::Method::GET, "/v1/topics/orders/jobs/o45", None)
+        .await;
+    assert_eq!(s, 404, "nothing written");
+    let (ok, _, err) = dq(
+        base,
+        &["push", "orders", "not json", "--raw", "--id", "raw"],
+        "",
+    );
+    assert!(ok, "{err}");
+    let (_, v, _) = d
+        .call(reqwest::Method::GET, "/v1/topics/orders/jobs/raw", None)
+        .await;
+    assert_eq!(v["body"], json!("not json"));
+
+    // `-` reads the body from stdin.
+    let (ok, _, err) = dq(
+        base,
+        &["push", "orders", "-", "--id", "stdin"],
+        "[1, 2, 3]\n",
+    );
+    assert!(ok, "{err}");
+    let (_, v, _) = d
+        .call(reqwest::Method::GET, "/v1/topics/orders/jobs/stdin", None)
+        .await;
+    assert_eq!(v["body"], json!([1, 2, 3]));
+
+    // get, reschedule (by the server's clock), cancel.
+    let (ok, out, err) = dq(base, &["get", "orders", "o42"], "");
+    assert!(
+        ok && out.contains("scheduled") && out.contains(r#""order": 42"#),
+        "{out}{err}"
+    );
+    let (ok, out, err) = dq(
+        base,
+        &["reschedule", "orders", "o42", "--delay", "2h", "--json"],
+        "",
+    );
+    assert!(ok, "{err}");
+    let due = json_of(&out)["due_at_ms"].as_u64().unwrap();
+    let (_, v, _) = d
+        .call(reqwest::Method::GET, "/v1/topics/orders/jobs/o42", None)
+        .await;
+    assert_eq!(v["due_at_ms"].as_u64(), Some(due));
+    let (ok, out, _) = dq(base, &["cancel", "orders", "o42"], "");
+    assert!(ok && out.contains("cancelled (was scheduled)"), "{out}");
+    let (ok, _, err) = dq(base, &["cancel", "orders", "o42"], "");
+    assert!(!ok && err.contains("job_not_found"), "{err}");
+
+    // Topic settings with the CLI's units, and the counts.
+    let (ok, out, err) = dq(
+        base,
+        &[
+            "topics",
+            "put",
+            "orders",
+            "--max-attempts",
+            "3",
+            "--retry",
+            "1m,3m",
+            "--lease",
+            "45s",
+            "--json",
+        ],
+        "",
+    );
+    assert!(ok, "{err}");
+    let c = &json_of(&out)["config"];
+    assert_eq!(
+        (
+            c["max_attempts"].clone(),
+            c["lease_ms"].clone(),
+            c["retry"].clone()
+        ),
+        (
+            json!(3),
+            json!(45000),
+            json!({"delays_ms": [60000, 180000]})
+        )
+    );
+    let (ok, out, _) = dq(base, &["stats", "--json"], "");
+    assert!(ok);
+    let topics = json_of(&out)["topics"].clone();
+    assert_eq!(topics[0]["name"], "orders");
+    let counters = &topics[0]["stats"]["counters"];
+    assert_eq!(
+        (counters["enqueued"].clone(), counters["cancelled"].clone()),
+        (json!(3), json!(1)),
+        "{topics}"
+    );
+
+    // Dead letters of a topic that does not exist: an error, not "0 replayed".
+    for args in [
+        &["dead", "list", "nosuch"][..],
+        &["dead", "replay", "nosuch"],
+        &["dead", "purge", "nosuch"],
+    ] {
+        let (ok, _, err) = dq(base, args, "");
+        assert!(!ok && err.contains("topic_not_found"), "{args:?}: {err}");
+    }
+    let (ok, out, _) = dq(base, &["dead", "replay", "orders"], "");
+    assert!(ok && out.contains("0 replayed"), "{out}");
+
+    // A server URL with another scheme says what is wrong.
+    let (ok, _, err) = dq("ftp://127.0.0.1:1", &["stats"], "");
+    assert!(!ok && err.contains("http://"), "{err}");
+}
