@@ -2,6 +2,8 @@
 //! through the API, the CLI and the config file, then looked for in every
 //! reply, in the CLI's output and in the log of the real binary.
 
+mod support;
+
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -75,16 +77,7 @@ async fn push_secrets_and_header_values_are_in_no_reply_output_or_log() {
         .spawn()
         .expect("spawn dq");
     let http = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !http
-        .get(format!("{base}/readyz"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        assert!(Instant::now() < deadline, "dq serve did not become ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    support::wait_ready(&http, &base).await;
 
     let mut replies = String::new();
     // Set through the API (with the token).

@@ -1,6 +1,8 @@
 //! Shutdown of the real binary: logging never holds it up, and a second
 //! signal ends what the first one is waiting for.
 
+mod support;
+
 use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,19 +21,6 @@ fn spawn(dir: &std::path::Path, port: u16, log_level: &str, stderr: Stdio) -> Ch
         .stderr(stderr)
         .spawn()
         .expect("spawn dq")
-}
-
-async fn ready(http: &reqwest::Client, base: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !http
-        .get(format!("{base}/readyz"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
-        assert!(Instant::now() < deadline, "dq serve did not become ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn signal(child: &Child, sig: &str) {
@@ -71,7 +60,7 @@ async fn a_full_stderr_pipe_stalls_neither_requests_nor_shutdown() {
         .timeout(Duration::from_secs(5))
         .build()
         .unwrap();
-    ready(&http, &base).await;
+    support::wait_ready(&http, &base).await;
     // 2,000 requests write far more than the pipe holds (an access-log line
     // each, plus debug lines); every one must still be answered.
     for i in 0..2000 {
@@ -98,7 +87,7 @@ async fn a_second_signal_stops_at_once() {
     let base = format!("http://127.0.0.1:{port}");
     let mut child = spawn(dir.path(), port, "warn", Stdio::null());
     let http = reqwest::Client::new();
-    ready(&http, &base).await;
+    support::wait_ready(&http, &base).await;
     // A request in flight that will not finish by itself: half a body.
     let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(

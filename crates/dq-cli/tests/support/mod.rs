@@ -8,6 +8,20 @@ use std::time::{Duration, Instant};
 use dq_testkit::free_port;
 use serde_json::{Value, json};
 
+/// Waits (up to 20 s) until the `dq serve` at `base` answers `/readyz` with 200.
+pub(crate) async fn wait_ready(http: &reqwest::Client, base: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !http
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
+        assert!(Instant::now() < deadline, "dq serve did not become ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A `dq serve` child process.
 pub(crate) struct Dq {
     pub(crate) child: Child,
@@ -45,16 +59,8 @@ impl Dq {
                 .build()
                 .unwrap(),
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(r) = dq.http.get(format!("{}/readyz", dq.base)).send().await
-                && r.status().is_success()
-            {
-                return dq;
-            }
-            assert!(Instant::now() < deadline, "dq serve did not become ready");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_ready(&dq.http, &dq.base).await;
+        dq
     }
 
     pub(crate) async fn call(
