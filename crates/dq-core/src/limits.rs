@@ -33,6 +33,9 @@ pub const MAX_WAIT_MS: u64 = 30_000;
 pub const LEASE_RANGE_MS: (u64, u64) = (100, 7 * DAY_MS);
 /// Most attempts a job may be given.
 pub const MAX_ATTEMPTS: u32 = 1000;
+/// Deepest nesting of arrays and objects in a JSON body: deeper bodies are
+/// refused (many JSON parsers, consumers' included, stop at 128 to 1000).
+pub const MAX_JSON_DEPTH: usize = 128;
 /// Longest last-error text kept, in bytes; longer ones are cut.
 pub const MAX_ERROR_BYTES: usize = 4096;
 
@@ -164,9 +167,57 @@ pub fn clip_error(text: &str) -> &str {
     &text[..end]
 }
 
+/// Checks that JSON text (already known to be valid JSON) nests arrays and
+/// objects at most [`MAX_JSON_DEPTH`] deep.
+///
+/// # Errors
+/// `invalid_body` naming the limit.
+pub fn check_json_depth(text: &str) -> Result<(), InvalidInput> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for b in text.bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_JSON_DEPTH {
+                    return Err(InvalidInput::new(
+                        "invalid_body",
+                        format!("body nests arrays/objects deeper than {MAX_JSON_DEPTH} levels"),
+                    ));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_depth_counts_brackets_outside_strings_only() {
+        let at = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(check_json_depth(&at(MAX_JSON_DEPTH)).is_ok());
+        assert_eq!(
+            check_json_depth(&at(MAX_JSON_DEPTH + 1)).unwrap_err().code,
+            "invalid_body"
+        );
+        let in_string = format!(r#"["{}\"{}"]"#, "[".repeat(500), "{".repeat(500));
+        assert!(check_json_depth(&in_string).is_ok());
+        assert!(check_json_depth(r#"{"a": {"b": [1, {"c": "]]]"}]}}"#).is_ok());
+    }
 
     #[test]
     fn body_limit_is_inclusive() {

@@ -82,7 +82,10 @@ fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<Ne
                 "give body or body_base64, not both",
             ));
         }
-        (Some(raw), None) => Body::Json(raw.get().to_string()),
+        (Some(raw), None) => {
+            limits::check_json_depth(raw.get())?;
+            Body::Json(raw.get().to_string())
+        }
         (None, Some(b64)) => Body::Bytes(B64.decode(b64.as_bytes()).map_err(|e| {
             ApiError::bad_request("invalid_body", format!("body_base64 is not base64: {e}"))
         })?),

@@ -1377,3 +1377,114 @@ async fn every_v1_error_is_json() {
     let (s, v) = a.call("GET", "/v1/topics/t/dead?limit=5", None).await;
     assert_eq!((s, v["jobs"].clone()), (StatusCode::OK, json!([])));
 }
+
+/// An API over the embedded store on a temp dir (for tests that must hold on
+/// both stores).
+fn embedded_api() -> (Api, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dq_embedded::EmbeddedStore::open(dir.path().join("data")).unwrap();
+    let state = AppState::new(Arc::new(store), Arc::new(SystemClock), Limits::default());
+    (
+        Api {
+            router: app(state, 64 * 1024),
+            _redis: None,
+        },
+        dir,
+    )
+}
+
+/// The exact bytes of a reply.
+async fn reply_text(a: &Api, req: Request<Body>) -> (StatusCode, String) {
+    let res = a.router.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+fn post_json(uri: &str, text: String) -> Request<Body> {
+    Request::builder()
+        .method("POST")
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(text))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn bodies_are_stored_as_sent_or_refused_on_both_stores() {
+    // What a parse-and-print would change: numbers beyond f64 and u64, -0,
+    // exponents, a lone surrogate escape, escapes of plain characters, deep
+    // nesting up to the limit.
+    let depth = 100;
+    let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    let bodies = [
+        "1e400".to_string(),
+        "18446744073709551617".to_string(),
+        "-0".to_string(),
+        "1E2".to_string(),
+        r#""\ud800""#.to_string(),
+        r#""\u0041\/""#.to_string(),
+        r#"{"b":1,"a":[ 1 , 2 ]}"#.to_string(),
+        deep,
+    ];
+    let (embedded, _dir) = embedded_api();
+    for (store, a) in [("redis", api()), ("embedded", embedded)] {
+        for (i, body) in bodies.iter().enumerate() {
+            let id = format!("b{i}");
+            let (s, v) = reply_text(
+                &a,
+                post_json(
+                    "/v1/topics/asis/jobs",
+                    format!(r#"{{"id": "{id}", "body": {body}}}"#),
+                ),
+            )
+            .await;
+            assert_eq!(s, StatusCode::CREATED, "{store} {body}: {v}");
+            let (_, got) = reply_text(
+                &a,
+                Request::builder()
+                    .uri(format!("/v1/topics/asis/jobs/{id}"))
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+            assert!(
+                got.contains(&format!(r#""body":{body}"#)),
+                "{store}: {body} came back as {got}"
+            );
+        }
+        // Every one handed out as sent, too.
+        let (_, got) = reply_text(
+            &a,
+            post_json(
+                "/v1/reserve",
+                r#"{"topics": ["asis"], "max": 100}"#.to_string(),
+            ),
+        )
+        .await;
+        for body in &bodies {
+            assert!(
+                got.contains(&format!(r#""body":{body}"#)),
+                "{store} reserve: {body} not in {got}"
+            );
+        }
+        // Deeper than the documented limit: refused, nothing written.
+        for n in [200, 30_000] {
+            let too_deep = format!("{}{}", "[".repeat(n), "]".repeat(n));
+            let (s, v) = reply_text(
+                &a,
+                post_json(
+                    "/v1/topics/asis/jobs",
+                    format!(r#"{{"id": "deep", "body": {too_deep}}}"#),
+                ),
+            )
+            .await;
+            assert_eq!(s, StatusCode::BAD_REQUEST, "{store}: {v}");
+            assert!(v.contains("invalid_body") && v.contains("128"), "{v}");
+            let (s, _) = a.call("GET", "/v1/topics/asis/jobs/deep", None).await;
+            assert_eq!(s, StatusCode::NOT_FOUND, "{store}");
+        }
+    }
+}
