@@ -435,6 +435,13 @@ pub struct TopicStats {
     pub oldest_overdue_ms: u64,
     /// Running totals since the topic was created.
     pub counters: TopicCounters,
+    /// Some parts of the store holding this topic did not answer: the counts
+    /// above leave their jobs out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
+    /// The parts (Redis shards) that did not answer, when `partial`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
 }
 
 /// Running totals of one topic.

@@ -902,6 +902,7 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
                     dead_dropped: r.get(10)?,
                     replayed: r.get(11)?,
                 },
+                ..TopicStats::default()
             })
         })?;
     let ready_head: Option<u64> = cx

@@ -126,6 +126,17 @@ pub fn mask_url(url: &str) -> String {
 }
 
 impl RedisStore {
+    /// Every name in this server's topics set: topics, and partitions of
+    /// topics (`t#p`, see [`Topic::partition`]), which [`Store::topics`]
+    /// leaves out.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when Redis does not answer.
+    pub async fn stored_topic_names(&self) -> StoreResult<Vec<String>> {
+        let mut conn = self.conn.clone();
+        conn.smembers(self.keys.topics()).await.map_err(unavailable)
+    }
+
     /// A store for `config`. Does not connect yet: the first call does, and
     /// reconnects happen in the background, so this succeeds while Redis is down.
     ///
@@ -695,11 +706,7 @@ impl Store for RedisStore {
     }
 
     async fn topics(&self) -> StoreResult<Vec<Topic>> {
-        let mut conn = self.conn.clone();
-        let names: Vec<String> = conn
-            .smembers(self.keys.topics())
-            .await
-            .map_err(unavailable)?;
+        let names = self.stored_topic_names().await?;
         let mut topics: Vec<Topic> = names
             .into_iter()
             .filter_map(|n| Topic::new(n).ok())
@@ -846,6 +853,7 @@ impl Store for RedisStore {
                 dead_dropped: c("dead_dropped"),
                 replayed: c("replayed"),
             },
+            ..TopicStats::default()
         })
     }
 

@@ -178,25 +178,56 @@ impl ShardedStore {
     }
 
     /// How many partitions `t` has (1 if unknown).
+    ///
+    /// Read from partition 0's settings. While partition 0's shard does not
+    /// answer, the last count read stands; without one, partition 1's copy
+    /// of the settings tells (every partition holds them) — so a dead shard
+    /// holding partition 0 delays only its own partitions. A topic of one
+    /// partition is unavailable while that partition's shard is.
     async fn partition_count(&self, t: &Topic) -> StoreResult<u32> {
-        if let Some((n, at)) = self
+        let known = self
             .partitions
             .lock()
             .expect("poisoned")
             .get(t.as_str())
-            .copied()
+            .copied();
+        if let Some((n, at)) = known
             && at.elapsed() < PARTITIONS_TTL
         {
             return Ok(n);
         }
         let r = self.store(t).topic_config(t).await;
         self.note(t, &r);
-        let n = r?.map_or(1, |c| c.partitions.max(1));
+        let n = match r {
+            Ok(cfg) => cfg.map_or(1, |c| c.partitions.max(1)),
+            Err(e @ StoreError::Unavailable(_)) => {
+                if let Some((n, _)) = known {
+                    return Ok(n);
+                }
+                match self.second_copy(t).await {
+                    Some(c) => c.partitions.max(1),
+                    None => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
         self.partitions
             .lock()
             .expect("poisoned")
             .insert(t.as_str().to_string(), (n, Instant::now()));
         Ok(n)
+    }
+
+    /// The topic's settings as partition 1 holds them (`None` when it has
+    /// one partition, or partition 1's shard does not answer either).
+    async fn second_copy(&self, t: &Topic) -> Option<TopicConfig> {
+        let p1 = t.partition(1);
+        if self.shard_index(&p1) == self.shard_index(t) {
+            return None;
+        }
+        let r = self.store(&p1).topic_config(&p1).await;
+        self.note(&p1, &r);
+        r.ok().flatten()
     }
 
     fn forget_partitions(&self, t: &Topic) {
@@ -648,9 +679,9 @@ impl Store for ShardedStore {
     }
 
     async fn topics(&self) -> StoreResult<Vec<Topic>> {
-        // Each shard lists the partition-0 names it holds (other partitions'
-        // names are not topic names and are left out by the shard).
-        let all = join_all(self.shards.iter().map(|s| s.store.topics())).await;
+        // Each shard lists the partitions it holds; a topic is known while
+        // any shard holding one of its partitions answers.
+        let all = join_all(self.shards.iter().map(|s| s.store.stored_topic_names())).await;
         let mut names = BTreeSet::new();
         let mut first_err = None;
         let mut answered = false;
@@ -658,7 +689,11 @@ impl Store for ShardedStore {
             match r {
                 Ok(ts) => {
                     answered = true;
-                    names.extend(ts);
+                    names.extend(
+                        ts.iter()
+                            .filter_map(|n| Topic::split_partition(n))
+                            .map(|(t, _)| t),
+                    );
                 }
                 Err(e) => {
                     first_err.get_or_insert(e);
@@ -674,7 +709,14 @@ impl Store for ShardedStore {
     async fn topic_config(&self, topic: &Topic) -> StoreResult<Option<TopicConfig>> {
         let r = self.store(topic).topic_config(topic).await;
         self.note(topic, &r);
-        r
+        match r {
+            // Partition 0's shard is down: every partition holds the settings.
+            Err(e @ StoreError::Unavailable(_)) => match self.second_copy(topic).await {
+                Some(c) => Ok(Some(c)),
+                None => Err(e),
+            },
+            other => other,
+        }
     }
 
     async fn put_topic_config(
@@ -754,6 +796,14 @@ impl Store for ShardedStore {
             )
             .await?;
         let mut out = TopicStats::default();
+        let mut missing = BTreeSet::new();
+        for (p, r) in &all {
+            if r.is_err() {
+                missing.insert(self.shard(p).name.clone());
+            }
+        }
+        out.partial = !missing.is_empty();
+        out.missing = missing.into_iter().collect();
         for s in Self::gathered(all)? {
             out.scheduled += s.scheduled;
             out.ready += s.ready;

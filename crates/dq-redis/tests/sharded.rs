@@ -316,3 +316,71 @@ async fn a_dead_shard_delays_only_its_own_jobs() {
     assert!(got.values().all(|n| *n == 1), "each job handed out once");
     assert_eq!(got.keys().cloned().collect::<HashSet<_>>(), enqueued);
 }
+
+/// The shard holding partition 0 — the topic's count of partitions, its
+/// first copy of the settings, its name in the topics set — is the one a
+/// store would lean on; killing it must still delay only its own jobs, for
+/// an instance that knew the topic (cached count) and for one that starts
+/// cold (another dq instance, a restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shard_of_partition_zero_down_delays_only_its_own_jobs() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_durable()).collect();
+    let s = sharded(&servers);
+    // A topic whose partitions 0 and 1 sit on different shards (else the
+    // second copy of the settings is down too).
+    let t = (0..)
+        .map(|i| Topic::new(format!("orders-{i}")).unwrap())
+        .find(|t| s.shard_of_partition(&t.partition(0)) != s.shard_of_partition(&t.partition(1)))
+        .unwrap();
+    partitioned(&s, &t, 12).await;
+    let zero = s.shard_of_partition(&t.partition(0));
+    let on_live = (1..12)
+        .filter(|p| s.shard_of_partition(&t.partition(*p)) != zero)
+        .count();
+    assert!(on_live > 0);
+    let jobs: Vec<NewJob> = (0..300).map(|_| generated(When::DelayMs(0))).collect();
+    s.enqueue(&t, &jobs, T0).await.unwrap();
+    assert!(s.stats(&t, T0).await.unwrap().missing.is_empty());
+
+    servers[zero].stop();
+    let cold = sharded(&servers);
+    for (who, st) in [("warm", &s), ("cold", &cold)] {
+        assert!(
+            st.topics().await.unwrap().contains(&t),
+            "{who}: the topic is still listed"
+        );
+        let cfg = st
+            .topic_config(&t)
+            .await
+            .unwrap_or_else(|e| panic!("{who}: settings unreadable: {e}"));
+        assert_eq!(cfg.map(|c| c.partitions), Some(12), "{who}");
+        let more: Vec<NewJob> = (0..50).map(|_| generated(When::DelayMs(0))).collect();
+        let r = st
+            .enqueue(&t, &more, T0)
+            .await
+            .unwrap_or_else(|e| panic!("{who}: generated-id enqueue refused: {e}"));
+        assert_eq!(r.len(), 50);
+        let c = st
+            .claim(&t, 100, Some(600_000), T0 + 1)
+            .await
+            .unwrap_or_else(|e| panic!("{who}: claim refused: {e}"));
+        assert!(!c.leases.is_empty(), "{who}: live partitions hand out");
+        let stats = st
+            .stats(&t, T0 + 1)
+            .await
+            .unwrap_or_else(|e| panic!("{who}: stats refused: {e}"));
+        assert!(stats.partial, "{who}: {stats:?}");
+        assert_eq!(stats.missing, [format!("shard {zero}")], "{who}");
+    }
+
+    servers[zero].restart();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match s.stats(&t, T0 + 2).await {
+            Ok(st) if !st.partial => break,
+            _ => {}
+        }
+        assert!(std::time::Instant::now() < deadline, "shard back");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

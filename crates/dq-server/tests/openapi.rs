@@ -88,6 +88,8 @@ fn stats() -> TopicStats {
             dead_dropped: 1,
             replayed: 1,
         },
+        partial: true,
+        missing: vec!["shard 0 redis://a".into()],
     }
 }
 
