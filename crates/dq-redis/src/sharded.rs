@@ -192,8 +192,10 @@ impl ShardedStore {
             .get(t.as_str())
             .copied();
         if let Some((n, at)) = known
-            && at.elapsed() < PARTITIONS_TTL
+            && (at.elapsed() < PARTITIONS_TTL || self.is_down(t))
         {
+            // Fresh, or partition 0's shard failed within the last second:
+            // do not wait for it on every call.
             return Ok(n);
         }
         let r = self.store(t).topic_config(t).await;
