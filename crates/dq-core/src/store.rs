@@ -1,4 +1,4 @@
-//! The contract every store keeps (see DESIGN.md, "Job lifecycle").
+//! The contract every store keeps (see docs/design.md, "Job lifecycle").
 //!
 //! Every method is one state transition done atomically by the store, with a
 //! bounded amount of work. Time comes in as `now_ms` from the caller's
@@ -44,7 +44,9 @@ pub enum StoreError {
 /// A store result.
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// The storage behind dq. Implementations: Redis (`dq-redis`).
+/// The storage behind dq. Implementations: `dq-redis` (`RedisStore` for one
+/// server or a Cluster, `ShardedStore` over shards and partitions) and
+/// `dq-embedded` (SQLite on local disk).
 ///
 /// All ids and topics are already validated; bodies are within limits.
 #[async_trait]

@@ -4,7 +4,7 @@
 //! Scripts run by SHA (EVALSHA); `redis::Script` reloads a script on NOSCRIPT
 //! (after a Redis restart or `SCRIPT FLUSH`). dq sends each script as its own
 //! command, never inside a pipeline, because redis-rs does not reload
-//! scripts inside pipelines (CRATES.md, trap 3). Every script is safe to
+//! scripts inside pipelines (redis-rs #1394). Every script is safe to
 //! retry after a connection error: the worst case is a reported "exists"
 //! or "not found" for work that was done.
 

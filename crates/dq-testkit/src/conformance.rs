@@ -1,5 +1,5 @@
 //! The Store contract as scenarios. Each `pub async fn` takes a fresh, empty
-//! store and checks one part of DESIGN.md's guarantees, with time given
+//! store and checks one part of the guarantees (README, docs/design.md), with time given
 //! explicitly so every expectation is exact. [`conformance_tests!`] turns all
 //! of them into `#[tokio::test]`s for one store.
 //!
