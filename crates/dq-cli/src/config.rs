@@ -55,6 +55,15 @@ pub(crate) struct ServeArgs {
     /// Time in-flight requests get to finish at shutdown [default: 10s]
     #[arg(long, env = "DQ_SHUTDOWN_GRACE")]
     pub(crate) shutdown_grace: Option<String>,
+    /// Longest wait for a request's headers, and longest keep-alive idle, e.g. 30s [default: 30s]
+    #[arg(long, env = "DQ_HTTP_HEADER_TIMEOUT")]
+    pub(crate) http_header_timeout: Option<String>,
+    /// Longest wait for a request's body; slower gets 408 [default: 30s]
+    #[arg(long, env = "DQ_HTTP_BODY_TIMEOUT")]
+    pub(crate) http_body_timeout: Option<String>,
+    /// Most HTTP connections open at once; beyond it new ones are closed [default: 10000]
+    #[arg(long, env = "DQ_MAX_CONNECTIONS")]
+    pub(crate) max_connections: Option<usize>,
     /// Longest dispatcher sleep; bounds how late leases taken through other instances are noticed to expire [default: 1s]
     #[arg(long, env = "DQ_DISPATCHER_MAX_SLEEP")]
     pub(crate) dispatcher_max_sleep: Option<String>,
@@ -109,6 +118,9 @@ struct FileConfig {
     max_delay: Option<String>,
     max_request_bytes: Option<usize>,
     shutdown_grace: Option<String>,
+    http_header_timeout: Option<String>,
+    http_body_timeout: Option<String>,
+    max_connections: Option<usize>,
     dispatcher_max_sleep: Option<String>,
     push_deny_private: Option<bool>,
     admin_token: Option<String>,
@@ -218,6 +230,24 @@ impl ServeArgs {
         }
         if let Some(g) = self.shutdown_grace.or(file.shutdown_grace) {
             server.shutdown_grace = duration("shutdown_grace", &g)?;
+        }
+        if let Some(t) = self.http_header_timeout.or(file.http_header_timeout) {
+            server.http.header_timeout = duration("http_header_timeout", &t)?;
+            if server.http.header_timeout.is_zero() {
+                bail!("http_header_timeout: must be more than 0");
+            }
+        }
+        if let Some(t) = self.http_body_timeout.or(file.http_body_timeout) {
+            server.http.body_timeout = duration("http_body_timeout", &t)?;
+            if server.http.body_timeout.is_zero() {
+                bail!("http_body_timeout: must be more than 0");
+            }
+        }
+        if let Some(n) = self.max_connections.or(file.max_connections) {
+            if n == 0 {
+                bail!("max_connections: must be at least 1");
+            }
+            server.http.max_connections = n;
         }
         if let Some(s) = self.dispatcher_max_sleep.or(file.dispatcher_max_sleep) {
             server.dispatcher_max_sleep = duration("dispatcher_max_sleep", &s)?;

@@ -182,6 +182,10 @@ impl Client {
             .timeout(Duration::from_secs(60))
             .connect_timeout(Duration::from_secs(5))
             .pool_max_idle_per_host(64)
+            // Below dq's default keep-alive idle limit (http_header_timeout,
+            // 30 s), so a pooled connection is not reused just as the
+            // server closes it.
+            .pool_idle_timeout(Duration::from_secs(20))
             .build()?;
         Ok(Self::with_http(base, http))
     }

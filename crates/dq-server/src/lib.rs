@@ -21,6 +21,7 @@ pub mod deliverer;
 pub mod dispatcher;
 pub mod error;
 mod extract;
+pub mod listener;
 pub mod metrics;
 mod openapi;
 pub mod push_guard;
@@ -170,6 +171,8 @@ pub struct ServerConfig {
     pub admin_token: Option<String>,
     /// What the admin page calls the store.
     pub store_name: String,
+    /// Bounds on HTTP connections (timeouts, connection limit).
+    pub http: listener::HttpLimits,
 }
 
 impl Default for ServerConfig {
@@ -184,6 +187,7 @@ impl Default for ServerConfig {
             alerts: alerts::AlertConfig::default(),
             admin_token: None,
             store_name: "store".into(),
+            http: listener::HttpLimits::default(),
         }
     }
 }
@@ -309,36 +313,29 @@ impl Server {
 
         let router = app(state.clone(), self.config.max_request_bytes);
         let shutdown = svc.shutdown().clone();
-        let graceful = {
+        {
             let shutdown = shutdown.clone();
-            async move {
+            tokio::spawn(async move {
                 signal.await;
                 tracing::info!("shutting down: no new reservations; finishing in-flight requests");
                 shutdown.cancel();
-            }
-        };
+            });
+        }
         if config_open(&self.config, &listener) {
             tracing::warn!(
                 "listening beyond loopback without admin_token: anyone who can reach this port may change jobs and topics; the admin page answers on loopback only"
             );
         }
-        let server = axum::serve(
+        // Until the signal, then in-flight requests get the grace period.
+        listener::serve(
             listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
+            router,
+            self.config.http,
+            shutdown.clone(),
+            self.config.shutdown_grace,
         )
-        .with_graceful_shutdown(graceful);
+        .await;
         let grace = self.config.shutdown_grace;
-        let serve = tokio::spawn(async move { server.await });
-        // Wait for the signal, then give in-flight requests the grace period.
-        shutdown.cancelled().await;
-        match tokio::time::timeout(grace, serve).await {
-            Ok(Ok(r)) => r?,
-            Ok(Err(e)) => tracing::error!(error = %e, "HTTP server task failed"),
-            Err(_) => tracing::warn!(
-                ?grace,
-                "in-flight requests did not finish within the grace period"
-            ),
-        }
         deliveries.close();
         if tokio::time::timeout(grace, deliveries.wait())
             .await

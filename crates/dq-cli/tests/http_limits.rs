@@ -1,0 +1,143 @@
+//! Slow and greedy clients against the real binary: header and body
+//! timeouts and the connection limit hold, and the server keeps answering
+//! everyone else.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::Dq;
+
+/// Reads until the server closes the connection (or `within` passes);
+/// returns what it sent and when it closed, if it did.
+fn until_closed(conn: &mut TcpStream, within: Duration) -> (String, Option<Duration>) {
+    let started = Instant::now();
+    conn.set_read_timeout(Some(within)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match conn.read(&mut buf) {
+            Ok(0) => {
+                return (
+                    String::from_utf8_lossy(&got).into(),
+                    Some(started.elapsed()),
+                );
+            }
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return (
+                    String::from_utf8_lossy(&got).into(),
+                    Some(started.elapsed()),
+                );
+            }
+            Err(_) => return (String::from_utf8_lossy(&got).into(), None),
+        }
+    }
+}
+
+fn port_of(d: &Dq) -> u16 {
+    d.base.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_cut_off_and_others_still_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = Dq::start_with(&[
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--http-header-timeout",
+        "1s",
+        "--http-body-timeout",
+        "1s",
+    ])
+    .await;
+    let port = port_of(&d);
+
+    // Headers that never end (slowloris): closed after the header timeout.
+    let mut slow_headers = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    slow_headers
+        .write_all(b"POST /v1/topics/t/jobs HTTP/1.1\r\nhost: x\r\n")
+        .unwrap();
+    // A connection that sends nothing at all.
+    let mut silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // A body announced at 1000 bytes, 10 sent.
+    let mut slow_body = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    slow_body
+        .write_all(b"POST /v1/topics/t/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"id\": \"s")
+        .unwrap();
+
+    // Meanwhile everyone else is served.
+    let (s, _) = d.post("/v1/topics/t/jobs", json!({"id": "ok"})).await;
+    assert_eq!(s, 201);
+
+    for (what, conn) in [
+        ("unfinished headers", &mut slow_headers),
+        ("silent connection", &mut silent),
+    ] {
+        let (_, closed) = until_closed(conn, Duration::from_secs(5));
+        let took = closed.unwrap_or_else(|| panic!("{what}: still open after 5 s"));
+        assert!(
+            took < Duration::from_secs(4),
+            "{what}: closed after {took:?}"
+        );
+    }
+    let (reply, closed) = until_closed(&mut slow_body, Duration::from_secs(5));
+    assert!(
+        closed.is_some() || !reply.is_empty(),
+        "slow body: no answer in 5 s"
+    );
+    assert!(reply.starts_with("HTTP/1.1 408"), "slow body: {reply}");
+    assert!(reply.contains("request_timeout"), "{reply}");
+    // Nothing was written by the cut-off request.
+    let (s, _, _) = d
+        .call(reqwest::Method::GET, "/v1/topics/t/jobs/s", None)
+        .await;
+    assert_eq!(s, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_limit_are_closed_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = Dq::start_with(&[
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--max-connections",
+        "3",
+    ])
+    .await;
+    let port = port_of(&d);
+    // The test's own client may hold a pooled connection: start from none.
+    drop(d.http.clone());
+    let client = || {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap()
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let held: Vec<TcpStream> = (0..3)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The fourth is accepted and closed at once.
+    let mut fourth = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let (_, closed) = until_closed(&mut fourth, Duration::from_secs(3));
+    let took = closed.expect("the connection beyond the limit stays open");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    // A slot freed is a slot usable again.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = client().get(format!("{}/readyz", d.base)).send().await;
+        if r.is_ok_and(|r| r.status().is_success()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no slot came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
