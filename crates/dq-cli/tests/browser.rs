@@ -7,6 +7,7 @@
 //! topic page (into `$DQ_SCREENSHOTS` when set, e.g. `docs/img`, else into
 //! the test's temp dir).
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -48,6 +49,11 @@ struct Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // chromedriver's Chromium processes share its process group: end
+        // them all, or every run leaves a browser behind.
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.driver.id())])
+            .status();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
@@ -58,6 +64,7 @@ impl Browser {
         let port = dq_testkit::free_port();
         let driver = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -76,6 +76,7 @@ async fn push_secrets_and_header_values_are_in_no_reply_output_or_log() {
         .stderr(std::fs::File::create(&log_path).unwrap())
         .spawn()
         .expect("spawn dq");
+    let _reaper = support::KillOnDrop(child.id());
     let http = reqwest::Client::new();
     support::wait_ready(&http, &base).await;
 

@@ -55,6 +55,7 @@ async fn a_full_stderr_pipe_stalls_neither_requests_nor_shutdown() {
     // stderr is a pipe this test holds open and never reads: after ~64 KiB
     // every write to it would block.
     let mut child = spawn(dir.path(), port, "debug", Stdio::piped());
+    let _reaper = support::KillOnDrop(child.id());
     let _unread = child.stderr.take();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
@@ -86,6 +87,7 @@ async fn a_second_signal_stops_at_once() {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let mut child = spawn(dir.path(), port, "warn", Stdio::null());
+    let _reaper = support::KillOnDrop(child.id());
     let http = reqwest::Client::new();
     support::wait_ready(&http, &base).await;
     // A request in flight that will not finish by itself: half a body.

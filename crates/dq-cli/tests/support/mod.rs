@@ -8,6 +8,19 @@ use std::time::{Duration, Instant};
 use dq_testkit::free_port;
 use serde_json::{Value, json};
 
+/// Kills the process with this pid when dropped, so a test that fails
+/// half-way leaves no `dq serve` behind.
+pub(crate) struct KillOnDrop(pub(crate) u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
 /// Waits (up to 20 s) until the `dq serve` at `base` answers `/readyz` with 200.
 pub(crate) async fn wait_ready(http: &reqwest::Client, base: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
