@@ -111,19 +111,33 @@ async fn connections_beyond_the_limit_are_closed_at_once() {
     ])
     .await;
     let port = port_of(&d);
-    // The test's own client may hold a pooled connection: start from none.
-    drop(d.http.clone());
+    // The harness's client holds a pooled connection from its `/readyz`
+    // calls: drop that client so the three slots are all ours.
+    let mut d = d;
+    d.http = reqwest::Client::new();
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let client = || {
         reqwest::Client::builder()
             .pool_max_idle_per_host(0)
             .build()
             .unwrap()
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let held: Vec<TcpStream> = (0..3)
-        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
-        .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Three connections, each served (one request, kept alive).
+    let mut held: Vec<TcpStream> = Vec::new();
+    for i in 0..3 {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut buf = [0u8; 512];
+        let n = c.read(&mut buf).unwrap_or(0);
+        let reply = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert!(
+            reply.starts_with("HTTP/1.1 200"),
+            "connection {i}: {reply:?}"
+        );
+        held.push(c);
+    }
     // The fourth is accepted and closed at once.
     let mut fourth = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let (_, closed) = until_closed(&mut fourth, Duration::from_secs(3));
