@@ -252,8 +252,8 @@ impl TopicDelivery {
                     *retry_after,
                 )
                 .await
-                .map(|_| "retry"),
-            Err(e) => svc.nack(t, id, token, e, None).await.map(|_| "retry"),
+                .map(nack_outcome),
+            Err(e) => svc.nack(t, id, token, e, None).await.map(nack_outcome),
         };
         let outcome = outcome.unwrap_or_else(|e| {
             tracing::warn!(topic = %t, id = %id, error = %e, "cannot record the delivery's outcome; the job comes back after its lease");
@@ -299,6 +299,14 @@ impl TopicDelivery {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(|s| s.min(86_400) * 1000);
         Ok((status, retry_after))
+    }
+}
+
+/// A failed attempt's outcome label: `dead` when it was the last.
+fn nack_outcome(o: dq_core::NackOutcome) -> &'static str {
+    match o {
+        dq_core::NackOutcome::Retry { .. } => "retry",
+        dq_core::NackOutcome::Dead { .. } => "dead",
     }
 }
 

@@ -251,7 +251,89 @@ impl Metrics {
                 ),
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP dq_build_info The running dq's version (value 1).\n# TYPE dq_build_info gauge\ndq_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        process_metrics(&mut out);
         out
+    }
+}
+
+/// The standard `process_*` metrics, read from /proc (Linux; nothing
+/// elsewhere): CPU time, resident memory, open and allowed descriptors,
+/// start time.
+fn process_metrics(out: &mut String) {
+    // USER_HZ: the unit of utime/stime in /proc/self/stat, 100 on Linux.
+    const TICKS_PER_S: f64 = 100.0;
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    // Fields after the ")" closing the command name, which may hold spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
+    // rest[0] is field 3 (state): utime is field 14, stime 15, starttime 22.
+    if let (Some(u), Some(s)) = (num(11), num(12)) {
+        let _ = writeln!(
+            out,
+            "# HELP process_cpu_seconds_total User and system CPU time spent.\n# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total {}",
+            (u + s) / TICKS_PER_S
+        );
+    }
+    let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix("btime "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    });
+    if let (Some(start), Some(boot)) = (num(19), boot) {
+        let _ = writeln!(
+            out,
+            "# HELP process_start_time_seconds Start time of the process since the Unix epoch.\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds {}",
+            boot + start / TICKS_PER_S
+        );
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    if let Some(rss) = kib("VmRSS:") {
+        let _ = writeln!(
+            out,
+            "# HELP process_resident_memory_bytes Resident memory size in bytes.\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {}",
+            rss * 1024
+        );
+    }
+    if let Some(vm) = kib("VmSize:") {
+        let _ = writeln!(
+            out,
+            "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes {}",
+            vm * 1024
+        );
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        let _ = writeln!(
+            out,
+            "# HELP process_open_fds Open file descriptors.\n# TYPE process_open_fds gauge\nprocess_open_fds {}",
+            fds.count()
+        );
+    }
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    if let Some(max) = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let _ = writeln!(
+            out,
+            "# HELP process_max_fds Most open file descriptors allowed.\n# TYPE process_max_fds gauge\nprocess_max_fds {max}"
+        );
     }
 }
 

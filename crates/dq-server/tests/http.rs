@@ -963,6 +963,28 @@ async fn metrics_after_known_operations() {
         ),
         1.0
     );
+    // What a dashboard expects of any process.
+    assert_eq!(
+        get(&format!(
+            "dq_build_info{{version=\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        )),
+        1.0
+    );
+    let rss = get("process_resident_memory_bytes");
+    assert!(rss > 1e6 && rss < 1e11, "{rss}");
+    assert!(get("process_open_fds") >= 3.0);
+    assert!(get("process_max_fds") >= get("process_open_fds"));
+    assert!(get("process_cpu_seconds_total") >= 0.0);
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started = get("process_start_time_seconds");
+    assert!(
+        started <= now_s + 1.0 && started > now_s - 3600.0,
+        "{started} vs {now_s}"
+    );
 }
 
 #[tokio::test]
