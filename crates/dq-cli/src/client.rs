@@ -69,7 +69,7 @@ pub(crate) enum ClientCmd {
         /// Delay, e.g. 30s, 15m, 3d
         #[arg(long, conflicts_with = "at")]
         delay: Option<String>,
-        /// Due time, RFC 3339, e.g. 2026-12-01T09:00:00Z
+        /// Due time, RFC 3339, e.g. 2026-12-01T09:00:00Z (UTC when no zone is given)
         #[arg(long)]
         at: Option<String>,
         /// Priority, lower first [default: 1024]
@@ -86,26 +86,32 @@ pub(crate) enum ClientCmd {
     Get {
         #[command(flatten)]
         conn: Conn,
+        /// The job's topic
         topic: String,
+        /// The job's id
         id: String,
     },
     /// Cancel a job (any state)
     Cancel {
         #[command(flatten)]
         conn: Conn,
+        /// The job's topic
         topic: String,
+        /// The job's id
         id: String,
     },
     /// Move a waiting job to a new due time
     Reschedule {
         #[command(flatten)]
         conn: Conn,
+        /// The job's topic
         topic: String,
+        /// The job's id
         id: String,
         /// New delay from now, e.g. 10m
         #[arg(long, conflicts_with = "at", required_unless_present = "at")]
         delay: Option<String>,
-        /// New due time, RFC 3339
+        /// New due time, RFC 3339 (UTC when no zone is given)
         #[arg(long)]
         at: Option<String>,
     },
@@ -113,7 +119,56 @@ pub(crate) enum ClientCmd {
     Stats {
         #[command(flatten)]
         conn: Conn,
+        /// One topic, shown with its settings [default: all topics]
         topic: Option<String>,
+    },
+    /// Lease due jobs for a script to work on (then ack or nack each)
+    Reserve {
+        #[command(flatten)]
+        conn: Conn,
+        /// Pull topics to take jobs from
+        #[arg(required = true)]
+        topics: Vec<String>,
+        /// Most jobs to take
+        #[arg(long, default_value_t = 1)]
+        max: usize,
+        /// Wait this long for a job to become due, e.g. 30s (at most 30s)
+        #[arg(long, default_value = "0s")]
+        wait: String,
+        /// Lease length, e.g. 5m [default: the job's, else the topic's]
+        #[arg(long)]
+        lease: Option<String>,
+    },
+    /// Done with a reserved job
+    Ack {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job's topic
+        topic: String,
+        /// The job's id
+        id: String,
+        /// The lease token `dq reserve` printed
+        lease_token: String,
+    },
+    /// A reserved job failed: retry it later, or send it to the dead letters
+    Nack {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job's topic
+        topic: String,
+        /// The job's id
+        id: String,
+        /// The lease token `dq reserve` printed
+        lease_token: String,
+        /// Why (kept as the job's last error)
+        #[arg(long, default_value = "nacked")]
+        error: String,
+        /// Retry after this long, e.g. 5m [default: the retry policy's wait]
+        #[arg(long, conflicts_with = "dead")]
+        retry_in: Option<String>,
+        /// Dead at once, whatever attempts are left
+        #[arg(long)]
+        dead: bool,
     },
     /// List, configure or delete topics
     Topics {
@@ -139,6 +194,7 @@ pub(crate) enum TopicsCmd {
     List,
     /// Create or update a topic's settings; settings not given keep their value
     Put {
+        /// The topic (created when new)
         topic: String,
         /// Attempts before a job goes dead
         #[arg(long)]
@@ -177,24 +233,44 @@ pub(crate) enum TopicsCmd {
         #[arg(long)]
         partitions: Option<u32>,
     },
-    /// Delete a topic and all its jobs
-    Delete { topic: String },
+    /// Delete a topic and all its jobs (asks first, unless --yes)
+    Delete {
+        /// The topic
+        topic: String,
+        /// Do not ask
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum DeadCmd {
     /// List dead letters, oldest first
     List {
+        /// The topic
         topic: String,
+        /// Most to list
         #[arg(long, default_value_t = 100)]
         limit: usize,
+        /// Skip this many of the oldest
         #[arg(long, default_value_t = 0)]
         offset: usize,
     },
     /// Make dead letters due now with fresh attempts (all, or the ids given)
-    Replay { topic: String, ids: Vec<String> },
-    /// Delete all dead letters of a topic
-    Purge { topic: String },
+    Replay {
+        /// The topic
+        topic: String,
+        /// Dead letters to replay [default: all]
+        ids: Vec<String>,
+    },
+    /// Delete all dead letters of a topic (asks first, unless --yes)
+    Purge {
+        /// The topic
+        topic: String,
+        /// Do not ask
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 fn ms(text: &str, what: &str) -> Result<u64> {
@@ -305,6 +381,27 @@ fn stats_table(topics: &[TopicInfo]) -> Table {
         ]);
     }
     t
+}
+
+/// Asks `question` on the terminal; without one (a script), refuses unless
+/// the caller passed `--yes`.
+fn confirm(question: &str, yes: bool) -> Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if yes {
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!("{question} Not without --yes (stdin is not a terminal to ask on)");
+    }
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    if matches!(answer.trim(), "y" | "Y" | "yes") {
+        Ok(())
+    } else {
+        bail!("not done")
+    }
 }
 
 /// The `push` body argument as the job's body: JSON text as it is, `-` for
@@ -461,6 +558,97 @@ impl ClientCmd {
                     None => print_topics(&api, conn.json, true).await?,
                 }
             }
+            ClientCmd::Reserve {
+                conn,
+                topics,
+                max,
+                wait,
+                lease,
+            } => {
+                let api = conn.client()?;
+                let mut req = dq_client::Reserve::new(topics)
+                    .max(max)
+                    .wait(Duration::from_millis(ms(&wait, "--wait")?));
+                if let Some(l) = lease {
+                    req = req.lease(Duration::from_millis(ms(&l, "--lease")?));
+                }
+                let jobs = api.reserve(&req).await?;
+                if conn.json {
+                    print_json(&wire::Reserved { jobs });
+                } else {
+                    let mut t = Table::new();
+                    t.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY);
+                    t.set_header(vec![
+                        "topic",
+                        "id",
+                        "token",
+                        "attempt",
+                        "lease until",
+                        "body",
+                    ]);
+                    for j in &jobs {
+                        let body = match (&j.body_base64, &j.body) {
+                            (Some(b), _) => format!("(base64) {b}"),
+                            (None, Some(b)) => b.get().to_string(),
+                            (None, None) => "null".into(),
+                        };
+                        t.add_row(vec![
+                            j.topic.clone(),
+                            j.id.clone(),
+                            j.token.clone(),
+                            j.attempt.to_string(),
+                            rfc3339(Some(j.lease_deadline_ms)),
+                            body,
+                        ]);
+                    }
+                    println!("{t}");
+                }
+            }
+            ClientCmd::Ack {
+                conn,
+                topic,
+                id,
+                lease_token: token,
+            } => {
+                conn.client()?.ack(&topic, &id, &token).await?;
+                if conn.json {
+                    print_json(&wire::Acked { id, acked: true });
+                } else {
+                    println!("{id} acked");
+                }
+            }
+            ClientCmd::Nack {
+                conn,
+                topic,
+                id,
+                lease_token: token,
+                error,
+                retry_in,
+                dead,
+            } => {
+                let api = conn.client()?;
+                let n = if dead {
+                    api.bury(&topic, &id, &token, &error).await?;
+                    wire::Nacked {
+                        id,
+                        state: dq_core::JobState::Dead,
+                        due_at_ms: None,
+                    }
+                } else {
+                    let retry = retry_in
+                        .map(|r| ms(&r, "--retry-in").map(Duration::from_millis))
+                        .transpose()?;
+                    api.nack(&topic, &id, &token, &error, retry).await?
+                };
+                if conn.json {
+                    print_json(&n);
+                } else {
+                    match n.due_at_ms {
+                        Some(due) => println!("{} failed; retried at {}", n.id, rfc3339(Some(due))),
+                        None => println!("{} failed; dead", n.id),
+                    }
+                }
+            }
             ClientCmd::Topics { conn, cmd } => {
                 let api = conn.client()?;
                 match cmd.unwrap_or(TopicsCmd::List) {
@@ -533,7 +721,8 @@ impl ClientCmd {
                             println!("{}: {cfg}", done.name);
                         }
                     }
-                    TopicsCmd::Delete { topic } => {
+                    TopicsCmd::Delete { topic, yes } => {
+                        confirm(&format!("Delete topic {topic:?} and all its jobs?"), yes)?;
                         let deleted = api.delete_topic(&topic).await?;
                         if conn.json {
                             print_json(&wire::TopicDeleted {
@@ -583,7 +772,11 @@ impl ClientCmd {
                             println!("{replayed} replayed");
                         }
                     }
-                    DeadCmd::Purge { topic } => {
+                    DeadCmd::Purge { topic, yes } => {
+                        confirm(
+                            &format!("Delete all dead letters of {topic:?} for good?"),
+                            yes,
+                        )?;
                         let purged = api.purge_dead(&topic).await?;
                         if conn.json {
                             print_json(&wire::Purged { purged });

@@ -176,13 +176,74 @@ async fn the_cli_tour_and_its_refusals() {
     for args in [
         &["dead", "list", "nosuch"][..],
         &["dead", "replay", "nosuch"],
-        &["dead", "purge", "nosuch"],
+        &["dead", "purge", "nosuch", "--yes"],
     ] {
         let (ok, _, err) = dq(base, args, "");
         assert!(!ok && err.contains("topic_not_found"), "{args:?}: {err}");
     }
     let (ok, out, _) = dq(base, &["dead", "replay", "orders"], "");
     assert!(ok && out.contains("0 replayed"), "{out}");
+
+    // A consumer in a shell script: reserve, then ack or nack by token.
+    let (ok, out, err) = dq(base, &["push", "work", "{\"n\": 1}", "--id", "w1"], "");
+    assert!(ok, "{err}");
+    let (ok, out2, err) = dq(base, &["push", "work", "{\"n\": 2}", "--id", "w2"], "");
+    assert!(ok, "{out}{out2}{err}");
+    let (ok, out, err) = dq(
+        base,
+        &["reserve", "work", "--max", "2", "--wait", "1s", "--json"],
+        "",
+    );
+    assert!(ok, "{err}");
+    let jobs = json_of(&out)["jobs"].as_array().unwrap().clone();
+    assert_eq!(jobs.len(), 2, "{out}");
+    let token = |id: &str| {
+        jobs.iter()
+            .find(|j| j["id"] == id)
+            .and_then(|j| j["token"].as_str())
+            .unwrap()
+            .to_string()
+    };
+    let (ok, out, err) = dq(base, &["ack", "work", "w1", &token("w1")], "");
+    assert!(ok && out.contains("w1 acked"), "{out}{err}");
+    let (ok, _, err) = dq(base, &["ack", "work", "w1", &token("w1")], "");
+    assert!(!ok && err.contains("not found"), "acked twice: {err}");
+    let (ok, out, err) = dq(
+        base,
+        &[
+            "nack",
+            "work",
+            "w2",
+            &token("w2"),
+            "--error",
+            "boom",
+            "--dead",
+        ],
+        "",
+    );
+    assert!(ok && out.contains("dead"), "{out}{err}");
+    let (_, v, _) = d
+        .call(reqwest::Method::GET, "/v1/topics/work/jobs/w2", None)
+        .await;
+    assert_eq!(
+        (v["state"].clone(), v["last_error"].clone()),
+        (json!("dead"), json!("boom"))
+    );
+
+    // Destructive commands ask; a script without --yes is refused and
+    // nothing is deleted.
+    let (ok, _, err) = dq(base, &["dead", "purge", "work"], "y\n");
+    assert!(!ok && err.contains("--yes"), "{err}");
+    let (ok, _, err) = dq(base, &["topics", "delete", "work"], "y\n");
+    assert!(!ok && err.contains("--yes"), "{err}");
+    let (s, _, _) = d
+        .call(reqwest::Method::GET, "/v1/topics/work/jobs/w2", None)
+        .await;
+    assert_eq!(s, 200, "nothing deleted without --yes");
+    let (ok, out, err) = dq(base, &["dead", "purge", "work", "--yes"], "");
+    assert!(ok && out.contains("1 purged"), "{out}{err}");
+    let (ok, out, err) = dq(base, &["topics", "delete", "work", "--yes"], "");
+    assert!(ok && out.contains("work deleted"), "{out}{err}");
 
     // A server URL with another scheme says what is wrong.
     let (ok, _, err) = dq("ftp://127.0.0.1:1", &["stats"], "");
