@@ -351,10 +351,25 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "-".into(), |v| v.to_string())
 }
 
-fn stats_table(topics: &[TopicInfo]) -> Table {
+/// A job's body as the tables show it: the JSON as sent, or base64 bytes.
+fn shown_body(json: Option<&dq_client::RawJson>, base64: Option<&str>) -> String {
+    match (base64, json) {
+        (Some(b), _) => format!("(base64) {b}"),
+        (None, Some(j)) => j.get().to_string(),
+        (None, None) => "null".into(),
+    }
+}
+
+/// A table with borders and this header.
+fn bordered(header: Vec<&str>) -> Table {
     let mut t = Table::new();
     t.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY);
-    t.set_header(vec![
+    t.set_header(header);
+    t
+}
+
+fn stats_table(topics: &[TopicInfo]) -> Table {
+    let mut t = bordered(vec![
         "topic",
         "scheduled",
         "ready",
@@ -486,11 +501,7 @@ impl ClientCmd {
                 if conn.json {
                     print_json(&j);
                 } else {
-                    let body = match (&j.body_base64, &j.body) {
-                        (Some(b), _) => format!("(base64) {b}"),
-                        (None, Some(b)) => b.get().to_string(),
-                        (None, None) => "null".into(),
-                    };
+                    let body = shown_body(j.body.as_ref(), j.body_base64.as_deref());
                     let t = kv_table(&[
                         ("topic", j.topic.clone()),
                         ("id", j.id.clone()),
@@ -576,9 +587,7 @@ impl ClientCmd {
                 if conn.json {
                     print_json(&wire::Reserved { jobs });
                 } else {
-                    let mut t = Table::new();
-                    t.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY);
-                    t.set_header(vec![
+                    let mut t = bordered(vec![
                         "topic",
                         "id",
                         "token",
@@ -587,11 +596,7 @@ impl ClientCmd {
                         "body",
                     ]);
                     for j in &jobs {
-                        let body = match (&j.body_base64, &j.body) {
-                            (Some(b), _) => format!("(base64) {b}"),
-                            (None, Some(b)) => b.get().to_string(),
-                            (None, None) => "null".into(),
-                        };
+                        let body = shown_body(j.body.as_ref(), j.body_base64.as_deref());
                         t.add_row(vec![
                             j.topic.clone(),
                             j.id.clone(),
@@ -747,9 +752,7 @@ impl ClientCmd {
                         if conn.json {
                             print_json(&wire::DeadList { jobs });
                         } else {
-                            let mut t = Table::new();
-                            t.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY);
-                            t.set_header(vec!["id", "attempts", "died", "last error"]);
+                            let mut t = bordered(vec!["id", "attempts", "died", "last error"]);
                             for j in &jobs {
                                 t.add_row(vec![
                                     j.id.clone(),

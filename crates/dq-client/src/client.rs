@@ -60,14 +60,14 @@ impl NewJob {
 
     /// Due after `delay`.
     pub fn delay(mut self, delay: Duration) -> Self {
-        self.0.delay_ms = Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
+        self.0.delay_ms = Some(wire_ms(delay.as_millis()));
         self.0.due_at_ms = None;
         self
     }
 
     /// Due at this Unix millisecond.
     pub fn due_at_ms(mut self, due_at_ms: u64) -> Self {
-        self.0.due_at_ms = Some(i64::try_from(due_at_ms).unwrap_or(i64::MAX));
+        self.0.due_at_ms = Some(wire_ms(due_at_ms.into()));
         self.0.delay_ms = None;
         self
     }
@@ -144,6 +144,12 @@ impl Reserve {
         self.0.wait_ms = Some(wait.as_millis() as u64);
         self
     }
+}
+
+/// Milliseconds as the wire's signed fields carry them; beyond `i64::MAX`
+/// (never a valid delay) the server refuses it with its own error.
+fn wire_ms(ms: u128) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 /// One ack of [`Client::ack_batch`].
@@ -345,7 +351,7 @@ impl Client {
     pub async fn reschedule(&self, topic: &str, id: &str, due_at_ms: u64) -> Result<u64> {
         let body = wire::RescheduleRequest {
             delay_ms: None,
-            due_at_ms: Some(i64::try_from(due_at_ms).unwrap_or(i64::MAX)),
+            due_at_ms: Some(wire_ms(due_at_ms.into())),
         };
         self.reschedule_request(topic, id, &body).await
     }
@@ -357,7 +363,7 @@ impl Client {
     /// As [`Client::reschedule`].
     pub async fn reschedule_after(&self, topic: &str, id: &str, delay: Duration) -> Result<u64> {
         let body = wire::RescheduleRequest {
-            delay_ms: Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
+            delay_ms: Some(wire_ms(delay.as_millis())),
             due_at_ms: None,
         };
         self.reschedule_request(topic, id, &body).await
@@ -469,7 +475,7 @@ impl Client {
         let body = wire::NackRequest {
             token: token.into(),
             error: Some(error.into()),
-            retry_in_ms: retry_in.map(|r| i64::try_from(r.as_millis()).unwrap_or(i64::MAX)),
+            retry_in_ms: retry_in.map(|r| wire_ms(r.as_millis())),
             dead: false,
         };
         self.nack_request(topic, id, &body).await
@@ -502,7 +508,7 @@ impl Client {
     ) -> Result<u64> {
         let body = wire::ReleaseRequest {
             token: token.into(),
-            delay_ms: Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)),
+            delay_ms: Some(wire_ms(delay.as_millis())),
         };
         let r: wire::Released = self
             .call(

@@ -175,15 +175,6 @@ fn leased(l: &Lease) -> wire::Leased {
     }
 }
 
-fn error_body(e: &ApiError) -> wire::ErrorBody {
-    wire::ErrorBody {
-        error: wire::ErrorDetail {
-            code: e.code.to_string(),
-            message: e.message.clone(),
-        },
-    }
-}
-
 /// `POST /v1/topics/{topic}/jobs`
 pub(crate) async fn enqueue(
     State(st): State<AppState>,
@@ -233,7 +224,7 @@ pub(crate) async fn enqueue_batch(
                 results.push(None);
                 valid.push(job);
             }
-            Err(e) => results.push(Some(wire::BatchResult::Error(error_body(&e)))),
+            Err(e) => results.push(Some(wire::BatchResult::Error(e.body()))),
         }
     }
     if !valid.is_empty() {
@@ -458,14 +449,14 @@ pub(crate) async fn ack_batch(
                     token: a.token,
                 });
             }
-            Err(e) => results.push(Some(wire::AckResult::Error(error_body(&e)))),
+            Err(e) => results.push(Some(wire::AckResult::Error(e.body()))),
         }
     }
     let acked = st.service.ack_batch(&valid).await;
     for (slot, r) in slots.into_iter().zip(acked) {
         results[slot] = Some(match r {
             Ok(()) => wire::AckResult::Acked { acked: true },
-            Err(e) => wire::AckResult::Error(error_body(&e.into())),
+            Err(e) => wire::AckResult::Error(ApiError::from(e).body()),
         });
     }
     reply(wire::AckBatchResponse {
@@ -614,7 +605,7 @@ pub(crate) async fn readyz(State(st): State<AppState>) -> ApiResult {
     let body = wire::NotReady {
         status: "unavailable".into(),
         stores: parts,
-        error: error_body(&e).error,
+        error: e.body().error,
     };
     Ok((
         e.status,

@@ -5,7 +5,6 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use dq_core::{InvalidInput, StoreError};
-use serde_json::json;
 
 /// An API error.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,9 +118,15 @@ impl From<crate::service::Error> for ApiError {
 }
 
 impl ApiError {
-    /// The JSON body.
-    pub fn body(&self) -> serde_json::Value {
-        json!({"error": {"code": self.code, "message": self.message}})
+    /// The JSON body, `{"error": {"code", "message"}}` (the wire type every
+    /// refusal uses, alone or as one result of a batch).
+    pub fn body(&self) -> dq_api::ErrorBody {
+        dq_api::ErrorBody {
+            error: dq_api::ErrorDetail {
+                code: self.code.to_string(),
+                message: self.message.clone(),
+            },
+        }
     }
 }
 
