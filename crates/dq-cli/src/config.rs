@@ -22,6 +22,9 @@ pub(crate) struct ServeArgs {
     /// Directory of the embedded store, used when no Redis is configured [default: ./dq-data]
     #[arg(long, env = "DQ_DATA_DIR")]
     pub(crate) data_dir: Option<PathBuf>,
+    /// Embedded store: bytes of disk kept free (file dq.reserve) so that a full disk can still be drained; 0 keeps none [default: 8388608]
+    #[arg(long, env = "DQ_DISK_RESERVE_BYTES")]
+    pub(crate) disk_reserve_bytes: Option<u64>,
     /// Use Redis instead of the embedded store: redis://[user:password@]host:port[/db], rediss:// for TLS
     #[arg(long, env = "DQ_REDIS")]
     pub(crate) redis: Option<String>,
@@ -105,6 +108,7 @@ pub(crate) struct ServeArgs {
 struct FileConfig {
     listen: Option<String>,
     data_dir: Option<PathBuf>,
+    disk_reserve_bytes: Option<u64>,
     redis: Option<String>,
     #[serde(default)]
     redis_cluster: Vec<String>,
@@ -148,8 +152,8 @@ pub(crate) enum LogFormat {
 /// Which store `dq serve` uses.
 #[derive(Debug, Clone)]
 pub(crate) enum StoreChoice {
-    /// The embedded store in this directory (the default).
-    Embedded(PathBuf),
+    /// The embedded store in this directory (the default), opened so.
+    Embedded(PathBuf, dq_embedded::Options),
     /// Redis: one server, one Cluster, or several shards (one config each).
     Redis(Vec<dq_redis::RedisConfig>),
 }
@@ -188,6 +192,7 @@ impl ServeArgs {
         let mut redis = dq_redis::RedisConfig::default();
         let redis_url = self.redis.or(file.redis);
         let data_dir = self.data_dir.or(file.data_dir);
+        let disk_reserve = self.disk_reserve_bytes.or(file.disk_reserve_bytes);
         if let Some(l) = self.listen.or(file.listen) {
             server.listen = l
                 .parse::<SocketAddr>()
@@ -358,8 +363,18 @@ impl ServeArgs {
             if redis.wait_replicas > 0 {
                 bail!("wait_replicas applies to Redis; the embedded store is on one disk");
             }
-            StoreChoice::Embedded(data_dir.unwrap_or_else(|| PathBuf::from("dq-data")))
+            let options = dq_embedded::Options {
+                disk_reserve_bytes: disk_reserve.unwrap_or(dq_embedded::DEFAULT_DISK_RESERVE_BYTES),
+                ..Default::default()
+            };
+            StoreChoice::Embedded(
+                data_dir.unwrap_or_else(|| PathBuf::from("dq-data")),
+                options,
+            )
         };
+        if disk_reserve.is_some() && matches!(store, StoreChoice::Redis(_)) {
+            bail!("disk_reserve_bytes applies to the embedded store (data_dir), not to Redis");
+        }
         Ok(Settings {
             topics: file.topics,
             server,
@@ -390,7 +405,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.server.listen.to_string(), "127.0.0.1:7070");
         assert!(
-            matches!(&s.store, StoreChoice::Embedded(d) if d == &PathBuf::from("dq-data")),
+            matches!(&s.store, StoreChoice::Embedded(d, _) if d == &PathBuf::from("dq-data")),
             "embedded in ./dq-data by default"
         );
         assert_eq!(s.log_format, LogFormat::Text);

@@ -91,8 +91,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let settings = args.resolve()?;
     let _logs = init_logs(settings.log_format, &settings.log_level)?;
     let (store, what): (Arc<dyn dq_core::Store>, String) = match &settings.store {
-        StoreChoice::Embedded(dir) => {
-            let store = dq_embedded::EmbeddedStore::open(dir)?;
+        StoreChoice::Embedded(dir, options) => {
+            let store = dq_embedded::EmbeddedStore::open_with(dir, options)?;
             let shown = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
             let what = format!("embedded, data in {}", shown.display());
             (Arc::new(store), what)

@@ -23,23 +23,6 @@ const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// The W3C WebDriver key of an element reference.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
-/// Installs Chromium and its driver when missing (as `.ci/run` does).
-fn ensure_chromium() {
-    if Path::new(CHROMIUM).exists() && Path::new(CHROMEDRIVER).exists() {
-        return;
-    }
-    eprintln!("installing chromium and chromium-driver with apt-get (once)");
-    let ok = Command::new("apt-get")
-        .args(["install", "-y", "-q", "chromium", "chromium-driver"])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok && Path::new(CHROMEDRIVER).exists(),
-        "this test needs {CHROMIUM} and {CHROMEDRIVER}: apt-get install chromium chromium-driver (as root)"
-    );
-}
-
 /// A chromedriver process and one browser session.
 struct Browser {
     driver: Child,
@@ -241,7 +224,8 @@ fn screenshot_dir(tmp: &Path) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_page_in_headless_chromium() {
-    ensure_chromium();
+    support::ensure_package(CHROMEDRIVER, &["chromium", "chromium-driver"]);
+    support::ensure_package(CHROMIUM, &["chromium", "chromium-driver"]);
     let tmp = tempfile::tempdir().unwrap();
     let dq = Dq::start_embedded(&tmp.path().join("data")).await;
     let b = Browser::start(&tmp.path().join("profile")).await;

@@ -11,6 +11,7 @@
 //! - [`writer`]: the writer thread, group commit, savepoint per operation.
 //! - `schema`: tables, indexes, the file's identity checks.
 //! - `ops`: each state change as SQL, mirroring `dq-redis`'s Lua scripts.
+//! - [`space`]: the disk reserve that keeps a full store drainable.
 //!
 //! A data directory has one owner: `dq.lock` is locked for the life of the
 //! store, and a second process opening the same directory gets
@@ -18,6 +19,7 @@
 
 mod ops;
 mod schema;
+pub mod space;
 pub mod writer;
 
 use std::fs::File;
@@ -29,6 +31,29 @@ use dq_core::store::StoreResult;
 use dq_core::*;
 
 use writer::Writer;
+
+/// How a data directory is opened.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Caps SQLite's `max_page_count` (pages of 4 KiB): a way to test a full
+    /// file without a full disk.
+    pub max_pages: Option<u64>,
+    /// Size of the disk reserve, `dq.reserve` ([`space`]); 0 keeps none (a
+    /// full disk then fails every write until space is freed).
+    pub disk_reserve_bytes: u64,
+}
+
+/// The disk reserve's default size: 8 MiB.
+pub const DEFAULT_DISK_RESERVE_BYTES: u64 = 8 << 20;
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            max_pages: None,
+            disk_reserve_bytes: DEFAULT_DISK_RESERVE_BYTES,
+        }
+    }
+}
 
 /// Why a data directory cannot be opened.
 #[derive(Debug, thiserror::Error)]
@@ -92,15 +117,14 @@ impl EmbeddedStore {
     /// # Errors
     /// See [`OpenError`].
     pub fn open(dir: impl AsRef<Path>) -> Result<Self, OpenError> {
-        Self::open_with(dir, None)
+        Self::open_with(dir, &Options::default())
     }
 
-    /// As [`EmbeddedStore::open`], with SQLite's `max_page_count` capped (in
-    /// pages of 4 KiB): a way to test a full disk.
+    /// As [`EmbeddedStore::open`], with [`Options`].
     ///
     /// # Errors
     /// See [`OpenError`].
-    pub fn open_with(dir: impl AsRef<Path>, max_pages: Option<u64>) -> Result<Self, OpenError> {
+    pub fn open_with(dir: impl AsRef<Path>, options: &Options) -> Result<Self, OpenError> {
         let dir = dir.as_ref().to_path_buf();
         let io = |source| OpenError::Io {
             dir: dir.clone(),
@@ -118,9 +142,15 @@ impl EmbeddedStore {
             Err(std::fs::TryLockError::WouldBlock) => return Err(OpenError::Locked { dir }),
             Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
         }
-        let conn = schema::open(&dir.join(DB_FILE), max_pages)?;
+        let db = dir.join(DB_FILE);
+        let conn = schema::open(&db, options.max_pages)?;
+        let files = writer::Files {
+            db,
+            max_pages: options.max_pages,
+            space: space::Space::open(&dir, options.disk_reserve_bytes),
+        };
         let wakes: Arc<Mutex<Vec<(u64, WakeFn)>>> = Arc::default();
-        let writer = Writer::start(conn, lock, wakes.clone());
+        let writer = Writer::start(conn, lock, files, wakes.clone());
         Ok(Self { writer, wakes, dir })
     }
 
@@ -158,7 +188,7 @@ impl Store for EmbeddedStore {
         }
         let (topic, jobs) = (topic.clone(), jobs.to_vec());
         self.writer
-            .exec(move |cx| ops::enqueue(cx, &topic, &jobs, now_ms))
+            .grow(move |cx| ops::enqueue(cx, &topic, &jobs, now_ms))
             .await
     }
 

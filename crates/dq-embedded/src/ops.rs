@@ -920,7 +920,17 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
     Ok(st)
 }
 
+/// Reads a row; after a failed fsync, also writes a probe (the file's
+/// schema version, unchanged) so that the commit tells whether writes are
+/// synced again.
 pub(crate) fn ping(cx: &mut Ctx) -> OpResult<()> {
     cx.conn.query_row("SELECT 1", [], |_| Ok(()))?;
+    if cx.unsynced {
+        cx.conn.execute_batch(&format!(
+            "PRAGMA user_version = {}",
+            crate::schema::SCHEMA_VERSION
+        ))?;
+        cx.probed = true;
+    }
     Ok(())
 }

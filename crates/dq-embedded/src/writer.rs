@@ -4,16 +4,32 @@
 //! operation waiting (up to [`MAX_GROUP`]), runs them in one transaction, each
 //! inside its own savepoint (an operation that fails is rolled back alone, so
 //! a rejected call changes nothing), commits once — one fsync for the group —
-//! and only then answers each caller. If the commit fails (disk full, I/O
-//! error) every caller of the group gets [`StoreError::Unavailable`] and
-//! nothing of the group is kept.
+//! and only then answers each caller.
 //!
-//! Read-only operations go through the same thread, in order, without a
-//! savepoint, and are answered with the group (so a read never reports a
-//! write that a failed commit then lost).
+//! When the commit fails, what the caller hears depends on what is known:
+//!
+//! - **Nothing was written** (disk full, read-only files, a failed write):
+//!   every call of the group gets the storage error (`store_full`,
+//!   `store_read_only`, `store_io_error`) and nothing of the group is kept.
+//! - **The outcome is unknown** (the fsync failed: the log's pages may or may
+//!   not reach the disk, and after a write-back error the page cache cannot be
+//!   trusted — PostgreSQL's "fsyncgate"): every call of the group gets 503
+//!   `store_outcome_unknown` ("retry with the same id"). The writer fails
+//!   stop: it drops the cached pages of its files, closes the connection and
+//!   reopens the file before the next call, so what it serves from then on is
+//!   what the file holds; and until a write is synced again the store reports
+//!   itself not ready (`ping` writes a probe to find out).
+//!
+//! Either way the connection is reopened after a failed commit. Read-only
+//! operations go through the same thread, in order, without a savepoint, and
+//! are answered with the group (so a read never reports a write that a failed
+//! commit then lost).
+//!
+//! A full disk is handled before it fails calls: see [`crate::space`].
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
@@ -21,6 +37,8 @@ use dq_core::store::StoreResult;
 use dq_core::{StoreError, WakeFn};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
+
+use crate::space::Space;
 
 /// Most operations in one transaction.
 pub const MAX_GROUP: usize = 1000;
@@ -34,10 +52,13 @@ pub(crate) struct Ctx {
     /// are dropped if the operation or the transaction is undone.
     pub(crate) created: Vec<String>,
     pub(crate) wake: Vec<String>,
+    /// A commit's fsync failed and no write has been synced since: `ping`
+    /// writes a probe, and reports the store not ready until one is synced.
+    pub(crate) unsynced: bool,
+    /// `ping` wrote a probe in the current transaction.
+    pub(crate) probed: bool,
 }
 
-/// Sends an operation's answer: its own result, or (with `Some`) the error
-/// that undid its transaction.
 impl Ctx {
     /// Drops the cached ids of topics created since `mark` (their rows were undone).
     fn forget_created(&mut self, mark: usize) {
@@ -47,14 +68,34 @@ impl Ctx {
     }
 }
 
+/// Sends an operation's answer: its own result, or (with `Some`) the error
+/// that undid its transaction.
 type Reply = Box<dyn FnOnce(Option<StoreError>) + Send>;
 /// Runs against the context, or (with `None`) reports that it could not run.
 /// Returns its error (if any) and its reply.
 type Op = Box<dyn FnOnce(Option<&mut Ctx>) -> (Option<StoreError>, Reply) + Send>;
 
-enum Msg {
-    Write(Op),
-    Read(Op),
+/// What an operation does to the file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Reads only: no savepoint.
+    Read,
+    /// Changes rows without adding jobs.
+    Write,
+    /// Adds jobs: refused while the disk reserve is released.
+    Grow,
+}
+
+struct Msg {
+    op: Op,
+    kind: Kind,
+}
+
+/// Where the writer's files are, to reopen them after a failed commit.
+pub(crate) struct Files {
+    pub(crate) db: PathBuf,
+    pub(crate) max_pages: Option<u64>,
+    pub(crate) space: Space,
 }
 
 /// Handle to the writer thread. Dropping it stops the thread after the
@@ -67,6 +108,9 @@ pub(crate) struct Writer {
 /// their own codes and messages (clients see them); the rest is "unavailable".
 pub(crate) fn sql_error(e: &rusqlite::Error) -> StoreError {
     use rusqlite::ErrorCode;
+    if fsync_failed(e) {
+        return outcome_unknown();
+    }
     match e.sqlite_error_code() {
         Some(ErrorCode::DiskFull) => StoreError::Storage {
             code: "store_full",
@@ -84,6 +128,40 @@ pub(crate) fn sql_error(e: &rusqlite::Error) -> StoreError {
         }
         _ => StoreError::Unavailable(format!("embedded store: {e}")),
     }
+}
+
+/// Whether SQLite reports a failed fsync (of the log, the file or the
+/// directory): what was written may or may not be on disk.
+fn fsync_failed(e: &rusqlite::Error) -> bool {
+    use rusqlite::ffi::{SQLITE_IOERR_DIR_FSYNC, SQLITE_IOERR_FSYNC};
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if f.extended_code == SQLITE_IOERR_FSYNC || f.extended_code == SQLITE_IOERR_DIR_FSYNC)
+}
+
+/// The answer to every call of a group whose commit's fsync failed.
+pub(crate) fn outcome_unknown() -> StoreError {
+    StoreError::Storage {
+        code: "store_outcome_unknown",
+        message: "the embedded store could not confirm that this write reached the disk (fsync failed): it may or may not have been kept; retry with the same id (check the disk: the store reports itself not ready until a write is synced)".into(),
+    }
+}
+
+/// The answer to an enqueue while the disk reserve is released.
+fn refused_full() -> StoreError {
+    StoreError::Storage {
+        code: "store_full",
+        message: "the embedded store's disk is full: enqueues are refused until space is freed (acks, cancels, dead-letter purges and topic deletes still work)".into(),
+    }
+}
+
+fn is_full(e: &StoreError) -> bool {
+    matches!(
+        e,
+        StoreError::Storage {
+            code: "store_full",
+            ..
+        }
+    )
 }
 
 impl From<rusqlite::Error> for Failure {
@@ -108,6 +186,7 @@ impl Writer {
     pub(crate) fn start(
         conn: Connection,
         lock: File,
+        files: Files,
         wakes: Arc<Mutex<Vec<(u64, WakeFn)>>>,
     ) -> Self {
         let (tx, rx) = mpsc::channel::<Msg>();
@@ -119,8 +198,11 @@ impl Writer {
                     tids: HashMap::new(),
                     created: Vec::new(),
                     wake: Vec::new(),
+                    unsynced: false,
+                    probed: false,
                 };
-                run(&mut cx, &rx, &wakes);
+                let mut files = files;
+                run(&mut cx, &mut files, &rx, &wakes);
                 drop(cx);
                 // The lock is released only after the connection is closed.
                 drop(lock);
@@ -134,7 +216,15 @@ impl Writer {
         &self,
         f: impl FnOnce(&mut Ctx) -> OpResult<T> + Send + 'static,
     ) -> StoreResult<T> {
-        self.send(f, true).await
+        self.send(f, Kind::Write).await
+    }
+
+    /// Runs an operation that adds jobs (refused while the disk is full).
+    pub(crate) async fn grow<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Ctx) -> OpResult<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        self.send(f, Kind::Grow).await
     }
 
     /// Runs a read-only operation.
@@ -142,13 +232,13 @@ impl Writer {
         &self,
         f: impl FnOnce(&mut Ctx) -> OpResult<T> + Send + 'static,
     ) -> StoreResult<T> {
-        self.send(f, false).await
+        self.send(f, Kind::Read).await
     }
 
     async fn send<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Ctx) -> OpResult<T> + Send + 'static,
-        write: bool,
+        kind: Kind,
     ) -> StoreResult<T> {
         let (tx, rx) = oneshot::channel::<StoreResult<T>>();
         let op: Op = Box::new(move |cx| {
@@ -165,16 +255,22 @@ impl Writer {
             });
             (err, reply)
         });
-        let msg = if write { Msg::Write(op) } else { Msg::Read(op) };
         self.tx
-            .send(msg)
+            .send(Msg { op, kind })
             .map_err(|_| StoreError::Unavailable("embedded store writer has stopped".into()))?;
         rx.await
             .map_err(|_| StoreError::Unavailable("embedded store writer has stopped".into()))?
     }
 }
 
-fn run(cx: &mut Ctx, rx: &mpsc::Receiver<Msg>, wakes: &Mutex<Vec<(u64, WakeFn)>>) {
+fn run(
+    cx: &mut Ctx,
+    files: &mut Files,
+    rx: &mpsc::Receiver<Msg>,
+    wakes: &Mutex<Vec<(u64, WakeFn)>>,
+) {
+    // The connection must be reopened before the next call (a commit failed).
+    let mut stale = false;
     while let Ok(first) = rx.recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -183,21 +279,40 @@ fn run(cx: &mut Ctx, rx: &mpsc::Receiver<Msg>, wakes: &Mutex<Vec<(u64, WakeFn)>>
                 Err(_) => break,
             }
         }
+        if stale {
+            match reopen(cx, files) {
+                Ok(()) => stale = false,
+                Err(e) => {
+                    tracing::error!(error = %e, "embedded store cannot reopen its file");
+                    for m in group {
+                        op_failed(m.op, e.clone());
+                    }
+                    continue;
+                }
+            }
+        }
+        files.space.check();
+        // Whether enqueues may run in this group (asked once, when one comes).
+        let mut admits_growth: Option<bool> = None;
+        let mut full = false;
+        let changes_before = cx.conn.total_changes();
         // Answers owed once the current transaction commits.
         let mut replies: Vec<Reply> = Vec::with_capacity(group.len());
-        for m in group {
+        for Msg { op, kind } in group {
+            if kind == Kind::Grow
+                && !*admits_growth.get_or_insert_with(|| files.space.admits_growth(&cx.conn))
+            {
+                op_failed(op, refused_full());
+                continue;
+            }
             if cx.conn.is_autocommit()
                 && let Err(e) = cx.conn.execute_batch("BEGIN IMMEDIATE")
             {
                 tracing::error!(error = %e, "embedded store cannot begin a transaction");
-                let (Msg::Write(op) | Msg::Read(op)) = m;
                 op_failed(op, sql_error(&e));
                 continue;
             }
-            let (op, savepoint) = match m {
-                Msg::Read(op) => (op, false),
-                Msg::Write(op) => (op, true),
-            };
+            let savepoint = kind != Kind::Read;
             if savepoint && let Err(e) = cx.conn.execute_batch("SAVEPOINT op") {
                 op_failed(op, sql_error(&e));
                 continue;
@@ -212,6 +327,7 @@ fn run(cx: &mut Ctx, rx: &mpsc::Receiver<Msg>, wakes: &Mutex<Vec<(u64, WakeFn)>>
                 replies.push(reply);
                 continue;
             };
+            full |= is_full(&err);
             // The operation failed: undo it alone. A topic row it created is
             // gone too, so forget that cached topic id.
             cx.wake.truncate(wake_mark);
@@ -233,30 +349,69 @@ fn run(cx: &mut Ctx, rx: &mpsc::Receiver<Msg>, wakes: &Mutex<Vec<(u64, WakeFn)>>
             }
             replies.push(reply);
         }
-        if cx.conn.is_autocommit() {
-            continue;
+        if !cx.conn.is_autocommit() {
+            match cx.conn.execute_batch("COMMIT") {
+                Ok(()) => {
+                    if cx.probed || cx.conn.total_changes() > changes_before {
+                        cx.unsynced = false;
+                    }
+                    cx.created.clear();
+                    // Wake first, so a caller that sees its answer can rely on
+                    // its wake-up having been delivered.
+                    deliver_wakes(cx, wakes);
+                    for r in replies {
+                        r(None);
+                    }
+                }
+                Err(e) => {
+                    let err = sql_error(&e);
+                    full |= is_full(&err);
+                    if fsync_failed(&e) {
+                        cx.unsynced = true;
+                        tracing::error!(error = %e, "embedded store: fsync failed; the group's calls get 503 store_outcome_unknown, the file is reopened before the next call");
+                    } else {
+                        tracing::error!(error = %e, "embedded store commit failed; the group's calls get 503");
+                    }
+                    let _ = cx.conn.execute_batch("ROLLBACK");
+                    cx.forget_created(0);
+                    cx.wake.clear();
+                    stale = true;
+                    for r in replies {
+                        r(Some(err.clone()));
+                    }
+                }
+            }
         }
-        match cx.conn.execute_batch("COMMIT") {
-            Ok(()) => {
-                cx.created.clear();
-                // Wake first, so a caller that sees its answer can rely on
-                // its wake-up having been delivered.
-                deliver_wakes(cx, wakes);
-                for r in replies {
-                    r(None);
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "embedded store commit failed; the group's calls get 503");
-                let _ = cx.conn.execute_batch("ROLLBACK");
-                cx.forget_created(0);
-                cx.wake.clear();
-                for r in replies {
-                    r(Some(sql_error(&e)));
-                }
-            }
+        cx.probed = false;
+        if full {
+            files.space.release("SQLite reported the disk full");
         }
     }
+}
+
+/// Closes the connection and opens the file again, after the page cache's
+/// copy of the files was dropped where the kernel allows: from here on the
+/// store serves what the file holds.
+fn reopen(cx: &mut Ctx, files: &Files) -> Result<(), StoreError> {
+    let placeholder = Connection::open_in_memory().map_err(|e| sql_error(&e))?;
+    drop(std::mem::replace(&mut cx.conn, placeholder));
+    let wal = PathBuf::from(format!("{}-wal", files.db.display()));
+    for path in [&files.db, &wal] {
+        if let Ok(f) = File::open(path) {
+            let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
+        }
+    }
+    cx.conn = crate::schema::open(&files.db, files.max_pages).map_err(|e| StoreError::Storage {
+        code: "store_io_error",
+        message: format!(
+            "the embedded store cannot reopen its file ({e}); check the data directory's disk"
+        ),
+    })?;
+    cx.tids.clear();
+    cx.created.clear();
+    cx.wake.clear();
+    tracing::info!(file = %files.db.display(), "embedded store reopened its file");
+    Ok(())
 }
 
 fn deliver_wakes(cx: &mut Ctx, wakes: &Mutex<Vec<(u64, WakeFn)>>) {

@@ -128,7 +128,14 @@ fn foreign_sqlite_file_is_refused() {
 #[tokio::test]
 async fn full_disk_fails_cleanly() {
     let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open_with(dir.path(), Some(40)).unwrap();
+    let s = EmbeddedStore::open_with(
+        dir.path(),
+        &dq_embedded::Options {
+            max_pages: Some(40),
+            disk_reserve_bytes: 0,
+        },
+    )
+    .unwrap();
     let topic = t("full");
     s.enqueue(&topic, &[job("small", 0, "1")], T0)
         .await

@@ -35,11 +35,33 @@ pub(crate) async fn wait_ready(http: &reqwest::Client, base: &str) {
     }
 }
 
+/// Installs a Debian package when `bin` is missing (as `.ci/run` does), so
+/// that `cargo test` alone works on a fresh machine when run as root.
+pub(crate) fn ensure_package(bin: &str, packages: &[&str]) {
+    if std::path::Path::new(bin).exists() {
+        return;
+    }
+    eprintln!("installing {packages:?} with apt-get (once)");
+    let ok = Command::new("apt-get")
+        .args(["install", "-y", "-q"])
+        .args(packages)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok && std::path::Path::new(bin).exists(),
+        "this test needs {bin}: apt-get install {} (as root)",
+        packages.join(" ")
+    );
+}
+
 /// A `dq serve` child process.
 pub(crate) struct Dq {
     pub(crate) child: Child,
     pub(crate) base: String,
     pub(crate) http: reqwest::Client,
+    port: u16,
+    store_args: Vec<String>,
 }
 
 impl Dq {
@@ -54,7 +76,23 @@ impl Dq {
     pub(crate) async fn start_with(store_args: &[&str]) -> Dq {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_dq"))
+        let store_args: Vec<String> = store_args.iter().map(|a| a.to_string()).collect();
+        let dq = Dq {
+            child: Self::spawn(port, &store_args),
+            base: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(64)
+                .build()
+                .unwrap(),
+            port,
+            store_args,
+        };
+        wait_ready(&dq.http, &dq.base).await;
+        dq
+    }
+
+    fn spawn(port: u16, store_args: &[String]) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_dq"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(store_args)
             .args(["--shutdown-grace", "3s", "--log-level", "warn"])
@@ -63,17 +101,20 @@ impl Dq {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("spawn dq");
-        let dq = Dq {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            http: reqwest::Client::builder()
-                .pool_max_idle_per_host(64)
-                .build()
-                .unwrap(),
-        };
-        wait_ready(&dq.http, &dq.base).await;
-        dq
+            .expect("spawn dq")
+    }
+
+    /// Starts the process again (same port, same store) after [`Dq::kill9`],
+    /// and waits until it is ready.
+    pub(crate) async fn restart(&mut self) {
+        self.kill9();
+        self.child = Self::spawn(self.port, &self.store_args);
+        wait_ready(&self.http, &self.base).await;
+    }
+
+    /// The process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub(crate) async fn call(

@@ -1,0 +1,908 @@
+//! The fault suite: faults injected into the real `dq serve` binary, each
+//! checked against the guarantee docs/reliability.md states for it.
+//!
+//! - fsync errors (strace injects EIO into every fsync and fdatasync of a
+//!   running embedded store): never a 2xx for a write that was not synced;
+//!   after recovery the API and the file agree.
+//! - a full disk (a small tmpfs): only enqueues are refused; acks, cancels,
+//!   reserves, dead-letter purges and topic deletes drain it; enqueues resume
+//!   when space is freed.
+//! - kill -9 of `dq serve` in a loop under load, on the embedded store and on
+//!   Redis (AOF always); Redis itself killed and restarted under load. A
+//!   checker counts every job: lost, unexpected, duplicated, early.
+//!
+//! By default each runs for seconds (CI). `DQ_FAULTS_LONG=1` runs the load
+//! scenarios for minutes and prints the counts reliability.md reports:
+//! `DQ_FAULTS_LONG=1 cargo test -p dq-cli --test faults -- --nocapture --test-threads 1`.
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dq_testkit::redis::RedisServer;
+use serde_json::{Value, json};
+use support::{Dq, KillOnDrop};
+
+fn long() -> bool {
+    std::env::var("DQ_FAULTS_LONG").is_ok_and(|v| v == "1")
+}
+
+// ---------------------------------------------------------------- fsync errors
+
+/// Whether every thread of `pid` is traced (`traced`) or none is.
+fn all_traced(pid: u32, traced: bool) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        let tracer = status
+            .lines()
+            .find_map(|l| l.strip_prefix("TracerPid:"))
+            .map(|v| v.trim() != "0")
+            .unwrap_or(false);
+        tracer == traced
+    })
+}
+
+async fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// GET of each id: present or not.
+async fn presence(dq: &Dq, topic: &str, ids: &[String]) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    for id in ids {
+        let (s, v, _) = dq
+            .call(
+                reqwest::Method::GET,
+                &format!("/v1/topics/{topic}/jobs/{id}"),
+                None,
+            )
+            .await;
+        assert!(s == 200 || s == 404, "GET {id}: {s} {v}");
+        out.push((id.clone(), s == 200));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fsync_errors_never_get_a_2xx_and_after_recovery_the_api_and_the_file_agree() {
+    support::ensure_package("/usr/bin/strace", &["strace"]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut dq = Dq::start_embedded(dir.path()).await;
+    let (s, v) = dq
+        .post("/v1/topics/fs/jobs", json!({"id": "before", "body": 1}))
+        .await;
+    assert_eq!(s, 201, "{v}");
+
+    let pid = dq.pid();
+    let mut strace = Command::new("strace")
+        .args(["-f", "-qq", "-p", &pid.to_string()])
+        .args(["-e", "trace=fsync,fdatasync"])
+        .args(["-e", "inject=fsync:error=EIO"])
+        .args(["-e", "inject=fdatasync:error=EIO"])
+        .args(["-o", "/dev/null"])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn strace");
+    let strace_pid = strace.id();
+    let _reap = KillOnDrop(strace_pid);
+    wait_for("strace to attach", Duration::from_secs(10), || {
+        all_traced(pid, true)
+    })
+    .await;
+
+    // Every write while fsync fails: 503 store_outcome_unknown, never 2xx.
+    let mut ids = vec!["before".to_string()];
+    for round in 0..4 {
+        let calls = (0..5).map(|i| {
+            let id = format!("f{round}-{i}");
+            ids.push(id.clone());
+            let dq = &dq;
+            async move {
+                dq.post("/v1/topics/fs/jobs", json!({"id": id, "body": {"n": i}}))
+                    .await
+            }
+        });
+        for (s, v) in futures::future::join_all(calls).await {
+            assert_eq!(s, 503, "a write that was not synced must not succeed: {v}");
+            assert_eq!(v["error"]["code"], "store_outcome_unknown", "{v}");
+        }
+    }
+    let (s, v, _) = dq
+        .call(reqwest::Method::DELETE, "/v1/topics/fs/jobs/before", None)
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (503, Some("store_outcome_unknown")),
+        "{v}"
+    );
+    let (s, v, _) = dq.call(reqwest::Method::GET, "/readyz", None).await;
+    assert_eq!(s, 503, "not ready while writes cannot be synced: {v}");
+    assert_eq!(v["error"]["code"], "store_outcome_unknown", "{v}");
+
+    // The disk heals: strace detaches (SIGTERM) and the store is ready again.
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &strace_pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let _ = strace.wait();
+    wait_for("strace to detach", Duration::from_secs(10), || {
+        all_traced(pid, false)
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (s, _, _) = dq.call(reqwest::Method::GET, "/readyz", None).await;
+        if s == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "ready again once fsync works");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seen = presence(&dq, "fs", &ids).await;
+    let (s, v) = dq
+        .post("/v1/topics/fs/jobs", json!({"id": "after", "body": 2}))
+        .await;
+    assert_eq!(s, 201, "{v}");
+
+    // What the API showed is what the file holds.
+    dq.restart().await;
+    assert_eq!(presence(&dq, "fs", &ids).await, seen);
+    assert!(presence(&dq, "fs", &["after".into()]).await[0].1);
+}
+
+// ------------------------------------------------------------------ full disk
+
+/// A tmpfs of `mib` MiB mounted on a temp directory, unmounted when dropped.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(mib: u32) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "this test mounts a small tmpfs: run it as root");
+        Self { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+fn write_file(path: &Path, bytes: usize) {
+    std::fs::write(path, vec![7u8; bytes]).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_refuses_only_enqueues_and_can_be_drained() {
+    const RESERVE: u64 = 4 << 20;
+    let fs = Tmpfs::mount(32);
+    let filler = fs.path().join("filler");
+    write_file(&filler, 10 << 20);
+    let data: PathBuf = fs.path().join("data");
+    let reserve = data.join(dq_embedded::space::RESERVE_FILE);
+    let mut dq = Dq::start_with(&[
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--disk-reserve-bytes",
+        &RESERVE.to_string(),
+    ])
+    .await;
+    assert_eq!(std::fs::metadata(&reserve).unwrap().len(), RESERVE);
+
+    // Before the disk fills: jobs to take and ack, dead letters, a topic to delete.
+    for i in 0..10 {
+        let (s, v) = dq
+            .post(
+                "/v1/topics/work/jobs",
+                json!({"id": format!("w{i}"), "body": i}),
+            )
+            .await;
+        assert_eq!(s, 201, "{v}");
+    }
+    let (s, v, _) = dq
+        .call(
+            reqwest::Method::PUT,
+            "/v1/topics/fragile",
+            Some(json!({"max_attempts": 1})),
+        )
+        .await;
+    assert!(s == 200 || s == 201, "{v}");
+    for i in 0..5 {
+        let (s, _) = dq
+            .post(
+                "/v1/topics/fragile/jobs",
+                json!({"id": format!("d{i}"), "body": i}),
+            )
+            .await;
+        assert_eq!(s, 201);
+    }
+    let (_, got) = dq
+        .post("/v1/reserve", json!({"topics": ["fragile"], "max": 5}))
+        .await;
+    for j in got["jobs"].as_array().unwrap() {
+        let (s, v) = dq
+            .post(
+                &format!("/v1/topics/fragile/jobs/{}/nack", j["id"].as_str().unwrap()),
+                json!({"token": j["token"], "error": "boom"}),
+            )
+            .await;
+        assert_eq!((s, v["state"].as_str()), (200, Some("dead")), "{v}");
+    }
+    let big = "x".repeat(60_000);
+    let batch = |topic: &str, from: usize| {
+        let jobs: Vec<Value> = (from..from + 10)
+            .map(|i| json!({"id": format!("{topic}{i}"), "body": big, "delay_ms": 3_600_000}))
+            .collect();
+        json!({ "jobs": jobs })
+    };
+    for from in (0..30).step_by(10) {
+        let (s, v) = dq
+            .post("/v1/topics/other/jobs:batch", batch("o", from))
+            .await;
+        assert_eq!(s, 200, "{v}");
+    }
+
+    // Fill the disk with enqueues until they are refused.
+    let mut stored = 0;
+    loop {
+        let (s, v) = dq
+            .post("/v1/topics/fill/jobs:batch", batch("j", stored))
+            .await;
+        if s == 503 {
+            assert_eq!(v["error"]["code"], "store_full", "{v}");
+            break;
+        }
+        assert_eq!(s, 200, "{v}");
+        stored += 10;
+        assert!(stored < 1000, "the disk never filled");
+    }
+    assert!(stored > 0);
+    assert!(!reserve.exists(), "the reserve is released for draining");
+    let (s, v) = dq
+        .post("/v1/topics/fill/jobs", json!({"id": "small", "body": 1}))
+        .await;
+    assert_eq!((s, v["error"]["code"].as_str()), (503, Some("store_full")));
+
+    // Everything that frees space works on the full disk.
+    for i in 0..30 {
+        let (s, v, _) = dq
+            .call(
+                reqwest::Method::DELETE,
+                &format!("/v1/topics/fill/jobs/j{i}"),
+                None,
+            )
+            .await;
+        assert_eq!(s, 200, "cancel on a full disk: {v}");
+    }
+    let (s, got) = dq
+        .post("/v1/reserve", json!({"topics": ["work"], "max": 10}))
+        .await;
+    assert_eq!(s, 200, "reserve on a full disk: {got}");
+    let leased = got["jobs"].as_array().unwrap();
+    assert_eq!(leased.len(), 10);
+    for j in leased {
+        let (s, v) = dq
+            .post(
+                &format!("/v1/topics/work/jobs/{}/ack", j["id"].as_str().unwrap()),
+                json!({"token": j["token"]}),
+            )
+            .await;
+        assert_eq!(s, 200, "ack on a full disk: {v}");
+    }
+    let (s, v, _) = dq
+        .call(reqwest::Method::DELETE, "/v1/topics/fragile/dead", None)
+        .await;
+    assert_eq!(s, 200, "dead-letter purge on a full disk: {v}");
+    assert_eq!(v["purged"], 5, "{v}");
+    let (s, v, _) = dq
+        .call(reqwest::Method::DELETE, "/v1/topics/other", None)
+        .await;
+    assert_eq!(s, 200, "topic delete on a full disk: {v}");
+
+    // Space freed on the disk: the reserve comes back, enqueues are admitted.
+    std::fs::remove_file(&filler).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (s, v) = dq
+            .post("/v1/topics/fill/jobs", json!({"id": "small", "body": 1}))
+            .await;
+        if s == 201 {
+            break;
+        }
+        assert_eq!(v["error"]["code"], "store_full", "{v}");
+        assert!(
+            Instant::now() < deadline,
+            "enqueues resume once space is freed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_for(
+        "the reserve to be re-created",
+        Duration::from_secs(5),
+        || std::fs::metadata(&reserve).is_ok_and(|m| m.len() == RESERVE),
+    )
+    .await;
+
+    // Nothing acknowledged was lost on the way.
+    dq.restart().await;
+    let (_, v, _) = dq.call(reqwest::Method::GET, "/v1/topics/fill", None).await;
+    assert_eq!(
+        v["stats"]["scheduled"].as_u64(),
+        Some(stored as u64 - 30),
+        "{v}"
+    );
+    assert_eq!(v["stats"]["ready"].as_u64(), Some(1), "{v}");
+}
+
+// ------------------------------------------------- crashes under load, checked
+
+/// What the load saw, for the checker.
+#[derive(Default)]
+struct Ledger {
+    /// Enqueues answered 2xx: id → earliest moment it may be handed out.
+    acked: HashMap<String, Instant>,
+    /// Enqueues sent whose answer was lost (a crash): they may or may not exist.
+    unknown: HashMap<String, Instant>,
+    /// Hand-outs: id → moments, and whether that hand-out's ack got a 2xx.
+    deliveries: HashMap<String, Vec<(Instant, bool)>>,
+}
+
+/// The checker's counts.
+#[derive(Debug, Default, PartialEq)]
+struct Counts {
+    acknowledged: usize,
+    delivered: usize,
+    lost: usize,
+    unexpected: usize,
+    duplicated: usize,
+    redelivered_after_crash: usize,
+    /// Hand-outs before the due moment, beyond the store's 1 ms resolution.
+    early: usize,
+    /// The earliest hand-out, in µs before its due moment (0: none early).
+    earliest_us: u128,
+}
+
+impl Ledger {
+    fn counts(&self) -> Counts {
+        let mut c = Counts {
+            acknowledged: self.acked.len(),
+            delivered: self.deliveries.len(),
+            ..Counts::default()
+        };
+        // Never handed out. (A hand-out whose ack answer was lost is not lost:
+        // the ack may have been done; if it was not, the job comes back.)
+        c.lost = self
+            .acked
+            .keys()
+            .filter(|id| !self.deliveries.contains_key(*id))
+            .count();
+        for (id, ds) in &self.deliveries {
+            let not_before = self.acked.get(id).or_else(|| self.unknown.get(id));
+            let Some(not_before) = not_before else {
+                c.unexpected += 1;
+                continue;
+            };
+            for (at, _) in ds {
+                let ahead = not_before.saturating_duration_since(*at);
+                c.earliest_us = c.earliest_us.max(ahead.as_micros());
+                // Due times are whole milliseconds of the store's clock, read
+                // after the request left: up to 1 ms before `not_before`.
+                c.early += usize::from(ahead > Duration::from_millis(1));
+            }
+            let acked_first = ds.iter().position(|x| x.1);
+            match acked_first {
+                // Handed out again after an ack that succeeded: a duplicate.
+                Some(p) if p + 1 < ds.len() => c.duplicated += 1,
+                _ if ds.len() > 1 => c.redelivered_after_crash += 1,
+                _ => {}
+            }
+        }
+        c
+    }
+}
+
+/// The load: producers enqueue with explicit ids and delays of 0–300 ms,
+/// consumers reserve and ack; `fault` runs every `every` and injects a fault
+/// (then returns once the system is back). After `run`, the consumers drain
+/// until every acknowledged job was delivered (or 60 s pass).
+async fn crash_loop<F, Fut>(
+    base: &str,
+    run: Duration,
+    every: Duration,
+    mut fault: F,
+) -> (Counts, usize)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let stop_producing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_consuming = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let mut tasks = Vec::new();
+    for p in 0..2 {
+        let (http, base, ledger, stop) = (
+            http.clone(),
+            base.to_string(),
+            ledger.clone(),
+            stop_producing.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let id = format!("p{p}-{n}");
+                let delay = (n * 37 + p * 11) % 300;
+                let sent = Instant::now();
+                let not_before = sent + Duration::from_millis(delay);
+                let res = http
+                    .post(format!("{base}/v1/topics/load/jobs"))
+                    .json(&json!({"id": id, "body": {"n": n}, "delay_ms": delay}))
+                    .send()
+                    .await;
+                let done = res.is_ok_and(|r| r.status().is_success());
+                {
+                    let mut l = ledger.lock().unwrap();
+                    // No answer (a crash) or a 503: it may or may not exist.
+                    let book = if done { &mut l.acked } else { &mut l.unknown };
+                    book.insert(id, not_before);
+                }
+                tokio::time::sleep(Duration::from_millis(4)).await;
+            }
+        }));
+    }
+    for _ in 0..2 {
+        let (http, base, ledger, stop) = (
+            http.clone(),
+            base.to_string(),
+            ledger.clone(),
+            stop_consuming.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let res = http
+                    .post(format!("{base}/v1/reserve"))
+                    .json(&json!({"topics": ["load"], "max": 20, "wait_ms": 200, "lease_ms": 1500}))
+                    .send()
+                    .await;
+                let jobs = match res {
+                    Ok(r) if r.status().is_success() => match r.json::<Value>().await {
+                        Ok(v) => v["jobs"].as_array().cloned().unwrap_or_default(),
+                        Err(_) => Vec::new(),
+                    },
+                    _ => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let at = Instant::now();
+                for j in jobs {
+                    let id = j["id"].as_str().unwrap().to_string();
+                    let ok = http
+                        .post(format!("{base}/v1/topics/load/jobs/{id}/ack"))
+                        .json(&json!({"token": j["token"]}))
+                        .send()
+                        .await
+                        .is_ok_and(|r| r.status().is_success());
+                    ledger
+                        .lock()
+                        .unwrap()
+                        .deliveries
+                        .entry(id)
+                        .or_default()
+                        .push((at, ok));
+                }
+            }
+        }));
+    }
+    let started = Instant::now();
+    let mut faults = 0;
+    while started.elapsed() < run {
+        tokio::time::sleep(every).await;
+        fault().await;
+        faults += 1;
+    }
+    stop_producing.store(true, std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ledger.lock().unwrap().counts().lost > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Late deliveries of unknown enqueues and of crash-interrupted leases.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    stop_consuming.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let counts = ledger.lock().unwrap().counts();
+    (counts, faults)
+}
+
+fn check(name: &str, counts: &Counts, faults: usize, run: Duration) {
+    eprintln!(
+        "faults: {name}: {faults} faults in {run:?}; acknowledged {}, delivered {}, lost {}, unexpected {}, duplicated {}, redelivered after a crash {}, early {} (earliest {} µs before due)",
+        counts.acknowledged,
+        counts.delivered,
+        counts.lost,
+        counts.unexpected,
+        counts.duplicated,
+        counts.redelivered_after_crash,
+        counts.early,
+        counts.earliest_us
+    );
+    assert!(faults >= 2, "{name}: the faults were injected");
+    assert!(
+        counts.acknowledged > 100,
+        "{name}: the load ran: {counts:?}"
+    );
+    assert_eq!(
+        (
+            counts.lost,
+            counts.unexpected,
+            counts.duplicated,
+            counts.early
+        ),
+        (0, 0, 0, 0),
+        "{name}: {counts:?}"
+    );
+}
+
+fn load_times() -> (Duration, Duration) {
+    if long() {
+        (Duration::from_secs(180), Duration::from_secs(7))
+    } else {
+        (Duration::from_secs(8), Duration::from_millis(2500))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_under_load_loses_nothing_on_the_embedded_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let dq = Arc::new(tokio::sync::Mutex::new(
+        Dq::start_embedded(dir.path()).await,
+    ));
+    let base = dq.lock().await.base.clone();
+    let (run, every) = load_times();
+    let (counts, faults) = crash_loop(&base, run, every, || {
+        let dq = dq.clone();
+        async move { dq.lock().await.restart().await }
+    })
+    .await;
+    check("kill -9 of dq serve, embedded", &counts, faults, run);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_under_load_loses_nothing_on_redis() {
+    let redis = RedisServer::start_durable();
+    let dq = Arc::new(tokio::sync::Mutex::new(Dq::start(&redis.url()).await));
+    let base = dq.lock().await.base.clone();
+    let (run, every) = load_times();
+    let (counts, faults) = crash_loop(&base, run, every, || {
+        let dq = dq.clone();
+        async move { dq.lock().await.restart().await }
+    })
+    .await;
+    check(
+        "kill -9 of dq serve, Redis (AOF always)",
+        &counts,
+        faults,
+        run,
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_and_restarted_under_load_loses_nothing() {
+    let redis = Arc::new(Mutex::new(RedisServer::start_durable()));
+    let url = redis.lock().unwrap().url();
+    let dq = Dq::start(&url).await;
+    let (run, every) = load_times();
+    let (counts, faults) = crash_loop(&dq.base, run, every, || {
+        let redis = redis.clone();
+        async move {
+            // `restart` stops it with SIGKILL and starts it on the same files.
+            tokio::task::spawn_blocking(move || redis.lock().unwrap().restart())
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    check("kill -9 of Redis (AOF always)", &counts, faults, run);
+}
+
+// ----------------------------------------- the shard of partition 0 killed
+
+/// Which shard `dq serve --redis-shards` puts a partition on (the same
+/// hash the binary uses; nothing is connected).
+fn shard_of(servers: &[RedisServer], part: &dq_core::Topic) -> usize {
+    let shards = servers
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let config = dq_redis::RedisConfig {
+                url: s.url(),
+                ..Default::default()
+            };
+            (
+                format!("shard {i}"),
+                dq_redis::RedisStore::new(&config).unwrap(),
+            )
+        })
+        .collect();
+    dq_redis::ShardedStore::new(shards).shard_of_partition(part)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shard_of_partition_zero_killed_delays_only_its_own_jobs() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start_durable()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let args = [
+        "--redis-shards",
+        &urls.join(","),
+        "--redis-timeout",
+        "500ms",
+    ];
+    let warm = Dq::start_with(&args).await;
+    // Partitions 0 and 1 on different shards (partition 1 keeps the second
+    // copy of the topic's settings).
+    let name = (0..)
+        .map(|i| format!("orders-{i}"))
+        .find(|n| {
+            let t = dq_core::Topic::new(n.clone()).unwrap();
+            shard_of(&servers, &t.partition(0)) != shard_of(&servers, &t.partition(1))
+        })
+        .unwrap();
+    let topic = dq_core::Topic::new(name.clone()).unwrap();
+    let zero = shard_of(&servers, &topic.partition(0));
+    let (s, v, _) = warm
+        .call(
+            reqwest::Method::PUT,
+            &format!("/v1/topics/{name}"),
+            Some(json!({"partitions": 12})),
+        )
+        .await;
+    assert!(s == 200 || s == 201, "{v}");
+    let jobs: Vec<Value> = (0..300).map(|i| json!({"body": i})).collect();
+    let (s, v) = warm
+        .post(
+            &format!("/v1/topics/{name}/jobs:batch"),
+            json!({"jobs": jobs}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+
+    servers[zero].stop();
+    // An instance that was running, and one started while the shard is down.
+    let cold = Dq::start_with(&args).await;
+    let mut accepted = 300;
+    for (who, dq) in [("warm", &warm), ("cold", &cold)] {
+        let started = Instant::now();
+        let mut ok = 0;
+        for i in 0..75 {
+            let (s, v) = dq
+                .post(&format!("/v1/topics/{name}/jobs"), json!({"body": i}))
+                .await;
+            assert!(s == 201 || s == 503, "{who}: {v}");
+            ok += usize::from(s == 201);
+        }
+        eprintln!(
+            "faults: shard of partition 0 down, {who}: {ok} of 75 generated-id enqueues accepted in {:?}",
+            started.elapsed()
+        );
+        assert!(
+            ok >= 70,
+            "{who}: generated ids go to live shards: {ok} of 75"
+        );
+        accepted += ok;
+        let (s, v) = dq
+            .post(
+                "/v1/reserve",
+                json!({"topics": [name], "max": 10, "lease_ms": 600000}),
+            )
+            .await;
+        assert_eq!(s, 200, "{who}: {v}");
+        let got = v["jobs"].as_array().unwrap();
+        assert!(!got.is_empty(), "{who}: live partitions hand out");
+        for j in got {
+            let (s, v) = dq
+                .post(
+                    &format!("/v1/topics/{name}/jobs/{}/ack", j["id"].as_str().unwrap()),
+                    json!({"token": j["token"]}),
+                )
+                .await;
+            assert_eq!(s, 200, "{who}: {v}");
+            accepted -= 1;
+        }
+        let (s, v, _) = dq
+            .call(reqwest::Method::GET, &format!("/v1/topics/{name}"), None)
+            .await;
+        assert_eq!(s, 200, "{who}: {v}");
+        assert_eq!(v["stats"]["partial"], true, "{who}: {v}");
+        let missing = v["stats"]["missing"].as_array().unwrap();
+        assert_eq!(missing.len(), 1, "{who}: {v}");
+        assert!(
+            missing[0]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("shard {zero} ")),
+            "{who}: the shard down is named: {v}"
+        );
+    }
+
+    // The shard comes back with its jobs: every accepted job is there.
+    servers[zero].restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, v, _) = warm
+            .call(reqwest::Method::GET, &format!("/v1/topics/{name}"), None)
+            .await;
+        if v["stats"].get("partial").is_none_or(|p| p == false) {
+            assert_eq!(v["stats"]["ready"].as_u64(), Some(accepted as u64), "{v}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the shard is seen back: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// --------------------------------------------- bodies round-trip byte for byte
+
+/// A random JSON value as text, written the way a careless or hostile client
+/// might: numbers beyond f64 and u64, `-0`, exponents, escapes of every kind,
+/// lone surrogates, odd whitespace, nesting up to `depth`.
+fn json_text(rng: &mut impl rand::Rng, depth: usize) -> String {
+    const ATOMS: &[&str] = &[
+        "1e400",
+        "-1E-400",
+        "18446744073709551617",
+        "-0",
+        "-0.0",
+        "1E2",
+        "0.1000000000000000055511151231257827",
+        "123456789012345678901234567890",
+        "true",
+        "false",
+        "null",
+        r#""\ud800""#,
+        r#""\udfff\ud800""#,
+        r#""\u0041\/\b\f\n\r\t\"\\""#,
+        r#""é😀\u00e9""#,
+        r#""""#,
+        r#""\u0000""#,
+    ];
+    let pick = rng.random_range(0..10);
+    if depth == 0 || pick < 5 {
+        return ATOMS[rng.random_range(0..ATOMS.len())].to_string();
+    }
+    let n = rng.random_range(0..4);
+    let space = [" ", "", "\n\t", "  "][rng.random_range(0..4)];
+    let items: Vec<String> = (0..n)
+        .map(|i| {
+            let v = json_text(rng, depth - 1);
+            if pick < 8 {
+                v
+            } else {
+                format!(r#""k{i}\u00e9"{space}:{space}{v}"#)
+            }
+        })
+        .collect();
+    let inner = items.join(&format!("{space},{space}"));
+    if pick < 8 {
+        format!("[{space}{inner}{space}]")
+    } else {
+        format!("{{{space}{inner}{space}}}")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_round_trip_byte_for_byte_through_the_binary_on_both_stores() {
+    use rand::SeedableRng;
+    let seed: u64 = std::env::var("DQ_FAULTS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("faults: bodies: seed {seed} (DQ_FAULTS_SEED={seed} repeats this run)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let limit = dq_core::limits::MAX_JSON_DEPTH;
+    let mut bodies: Vec<String> = (0..if long() { 2000 } else { 150 })
+        .map(|_| json_text(&mut rng, 6))
+        .collect();
+    // At the documented depth limit exactly, and with the last byte a string's.
+    bodies.push(format!("{}{}", "[".repeat(limit), "]".repeat(limit)));
+    bodies.push(format!("{}\"]\"{}", "[".repeat(limit), "]".repeat(limit)));
+
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start();
+    let embedded = Dq::start_embedded(dir.path()).await;
+    let on_redis = Dq::start(&redis.url()).await;
+    for (store, dq) in [("embedded", &embedded), ("redis", &on_redis)] {
+        for (i, body) in bodies.iter().enumerate() {
+            let res = dq
+                .http
+                .post(format!("{}/v1/topics/bytes/jobs", dq.base))
+                .header("content-type", "application/json")
+                .body(format!(r#"{{"id":"b{i}","body":{body}}}"#))
+                .send()
+                .await
+                .unwrap();
+            let status = res.status().as_u16();
+            let text = res.text().await.unwrap();
+            assert_eq!(status, 201, "{store}: {body} refused: {text}");
+            let got = dq
+                .http
+                .get(format!("{}/v1/topics/bytes/jobs/b{i}", dq.base))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            assert!(
+                got.contains(&format!(r#""body":{body}"#)),
+                "{store}: {body} came back as {got} (seed {seed})"
+            );
+        }
+        // Handed out as sent, too.
+        let mut seen = 0;
+        while seen < bodies.len() {
+            let text = dq
+                .http
+                .post(format!("{}/v1/reserve", dq.base))
+                .json(&json!({"topics": ["bytes"], "max": 1000}))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            // Not parsed: the test's own parser refuses lone surrogates.
+            let n = text.matches(r#"{"topic":"bytes","id":"#).count();
+            assert!(n > 0, "{store}: reserve gave {text}");
+            seen += n;
+            for (i, body) in bodies.iter().enumerate() {
+                let marker = format!(r#""id":"b{i}""#);
+                if let Some(at) = text.find(&marker) {
+                    let rest = &text[at..];
+                    let end = rest[1..]
+                        .find(r#"{"topic":"bytes","id":"#)
+                        .map_or(rest.len(), |e| e + 1);
+                    assert!(
+                        rest[..end].contains(&format!(r#""body":{body}"#)),
+                        "{store} reserve: {body} changed (seed {seed})"
+                    );
+                }
+            }
+        }
+    }
+}
