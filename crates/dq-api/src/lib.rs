@@ -565,6 +565,10 @@ pub struct Health {
     /// Each part of the store (one per Redis shard), on readyz.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stores: Vec<StoreHealth>,
+    /// On readyz: the time dq decides by (the store's clock, or the
+    /// monotonic clock since start) minus this host's wall clock, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_ms: Option<i64>,
 }
 
 /// `GET /readyz` when no part of the store answers (503, `Retry-After: 1`):
@@ -575,6 +579,9 @@ pub struct NotReady {
     pub status: String,
     /// Each part of the store.
     pub stores: Vec<StoreHealth>,
+    /// As on [`Health`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_ms: Option<i64>,
     /// `store_unavailable`.
     pub error: ErrorDetail,
 }

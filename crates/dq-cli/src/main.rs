@@ -132,7 +132,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     };
     let mut config = settings.server.clone();
     config.store_name.clone_from(&what);
-    let server = dq_server::Server::new(config, store, Arc::new(dq_core::SystemClock));
+    let server = dq_server::Server::new(config, store, Arc::new(dq_core::MonotonicClock::new()));
     server
         .apply_topics(&settings.topics)
         .await

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Unix time in milliseconds.
 pub trait Clock: Send + Sync + 'static {
@@ -21,6 +21,41 @@ impl Clock for SystemClock {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0)
+    }
+}
+
+/// The wall clock read once, at creation, then advanced by the monotonic
+/// clock: a step of the system clock afterwards (an NTP step, a manual
+/// change, a VM resumed with a stale clock) does not move it, so it never
+/// jumps forward (which would hand jobs out early and cut leases short) or
+/// back. The monotonic clock is slewed by NTP like the wall clock, so the two
+/// differ only by the steps since creation; `dq serve` reports that
+/// difference (`dq_clock_offset_seconds`) and warns above 1 s.
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock {
+    start_ms: u64,
+    start: Instant,
+}
+
+impl MonotonicClock {
+    /// Starts at the wall clock's time now.
+    pub fn new() -> Self {
+        Self {
+            start_ms: SystemClock.now_ms(),
+            start: Instant::now(),
+        }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_ms(&self) -> u64 {
+        self.start_ms + self.start.elapsed().as_millis() as u64
     }
 }
 

@@ -17,7 +17,7 @@ pub mod retry;
 pub mod store;
 pub mod topic;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use limits::{InvalidInput, Limits};
 pub use model::*;
 pub use retry::RetryPolicy;

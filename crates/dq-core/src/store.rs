@@ -226,6 +226,15 @@ pub trait Store: Send + Sync + 'static {
         Ok(vec![me.to_string()])
     }
 
+    /// The clock this store decides by, when it has its own (Redis: the
+    /// server's `TIME`): Unix ms. `None` when the store decides by the
+    /// `now_ms` its callers pass (the embedded store; Redis driven by a test
+    /// clock). Instances compare their own clock with it to sleep until the
+    /// right moment and to report their offset.
+    async fn time_ms(&self) -> StoreResult<Option<u64>> {
+        Ok(None)
+    }
+
     /// Each part of the store (one per Redis shard) and whether it answers.
     async fn health(&self) -> Vec<(String, StoreResult<()>)> {
         vec![("store".to_string(), self.ping().await)]

@@ -20,7 +20,7 @@
 //!   what the file holds; and until a write is synced again the store reports
 //!   itself not ready (`ping` writes a probe to find out).
 //!
-//! Either way the connection is reopened after a failed commit. Read-only
+//! Read-only
 //! operations go through the same thread, in order, without a savepoint, and
 //! are answered with the group (so a read never reports a write that a failed
 //! commit then lost).
@@ -375,7 +375,9 @@ fn run(
                     let _ = cx.conn.execute_batch("ROLLBACK");
                     cx.forget_created(0);
                     cx.wake.clear();
-                    stale = true;
+                    // Only an unknown outcome needs the file read afresh; a
+                    // known failure is undone by the rollback.
+                    stale = cx.unsynced;
                     for r in replies {
                         r(Some(err.clone()));
                     }

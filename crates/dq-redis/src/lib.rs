@@ -66,6 +66,22 @@ pub struct RedisConfig {
     /// Seed nodes of a Redis Cluster (`redis://host:port`, any few of its
     /// nodes). When not empty, `url` is not used and dq talks to the cluster.
     pub cluster: Vec<String>,
+    /// Whose clock decides due times, claims, lease expiry and retries.
+    pub clock: TimeSource,
+}
+
+/// Whose clock a [`RedisStore`] decides by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimeSource {
+    /// The Redis server's (`TIME` inside each script; on a Cluster, the
+    /// clock of the master holding the partition): every dq instance decides
+    /// by one clock, whatever its own says. The default, and what `dq serve`
+    /// uses.
+    #[default]
+    Server,
+    /// The `now_ms` each call passes: for tests that drive a
+    /// [`ManualClock`](dq_core::ManualClock).
+    Caller,
 }
 
 impl Default for RedisConfig {
@@ -76,6 +92,7 @@ impl Default for RedisConfig {
             response_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(2),
             cluster: Vec::new(),
+            clock: TimeSource::Server,
             wait_replicas: 0,
             wait_timeout: Duration::from_secs(1),
         }
@@ -107,6 +124,7 @@ pub struct RedisStore {
     scripts: Scripts,
     /// Topics this process already added to the topics set.
     known: Mutex<HashSet<String>>,
+    clock: TimeSource,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -222,7 +240,17 @@ impl RedisStore {
             keys,
             scripts,
             known: Mutex::new(HashSet::new()),
+            clock: config.clock,
         })
+    }
+
+    /// The "now" argument of a script: empty (the script reads the server's
+    /// clock) unless the caller's time decides.
+    fn now_arg(&self, now_ms: u64) -> Vec<u8> {
+        match self.clock {
+            TimeSource::Server => Vec::new(),
+            TimeSource::Caller => n(now_ms),
+        }
     }
 
     /// The key builder (for tests and tools that inspect the keyspace).
@@ -328,7 +356,12 @@ impl RedisStore {
             .run(
                 script,
                 topic,
-                &[id.as_str().as_bytes(), token.as_bytes(), value, &n(now_ms)],
+                &[
+                    id.as_str().as_bytes(),
+                    token.as_bytes(),
+                    value,
+                    &self.now_arg(now_ms),
+                ],
             )
             .await?;
         status_time(&v)
@@ -360,7 +393,7 @@ impl RedisStore {
                 token.as_bytes(),
                 clip_error(error).as_bytes(),
                 &opt(retry_in_ms),
-                &n(now_ms),
+                &self.now_arg(now_ms),
                 rand.as_bytes(),
                 if bury { b"1" } else { b"0" },
             ],
@@ -452,7 +485,7 @@ impl Store for RedisStore {
         }
         self.register(topic).await?;
         let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 10);
-        args.push(n(now_ms));
+        args.push(self.now_arg(now_ms));
         for j in jobs {
             let (kind, value) = match j.when {
                 When::DelayMs(d) => ("d", d),
@@ -511,7 +544,7 @@ impl Store for RedisStore {
             .run(
                 &self.scripts.reschedule,
                 topic,
-                &[id.as_str().as_bytes(), &n(due_at_ms), &n(now_ms)],
+                &[id.as_str().as_bytes(), &n(due_at_ms), &self.now_arg(now_ms)],
             )
             .await?;
         status(&v).map(|_| ())
@@ -530,7 +563,7 @@ impl Store for RedisStore {
                 &self.scripts.claim,
                 topic,
                 &[
-                    &n(now_ms),
+                    &self.now_arg(now_ms),
                     &n(max as u64),
                     &opt(lease_ms),
                     token_prefix().as_bytes(),
@@ -623,7 +656,7 @@ impl Store for RedisStore {
             .run(
                 &self.scripts.promote_due,
                 topic,
-                &[&n(now_ms), &n(max.max(1) as u64)],
+                &[&self.now_arg(now_ms), &n(max.max(1) as u64)],
             )
             .await?;
         let items = array(v)?;
@@ -644,7 +677,7 @@ impl Store for RedisStore {
                 &self.scripts.requeue_expired,
                 topic,
                 &[
-                    &n(now_ms),
+                    &self.now_arg(now_ms),
                     &n(max.max(1) as u64),
                     rand::random::<f64>().to_string().as_bytes(),
                 ],
@@ -684,7 +717,7 @@ impl Store for RedisStore {
         now_ms: u64,
     ) -> StoreResult<u64> {
         let mut args: Vec<&[u8]> = Vec::new();
-        let now = n(now_ms);
+        let now = self.now_arg(now_ms);
         let max = n(max.max(1) as u64);
         args.push(&now);
         args.push(&max);
@@ -855,6 +888,18 @@ impl Store for RedisStore {
             },
             ..TopicStats::default()
         })
+    }
+
+    async fn time_ms(&self) -> StoreResult<Option<u64>> {
+        if self.clock == TimeSource::Caller {
+            return Ok(None);
+        }
+        let mut conn = self.conn.clone();
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(Some(secs * 1000 + micros / 1000))
     }
 
     async fn members(&self, me: &str, now_ms: u64, ttl_ms: u64) -> StoreResult<Vec<String>> {

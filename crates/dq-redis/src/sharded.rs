@@ -825,6 +825,23 @@ impl Store for ShardedStore {
         Ok(out)
     }
 
+    /// The first answering shard's clock (each shard decides its own
+    /// partitions by its own clock; they should agree within milliseconds).
+    async fn time_ms(&self) -> StoreResult<Option<u64>> {
+        let mut last = Ok(None);
+        let now = self.now_ms();
+        for s in &self.shards {
+            if s.down_until_ms.load(Ordering::Relaxed) > now {
+                continue;
+            }
+            match s.store.time_ms().await {
+                Ok(t) => return Ok(t),
+                Err(e) => last = Err(e),
+            }
+        }
+        last
+    }
+
     async fn members(&self, me: &str, now_ms: u64, ttl_ms: u64) -> StoreResult<Vec<String>> {
         // Kept on the first shard that answers (while shard 0 is down, two
         // instances may both dispatch a topic for a while: that is safe).

@@ -9,6 +9,7 @@ async fn on_cluster(cluster: &RedisCluster, scenario: &str) -> RedisStore {
     let store = RedisStore::new(&RedisConfig {
         cluster: cluster.urls(),
         prefix: format!("c-{scenario}"),
+        clock: dq_redis::TimeSource::Caller,
         ..Default::default()
     })
     .unwrap();
@@ -36,6 +37,7 @@ async fn failover_under_load_loses_no_acknowledged_enqueue() {
         wait_timeout: Duration::from_millis(300),
         response_timeout: Duration::from_millis(500),
         connect_timeout: Duration::from_millis(300),
+        clock: dq_redis::TimeSource::Caller,
         ..Default::default()
     };
     let durable = Arc::new(RedisStore::new(&config(1)).unwrap());
@@ -164,6 +166,7 @@ async fn a_resharding_under_load_loses_nothing() {
     let store = Arc::new(
         RedisStore::new(&RedisConfig {
             cluster: cluster.urls(),
+            clock: dq_redis::TimeSource::Caller,
             ..Default::default()
         })
         .unwrap(),

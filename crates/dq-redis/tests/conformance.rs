@@ -7,6 +7,7 @@ async fn fresh() -> (RedisStore, RedisServer) {
     let server = RedisServer::start();
     let store = RedisStore::new(&RedisConfig {
         url: server.url(),
+        clock: dq_redis::TimeSource::Caller,
         ..Default::default()
     })
     .unwrap();

@@ -14,6 +14,7 @@ const T0: u64 = 1_700_000_000_000;
 fn store(url: String) -> RedisStore {
     RedisStore::new(&RedisConfig {
         url,
+        clock: dq_redis::TimeSource::Caller,
         ..Default::default()
     })
     .unwrap()
@@ -139,6 +140,7 @@ async fn url_with_password_and_db() {
 fn invalid_url_is_refused() {
     let e = RedisStore::new(&RedisConfig {
         url: "http://:pw@host".into(),
+        clock: dq_redis::TimeSource::Caller,
         ..Default::default()
     })
     .unwrap_err();
@@ -246,4 +248,89 @@ async fn far_jobs_wait_in_the_wheel() {
     );
     assert_eq!(s.claim(&t, 10, None, due).await.unwrap().leases.len(), 1);
     assert_eq!(s.stats(&t, due).await.unwrap().scheduled, 0);
+}
+
+/// With the server's clock (what `dq serve` uses), the callers' clocks do not
+/// matter: one a day behind enqueues, one a day ahead claims, requeues and
+/// nacks, and still nothing is handed out early, no lease is cut short and
+/// the retry waits its time, measured by this test's real clock.
+#[tokio::test]
+async fn the_servers_clock_decides_whatever_the_callers_say() {
+    use std::time::Instant;
+    let server = RedisServer::start();
+    let s = RedisStore::new(&RedisConfig {
+        url: server.url(),
+        ..Default::default()
+    })
+    .unwrap();
+    let real = SystemClock.now_ms();
+    let store_ms = s.time_ms().await.unwrap().expect("the server's clock");
+    assert!(store_ms.abs_diff(real) < 1000, "{store_ms} vs {real}");
+    let (behind, ahead) = (real - 86_400_000, real + 86_400_000);
+    let t = Topic::new("skew").unwrap();
+
+    let start = Instant::now();
+    let e = s.enqueue(&t, &[job("d", 400)], behind).await.unwrap();
+    assert!(e[0].due_at_ms >= real + 400, "due by the server's clock");
+    let claimed = loop {
+        let c = s.claim(&t, 1, Some(500), ahead).await.unwrap();
+        if let Some(l) = c.leases.into_iter().next() {
+            break l;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(399),
+        "handed out early: {waited:?}"
+    );
+    assert!(waited < Duration::from_millis(1000), "{waited:?}");
+
+    // The lease lasts its 500 ms, whatever the requeuer's clock says.
+    let leased = Instant::now();
+    loop {
+        let r = s.requeue_expired(&t, 10, ahead).await.unwrap();
+        if r.retried + r.dead > 0 {
+            break;
+        }
+        assert!(
+            leased.elapsed() < Duration::from_secs(2),
+            "lease never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let held = leased.elapsed();
+    assert!(
+        held >= Duration::from_millis(499),
+        "lease cut short: {held:?}"
+    );
+    assert!(
+        s.ack(&t, &claimed.id, &claimed.token).await.is_err(),
+        "the expired lease's token is stale once the job is requeued"
+    );
+
+    // A nack's retry waits its 300 ms, measured from the nack.
+    let again = loop {
+        let c = s.claim(&t, 1, Some(10_000), behind).await.unwrap();
+        if let Some(l) = c.leases.into_iter().next() {
+            break l;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let nacked = Instant::now();
+    s.nack(&t, &again.id, &again.token, "later", Some(300), ahead)
+        .await
+        .unwrap();
+    loop {
+        let c = s.claim(&t, 1, Some(10_000), ahead).await.unwrap();
+        if !c.leases.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let retried = nacked.elapsed();
+    assert!(
+        retried >= Duration::from_millis(299),
+        "retried early: {retried:?}"
+    );
 }

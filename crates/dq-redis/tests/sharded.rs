@@ -22,6 +22,7 @@ fn sharded(servers: &[RedisServer]) -> ShardedStore {
                     url: s.url(),
                     response_timeout: std::time::Duration::from_millis(500),
                     connect_timeout: std::time::Duration::from_millis(200),
+                    clock: dq_redis::TimeSource::Caller,
                     ..Default::default()
                 })
                 .unwrap();

@@ -572,6 +572,7 @@ pub(crate) async fn healthz() -> ApiResult {
     reply(wire::Health {
         status: "ok".into(),
         stores: Vec::new(),
+        clock_offset_ms: None,
     })
 }
 
@@ -590,10 +591,13 @@ pub(crate) async fn readyz(State(st): State<AppState>) -> ApiResult {
             error: r.as_ref().err().map(ToString::to_string),
         })
         .collect();
+    let clock_offset_ms =
+        Some(st.service.clock().now_ms() as i64 - dq_core::SystemClock.now_ms() as i64);
     if health.iter().any(|(_, r)| r.is_ok()) {
         return reply(wire::Health {
             status: "ready".into(),
             stores: parts,
+            clock_offset_ms,
         });
     }
     let e = ApiError::from(
@@ -605,6 +609,7 @@ pub(crate) async fn readyz(State(st): State<AppState>) -> ApiResult {
     let body = wire::NotReady {
         status: "unavailable".into(),
         stores: parts,
+        clock_offset_ms,
         error: e.body().error,
     };
     Ok((

@@ -17,6 +17,7 @@ mod admin;
 pub mod alerts;
 mod api;
 pub mod auth;
+pub mod clock;
 pub mod deliverer;
 pub mod dispatcher;
 pub mod error;
@@ -196,18 +197,26 @@ impl Default for ServerConfig {
 pub struct Server {
     config: ServerConfig,
     state: AppState,
+    clock: Arc<clock::StoreClock>,
 }
 
 impl Server {
-    /// A server over `store`.
+    /// A server over `store`. `clock` is this instance's own clock; where
+    /// the store has a clock of its own (Redis), the server moves it to the
+    /// store's (see [`clock`]).
     pub fn new(config: ServerConfig, store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
         let guard = push_guard::PushGuard {
             deny_private: config.push_deny_private,
         };
-        let mut state = AppState::with_guard(store, clock, config.limits, guard);
+        let clock = Arc::new(clock::StoreClock::new(clock));
+        let mut state = AppState::with_guard(store, clock.clone(), config.limits, guard);
         state.admin = Arc::new(auth::AdminAuth::new(config.admin_token.clone()));
         state.store_name = config.store_name.clone();
-        Self { config, state }
+        Self {
+            config,
+            state,
+            clock,
+        }
     }
 
     /// The shared state (tests use it to wake waiters after moving a manual clock).
@@ -261,6 +270,21 @@ impl Server {
         let state = self.state.clone();
         let svc = state.service.clone();
 
+        // The store's time before the first call (a store that does not
+        // answer yet is measured again by the loop).
+        let _ = tokio::time::timeout(
+            Duration::from_secs(2),
+            self.clock.sync(svc.store().as_ref()),
+        )
+        .await;
+        {
+            let clock = self.clock.clone();
+            let store = svc.store().clone();
+            let cancel = loops.clone();
+            supervise(&tracker, &loops, "clock-sync", move || {
+                clock::run_sync(clock.clone(), store.clone(), cancel.clone())
+            });
+        }
         {
             let store = svc.store().clone();
             let wakers = svc.wakers().clone();

@@ -256,6 +256,13 @@ impl Metrics {
             "# HELP dq_build_info The running dq's version (value 1).\n# TYPE dq_build_info gauge\ndq_build_info{{version=\"{}\"}} 1",
             env!("CARGO_PKG_VERSION")
         );
+        use dq_core::Clock as _;
+        let offset = svc.clock().now_ms() as f64 - dq_core::SystemClock.now_ms() as f64;
+        let _ = writeln!(
+            out,
+            "# HELP dq_clock_offset_seconds The time dq decides by (the store's clock, or the monotonic clock since start) minus this host's wall clock.\n# TYPE dq_clock_offset_seconds gauge\ndq_clock_offset_seconds {:.3}",
+            offset / 1000.0
+        );
         process_metrics(&mut out);
         out
     }

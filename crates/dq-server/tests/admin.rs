@@ -52,6 +52,7 @@ fn redis() -> Admin {
     let r = dq_testkit::RedisServer::start();
     let store = dq_redis::RedisStore::new(&dq_redis::RedisConfig {
         url: r.url(),
+        clock: dq_redis::TimeSource::Caller,
         ..Default::default()
     })
     .unwrap();

@@ -111,6 +111,7 @@ async fn alerts_once_per_incident_to_webhook_and_email() {
         url: redis.url(),
         response_timeout: Duration::from_millis(500),
         connect_timeout: Duration::from_millis(300),
+        clock: dq_redis::TimeSource::Caller,
         ..Default::default()
     })
     .unwrap();
@@ -232,6 +233,7 @@ async fn store_alerts_name_the_shard() {
             url,
             response_timeout: Duration::from_millis(300),
             connect_timeout: Duration::from_millis(200),
+            clock: dq_redis::TimeSource::Caller,
             ..Default::default()
         })
         .unwrap()

@@ -18,6 +18,7 @@ async fn live_dispatchers_share_the_topics() {
         "r".into(),
         RedisStore::new(&RedisConfig {
             url: redis.url(),
+            clock: dq_redis::TimeSource::Caller,
             ..Default::default()
         })
         .unwrap(),

@@ -24,6 +24,7 @@ fn state_for(url: String, clock: Arc<dyn Clock>) -> AppState {
         url,
         response_timeout: std::time::Duration::from_millis(500),
         connect_timeout: std::time::Duration::from_millis(200),
+        clock: dq_redis::TimeSource::Caller,
         ..Default::default()
     })
     .unwrap();
@@ -1076,6 +1077,7 @@ async fn health_per_shard() {
             url,
             response_timeout: std::time::Duration::from_millis(300),
             connect_timeout: std::time::Duration::from_millis(200),
+            clock: dq_redis::TimeSource::Caller,
             ..Default::default()
         })
         .unwrap()

@@ -392,6 +392,7 @@ fn routes() -> Vec<Route> {
                 to(Health {
                     status: "ok".into(),
                     stores: vec![],
+                    clock_offset_ms: None,
                 }),
             )],
         ),
@@ -409,6 +410,7 @@ fn routes() -> Vec<Route> {
                             up: false,
                             error: Some("e".into()),
                         }],
+                        clock_offset_ms: Some(-3),
                     }),
                 ),
                 (
@@ -420,6 +422,7 @@ fn routes() -> Vec<Route> {
                             up: false,
                             error: Some("e".into()),
                         }],
+                        clock_offset_ms: Some(3),
                         error: error().error,
                     }),
                 ),

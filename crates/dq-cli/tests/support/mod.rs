@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub(crate) mod load;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -62,6 +64,7 @@ pub(crate) struct Dq {
     pub(crate) http: reqwest::Client,
     port: u16,
     store_args: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl Dq {
@@ -74,11 +77,21 @@ impl Dq {
     }
 
     pub(crate) async fn start_with(store_args: &[&str]) -> Dq {
+        Self::start_env(&[], store_args).await
+    }
+
+    /// As [`Dq::start_with`], with extra environment variables (e.g.
+    /// libfaketime's).
+    pub(crate) async fn start_env(env: &[(&str, &str)], store_args: &[&str]) -> Dq {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let port = free_port();
         let store_args: Vec<String> = store_args.iter().map(|a| a.to_string()).collect();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let dq = Dq {
-            child: Self::spawn(port, &store_args),
+            child: Self::spawn(port, &store_args, &env),
             base: format!("http://127.0.0.1:{port}"),
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(64)
@@ -86,13 +99,15 @@ impl Dq {
                 .unwrap(),
             port,
             store_args,
+            env,
         };
         wait_ready(&dq.http, &dq.base).await;
         dq
     }
 
-    fn spawn(port: u16, store_args: &[String]) -> Child {
+    fn spawn(port: u16, store_args: &[String], env: &[(String, String)]) -> Child {
         Command::new(env!("CARGO_BIN_EXE_dq"))
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .args(store_args)
             .args(["--shutdown-grace", "3s", "--log-level", "warn"])
@@ -108,7 +123,7 @@ impl Dq {
     /// and waits until it is ready.
     pub(crate) async fn restart(&mut self) {
         self.kill9();
-        self.child = Self::spawn(self.port, &self.store_args);
+        self.child = Self::spawn(self.port, &self.store_args, &self.env);
         wait_ready(&self.http, &self.base).await;
     }
 

@@ -6,7 +6,7 @@
 --   id, token, attempt, due, lease deadline, priority, kind, body}
 -- Side effects: sched -> ready (at most 1000), ready -> lease, job records
 --   (s=r, a+1, t, u).
-local now, max = tonumber(ARGV[2]), tonumber(ARGV[3])
+local now, max = clock_ms(ARGV[2]), tonumber(ARGV[3])
 local lease_override = tonumber(ARGV[4])
 promote(K, now, 1000)
 local members = redis.call('ZRANGE', K.ready, 0, max - 1)

@@ -30,13 +30,26 @@
 --   t lease token, u lease deadline, x died-at ms, w true while in the wheel.
 -- One string per job in one hash per topic keeps a job at ~150 bytes of
 -- Redis memory (a hash per job with a 64-byte body is several times that).
--- Time is always ARGV "now"; no script reads the server clock.
+-- Time: every script takes "now" from clock_ms(ARGV[...]): the Redis server's
+-- clock (TIME) unless the caller passes a time (tests drive a manual clock).
+-- So every dq instance decides due times, promotions, claims, lease expiry
+-- and retry times by one clock, whatever its own says; Redis 7 replicates
+-- scripts by effects, so replicas and the AOF get the values, not the call.
 
 -- Every script gets the same KEYS (see keys.rs) and ARGV[1] = topic name.
 local K = {
   sched = KEYS[1], ready = KEYS[2], lease = KEYS[3], dead = KEYS[4],
   ctr = KEYS[5], cfg = KEYS[6], jobs = KEYS[7], wheel = KEYS[8], wp = KEYS[9],
 }
+
+-- Now in ms: the caller's time when it passes one, else the server's clock.
+local function clock_ms(arg)
+  if arg ~= nil and arg ~= '' then
+    return tonumber(arg)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 
 local function num(v, default)
   local n = tonumber(v)

@@ -12,7 +12,7 @@
 --   event earlier.
 -- The next event is read once and kept in `head` over the batch (it decides
 -- the wake-up exactly as place() does, without a read per job).
-local now = tonumber(ARGV[2])
+local now = clock_ms(ARGV[2])
 local cfg = nil
 local out = {}
 local woke = false

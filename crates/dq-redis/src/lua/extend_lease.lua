@@ -7,7 +7,7 @@ local id = ARGV[2]
 local j, err = held(id, ARGV[3])
 if not j then return err end
 local lease = tonumber(ARGV[4]) or j.L or topic_cfg(K).lease_ms
-local deadline = tonumber(ARGV[5]) + lease
+local deadline = clock_ms(ARGV[5]) + lease
 j.u = deadline
 save(id, j)
 redis.call('ZADD', K.lease, deadline, id)

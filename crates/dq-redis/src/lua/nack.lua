@@ -9,7 +9,7 @@
 local id = ARGV[2]
 local j, err = held(id, ARGV[3])
 if not j then return err end
-local due, woke, attempt = fail(K, topic_cfg(K), id, j, tonumber(ARGV[6]), ARGV[4],
+local due, woke, attempt = fail(K, topic_cfg(K), id, j, clock_ms(ARGV[6]), ARGV[4],
   tonumber(ARGV[5]), tonumber(ARGV[7]), ARGV[8] == '1')
 if woke then wake() end
 if due < 0 then return {2, attempt} end

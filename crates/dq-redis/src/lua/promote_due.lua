@@ -3,6 +3,6 @@
 -- ARGV: topic, now, max
 -- Returns: {moved, next due ms of the schedule or -1}
 -- Side effects: sched -> ready, job hashes s=y; PUBLISH when any moved.
-local moved = promote(K, tonumber(ARGV[2]), tonumber(ARGV[3]))
+local moved = promote(K, clock_ms(ARGV[2]), tonumber(ARGV[3]))
 if moved > 0 then wake() end
 return {moved, next_due(K)}

@@ -8,7 +8,7 @@
 local id = ARGV[2]
 local j, err = held(id, ARGV[3])
 if not j then return err end
-local now = tonumber(ARGV[5])
+local now = clock_ms(ARGV[5])
 local due = now + tonumber(ARGV[4])
 redis.call('ZREM', K.lease, id)
 j.t, j.u = nil, nil

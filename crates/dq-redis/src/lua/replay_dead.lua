@@ -3,7 +3,7 @@
 -- ARGV: topic, now, max, then ids (none: the `max` oldest dead letters)
 -- Returns: number replayed (ids not dead are skipped)
 -- Side effects: dead -> ready, job record a=0, x cleared; ctr.replayed + n; PUBLISH.
-local now, max = tonumber(ARGV[2]), tonumber(ARGV[3])
+local now, max = clock_ms(ARGV[2]), tonumber(ARGV[3])
 local ids = {}
 if #ARGV > 3 then
   for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end

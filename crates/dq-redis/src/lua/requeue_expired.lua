@@ -5,7 +5,7 @@
 -- Returns: {retried, dead, next lease deadline or -1, then 3 per job:
 --   id, failed attempt, retry due ms or -1 when dead}
 -- Side effects: see fail() in common.lua; ctr.expired + n.
-local now, max, seed = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local now, max, seed = clock_ms(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local ids = redis.call('ZRANGEBYSCORE', K.lease, '-inf', '(' .. now, 'LIMIT', 0, max)
 local retried, dead, woke = 0, 0, false
 local cfg = nil

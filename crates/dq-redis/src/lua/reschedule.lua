@@ -9,7 +9,7 @@ local j = load(id)
 if not j then return {-1} end
 if j.s ~= 's' and j.s ~= 'y' then return {-3, j.s} end
 unplace(K, id, j)
-local woke = place(K, id, j, tonumber(ARGV[3]), tonumber(ARGV[4]))
+local woke = place(K, id, j, tonumber(ARGV[3]), clock_ms(ARGV[4]))
 save(id, j)
 if woke then wake() end
 return {1}
