@@ -91,15 +91,7 @@ async fn clocks_a_minute_apart(store_args: &[&str]) {
         assert_eq!(s, 200, "{v}");
         let off = v["clock_offset_ms"].as_i64().unwrap();
         assert!((off - want).abs() < 1000, "{who}: clock_offset_ms {off}");
-        let metrics = dq
-            .http
-            .get(format!("{}/metrics", dq.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = dq.get_text("/metrics").await;
         let gauge: f64 = metrics
             .lines()
             .find_map(|l| l.strip_prefix("dq_clock_offset_seconds "))
@@ -125,12 +117,7 @@ async fn clocks_a_minute_apart(store_args: &[&str]) {
         let (job, at) = reserve_one(to, "skew", 60_000).await;
         assert_eq!(job["id"], name);
         at_least(&format!("job {name}"), at - sent, 1500, 500);
-        let (s, v) = to
-            .post(
-                &format!("/v1/topics/skew/jobs/{name}/ack"),
-                json!({"token": job["token"]}),
-            )
-            .await;
+        let (s, v) = to.ack("skew", &job).await;
         assert_eq!(s, 200, "{v}");
     }
 
@@ -242,12 +229,7 @@ async fn an_embedded_store_whose_clock_steps_an_hour_keeps_its_times() {
     // The held lease was not cut short by the forward step.
     let (_, v) = get(&dq, "/v1/topics/held/jobs/h").await;
     assert_eq!(v["state"], "reserved", "{v}");
-    let (s, v) = dq
-        .post(
-            "/v1/topics/held/jobs/h/ack",
-            json!({"token": held["token"]}),
-        )
-        .await;
+    let (s, v) = dq.ack("held", &held).await;
     assert_eq!(s, 200, "{v}");
 
     // An hour ahead on the host's clock: dq keeps its own time, and says so.

@@ -310,12 +310,7 @@ async fn a_full_disk_refuses_only_enqueues_and_can_be_drained() {
     let leased = got["jobs"].as_array().unwrap();
     assert_eq!(leased.len(), 10);
     for j in leased {
-        let (s, v) = dq
-            .post(
-                &format!("/v1/topics/work/jobs/{}/ack", j["id"].as_str().unwrap()),
-                json!({"token": j["token"]}),
-            )
-            .await;
+        let (s, v) = dq.ack("work", j).await;
         assert_eq!(s, 200, "ack on a full disk: {v}");
     }
     let (s, v, _) = dq
@@ -521,12 +516,7 @@ async fn the_shard_of_partition_zero_killed_delays_only_its_own_jobs() {
         let got = v["jobs"].as_array().unwrap();
         assert!(!got.is_empty(), "{who}: live partitions hand out");
         for j in got {
-            let (s, v) = dq
-                .post(
-                    &format!("/v1/topics/{name}/jobs/{}/ack", j["id"].as_str().unwrap()),
-                    json!({"token": j["token"]}),
-                )
-                .await;
+            let (s, v) = dq.ack(&name, j).await;
             assert_eq!(s, 200, "{who}: {v}");
             accepted -= 1;
         }
@@ -645,15 +635,7 @@ async fn bodies_round_trip_byte_for_byte_through_the_binary_on_both_stores() {
             let status = res.status().as_u16();
             let text = res.text().await.unwrap();
             assert_eq!(status, 201, "{store}: {body} refused: {text}");
-            let got = dq
-                .http
-                .get(format!("{}/v1/topics/bytes/jobs/b{i}", dq.base))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            let got = dq.get_text(&format!("/v1/topics/bytes/jobs/b{i}")).await;
             assert!(
                 got.contains(&format!(r#""body":{body}"#)),
                 "{store}: {body} came back as {got} (seed {seed})"

@@ -161,6 +161,28 @@ impl Dq {
         (s, v)
     }
 
+    /// Acks `job` (as a reserve handed it out) on `topic`.
+    pub(crate) async fn ack(&self, topic: &str, job: &Value) -> (u16, Value) {
+        let id = job["id"].as_str().expect("a job with an id");
+        self.post(
+            &format!("/v1/topics/{topic}/jobs/{id}/ack"),
+            json!({"token": job["token"]}),
+        )
+        .await
+    }
+
+    /// GET of `path`, its body as text (not parsed).
+    pub(crate) async fn get_text(&self, path: &str) -> String {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
