@@ -19,6 +19,12 @@ pub(crate) struct ServeArgs {
     /// Address of the HTTP API [default: 127.0.0.1:7070]
     #[arg(long, env = "DQ_LISTEN")]
     pub(crate) listen: Option<String>,
+    /// Also speak the beanstalkd protocol on this address, e.g. 127.0.0.1:11300 (docs/beanstalkd.md) [default: off]
+    #[arg(long = "beanstalkd", env = "DQ_BEANSTALKD_LISTEN")]
+    pub(crate) beanstalkd_listen: Option<String>,
+    /// Largest job body the beanstalkd listener takes, in bytes [default: 65535]
+    #[arg(long, env = "DQ_BEANSTALKD_MAX_JOB_SIZE")]
+    pub(crate) beanstalkd_max_job_size: Option<usize>,
     /// Directory of the embedded store, used when no Redis is configured [default: ./dq-data]
     #[arg(long, env = "DQ_DATA_DIR")]
     pub(crate) data_dir: Option<PathBuf>,
@@ -107,6 +113,8 @@ pub(crate) struct ServeArgs {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     listen: Option<String>,
+    beanstalkd_listen: Option<String>,
+    beanstalkd_max_job_size: Option<usize>,
     data_dir: Option<PathBuf>,
     disk_reserve_bytes: Option<u64>,
     redis: Option<String>,
@@ -223,6 +231,24 @@ impl ServeArgs {
         }
         if let Some(t) = self.redis_timeout.or(file.redis_timeout) {
             redis.response_timeout = duration("redis_timeout", &t)?;
+        }
+        let bs_size = self
+            .beanstalkd_max_job_size
+            .or(file.beanstalkd_max_job_size);
+        if let Some(l) = self.beanstalkd_listen.or(file.beanstalkd_listen) {
+            let listen = l.parse().with_context(|| {
+                format!("beanstalkd_listen: {l:?} is not an address like 127.0.0.1:11300")
+            })?;
+            let max_job_size = bs_size.unwrap_or(65_535);
+            if max_job_size == 0 {
+                bail!("beanstalkd_max_job_size: must be at least 1");
+            }
+            server.beanstalkd = Some(dq_server::beanstalkd::BeanstalkdConfig {
+                listen,
+                max_job_size,
+            });
+        } else if bs_size.is_some() {
+            bail!("beanstalkd_max_job_size is set but beanstalkd_listen (--beanstalkd) is not");
         }
         if let Some(b) = self.max_body_bytes.or(file.max_body_bytes) {
             server.limits.max_body_bytes = b;

@@ -226,6 +226,11 @@ pub trait Store: Send + Sync + 'static {
         Ok(vec![me.to_string()])
     }
 
+    /// The next value of the counter `name`: 1, 2, 3, … — unique and
+    /// increasing across every process sharing the store (beanstalkd job
+    /// ids are such numbers).
+    async fn next_seq(&self, name: &str) -> StoreResult<u64>;
+
     /// The clock this store decides by, when it has its own (Redis: the
     /// server's `TIME`): Unix ms. `None` when the store decides by the
     /// `now_ms` its callers pass (the embedded store; Redis driven by a test

@@ -392,6 +392,11 @@ impl Store for EmbeddedStore {
             .await
     }
 
+    async fn next_seq(&self, name: &str) -> StoreResult<u64> {
+        let name = name.to_string();
+        self.writer.exec(move |cx| ops::next_seq(cx, &name)).await
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         self.writer.read(ops::ping).await
     }

@@ -920,6 +920,18 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
     Ok(st)
 }
 
+/// Counts `name` up by one and returns the new value (1 first).
+pub(crate) fn next_seq(cx: &mut Ctx, name: &str) -> OpResult<u64> {
+    let v: i64 = cx
+        .conn
+        .prepare_cached(
+            "INSERT INTO counters (name, value) VALUES (?1, 1) \
+             ON CONFLICT(name) DO UPDATE SET value = value + 1 RETURNING value",
+        )?
+        .query_row([name], |r| r.get(0))?;
+    Ok(v as u64)
+}
+
 /// Reads a row; after a failed fsync, also writes a probe (the file's
 /// schema version, unchanged) so that the commit tells whether writes are
 /// synced again.

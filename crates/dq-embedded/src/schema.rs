@@ -115,5 +115,11 @@ pub(crate) fn open(path: &Path, max_pages: Option<u64>) -> Result<Connection, Op
             })
             .map_err(corrupt)?;
     }
+    // Added after schema version 1 shipped: created where missing.
+    conn.execute_batch(COUNTERS).map_err(corrupt)?;
     Ok(conn)
 }
+
+/// Named counters (`Store::next_seq`).
+const COUNTERS: &str =
+    "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);";

@@ -52,6 +52,11 @@ impl Keys {
         format!("{}:topics", self.prefix)
     }
 
+    /// The counter `name` (`Store::next_seq`; not hash-tagged: one key).
+    pub fn seq(&self, name: &str) -> String {
+        format!("{}:seq:{name}", self.prefix)
+    }
+
     /// The ZSET of live dispatchers (member: instance id, score: last seen ms).
     pub fn members(&self) -> String {
         format!("{}:dispatchers", self.prefix)

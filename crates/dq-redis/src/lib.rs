@@ -890,6 +890,15 @@ impl Store for RedisStore {
         })
     }
 
+    async fn next_seq(&self, name: &str) -> StoreResult<u64> {
+        let mut conn = self.conn.clone();
+        redis::cmd("INCR")
+            .arg(self.keys.seq(name))
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)
+    }
+
     async fn time_ms(&self) -> StoreResult<Option<u64>> {
         if self.clock == TimeSource::Caller {
             return Ok(None);

@@ -825,6 +825,11 @@ impl Store for ShardedStore {
         Ok(out)
     }
 
+    /// Counters live on the first shard (while it is down, they cannot move).
+    async fn next_seq(&self, name: &str) -> StoreResult<u64> {
+        self.shards[0].store.next_seq(name).await
+    }
+
     /// The first answering shard's clock (each shard decides its own
     /// partitions by its own clock; they should agree within milliseconds).
     async fn time_ms(&self) -> StoreResult<Option<u64>> {

@@ -17,6 +17,7 @@ mod admin;
 pub mod alerts;
 mod api;
 pub mod auth;
+pub mod beanstalkd;
 pub mod clock;
 pub mod deliverer;
 pub mod dispatcher;
@@ -174,6 +175,8 @@ pub struct ServerConfig {
     pub store_name: String,
     /// Bounds on HTTP connections (timeouts, connection limit).
     pub http: listener::HttpLimits,
+    /// The beanstalkd protocol listener (off by default).
+    pub beanstalkd: Option<beanstalkd::BeanstalkdConfig>,
 }
 
 impl Default for ServerConfig {
@@ -189,6 +192,7 @@ impl Default for ServerConfig {
             admin_token: None,
             store_name: "store".into(),
             http: listener::HttpLimits::default(),
+            beanstalkd: None,
         }
     }
 }
@@ -333,6 +337,13 @@ impl Server {
             supervise(&tracker, &loops, "alerts", move || {
                 alerts::Alerter::new(svc.clone(), cfg.clone()).run(cancel.clone())
             });
+        }
+
+        if let Some(bs) = self.config.beanstalkd {
+            let l = tokio::net::TcpListener::bind(bs.listen).await?;
+            tracing::info!(addr = %bs.listen, "dq serving the beanstalkd protocol");
+            let (svc, cancel) = (svc.clone(), svc.shutdown().clone());
+            tracker.spawn(beanstalkd::serve(l, svc, bs, cancel));
         }
 
         let router = app(state.clone(), self.config.max_request_bytes);

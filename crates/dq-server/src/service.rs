@@ -429,6 +429,15 @@ impl Service {
 
     // ---- topics -----------------------------------------------------------
 
+    /// The next value of the store's counter `name` (unique and increasing
+    /// across every instance sharing the store).
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn next_seq(&self, name: &str) -> Result<u64> {
+        Ok(self.store.next_seq(name).await?)
+    }
+
     /// Every known topic.
     ///
     /// # Errors

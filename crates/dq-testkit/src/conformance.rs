@@ -1035,6 +1035,23 @@ pub async fn list_scheduled_earliest_first(s: &dyn Store) {
 /// every scenario in turn, each on `MAKE(&setup, scenario_name).await` — for
 /// stores too costly to start per scenario (each scenario under its own key
 /// prefix).
+/// `next_seq`: 1 first, then increasing; concurrent callers never get the
+/// same value; counters of different names are apart.
+pub async fn counters_are_unique_and_increasing(s: &dyn Store) {
+    assert_eq!(s.next_seq("a").await.unwrap(), 1);
+    assert_eq!(s.next_seq("a").await.unwrap(), 2);
+    assert_eq!(s.next_seq("b").await.unwrap(), 1);
+    let got: Vec<u64> = futures::future::join_all((0..50).map(|_| s.next_seq("a")))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let mut sorted = got.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted, (3..53).collect::<Vec<u64>>(), "unique: {got:?}");
+}
+
 #[macro_export]
 macro_rules! conformance_tests {
     (in_one $test:ident, $setup:expr, $make:expr) => {
@@ -1067,7 +1084,8 @@ macro_rules! conformance_tests {
             release_does_not_count_the_attempt,
             far_future_jobs,
             many_far_jobs_keep_order,
-            list_scheduled_earliest_first
+            list_scheduled_earliest_first,
+            counters_are_unique_and_increasing
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {

@@ -57,6 +57,29 @@ pub(crate) fn ensure_package(bin: &str, packages: &[&str]) {
     );
 }
 
+/// Installs a Python package from PyPI when `python3` cannot import it
+/// (as the machine's pip allows: root, or a user site).
+pub(crate) fn ensure_python_module(module: &str, package: &str) {
+    let importable = || {
+        Command::new("python3")
+            .args(["-c", &format!("import {module}")])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if importable() {
+        return;
+    }
+    eprintln!("installing {package} with pip (once)");
+    let _ = Command::new("python3")
+        .args(["-m", "pip", "install", "-q", package])
+        .status();
+    assert!(
+        importable(),
+        "this test needs the Python package {package}: python3 -m pip install {package}"
+    );
+}
+
 /// A `dq serve` child process.
 pub(crate) struct Dq {
     pub(crate) child: Child,

@@ -1,0 +1,789 @@
+//! The beanstalkd protocol (protocol.txt of beanstalkd 1.12) as one more
+//! front-end of the [`Service`]: existing beanstalkd clients (pheanstalk,
+//! greenstalk, beaneater, go-beanstalk) work against `dq serve
+//! --beanstalkd 127.0.0.1:11300`.
+//!
+//! Mapping (docs/beanstalkd.md says what differs from the reference):
+//! - a tube is a dq topic (tube names dq cannot hold get `BAD_FORMAT`);
+//! - a job id is a decimal integer from the store's counter `beanstalkd`
+//!   (unique and increasing across every instance sharing the store), used
+//!   as the dq job id;
+//! - TTR is the lease; a job put here never runs out of attempts and comes
+//!   back at once when its TTR passes (as in beanstalkd);
+//! - bury is a dead letter, kick is replay (buried) or run-now (delayed);
+//!   delete works on a job in any state but one reserved by another client;
+//! - a connection that closes or quits puts the jobs it holds back at once.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use dq_core::{Body, JobId, JobInfo, JobState, NewJob, RetryPolicy, StoreError, Topic, When};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use crate::service::{Error, Service};
+
+/// Longest command line, `\r\n` included (the reference's limit).
+pub const MAX_LINE: usize = 224;
+/// The store counter that numbers beanstalkd jobs.
+const SEQ: &str = "beanstalkd";
+/// Longest wait of one store reserve call inside `reserve`.
+const WAIT_SLICE_MS: u64 = 10_000;
+
+/// The listener's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct BeanstalkdConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Largest job body in bytes (`JOB_TOO_BIG` beyond).
+    pub max_job_size: usize,
+}
+
+/// Counts shared by the connections (for `stats`).
+#[derive(Default)]
+struct Counters {
+    connections: AtomicU64,
+    total_connections: AtomicU64,
+}
+
+/// Serves beanstalkd clients on `listener` until `cancel` fires.
+pub async fn serve(
+    listener: TcpListener,
+    svc: Arc<Service>,
+    config: BeanstalkdConfig,
+    cancel: CancellationToken,
+) {
+    let counters = Arc::new(Counters::default());
+    let started = Instant::now();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = cancel.cancelled() => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "beanstalkd listener: accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = Conn {
+            svc: svc.clone(),
+            config,
+            counters: counters.clone(),
+            started,
+            used: default_tube(),
+            watched: vec![default_tube()],
+            held: HashMap::new(),
+        };
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            conn.counters.connections.fetch_add(1, Ordering::Relaxed);
+            conn.counters
+                .total_connections
+                .fetch_add(1, Ordering::Relaxed);
+            conn.run(stream, peer, cancel).await;
+        });
+    }
+}
+
+fn default_tube() -> Topic {
+    Topic::new("default").expect("a valid topic name")
+}
+
+/// A job this connection holds.
+struct Held {
+    topic: Topic,
+    token: String,
+    deadline_ms: u64,
+}
+
+struct Conn {
+    svc: Arc<Service>,
+    config: BeanstalkdConfig,
+    counters: Arc<Counters>,
+    started: Instant,
+    used: Topic,
+    watched: Vec<Topic>,
+    held: HashMap<u64, Held>,
+}
+
+/// What a command answers.
+enum Reply {
+    Line(String),
+    /// A line, then a body and `\r\n`.
+    Data(String, Vec<u8>),
+    Quit,
+}
+
+fn line(s: impl Into<String>) -> Reply {
+    Reply::Line(s.into())
+}
+
+fn bad_format() -> Reply {
+    line("BAD_FORMAT")
+}
+
+fn not_found() -> Reply {
+    line("NOT_FOUND")
+}
+
+/// A store or service error as the reference would say it.
+fn failed(e: &Error) -> Reply {
+    match e {
+        Error::Store(StoreError::NotFound | StoreError::LeaseMismatch)
+        | Error::Store(StoreError::NotInState(_)) => not_found(),
+        Error::Store(StoreError::Invalid(_)) => bad_format(),
+        Error::ShuttingDown => line("DRAINING"),
+        other => {
+            tracing::warn!(error = %other, "beanstalkd command failed");
+            line("INTERNAL_ERROR")
+        }
+    }
+}
+
+fn yaml(pairs: &[(&str, String)]) -> Vec<u8> {
+    let mut out = String::from("---\n");
+    for (k, v) in pairs {
+        out.push_str(k);
+        out.push_str(": ");
+        out.push_str(v);
+        out.push('\n');
+    }
+    out.into_bytes()
+}
+
+fn yaml_list(items: &[String]) -> Vec<u8> {
+    let mut out = String::from("---\n");
+    for i in items {
+        out.push_str("- ");
+        out.push_str(i);
+        out.push('\n');
+    }
+    out.into_bytes()
+}
+
+fn ok_yaml(body: Vec<u8>) -> Reply {
+    Reply::Data(format!("OK {}", body.len()), body)
+}
+
+fn body_bytes(b: &Body) -> Vec<u8> {
+    match b {
+        Body::Bytes(v) => v.clone(),
+        Body::Json(s) => s.as_bytes().to_vec(),
+    }
+}
+
+/// A tube name: beanstalkd's rules, then dq's (a subset of characters).
+fn tube(name: &str) -> Option<Topic> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-+/;.$_()".contains(c);
+    if name.is_empty() || name.len() > 200 || name.starts_with('-') || !name.chars().all(allowed) {
+        return None;
+    }
+    Topic::new(name).ok()
+}
+
+fn num<T: std::str::FromStr>(s: &str) -> Option<T> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+impl Conn {
+    async fn run(mut self, stream: TcpStream, peer: SocketAddr, cancel: CancellationToken) {
+        let (read, mut write) = stream.into_split();
+        let mut reader = BufReader::new(read);
+        let mut buf = Vec::with_capacity(MAX_LINE);
+        loop {
+            buf.clear();
+            let got = {
+                let mut limited = (&mut reader).take(MAX_LINE as u64);
+                tokio::select! {
+                    r = limited.read_until(b'\n', &mut buf) => r,
+                    _ = cancel.cancelled() => break,
+                }
+            };
+            match got {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let reply = if !buf.ends_with(b"\n") {
+                if buf.len() < MAX_LINE {
+                    break; // closed in the middle of a line
+                }
+                // Longer than the limit: answered, and the rest of the line dropped.
+                let mut rest = Vec::new();
+                if reader.read_until(b'\n', &mut rest).await.is_err() {
+                    break;
+                }
+                bad_format()
+            } else if !buf.ends_with(b"\r\n") {
+                bad_format()
+            } else {
+                let text = String::from_utf8_lossy(&buf[..buf.len() - 2]).into_owned();
+                self.command(&text, &mut reader).await
+            };
+            let out = match reply {
+                Reply::Quit => break,
+                Reply::Line(l) => format!("{l}\r\n").into_bytes(),
+                Reply::Data(l, body) => {
+                    let mut v = format!("{l}\r\n").into_bytes();
+                    v.extend_from_slice(&body);
+                    v.extend_from_slice(b"\r\n");
+                    v
+                }
+            };
+            if write.write_all(&out).await.is_err() {
+                break;
+            }
+        }
+        // What this connection holds goes back at once.
+        for (id, h) in self.held.drain() {
+            if let Ok(jid) = JobId::new(id.to_string()) {
+                let _ = self.svc.release(&h.topic, &jid, &h.token, 0).await;
+            }
+        }
+        self.counters.connections.fetch_sub(1, Ordering::Relaxed);
+        tracing::debug!(%peer, "beanstalkd connection closed");
+    }
+
+    async fn command<R: tokio::io::AsyncRead + Unpin>(
+        &mut self,
+        text: &str,
+        reader: &mut BufReader<R>,
+    ) -> Reply {
+        let parts: Vec<&str> = text.split(' ').collect();
+        let args = &parts[1..];
+        match (parts[0], args.len()) {
+            ("put", 4) => self.put(args, reader).await,
+            ("use", 1) => match tube(args[0]) {
+                Some(t) => {
+                    self.used = t;
+                    line(format!("USING {}", self.used))
+                }
+                None => bad_format(),
+            },
+            ("watch", 1) => match tube(args[0]) {
+                Some(t) => {
+                    if !self.watched.contains(&t) {
+                        self.watched.push(t);
+                    }
+                    line(format!("WATCHING {}", self.watched.len()))
+                }
+                None => bad_format(),
+            },
+            ("ignore", 1) => match tube(args[0]) {
+                Some(t) => {
+                    if self.watched.len() == 1 && self.watched[0] == t {
+                        line("NOT_IGNORED")
+                    } else {
+                        self.watched.retain(|w| *w != t);
+                        line(format!("WATCHING {}", self.watched.len()))
+                    }
+                }
+                None => bad_format(),
+            },
+            ("reserve", 0) => self.reserve(None, reader).await,
+            ("reserve-with-timeout", 1) => match num::<u64>(args[0]) {
+                Some(s) => self.reserve(Some(s.saturating_mul(1000)), reader).await,
+                None => bad_format(),
+            },
+            ("delete", 1) => match num::<u64>(args[0]) {
+                Some(id) => self.delete(id).await,
+                None => bad_format(),
+            },
+            ("release", 3) => match (
+                num::<u64>(args[0]),
+                num::<u32>(args[1]),
+                num::<u32>(args[2]),
+            ) {
+                (Some(id), Some(_pri), Some(delay)) => self.release(id, delay).await,
+                _ => bad_format(),
+            },
+            ("bury", 2) => match (num::<u64>(args[0]), num::<u32>(args[1])) {
+                (Some(id), Some(_pri)) => self.bury(id).await,
+                _ => bad_format(),
+            },
+            ("touch", 1) => match num::<u64>(args[0]) {
+                Some(id) => self.touch(id).await,
+                None => bad_format(),
+            },
+            ("peek", 1) => match num::<u64>(args[0]) {
+                Some(id) => self.peek(id).await,
+                None => bad_format(),
+            },
+            ("peek-delayed", 0) => self.peek_state(JobState::Scheduled).await,
+            ("peek-buried", 0) => self.peek_state(JobState::Dead).await,
+            ("kick", 1) => match num::<u64>(args[0]) {
+                Some(n) => self.kick(n).await,
+                None => bad_format(),
+            },
+            ("kick-job", 1) => match num::<u64>(args[0]) {
+                Some(id) => self.kick_job(id).await,
+                None => bad_format(),
+            },
+            ("stats-job", 1) => match num::<u64>(args[0]) {
+                Some(id) => self.stats_job(id).await,
+                None => bad_format(),
+            },
+            ("stats-tube", 1) => match tube(args[0]) {
+                Some(t) => self.stats_tube(t).await,
+                None => bad_format(),
+            },
+            ("stats", 0) => self.stats().await,
+            ("list-tubes", 0) => match self.svc.topics().await {
+                Ok(ts) => {
+                    let mut names: Vec<String> = ts.iter().map(ToString::to_string).collect();
+                    if !names.iter().any(|n| n == "default") {
+                        names.insert(0, "default".into());
+                    }
+                    ok_yaml(yaml_list(&names))
+                }
+                Err(e) => failed(&e),
+            },
+            ("list-tube-used", 0) => line(format!("USING {}", self.used)),
+            ("list-tubes-watched", 0) => {
+                let names: Vec<String> = self.watched.iter().map(ToString::to_string).collect();
+                ok_yaml(yaml_list(&names))
+            }
+            ("quit", 0) => Reply::Quit,
+            (
+                "put"
+                | "use"
+                | "watch"
+                | "ignore"
+                | "reserve"
+                | "reserve-with-timeout"
+                | "delete"
+                | "release"
+                | "bury"
+                | "touch"
+                | "peek"
+                | "peek-delayed"
+                | "peek-buried"
+                | "kick"
+                | "kick-job"
+                | "stats-job"
+                | "stats-tube"
+                | "stats"
+                | "list-tubes"
+                | "list-tube-used"
+                | "list-tubes-watched"
+                | "quit",
+                _,
+            ) => bad_format(),
+            _ => line("UNKNOWN_COMMAND"),
+        }
+    }
+
+    async fn put<R: tokio::io::AsyncRead + Unpin>(
+        &mut self,
+        args: &[&str],
+        reader: &mut BufReader<R>,
+    ) -> Reply {
+        let (Some(pri), Some(delay), Some(ttr), Some(bytes)) = (
+            num::<u32>(args[0]),
+            num::<u32>(args[1]),
+            num::<u32>(args[2]),
+            num::<usize>(args[3]),
+        ) else {
+            return bad_format();
+        };
+        if bytes > self.config.max_job_size {
+            // The reference reads and drops the body it will not keep.
+            let mut sink = tokio::io::sink();
+            let _ = tokio::io::copy(&mut (&mut *reader).take(bytes as u64 + 2), &mut sink).await;
+            return line("JOB_TOO_BIG");
+        }
+        let mut data = vec![0u8; bytes + 2];
+        if reader.read_exact(&mut data).await.is_err() {
+            // Closed before the whole body: nothing is stored.
+            return Reply::Quit;
+        }
+        if !data.ends_with(b"\r\n") {
+            return line("EXPECTED_CRLF");
+        }
+        data.truncate(bytes);
+        let id = match self.svc.next_seq(SEQ).await {
+            Ok(id) => id,
+            Err(e) => return failed(&e),
+        };
+        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
+        let mut job = NewJob::new(
+            jid,
+            Body::Bytes(data),
+            When::DelayMs(u64::from(delay) * 1000),
+        );
+        job.priority = pri;
+        job.lease_ms = Some(u64::from(ttr.max(1)) * 1000);
+        // beanstalkd jobs never run out of attempts; a passed TTR makes the
+        // job ready again at once.
+        job.max_attempts = Some(dq_core::limits::MAX_ATTEMPTS);
+        job.retry = Some(RetryPolicy::FixedMs(0));
+        match self.svc.enqueue(&self.used, job).await {
+            Ok(_) => line(format!("INSERTED {id}")),
+            Err(Error::Store(StoreError::Invalid(_))) => line("JOB_TOO_BIG"),
+            Err(e) => failed(&e),
+        }
+    }
+
+    async fn reserve<R: tokio::io::AsyncRead + Unpin>(
+        &mut self,
+        timeout_ms: Option<u64>,
+        reader: &mut BufReader<R>,
+    ) -> Reply {
+        let start = Instant::now();
+        let mut first = true;
+        // Bytes of the next command arrived: the wait no longer watches the socket.
+        let mut pipelined = false;
+        loop {
+            let waited = start.elapsed().as_millis() as u64;
+            let wait = if first {
+                0
+            } else {
+                match timeout_ms {
+                    Some(t) => t.saturating_sub(waited).min(WAIT_SLICE_MS),
+                    None => WAIT_SLICE_MS,
+                }
+            };
+            let call = self.svc.reserve(&self.watched, 1, None, wait);
+            // A client that closes while waiting ends the wait.
+            let got = tokio::select! {
+                r = call => r,
+                r = reader.fill_buf(), if wait > 0 && !pipelined => match r {
+                    Ok([]) | Err(_) => return Reply::Quit,
+                    Ok(_) => {
+                        pipelined = true;
+                        continue;
+                    }
+                },
+            };
+            match got {
+                Ok(mut leases) if !leases.is_empty() => {
+                    let l = leases.remove(0);
+                    let Ok(id) = l.id.as_str().parse::<u64>() else {
+                        // A job put through the HTTP API with an id that is
+                        // not a number cannot be named in this protocol:
+                        // give it back for HTTP consumers, look again later.
+                        tracing::warn!(topic = %l.topic, id = %l.id, "beanstalkd reserve skipped a job whose id is not a number (put it with a numeric id, or consume it over HTTP)");
+                        let _ = self.svc.release(&l.topic, &l.id, &l.token, 0).await;
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        first = false;
+                        continue;
+                    };
+                    let body = body_bytes(&l.body);
+                    self.held.insert(
+                        id,
+                        Held {
+                            topic: l.topic,
+                            token: l.token,
+                            deadline_ms: l.lease_deadline_ms,
+                        },
+                    );
+                    return Reply::Data(format!("RESERVED {id} {}", body.len()), body);
+                }
+                Ok(_) => {}
+                Err(e) => return failed(&e),
+            }
+            if first {
+                first = false;
+                let now = self.svc.clock().now_ms();
+                if self
+                    .held
+                    .values()
+                    .any(|h| h.deadline_ms > now && h.deadline_ms - now <= 1000)
+                {
+                    return line("DEADLINE_SOON");
+                }
+            }
+            if let Some(t) = timeout_ms
+                && start.elapsed().as_millis() as u64 >= t
+            {
+                return line("TIMED_OUT");
+            }
+        }
+    }
+
+    /// Finds a job by number: the connection's own first, else every topic.
+    async fn find(&self, id: u64) -> Option<(Topic, JobInfo)> {
+        let jid = JobId::new(id.to_string()).ok()?;
+        if let Some(h) = self.held.get(&id)
+            && let Ok(v) = self.svc.get(&h.topic, &jid).await
+        {
+            return Some((h.topic.clone(), v.job));
+        }
+        for t in self.svc.topics().await.ok()? {
+            if let Ok(v) = self.svc.get(&t, &jid).await {
+                return Some((t, v.job));
+            }
+        }
+        None
+    }
+
+    async fn delete(&mut self, id: u64) -> Reply {
+        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
+        if let Some(h) = self.held.remove(&id) {
+            return match self.svc.ack(&h.topic, &jid, &h.token).await {
+                Ok(()) => line("DELETED"),
+                Err(e) => failed(&e),
+            };
+        }
+        let Some((t, job)) = self.find(id).await else {
+            return not_found();
+        };
+        if job.state == JobState::Reserved {
+            // Held by another client.
+            return not_found();
+        }
+        match self.svc.cancel(&t, &jid).await {
+            Ok(_) => line("DELETED"),
+            Err(e) => failed(&e),
+        }
+    }
+
+    async fn release(&mut self, id: u64, delay_s: u32) -> Reply {
+        let Some(h) = self.held.remove(&id) else {
+            return not_found();
+        };
+        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
+        match self
+            .svc
+            .release(&h.topic, &jid, &h.token, u64::from(delay_s) * 1000)
+            .await
+        {
+            Ok(_) => line("RELEASED"),
+            Err(e) => failed(&e),
+        }
+    }
+
+    async fn bury(&mut self, id: u64) -> Reply {
+        let Some(h) = self.held.remove(&id) else {
+            return not_found();
+        };
+        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
+        match self.svc.bury(&h.topic, &jid, &h.token, "buried").await {
+            Ok(()) => line("BURIED"),
+            Err(e) => failed(&e),
+        }
+    }
+
+    async fn touch(&mut self, id: u64) -> Reply {
+        let Some(h) = self.held.get_mut(&id) else {
+            return not_found();
+        };
+        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
+        match self.svc.touch(&h.topic, &jid, &h.token, None).await {
+            Ok(deadline) => {
+                h.deadline_ms = deadline;
+                line("TOUCHED")
+            }
+            Err(e) => {
+                self.held.remove(&id);
+                failed(&e)
+            }
+        }
+    }
+
+    async fn peek(&mut self, id: u64) -> Reply {
+        match self.find(id).await {
+            Some((_, job)) => {
+                let body = body_bytes(&job.body);
+                Reply::Data(format!("FOUND {id} {}", body.len()), body)
+            }
+            None => not_found(),
+        }
+    }
+
+    /// The used tube's next delayed or oldest buried job.
+    async fn peek_state(&mut self, state: JobState) -> Reply {
+        let found = if state == JobState::Dead {
+            self.svc
+                .list_dead(&self.used, 0, 1)
+                .await
+                .map(|v| v.into_iter().map(|j| j.job).next())
+        } else {
+            self.svc
+                .list_scheduled(&self.used, 1)
+                .await
+                .map(|v| v.into_iter().next())
+        };
+        match found {
+            Ok(Some(job)) => {
+                let body = body_bytes(&job.body);
+                Reply::Data(format!("FOUND {} {}", job.id, body.len()), body)
+            }
+            Ok(None) | Err(Error::TopicNotFound(_)) => not_found(),
+            Err(e) => failed(&e),
+        }
+    }
+
+    /// Buried jobs first (up to `n`), else delayed ones.
+    async fn kick(&mut self, n: u64) -> Reply {
+        let n = n.min(1000) as usize;
+        if n == 0 {
+            return line("KICKED 0");
+        }
+        let dead = match self.svc.list_dead(&self.used, 0, n).await {
+            Ok(d) => d,
+            Err(Error::TopicNotFound(_)) => return line("KICKED 0"),
+            Err(e) => return failed(&e),
+        };
+        if !dead.is_empty() {
+            let ids: Vec<JobId> = dead.into_iter().map(|v| v.job.id).collect();
+            return match self.svc.replay(&self.used, Some(&ids)).await {
+                Ok(k) => line(format!("KICKED {k}")),
+                Err(e) => failed(&e),
+            };
+        }
+        let delayed = match self.svc.list_scheduled(&self.used, n).await {
+            Ok(d) => d,
+            Err(e) => return failed(&e),
+        };
+        let now = self.svc.clock().now_ms();
+        let mut kicked = 0;
+        for j in delayed {
+            if self.svc.reschedule(&self.used, &j.id, now).await.is_ok() {
+                kicked += 1;
+            }
+        }
+        line(format!("KICKED {kicked}"))
+    }
+
+    async fn kick_job(&mut self, id: u64) -> Reply {
+        let Some((t, job)) = self.find(id).await else {
+            return not_found();
+        };
+        let r = match job.state {
+            JobState::Dead => self.svc.replay(&t, Some(&[job.id])).await.map(|_| ()),
+            JobState::Scheduled => {
+                let now = self.svc.clock().now_ms();
+                self.svc.reschedule(&t, &job.id, now).await
+            }
+            _ => return not_found(),
+        };
+        match r {
+            Ok(()) => line("KICKED"),
+            Err(e) => failed(&e),
+        }
+    }
+
+    async fn stats_job(&mut self, id: u64) -> Reply {
+        let Some((t, job)) = self.find(id).await else {
+            return not_found();
+        };
+        let now = self.svc.clock().now_ms();
+        let state = match job.state {
+            JobState::Scheduled => "delayed",
+            JobState::Ready => "ready",
+            JobState::Reserved => "reserved",
+            JobState::Dead => "buried",
+        };
+        let ttr_s = job.lease_ms.unwrap_or(1000) / 1000;
+        let time_left = match job.state {
+            JobState::Scheduled => job.due_at_ms.saturating_sub(now) / 1000,
+            JobState::Reserved => job.lease_deadline_ms.unwrap_or(now).saturating_sub(now) / 1000,
+            _ => 0,
+        };
+        let delay = job.due_at_ms.saturating_sub(job.created_at_ms) / 1000;
+        let buries = u64::from(job.state == JobState::Dead);
+        ok_yaml(yaml(&[
+            ("id", id.to_string()),
+            ("tube", format!("\"{t}\"")),
+            ("state", state.into()),
+            ("pri", job.priority.to_string()),
+            (
+                "age",
+                (now.saturating_sub(job.created_at_ms) / 1000).to_string(),
+            ),
+            ("delay", delay.to_string()),
+            ("ttr", ttr_s.to_string()),
+            ("time-left", time_left.to_string()),
+            ("file", "0".into()),
+            ("reserves", job.attempts.to_string()),
+            ("timeouts", "0".into()),
+            ("releases", "0".into()),
+            ("buries", buries.to_string()),
+            ("kicks", "0".into()),
+        ]))
+    }
+
+    async fn stats_tube(&mut self, t: Topic) -> Reply {
+        let known = match self.svc.topics().await {
+            Ok(ts) => ts.contains(&t),
+            Err(e) => return failed(&e),
+        };
+        if !known && t.as_str() != "default" {
+            return not_found();
+        }
+        let s = match self.svc.stats(&t).await {
+            Ok(s) => s,
+            Err(e) => return failed(&e),
+        };
+        let total = s.scheduled + s.ready + s.reserved + s.dead;
+        ok_yaml(yaml(&[
+            ("name", format!("\"{t}\"")),
+            ("current-jobs-urgent", "0".into()),
+            ("current-jobs-ready", s.ready.to_string()),
+            ("current-jobs-reserved", s.reserved.to_string()),
+            ("current-jobs-delayed", s.scheduled.to_string()),
+            ("current-jobs-buried", s.dead.to_string()),
+            ("total-jobs", s.counters.enqueued.max(total).to_string()),
+            ("current-using", u64::from(self.used == t).to_string()),
+            (
+                "current-watching",
+                u64::from(self.watched.contains(&t)).to_string(),
+            ),
+            ("current-waiting", "0".into()),
+            (
+                "cmd-delete",
+                (s.counters.acked + s.counters.cancelled).to_string(),
+            ),
+            ("cmd-pause-tube", "0".into()),
+            ("pause", "0".into()),
+            ("pause-time-left", "0".into()),
+        ]))
+    }
+
+    async fn stats(&mut self) -> Reply {
+        let all = match self.svc.topics_with_stats().await {
+            Ok(a) => a,
+            Err(e) => return failed(&e),
+        };
+        let sum = |f: fn(&dq_core::TopicStats) -> u64| all.iter().map(|(_, s)| f(s)).sum::<u64>();
+        ok_yaml(yaml(&[
+            ("current-jobs-urgent", "0".into()),
+            ("current-jobs-ready", sum(|s| s.ready).to_string()),
+            ("current-jobs-reserved", sum(|s| s.reserved).to_string()),
+            ("current-jobs-delayed", sum(|s| s.scheduled).to_string()),
+            ("current-jobs-buried", sum(|s| s.dead).to_string()),
+            ("total-jobs", sum(|s| s.counters.enqueued).to_string()),
+            ("current-tubes", all.len().max(1).to_string()),
+            (
+                "current-connections",
+                self.counters
+                    .connections
+                    .load(Ordering::Relaxed)
+                    .to_string(),
+            ),
+            (
+                "total-connections",
+                self.counters
+                    .total_connections
+                    .load(Ordering::Relaxed)
+                    .to_string(),
+            ),
+            ("pid", std::process::id().to_string()),
+            ("version", format!("\"dq {}\"", env!("CARGO_PKG_VERSION"))),
+            ("uptime", self.started.elapsed().as_secs().to_string()),
+            ("max-job-size", self.config.max_job_size.to_string()),
+            ("draining", self.svc.shutdown().is_cancelled().to_string()),
+        ]))
+    }
+}

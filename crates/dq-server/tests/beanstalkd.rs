@@ -1,0 +1,340 @@
+//! The beanstalkd listener over raw sockets, on both stores: framing, the
+//! replies of the reference, malformed input, and that its jobs are dq jobs.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dq_server::beanstalkd::BeanstalkdConfig;
+use dq_server::{Server, ServerConfig};
+use dq_testkit::RedisServer;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+/// A running server with the listener; dropping it stops nothing the test
+/// needs afterwards (the runtime ends with the test).
+struct Bs {
+    addr: String,
+    http: String,
+    _dir: Option<tempfile::TempDir>,
+    _redis: Option<RedisServer>,
+}
+
+async fn start(store: &str) -> Bs {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (store, dir, redis): (Arc<dyn dq_core::Store>, _, _) = match store {
+        "embedded" => {
+            let dir = tempfile::tempdir().unwrap();
+            let s = dq_embedded::EmbeddedStore::open(dir.path()).unwrap();
+            (Arc::new(s), Some(dir), None)
+        }
+        _ => {
+            let r = RedisServer::start();
+            let s = dq_redis::RedisStore::new(&dq_redis::RedisConfig {
+                url: r.url(),
+                ..Default::default()
+            })
+            .unwrap();
+            (Arc::new(s), None, Some(r))
+        }
+    };
+    let port = dq_testkit::free_port();
+    let config = ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        beanstalkd: Some(BeanstalkdConfig {
+            listen: format!("127.0.0.1:{port}").parse().unwrap(),
+            max_job_size: 1000,
+        }),
+        ..Default::default()
+    };
+    let server = Server::new(config, store, Arc::new(dq_core::MonotonicClock::new()));
+    let listener = server.bind().await.unwrap();
+    let http = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        server
+            .run(listener, std::future::pending::<()>())
+            .await
+            .unwrap();
+    });
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while TcpStream::connect(&addr).await.is_err() {
+        assert!(Instant::now() < deadline, "listener up");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Bs {
+        addr,
+        http,
+        _dir: dir,
+        _redis: redis,
+    }
+}
+
+/// One client connection.
+struct C {
+    r: BufReader<tokio::net::tcp::OwnedReadHalf>,
+    w: tokio::net::tcp::OwnedWriteHalf,
+}
+
+impl C {
+    async fn new(bs: &Bs) -> C {
+        let (r, w) = TcpStream::connect(&bs.addr).await.unwrap().into_split();
+        C {
+            r: BufReader::new(r),
+            w,
+        }
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        self.w.write_all(bytes).await.unwrap();
+    }
+
+    async fn line(&mut self) -> String {
+        let mut l = String::new();
+        tokio::time::timeout(Duration::from_secs(10), self.r.read_line(&mut l))
+            .await
+            .expect("a reply")
+            .unwrap();
+        assert!(l.ends_with("\r\n"), "{l:?}");
+        l.trim_end().to_string()
+    }
+
+    /// Sends a command line, returns the reply line.
+    async fn cmd(&mut self, c: &str) -> String {
+        self.send(format!("{c}\r\n").as_bytes()).await;
+        self.line().await
+    }
+
+    /// The body after a `RESERVED`/`FOUND`/`OK` line with its size last.
+    async fn data(&mut self, head: &str) -> Vec<u8> {
+        let n: usize = head.rsplit(' ').next().unwrap().parse().unwrap();
+        let mut b = vec![0u8; n + 2];
+        self.r.read_exact(&mut b).await.unwrap();
+        assert!(b.ends_with(b"\r\n"));
+        b.truncate(n);
+        b
+    }
+
+    async fn put(&mut self, pri: u32, delay: u32, ttr: u32, body: &[u8]) -> u64 {
+        let mut m = format!("put {pri} {delay} {ttr} {}\r\n", body.len()).into_bytes();
+        m.extend_from_slice(body);
+        m.extend_from_slice(b"\r\n");
+        self.send(&m).await;
+        let l = self.line().await;
+        l.strip_prefix("INSERTED ")
+            .unwrap_or_else(|| panic!("{l}"))
+            .parse()
+            .unwrap()
+    }
+
+    /// `reserve-with-timeout`: the id and body, or the reply line.
+    async fn reserve(&mut self, timeout_s: u32) -> Result<(u64, Vec<u8>), String> {
+        let l = self.cmd(&format!("reserve-with-timeout {timeout_s}")).await;
+        if !l.starts_with("RESERVED ") {
+            return Err(l);
+        }
+        let id = l.split(' ').nth(1).unwrap().parse().unwrap();
+        Ok((id, self.data(&l).await))
+    }
+}
+
+async fn on_both<F, Fut>(f: F)
+where
+    F: Fn(Bs) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for store in ["embedded", "redis"] {
+        eprintln!("store {store}");
+        f(start(store).await).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn put_reserve_delete_with_bodies_as_sent() {
+    on_both(|bs| async move {
+        let mut c = C::new(&bs).await;
+        let body = b"a\r\nb\0\xff end".to_vec();
+        let id = c.put(10, 0, 30, &body).await;
+        let id2 = c.put(10, 0, 30, b"").await;
+        assert!(id2 > id, "ids increase: {id} {id2}");
+        let (got, b) = c.reserve(0).await.unwrap();
+        assert_eq!((got, b), (id, body.clone()));
+        // The job is a dq job: the HTTP API sees it, reserved.
+        let v: serde_json::Value = reqwest::get(format!("{}/v1/topics/default/jobs/{id}", bs.http))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["state"], "reserved", "{v}");
+        let l = c.cmd(&format!("stats-job {id}")).await;
+        let yaml = String::from_utf8(c.data(&l).await).unwrap();
+        assert!(yaml.starts_with("---\n"), "{yaml}");
+        assert!(
+            yaml.contains("state: reserved\n") && yaml.contains("ttr: 30\n"),
+            "{yaml}"
+        );
+        assert_eq!(c.cmd(&format!("delete {id}")).await, "DELETED");
+        assert_eq!(c.cmd(&format!("delete {id}")).await, "NOT_FOUND");
+        // An empty body, deleted while ready.
+        assert_eq!(c.cmd(&format!("delete {id2}")).await, "DELETED");
+        assert_eq!(c.reserve(0).await, Err("TIMED_OUT".into()));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tubes_use_watch_ignore() {
+    on_both(|bs| async move {
+        let mut c = C::new(&bs).await;
+        assert_eq!(c.cmd("list-tube-used").await, "USING default");
+        assert_eq!(c.cmd("use emails").await, "USING emails");
+        let id = c.put(1, 0, 10, b"x").await;
+        assert_eq!(
+            c.reserve(0).await,
+            Err("TIMED_OUT".into()),
+            "default is watched, not emails"
+        );
+        assert_eq!(c.cmd("watch emails").await, "WATCHING 2");
+        assert_eq!(c.cmd("ignore default").await, "WATCHING 1");
+        assert_eq!(c.cmd("ignore emails").await, "NOT_IGNORED");
+        let l = c.cmd("list-tubes-watched").await;
+        assert_eq!(c.data(&l).await, b"---\n- emails\n");
+        let (got, _) = c.reserve(0).await.unwrap();
+        assert_eq!(got, id);
+        let l = c.cmd("list-tubes").await;
+        let tubes = String::from_utf8(c.data(&l).await).unwrap();
+        assert!(
+            tubes.contains("- default\n") && tubes.contains("- emails\n"),
+            "{tubes}"
+        );
+        let l = c.cmd("stats-tube emails").await;
+        let yaml = String::from_utf8(c.data(&l).await).unwrap();
+        assert!(yaml.contains("current-jobs-reserved: 1\n"), "{yaml}");
+        assert_eq!(c.cmd("stats-tube nosuchtube").await, "NOT_FOUND");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delay_release_bury_kick_touch() {
+    on_both(|bs| async move {
+        let mut c = C::new(&bs).await;
+        let start = Instant::now();
+        let id = c.put(5, 1, 10, b"later").await;
+        let l = c.cmd("peek-delayed").await;
+        assert_eq!(l, format!("FOUND {id} 5"));
+        assert_eq!(c.data(&l).await, b"later");
+        assert_eq!(c.reserve(0).await, Err("TIMED_OUT".into()));
+        let (got, _) = c.reserve(3).await.unwrap();
+        assert_eq!(got, id);
+        assert!(start.elapsed() >= Duration::from_secs(1), "never early");
+        assert_eq!(c.cmd(&format!("touch {id}")).await, "TOUCHED");
+        assert_eq!(c.cmd(&format!("release {id} 5 0")).await, "RELEASED");
+        assert_eq!(
+            c.cmd(&format!("release {id} 5 0")).await,
+            "NOT_FOUND",
+            "no longer held"
+        );
+        let (got, _) = c.reserve(1).await.unwrap();
+        assert_eq!(got, id, "a released job keeps its id");
+        assert_eq!(c.cmd(&format!("bury {id} 5")).await, "BURIED");
+        let l = c.cmd("peek-buried").await;
+        assert_eq!(l, format!("FOUND {id} 5"));
+        c.data(&l).await;
+        assert_eq!(c.reserve(0).await, Err("TIMED_OUT".into()));
+        assert_eq!(c.cmd("kick 10").await, "KICKED 1");
+        let (got, _) = c.reserve(1).await.unwrap();
+        assert_eq!(got, id, "a kicked job keeps its id");
+        assert_eq!(c.cmd(&format!("bury {id} 5")).await, "BURIED");
+        assert_eq!(c.cmd(&format!("kick-job {id}")).await, "KICKED");
+        assert_eq!(c.cmd(&format!("peek {id}")).await, format!("FOUND {id} 5"));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttr_expiry_deadline_soon_and_a_closed_connection_give_jobs_back() {
+    on_both(|bs| async move {
+        let mut a = C::new(&bs).await;
+        let mut b = C::new(&bs).await;
+        let id = a.put(1, 0, 1, b"t").await;
+        let (got, _) = a.reserve(0).await.unwrap();
+        let held = Instant::now();
+        assert_eq!(got, id);
+        // The last second of the TTR: DEADLINE_SOON, as nothing else is ready.
+        assert_eq!(a.cmd("reserve-with-timeout 0").await, "DEADLINE_SOON");
+        // The TTR passes: another client gets it, not before.
+        let (got, _) = b.reserve(5).await.unwrap();
+        assert_eq!(got, id);
+        let waited = held.elapsed();
+        assert!(
+            waited >= Duration::from_millis(990),
+            "TTR cut short: {waited:?}"
+        );
+        assert!(
+            waited < Duration::from_millis(2500),
+            "TTR expiry late: {waited:?}"
+        );
+        assert_eq!(
+            a.cmd(&format!("delete {id}")).await,
+            "NOT_FOUND",
+            "another holds it"
+        );
+        // b closes without deleting: the job is ready again at once.
+        drop(b);
+        let quick = Instant::now();
+        let (got, _) = a.reserve(2).await.unwrap();
+        assert_eq!(got, id);
+        assert!(
+            quick.elapsed() < Duration::from_millis(900),
+            "{:?}",
+            quick.elapsed()
+        );
+        a.send(b"quit\r\n").await;
+        let mut rest = String::new();
+        assert_eq!(a.r.read_line(&mut rest).await.unwrap(), 0, "quit closes");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_input_gets_the_reference_errors_and_stays_in_sync() {
+    on_both(|bs| async move {
+        let mut c = C::new(&bs).await;
+        assert_eq!(c.cmd("bogus").await, "UNKNOWN_COMMAND");
+        assert_eq!(c.cmd("put 1 0 10").await, "BAD_FORMAT");
+        assert_eq!(c.cmd("delete abc").await, "BAD_FORMAT");
+        assert_eq!(c.cmd("delete -1").await, "BAD_FORMAT");
+        assert_eq!(c.cmd("delete 999999").await, "NOT_FOUND");
+        assert_eq!(c.cmd("use -bad").await, "BAD_FORMAT");
+        assert_eq!(
+            c.cmd(&format!("use {}", "t".repeat(201))).await,
+            "BAD_FORMAT"
+        );
+        // A line over 224 bytes: answered, the rest of it dropped.
+        assert_eq!(c.cmd(&"x".repeat(300)).await, "BAD_FORMAT");
+        // A body over max-job-size (1000 here): JOB_TOO_BIG, body skipped.
+        let big = vec![b'z'; 1001];
+        let mut m = b"put 1 0 10 1001\r\n".to_vec();
+        m.extend_from_slice(&big);
+        m.extend_from_slice(b"\r\n");
+        c.send(&m).await;
+        assert_eq!(c.line().await, "JOB_TOO_BIG");
+        // A body not followed by CRLF.
+        c.send(b"put 1 0 10 3\r\nabcXY").await;
+        assert_eq!(c.line().await, "EXPECTED_CRLF");
+        assert_eq!(c.cmd("list-tube-used").await, "USING default", "in sync");
+        assert_eq!(
+            c.reserve(0).await,
+            Err("TIMED_OUT".into()),
+            "nothing stored"
+        );
+        // A client that announces a body and disconnects leaves nothing.
+        let mut d = C::new(&bs).await;
+        d.send(b"put 1 0 10 50\r\nonly part").await;
+        drop(d);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(c.reserve(0).await, Err("TIMED_OUT".into()));
+    })
+    .await;
+}
