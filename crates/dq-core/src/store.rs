@@ -180,6 +180,10 @@ pub trait Store: Send + Sync + 'static {
     /// For an admin view: `limit` is small.
     async fn list_scheduled(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>>;
 
+    /// Lists up to `limit` ready jobs in hand-out order (priority, due time,
+    /// enqueue order). For peeks and an admin view: `limit` is small.
+    async fn list_ready(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>>;
+
     /// Makes dead letters due now with a fresh attempt count: the named ones,
     /// or (with `None`) up to `max` of the oldest. Returns how many.
     async fn replay_dead(

@@ -704,6 +704,10 @@ pub(crate) fn list_dead(
     list_in_state(cx, topic, 3, "died_ms, seq", offset, limit)
 }
 
+pub(crate) fn list_ready(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<Vec<JobInfo>> {
+    list_in_state(cx, topic, 1, "priority, due_ms, seq", 0, limit)
+}
+
 pub(crate) fn list_scheduled(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<Vec<JobInfo>> {
     list_in_state(cx, topic, 0, "due_ms, seq", 0, limit)
 }

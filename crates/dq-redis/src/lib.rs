@@ -702,6 +702,13 @@ impl Store for RedisStore {
         decode_jobs(v)
     }
 
+    async fn list_ready(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
+        let v = self
+            .run(&self.scripts.get, topic, &[b"r", &n(limit.max(1) as u64)])
+            .await?;
+        decode_jobs(v)
+    }
+
     async fn list_scheduled(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
         let v = self
             .run(&self.scripts.get, topic, &[b"u", &n(limit.max(1) as u64)])

@@ -626,6 +626,22 @@ impl Store for ShardedStore {
         Ok(jobs.into_iter().skip(offset).take(limit).collect())
     }
 
+    async fn list_ready(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
+        let all = self
+            .each(
+                topic,
+                false,
+                |s, p| async move { s.list_ready(&p, limit).await },
+            )
+            .await?;
+        let mut jobs: Vec<JobInfo> = Self::gathered(all)?.into_iter().flatten().collect();
+        jobs.sort_by(|a, b| {
+            (a.priority, a.due_at_ms, a.id.as_str()).cmp(&(b.priority, b.due_at_ms, b.id.as_str()))
+        });
+        jobs.truncate(limit);
+        Ok(jobs)
+    }
+
     async fn list_scheduled(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
         let all = self
             .each(topic, false, |s, p| async move {

@@ -319,6 +319,7 @@ impl Conn {
                 Some(id) => self.peek(id).await,
                 None => bad_format(),
             },
+            ("peek-ready", 0) => self.peek_state(JobState::Ready).await,
             ("peek-delayed", 0) => self.peek_state(JobState::Scheduled).await,
             ("peek-buried", 0) => self.peek_state(JobState::Dead).await,
             ("kick", 1) => match num::<u64>(args[0]) {
@@ -366,6 +367,7 @@ impl Conn {
                 | "bury"
                 | "touch"
                 | "peek"
+                | "peek-ready"
                 | "peek-delayed"
                 | "peek-buried"
                 | "kick"
@@ -601,18 +603,24 @@ impl Conn {
         }
     }
 
-    /// The used tube's next delayed or oldest buried job.
+    /// The used tube's next ready, next delayed or oldest buried job.
     async fn peek_state(&mut self, state: JobState) -> Reply {
-        let found = if state == JobState::Dead {
-            self.svc
+        let found = match state {
+            JobState::Dead => self
+                .svc
                 .list_dead(&self.used, 0, 1)
                 .await
-                .map(|v| v.into_iter().map(|j| j.job).next())
-        } else {
-            self.svc
+                .map(|v| v.into_iter().map(|j| j.job).next()),
+            JobState::Ready => self
+                .svc
+                .list_ready(&self.used, 1)
+                .await
+                .map(|v| v.into_iter().next()),
+            _ => self
+                .svc
                 .list_scheduled(&self.used, 1)
                 .await
-                .map(|v| v.into_iter().next())
+                .map(|v| v.into_iter().next()),
         };
         match found {
             Ok(Some(job)) => {

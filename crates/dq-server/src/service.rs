@@ -593,6 +593,14 @@ impl Service {
         Ok(self.store.list_scheduled(t, limit.min(1000)).await?)
     }
 
+    /// Up to `limit` (≤ 1000) ready jobs, in hand-out order.
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn list_ready(&self, t: &Topic, limit: usize) -> Result<Vec<JobInfo>> {
+        Ok(self.store.list_ready(t, limit.min(1000)).await?)
+    }
+
     /// Replays the named dead letters, or all of them (as many as were dead
     /// when it began: a job that dies again meanwhile is not replayed twice);
     /// each is due now with a fresh attempt count. Returns how many.

@@ -156,6 +156,9 @@ async fn put_reserve_delete_with_bodies_as_sent() {
         let id = c.put(10, 0, 30, &body).await;
         let id2 = c.put(10, 0, 30, b"").await;
         assert!(id2 > id, "ids increase: {id} {id2}");
+        let l = c.cmd("peek-ready").await;
+        assert_eq!(l, format!("FOUND {id} {}", body.len()));
+        assert_eq!(c.data(&l).await, body);
         let (got, b) = c.reserve(0).await.unwrap();
         assert_eq!((got, b), (id, body.clone()));
         // The job is a dq job: the HTTP API sees it, reserved.

@@ -1035,6 +1035,39 @@ pub async fn list_scheduled_earliest_first(s: &dyn Store) {
 /// every scenario in turn, each on `MAKE(&setup, scenario_name).await` — for
 /// stores too costly to start per scenario (each scenario under its own key
 /// prefix).
+/// `list_ready`: ready jobs only, by priority, then due time, then enqueue
+/// order — the order claims hand them out.
+pub async fn list_ready_in_hand_out_order(s: &dyn Store) {
+    let t = Topic::new("peek").unwrap();
+    let mut jobs = Vec::new();
+    for (id, pri, delay) in [("a", 5, 0), ("b", 1, 0), ("c", 5, 0), ("later", 0, 60_000)] {
+        let mut j = NewJob::new(
+            JobId::new(id).unwrap(),
+            Body::Json("1".into()),
+            When::DelayMs(delay),
+        );
+        j.priority = pri;
+        jobs.push(j);
+    }
+    s.enqueue(&t, &jobs, T0).await.unwrap();
+    let ids = |v: Vec<JobInfo>| v.into_iter().map(|j| j.id.to_string()).collect::<Vec<_>>();
+    assert_eq!(ids(s.list_ready(&t, 10).await.unwrap()), ["b", "a", "c"]);
+    assert_eq!(ids(s.list_ready(&t, 1).await.unwrap()), ["b"]);
+    let c = s.claim(&t, 1, None, T0).await.unwrap();
+    assert_eq!(
+        c.leases[0].id.as_str(),
+        "b",
+        "the head of the list is what a claim takes"
+    );
+    assert_eq!(ids(s.list_ready(&t, 10).await.unwrap()), ["a", "c"]);
+    assert!(
+        s.list_ready(&Topic::new("none").unwrap(), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 /// `next_seq`: 1 first, then increasing; concurrent callers never get the
 /// same value; counters of different names are apart.
 pub async fn counters_are_unique_and_increasing(s: &dyn Store) {
@@ -1085,7 +1118,8 @@ macro_rules! conformance_tests {
             far_future_jobs,
             many_far_jobs_keep_order,
             list_scheduled_earliest_first,
-            counters_are_unique_and_increasing
+            counters_are_unique_and_increasing,
+            list_ready_in_hand_out_order
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {

@@ -1,8 +1,8 @@
 -- get: reads jobs (read-only).
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, mode (i: the ids that follow | d: dead letters | u: scheduled
---   jobs, earliest due first), then ids, or offset and limit for mode d, or
---   limit for mode u (the schedule first, then the wheel's buckets in order;
+--   jobs, earliest due first | r: ready jobs in hand-out order), then ids,
+--   or offset and limit for mode d, or limit for modes u and r (the schedule first, then the wheel's buckets in order;
 --   at most 10000 entries of one bucket are looked at)
 -- Returns: 14 per job found: id, state, due, priority, attempts, created,
 --   kind, body, max_attempts or -1, lease_ms or -1, lease deadline or -1,
@@ -12,6 +12,11 @@ local ids
 if ARGV[2] == 'd' then
   local off, lim = tonumber(ARGV[3]), tonumber(ARGV[4])
   ids = redis.call('ZRANGE', K.dead, off, off + lim - 1)
+elseif ARGV[2] == 'r' then
+  ids = {}
+  for _, m in ipairs(redis.call('ZRANGE', K.ready, 0, tonumber(ARGV[3]) - 1)) do
+    ids[#ids + 1] = string.sub(m, READY_PREFIX + 1)
+  end
 elseif ARGV[2] == 'u' then
   local lim = tonumber(ARGV[3])
   ids = redis.call('ZRANGE', K.sched, 0, lim - 1)
