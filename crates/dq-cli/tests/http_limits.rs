@@ -155,3 +155,46 @@ async fn connections_beyond_the_limit_are_closed_at_once() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A request with both Content-Length and Transfer-Encoding (request
+/// smuggling behind a proxy that frames by Content-Length): the body is
+/// framed by Transfer-Encoding alone and the connection is closed after the
+/// answer (RFC 9112 §6.1), so bytes hidden after the chunked body are never
+/// read as a second request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_length_with_transfer_encoding_cannot_smuggle_a_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let dq = Dq::start_embedded(dir.path()).await;
+    let addr = dq.base.trim_start_matches("http://").to_string();
+    let smuggled = "POST /v1/topics/smuggled/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 20\r\n\r\n{\"id\":\"s\",\"body\":1}\n";
+    let body = format!("13\r\n{{\"id\":\"a\",\"body\":1}}\r\n0\r\n\r\n{smuggled}");
+    let request = format!(
+        "POST /v1/topics/front/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n{body}",
+        body.len()
+    );
+    let (got, closed) = tokio::task::spawn_blocking(move || {
+        let mut conn = TcpStream::connect(addr).unwrap();
+        conn.write_all(request.as_bytes()).unwrap();
+        until_closed(&mut conn, Duration::from_secs(5))
+    })
+    .await
+    .unwrap();
+    assert!(
+        closed.is_some(),
+        "the connection is closed after the answer: {got}"
+    );
+    assert_eq!(
+        got.matches("HTTP/1.1 ").count(),
+        1,
+        "one answer only: {got}"
+    );
+    assert!(
+        got.starts_with("HTTP/1.1 201"),
+        "framed by Transfer-Encoding: {got}"
+    );
+    assert!(got.to_lowercase().contains("connection: close"), "{got}");
+    let (s, v, _) = dq
+        .call(reqwest::Method::GET, "/v1/topics/smuggled/jobs/s", None)
+        .await;
+    assert_eq!(s, 404, "the hidden request was not run: {v}");
+}
