@@ -189,6 +189,148 @@ fn tube(name: &str) -> Option<Topic> {
     Topic::new(name).ok()
 }
 
+/// A command line, parsed (the body of a `put` follows it on the wire).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cmd {
+    /// `put <pri> <delay> <ttr> <bytes>`
+    Put {
+        /// Priority (lower first).
+        pri: u32,
+        /// Seconds before it is ready.
+        delay: u32,
+        /// Seconds a reserve holds it.
+        ttr: u32,
+        /// Body length.
+        bytes: usize,
+    },
+    /// `use <tube>`
+    Use(Topic),
+    /// `watch <tube>`
+    Watch(Topic),
+    /// `ignore <tube>`
+    Ignore(Topic),
+    /// `reserve` (None) or `reserve-with-timeout <seconds>`
+    Reserve(Option<u64>),
+    /// `delete <id>`
+    Delete(u64),
+    /// `release <id> <pri> <delay>`
+    Release {
+        /// The job.
+        id: u64,
+        /// Its new priority.
+        pri: u32,
+        /// Seconds before it is ready again.
+        delay: u32,
+    },
+    /// `bury <id> <pri>`
+    Bury {
+        /// The job.
+        id: u64,
+        /// Its new priority.
+        pri: u32,
+    },
+    /// `touch <id>`
+    Touch(u64),
+    /// `peek <id>`
+    Peek(u64),
+    /// `peek-ready` (Ready), `peek-delayed` (Scheduled), `peek-buried` (Dead)
+    PeekState(JobState),
+    /// `kick <bound>`
+    Kick(u64),
+    /// `kick-job <id>`
+    KickJob(u64),
+    /// `stats-job <id>`
+    StatsJob(u64),
+    /// `stats-tube <tube>`
+    StatsTube(Topic),
+    /// `stats`
+    Stats,
+    /// `list-tubes`
+    ListTubes,
+    /// `list-tube-used`
+    ListTubeUsed,
+    /// `list-tubes-watched`
+    ListTubesWatched,
+    /// `quit`
+    Quit,
+}
+
+/// Parses a command line (without its `\r\n`). The error is the reply
+/// word: `BAD_FORMAT` for a known command with wrong arguments, else
+/// `UNKNOWN_COMMAND`. Never panics, whatever the bytes.
+pub fn parse(text: &str) -> Result<Cmd, &'static str> {
+    const BAD: &str = "BAD_FORMAT";
+    let parts: Vec<&str> = text.split(' ').collect();
+    let args = &parts[1..];
+    let id = |i: usize| num::<u64>(args[i]).ok_or(BAD);
+    let u32_at = |i: usize| num::<u32>(args[i]).ok_or(BAD);
+    let tube_at = |i: usize| tube(args[i]).ok_or(BAD);
+    Ok(match (parts[0], args.len()) {
+        ("put", 4) => Cmd::Put {
+            pri: u32_at(0)?,
+            delay: u32_at(1)?,
+            ttr: u32_at(2)?,
+            bytes: num::<usize>(args[3]).ok_or(BAD)?,
+        },
+        ("use", 1) => Cmd::Use(tube_at(0)?),
+        ("watch", 1) => Cmd::Watch(tube_at(0)?),
+        ("ignore", 1) => Cmd::Ignore(tube_at(0)?),
+        ("reserve", 0) => Cmd::Reserve(None),
+        ("reserve-with-timeout", 1) => Cmd::Reserve(Some(id(0)?)),
+        ("delete", 1) => Cmd::Delete(id(0)?),
+        ("release", 3) => Cmd::Release {
+            id: id(0)?,
+            pri: u32_at(1)?,
+            delay: u32_at(2)?,
+        },
+        ("bury", 2) => Cmd::Bury {
+            id: id(0)?,
+            pri: u32_at(1)?,
+        },
+        ("touch", 1) => Cmd::Touch(id(0)?),
+        ("peek", 1) => Cmd::Peek(id(0)?),
+        ("peek-ready", 0) => Cmd::PeekState(JobState::Ready),
+        ("peek-delayed", 0) => Cmd::PeekState(JobState::Scheduled),
+        ("peek-buried", 0) => Cmd::PeekState(JobState::Dead),
+        ("kick", 1) => Cmd::Kick(id(0)?),
+        ("kick-job", 1) => Cmd::KickJob(id(0)?),
+        ("stats-job", 1) => Cmd::StatsJob(id(0)?),
+        ("stats-tube", 1) => Cmd::StatsTube(tube_at(0)?),
+        ("stats", 0) => Cmd::Stats,
+        ("list-tubes", 0) => Cmd::ListTubes,
+        ("list-tube-used", 0) => Cmd::ListTubeUsed,
+        ("list-tubes-watched", 0) => Cmd::ListTubesWatched,
+        ("quit", 0) => Cmd::Quit,
+        (
+            "put"
+            | "use"
+            | "watch"
+            | "ignore"
+            | "reserve"
+            | "reserve-with-timeout"
+            | "delete"
+            | "release"
+            | "bury"
+            | "touch"
+            | "peek"
+            | "peek-ready"
+            | "peek-delayed"
+            | "peek-buried"
+            | "kick"
+            | "kick-job"
+            | "stats-job"
+            | "stats-tube"
+            | "stats"
+            | "list-tubes"
+            | "list-tube-used"
+            | "list-tubes-watched"
+            | "quit",
+            _,
+        ) => return Err(BAD),
+        _ => return Err("UNKNOWN_COMMAND"),
+    })
+}
+
 fn num<T: std::str::FromStr>(s: &str) -> Option<T> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -259,87 +401,51 @@ impl Conn {
         text: &str,
         reader: &mut BufReader<R>,
     ) -> Reply {
-        let parts: Vec<&str> = text.split(' ').collect();
-        let args = &parts[1..];
-        match (parts[0], args.len()) {
-            ("put", 4) => self.put(args, reader).await,
-            ("use", 1) => match tube(args[0]) {
-                Some(t) => {
-                    self.used = t;
-                    line(format!("USING {}", self.used))
+        let cmd = match parse(text) {
+            Ok(c) => c,
+            Err(word) => return line(word),
+        };
+        match cmd {
+            Cmd::Put {
+                pri,
+                delay,
+                ttr,
+                bytes,
+            } => self.put(pri, delay, ttr, bytes, reader).await,
+            Cmd::Use(t) => {
+                self.used = t;
+                line(format!("USING {}", self.used))
+            }
+            Cmd::Watch(t) => {
+                if !self.watched.contains(&t) {
+                    self.watched.push(t);
                 }
-                None => bad_format(),
-            },
-            ("watch", 1) => match tube(args[0]) {
-                Some(t) => {
-                    if !self.watched.contains(&t) {
-                        self.watched.push(t);
-                    }
+                line(format!("WATCHING {}", self.watched.len()))
+            }
+            Cmd::Ignore(t) => {
+                if self.watched.len() == 1 && self.watched[0] == t {
+                    line("NOT_IGNORED")
+                } else {
+                    self.watched.retain(|w| *w != t);
                     line(format!("WATCHING {}", self.watched.len()))
                 }
-                None => bad_format(),
-            },
-            ("ignore", 1) => match tube(args[0]) {
-                Some(t) => {
-                    if self.watched.len() == 1 && self.watched[0] == t {
-                        line("NOT_IGNORED")
-                    } else {
-                        self.watched.retain(|w| *w != t);
-                        line(format!("WATCHING {}", self.watched.len()))
-                    }
-                }
-                None => bad_format(),
-            },
-            ("reserve", 0) => self.reserve(None, reader).await,
-            ("reserve-with-timeout", 1) => match num::<u64>(args[0]) {
-                Some(s) => self.reserve(Some(s.saturating_mul(1000)), reader).await,
-                None => bad_format(),
-            },
-            ("delete", 1) => match num::<u64>(args[0]) {
-                Some(id) => self.delete(id).await,
-                None => bad_format(),
-            },
-            ("release", 3) => match (
-                num::<u64>(args[0]),
-                num::<u32>(args[1]),
-                num::<u32>(args[2]),
-            ) {
-                (Some(id), Some(_pri), Some(delay)) => self.release(id, delay).await,
-                _ => bad_format(),
-            },
-            ("bury", 2) => match (num::<u64>(args[0]), num::<u32>(args[1])) {
-                (Some(id), Some(_pri)) => self.bury(id).await,
-                _ => bad_format(),
-            },
-            ("touch", 1) => match num::<u64>(args[0]) {
-                Some(id) => self.touch(id).await,
-                None => bad_format(),
-            },
-            ("peek", 1) => match num::<u64>(args[0]) {
-                Some(id) => self.peek(id).await,
-                None => bad_format(),
-            },
-            ("peek-ready", 0) => self.peek_state(JobState::Ready).await,
-            ("peek-delayed", 0) => self.peek_state(JobState::Scheduled).await,
-            ("peek-buried", 0) => self.peek_state(JobState::Dead).await,
-            ("kick", 1) => match num::<u64>(args[0]) {
-                Some(n) => self.kick(n).await,
-                None => bad_format(),
-            },
-            ("kick-job", 1) => match num::<u64>(args[0]) {
-                Some(id) => self.kick_job(id).await,
-                None => bad_format(),
-            },
-            ("stats-job", 1) => match num::<u64>(args[0]) {
-                Some(id) => self.stats_job(id).await,
-                None => bad_format(),
-            },
-            ("stats-tube", 1) => match tube(args[0]) {
-                Some(t) => self.stats_tube(t).await,
-                None => bad_format(),
-            },
-            ("stats", 0) => self.stats().await,
-            ("list-tubes", 0) => match self.svc.topics().await {
+            }
+            Cmd::Reserve(timeout_s) => {
+                self.reserve(timeout_s.map(|s| s.saturating_mul(1000)), reader)
+                    .await
+            }
+            Cmd::Delete(id) => self.delete(id).await,
+            Cmd::Release { id, delay, .. } => self.release(id, delay).await,
+            Cmd::Bury { id, .. } => self.bury(id).await,
+            Cmd::Touch(id) => self.touch(id).await,
+            Cmd::Peek(id) => self.peek(id).await,
+            Cmd::PeekState(state) => self.peek_state(state).await,
+            Cmd::Kick(n) => self.kick(n).await,
+            Cmd::KickJob(id) => self.kick_job(id).await,
+            Cmd::StatsJob(id) => self.stats_job(id).await,
+            Cmd::StatsTube(t) => self.stats_tube(t).await,
+            Cmd::Stats => self.stats().await,
+            Cmd::ListTubes => match self.svc.topics().await {
                 Ok(ts) => {
                     let mut names: Vec<String> = ts.iter().map(ToString::to_string).collect();
                     if !names.iter().any(|n| n == "default") {
@@ -349,55 +455,23 @@ impl Conn {
                 }
                 Err(e) => failed(&e),
             },
-            ("list-tube-used", 0) => line(format!("USING {}", self.used)),
-            ("list-tubes-watched", 0) => {
+            Cmd::ListTubeUsed => line(format!("USING {}", self.used)),
+            Cmd::ListTubesWatched => {
                 let names: Vec<String> = self.watched.iter().map(ToString::to_string).collect();
                 ok_yaml(yaml_list(&names))
             }
-            ("quit", 0) => Reply::Quit,
-            (
-                "put"
-                | "use"
-                | "watch"
-                | "ignore"
-                | "reserve"
-                | "reserve-with-timeout"
-                | "delete"
-                | "release"
-                | "bury"
-                | "touch"
-                | "peek"
-                | "peek-ready"
-                | "peek-delayed"
-                | "peek-buried"
-                | "kick"
-                | "kick-job"
-                | "stats-job"
-                | "stats-tube"
-                | "stats"
-                | "list-tubes"
-                | "list-tube-used"
-                | "list-tubes-watched"
-                | "quit",
-                _,
-            ) => bad_format(),
-            _ => line("UNKNOWN_COMMAND"),
+            Cmd::Quit => Reply::Quit,
         }
     }
 
     async fn put<R: tokio::io::AsyncRead + Unpin>(
         &mut self,
-        args: &[&str],
+        pri: u32,
+        delay: u32,
+        ttr: u32,
+        bytes: usize,
         reader: &mut BufReader<R>,
     ) -> Reply {
-        let (Some(pri), Some(delay), Some(ttr), Some(bytes)) = (
-            num::<u32>(args[0]),
-            num::<u32>(args[1]),
-            num::<u32>(args[2]),
-            num::<usize>(args[3]),
-        ) else {
-            return bad_format();
-        };
         if bytes > self.config.max_job_size {
             // The reference reads and drops the body it will not keep.
             let mut sink = tokio::io::sink();
@@ -793,5 +867,109 @@ impl Conn {
             ("max-job-size", self.config.max_job_size.to_string()),
             ("draining", self.svc.shutdown().is_cancelled().to_string()),
         ]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_parse_as_the_reference_reads_them() {
+        assert_eq!(
+            parse("put 1 2 3 4"),
+            Ok(Cmd::Put {
+                pri: 1,
+                delay: 2,
+                ttr: 3,
+                bytes: 4
+            })
+        );
+        assert_eq!(
+            parse("put 4294967295 0 0 0").map(|_| ()),
+            Ok(()),
+            "u32 priority"
+        );
+        assert_eq!(parse("put 4294967296 0 0 0"), Err("BAD_FORMAT"));
+        assert_eq!(parse("put -1 0 0 0"), Err("BAD_FORMAT"));
+        assert_eq!(parse("put 1 2 3"), Err("BAD_FORMAT"));
+        assert_eq!(
+            parse("put  1 2 3 4"),
+            Err("BAD_FORMAT"),
+            "arguments are separated by one space"
+        );
+        assert_eq!(
+            parse("delete 18446744073709551615"),
+            Ok(Cmd::Delete(u64::MAX))
+        );
+        assert_eq!(parse("delete 18446744073709551616"), Err("BAD_FORMAT"));
+        assert_eq!(
+            parse("use a(b)"),
+            Err("BAD_FORMAT"),
+            "a tube dq cannot hold"
+        );
+        assert_eq!(parse("use -a"), Err("BAD_FORMAT"));
+        assert_eq!(parse("peek-ready"), Ok(Cmd::PeekState(JobState::Ready)));
+        assert_eq!(parse("PUT 1 2 3 4"), Err("UNKNOWN_COMMAND"), "case matters");
+        assert_eq!(parse(""), Err("UNKNOWN_COMMAND"));
+        assert_eq!(parse("quit now"), Err("BAD_FORMAT"));
+    }
+
+    /// Random lines — command words with random arguments, and random
+    /// bytes — never panic the parser, and every error is a reply word.
+    #[test]
+    fn the_parser_never_panics() {
+        use rand::{Rng, SeedableRng};
+        let seed: u64 = rand::random();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let words = [
+            "put",
+            "use",
+            "watch",
+            "ignore",
+            "reserve",
+            "reserve-with-timeout",
+            "delete",
+            "release",
+            "bury",
+            "touch",
+            "peek",
+            "peek-ready",
+            "kick",
+            "kick-job",
+            "stats-job",
+            "stats-tube",
+            "stats",
+            "list-tubes",
+            "quit",
+            "",
+            " ",
+            "-",
+            "0",
+            "18446744073709551616",
+            "default",
+            "\u{0}",
+            "é",
+            "+",
+            "999999999999999999999",
+        ];
+        for _ in 0..200_000 {
+            let n = rng.random_range(0..7);
+            let line = if rng.random_bool(0.3) {
+                let bytes: Vec<u8> = (0..rng.random_range(0..40)).map(|_| rng.random()).collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            } else {
+                (0..n)
+                    .map(|_| words[rng.random_range(0..words.len())])
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            if let Err(word) = parse(&line) {
+                assert!(
+                    word == "BAD_FORMAT" || word == "UNKNOWN_COMMAND",
+                    "{line:?} (seed {seed})"
+                );
+            }
+        }
     }
 }
