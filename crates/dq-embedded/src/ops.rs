@@ -174,7 +174,8 @@ pub(crate) fn enqueue(
     for j in jobs {
         let due = match j.when {
             When::DelayMs(ms) => now + ms,
-            When::DueAtMs(t) => t,
+            // A due time in the past is now: lateness counts from the enqueue.
+            When::DueAtMs(t) => t.max(now),
             When::TopicDefault => {
                 if default_delay.is_none() {
                     default_delay = Some(config(cx, tid)?.default_delay_ms);
@@ -367,7 +368,8 @@ pub(crate) fn reschedule(
     if state != SCHEDULED && state != READY {
         return Err(StoreError::NotInState(state_of(state)).into());
     }
-    place(cx, topic, tid, seq, Some(state), due, now)?;
+    // A due time in the past is now: lateness counts from the reschedule.
+    place(cx, topic, tid, seq, Some(state), due.max(now), now)?;
     Ok(())
 }
 

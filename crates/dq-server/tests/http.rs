@@ -63,6 +63,19 @@ impl Api {
         self.raw(req).await
     }
 
+    /// `GET /metrics` as text.
+    async fn metrics_text(&self) -> String {
+        let (_, text) = reply_text(
+            self,
+            Request::builder()
+                .uri("/metrics")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        text
+    }
+
     async fn raw(&self, req: Request<Body>) -> (StatusCode, Value) {
         let res = self.router.clone().oneshot(req).await.unwrap();
         let status = res.status();
@@ -1510,5 +1523,45 @@ async fn bodies_are_stored_as_sent_or_refused_on_both_stores() {
             let (s, _) = a.call("GET", "/v1/topics/asis/jobs/deep", None).await;
             assert_eq!(s, StatusCode::NOT_FOUND, "{store}");
         }
+    }
+}
+
+/// A due time years in the past counts as due at the enqueue: lateness and
+/// "oldest overdue" start there, not in 2020 (which would fill the +Inf
+/// bucket and fire the documented alerts).
+#[tokio::test]
+async fn lateness_and_overdue_count_from_the_enqueue_for_a_past_due_time() {
+    let (embedded, _dir) = embedded_api();
+    for (store, a) in [("redis", api()), ("embedded", embedded)] {
+        let (s, v) = a
+            .call(
+                "POST",
+                "/v1/topics/past/jobs",
+                Some(json!({"id": "old", "body": 1, "due_at_ms": 1_577_836_800_000u64})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{store}: {v}");
+        let now = SystemClock.now_ms();
+        assert!(
+            v["due_at_ms"].as_u64().unwrap() + 5000 > now,
+            "{store}: stored due at its enqueue: {v}"
+        );
+        let (_, v) = a.call("GET", "/v1/topics/past", None).await;
+        assert!(
+            v["stats"]["oldest_overdue_ms"].as_u64().unwrap() < 5000,
+            "{store}: {v}"
+        );
+        let (s, v) = a
+            .call("POST", "/v1/reserve", Some(json!({"topics": ["past"]})))
+            .await;
+        assert_eq!(s, StatusCode::OK, "{store}: {v}");
+        assert_eq!(v["jobs"][0]["id"], "old");
+        let text = a.metrics_text().await;
+        let m = parse_metrics(&text);
+        assert_eq!(
+            m.get("dq_lateness_seconds_bucket{topic=\"past\",le=\"5\"}"),
+            Some(&1.0),
+            "{store}: lateness under 5 s\n{text}"
+        );
     }
 }

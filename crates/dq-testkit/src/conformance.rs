@@ -65,6 +65,11 @@ pub async fn never_early(s: &dyn Store) {
 
     let e = put(s, &t, job("past", When::DueAtMs(T0 - 5000)), T0 + 2000).await;
     assert_eq!(e.state, JobState::Ready, "a past due time is due now");
+    assert_eq!(
+        e.due_at_ms,
+        T0 + 2000,
+        "…and stored as its enqueue time: lateness and overdue count from there"
+    );
     let e = put(s, &t, job("abs", When::DueAtMs(T0 + 5000)), T0 + 2000).await;
     assert_eq!((e.due_at_ms, e.state), (T0 + 5000, JobState::Scheduled));
     let c = s.claim(&t, 10, None, T0 + 4999).await.unwrap();
@@ -659,6 +664,17 @@ pub async fn reschedule_only_while_waiting(s: &dyn Store) {
     let c = s.claim(&t, 1, None, T0 + 10_000).await.unwrap();
     assert!(c.leases.is_empty(), "moved later");
     assert_eq!(c.next_due_ms, Some(T0 + 20_000));
+    // Into the past: due now, stored as the reschedule's time.
+    s.reschedule(&t, &id("a"), T0 - 86_400_000, T0 + 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.get(&t, &id("a")).await.unwrap().unwrap().due_at_ms,
+        T0 + 1
+    );
+    s.reschedule(&t, &id("a"), T0 + 20_000, T0 + 1)
+        .await
+        .unwrap();
 
     put(s, &t, job("b", When::DelayMs(0)), T0).await;
     assert_eq!(

@@ -49,7 +49,8 @@ for i = 3, #ARGV, 10 do
     if wk == 'd' then
       due = now + wv
     elseif wk == 'a' then
-      due = wv
+      -- A due time in the past is now: lateness counts from the enqueue.
+      due = math.max(wv, now)
     else
       if cfg == nil then cfg = topic_cfg(K) end
       due = now + cfg.default_delay_ms

@@ -9,7 +9,9 @@ local j = load(id)
 if not j then return {-1} end
 if j.s ~= 's' and j.s ~= 'y' then return {-3, j.s} end
 unplace(K, id, j)
-local woke = place(K, id, j, tonumber(ARGV[3]), clock_ms(ARGV[4]))
+local now = clock_ms(ARGV[4])
+-- A due time in the past is now: lateness counts from the reschedule.
+local woke = place(K, id, j, math.max(tonumber(ARGV[3]), now), now)
 save(id, j)
 if woke then wake() end
 return {1}
