@@ -272,7 +272,8 @@ pub(crate) async fn reschedule_job(
     let now = svc.clock().now_ms();
     let due = match when(svc.limits(), req.delay_ms, req.due_at_ms, now)? {
         Some(When::DelayMs(d)) => now + d,
-        Some(When::DueAtMs(t)) => t,
+        // In the past: due now (the store keeps it so).
+        Some(When::DueAtMs(t)) => t.max(now),
         _ => {
             return Err(ApiError::bad_request(
                 "invalid_delay",
