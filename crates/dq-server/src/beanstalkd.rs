@@ -529,7 +529,13 @@ impl Conn {
                     None => WAIT_SLICE_MS,
                 }
             };
-            let call = self.svc.reserve(&self.watched, 1, None, wait);
+            // Across several watched tubes, the most urgent ready job of all
+            // of them (priority, then id), as the reference hands out.
+            let tubes = match self.most_urgent_tube().await {
+                Some(t) if wait == 0 => vec![t],
+                _ => self.watched.clone(),
+            };
+            let call = self.svc.reserve(&tubes, 1, None, wait);
             // A client that closes while waiting ends the wait.
             let got = tokio::select! {
                 r = call => r,
@@ -585,6 +591,27 @@ impl Conn {
                 return line("TIMED_OUT");
             }
         }
+    }
+
+    /// With several watched tubes: the one whose next ready job comes first
+    /// by (priority, id).
+    async fn most_urgent_tube(&self) -> Option<Topic> {
+        if self.watched.len() < 2 {
+            return None;
+        }
+        let mut best: Option<((u32, u64), Topic)> = None;
+        for t in &self.watched {
+            let Ok(head) = self.svc.list_ready(t, 1).await else {
+                continue;
+            };
+            if let Some(j) = head.first() {
+                let key = (j.priority, j.id.as_str().parse::<u64>().unwrap_or(u64::MAX));
+                if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                    best = Some((key, t.clone()));
+                }
+            }
+        }
+        best.map(|(_, t)| t)
     }
 
     /// Finds a job by number: the connection's own first, else every topic.

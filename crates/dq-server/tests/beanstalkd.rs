@@ -341,3 +341,25 @@ async fn malformed_input_gets_the_reference_errors_and_stays_in_sync() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_order_is_priority_then_id_across_watched_tubes() {
+    on_both(|bs| async move {
+        let mut c = C::new(&bs).await;
+        assert_eq!(c.cmd("use one").await, "USING one");
+        let low = c.put(9, 0, 10, b"low").await;
+        let first = c.put(5, 0, 10, b"first").await;
+        assert_eq!(c.cmd("use two").await, "USING two");
+        let second = c.put(5, 0, 10, b"second").await;
+        let urgent = c.put(1, 0, 10, b"urgent").await;
+        for t in ["one", "two"] {
+            assert!(c.cmd(&format!("watch {t}")).await.starts_with("WATCHING"));
+        }
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            got.push(c.reserve(1).await.unwrap().0);
+        }
+        assert_eq!(got, [urgent, first, second, low]);
+    })
+    .await;
+}
