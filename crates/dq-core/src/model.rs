@@ -442,6 +442,14 @@ pub struct TopicStats {
     /// The parts (Redis shards) that did not answer, when `partial`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
+    /// Until when (Unix ms) the topic is paused: nothing is handed out
+    /// before then. 0 (left out): not paused.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub paused_until_ms: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Running totals of one topic.

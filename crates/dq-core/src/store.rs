@@ -230,6 +230,11 @@ pub trait Store: Send + Sync + 'static {
         Ok(vec![me.to_string()])
     }
 
+    /// Pauses `topic` until `until_ms` (0: resumes it): claims hand nothing
+    /// out of it before then and answer the pause's end as the next due
+    /// time. Kept in the topic's counters; `stats` reports it.
+    async fn pause_topic(&self, topic: &Topic, until_ms: u64) -> StoreResult<()>;
+
     /// The next value of the counter `name`: 1, 2, 3, … — unique and
     /// increasing across every process sharing the store (beanstalkd job
     /// ids are such numbers).

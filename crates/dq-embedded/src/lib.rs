@@ -399,6 +399,13 @@ impl Store for EmbeddedStore {
             .await
     }
 
+    async fn pause_topic(&self, topic: &Topic, until_ms: u64) -> StoreResult<()> {
+        let topic = topic.clone();
+        self.writer
+            .exec(move |cx| ops::pause_topic(cx, &topic, until_ms))
+            .await
+    }
+
     async fn next_seq(&self, name: &str) -> StoreResult<u64> {
         let name = name.to_string();
         self.writer.exec(move |cx| ops::next_seq(cx, &name)).await

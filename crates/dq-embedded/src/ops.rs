@@ -396,6 +396,17 @@ pub(crate) fn claim(
     let Some(tid) = tid(cx, topic)? else {
         return Ok(Claimed::default());
     };
+    // A paused topic hands nothing out; the pause's end is when to look again.
+    let paused: u64 = cx
+        .conn
+        .prepare_cached("SELECT paused_until_ms FROM topics WHERE tid = ?1")?
+        .query_row([tid], |r| r.get(0))?;
+    if paused > now {
+        return Ok(Claimed {
+            leases: Vec::new(),
+            next_due_ms: Some(paused),
+        });
+    }
     promote(cx, tid, now, BATCH)?;
     #[allow(clippy::type_complexity)]
     let rows: Vec<(i64, String, Option<u64>, u64, u32, bool, Vec<u8>, u32)> = cx
@@ -888,8 +899,8 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
     let mut st = cx
         .conn
         .prepare_cached(
-            "SELECT n0, n1, n2, n3, enqueued, acked, failed, expired, dead, cancelled, dead_dropped, replayed
-             FROM topics WHERE tid = ?1",
+            "SELECT n0, n1, n2, n3, enqueued, acked, failed, expired, dead, cancelled, dead_dropped, replayed,
+             paused_until_ms FROM topics WHERE tid = ?1",
         )?
         .query_row([tid], |r| {
             Ok(TopicStats {
@@ -908,6 +919,7 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
                     dead_dropped: r.get(10)?,
                     replayed: r.get(11)?,
                 },
+                paused_until_ms: r.get(12)?,
                 ..TopicStats::default()
             })
         })?;
@@ -924,6 +936,16 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
     };
     st.oldest_overdue_ms = oldest.map_or(0, |d| now.saturating_sub(d));
     Ok(st)
+}
+
+/// Pauses the topic until `until` (0: resumes it).
+pub(crate) fn pause_topic(cx: &mut Ctx, topic: &Topic, until: u64) -> OpResult<()> {
+    let tid = ensure_tid(cx, topic)?;
+    cx.conn
+        .prepare_cached("UPDATE topics SET paused_until_ms = ?2 WHERE tid = ?1")?
+        .execute(params![tid, until as i64])?;
+    cx.wake.push(topic.as_str().to_string());
+    Ok(())
 }
 
 /// Counts `name` up by one and returns the new value (1 first).

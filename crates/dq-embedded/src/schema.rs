@@ -117,6 +117,15 @@ pub(crate) fn open(path: &Path, max_pages: Option<u64>) -> Result<Connection, Op
     }
     // Added after schema version 1 shipped: created where missing.
     conn.execute_batch(COUNTERS).map_err(corrupt)?;
+    if conn
+        .prepare("SELECT paused_until_ms FROM topics LIMIT 0")
+        .is_err()
+    {
+        conn.execute_batch(
+            "ALTER TABLE topics ADD COLUMN paused_until_ms INTEGER NOT NULL DEFAULT 0",
+        )
+        .map_err(corrupt)?;
+    }
     Ok(conn)
 }
 

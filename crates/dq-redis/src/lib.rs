@@ -883,6 +883,7 @@ impl Store for RedisStore {
             reserved: lease,
             dead,
             oldest_overdue_ms: oldest_due.map_or(0, |d| now_ms.saturating_sub(d)),
+            paused_until_ms: c("paused_until"),
             counters: TopicCounters {
                 enqueued: c("enqueued"),
                 acked: c("acked"),
@@ -895,6 +896,23 @@ impl Store for RedisStore {
             },
             ..TopicStats::default()
         })
+    }
+
+    async fn pause_topic(&self, topic: &Topic, until_ms: u64) -> StoreResult<()> {
+        self.register(topic).await?;
+        let tk = self.keys.topic(topic);
+        let key = tk.ctr();
+        let mut conn = self.conn.clone();
+        let mut cmd = if until_ms == 0 {
+            redis::cmd("HDEL")
+        } else {
+            redis::cmd("HSET")
+        };
+        cmd.arg(&key).arg("paused_until");
+        if until_ms > 0 {
+            cmd.arg(until_ms);
+        }
+        cmd.query_async::<()>(&mut conn).await.map_err(unavailable)
     }
 
     async fn next_seq(&self, name: &str) -> StoreResult<u64> {

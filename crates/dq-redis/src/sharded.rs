@@ -828,6 +828,7 @@ impl Store for ShardedStore {
             out.reserved += s.reserved;
             out.dead += s.dead;
             out.oldest_overdue_ms = out.oldest_overdue_ms.max(s.oldest_overdue_ms);
+            out.paused_until_ms = out.paused_until_ms.max(s.paused_until_ms);
             let (c, d) = (&mut out.counters, &s.counters);
             c.enqueued += d.enqueued;
             c.acked += d.acked;
@@ -839,6 +840,16 @@ impl Store for ShardedStore {
             c.replayed += d.replayed;
         }
         Ok(out)
+    }
+
+    /// Every partition is paused (each decides its own claims).
+    async fn pause_topic(&self, topic: &Topic, until_ms: u64) -> StoreResult<()> {
+        let all = self
+            .each(topic, false, |s, p| async move {
+                s.pause_topic(&p, until_ms).await
+            })
+            .await?;
+        Self::gathered(all).map(|_| ())
     }
 
     /// Counters live on the first shard (while it is down, they cannot move).

@@ -245,6 +245,8 @@ pub enum Cmd {
     StatsTube(Topic),
     /// `stats`
     Stats,
+    /// `pause-tube <tube> <delay>`
+    PauseTube(Topic, u32),
     /// `list-tubes`
     ListTubes,
     /// `list-tube-used`
@@ -296,6 +298,7 @@ pub fn parse(text: &str) -> Result<Cmd, &'static str> {
         ("kick-job", 1) => Cmd::KickJob(id(0)?),
         ("stats-job", 1) => Cmd::StatsJob(id(0)?),
         ("stats-tube", 1) => Cmd::StatsTube(tube_at(0)?),
+        ("pause-tube", 2) => Cmd::PauseTube(tube_at(0)?, u32_at(1)?),
         ("stats", 0) => Cmd::Stats,
         ("list-tubes", 0) => Cmd::ListTubes,
         ("list-tube-used", 0) => Cmd::ListTubeUsed,
@@ -324,7 +327,8 @@ pub fn parse(text: &str) -> Result<Cmd, &'static str> {
             | "list-tubes"
             | "list-tube-used"
             | "list-tubes-watched"
-            | "quit",
+            | "quit"
+            | "pause-tube",
             _,
         ) => return Err(BAD),
         _ => return Err("UNKNOWN_COMMAND"),
@@ -445,6 +449,7 @@ impl Conn {
             Cmd::StatsJob(id) => self.stats_job(id).await,
             Cmd::StatsTube(t) => self.stats_tube(t).await,
             Cmd::Stats => self.stats().await,
+            Cmd::PauseTube(t, delay) => self.pause_tube(t, delay).await,
             Cmd::ListTubes => match self.svc.topics().await {
                 Ok(ts) => {
                     let mut names: Vec<String> = ts.iter().map(ToString::to_string).collect();
@@ -823,6 +828,18 @@ impl Conn {
         ]))
     }
 
+    async fn pause_tube(&mut self, t: Topic, delay_s: u32) -> Reply {
+        match self.svc.topics().await {
+            Ok(ts) if ts.contains(&t) => {}
+            Ok(_) => return not_found(),
+            Err(e) => return failed(&e),
+        }
+        match self.svc.pause_topic(&t, u64::from(delay_s) * 1000).await {
+            Ok(()) => line("PAUSED"),
+            Err(e) => failed(&e),
+        }
+    }
+
     async fn stats_tube(&mut self, t: Topic) -> Reply {
         let known = match self.svc.topics().await {
             Ok(ts) => ts.contains(&t),
@@ -836,6 +853,7 @@ impl Conn {
             Err(e) => return failed(&e),
         };
         let total = s.scheduled + s.ready + s.reserved + s.dead;
+        let now = self.svc.clock().now_ms();
         ok_yaml(yaml(&[
             ("name", format!("\"{t}\"")),
             ("current-jobs-urgent", "0".into()),
@@ -855,8 +873,18 @@ impl Conn {
                 (s.counters.acked + s.counters.cancelled).to_string(),
             ),
             ("cmd-pause-tube", "0".into()),
-            ("pause", "0".into()),
-            ("pause-time-left", "0".into()),
+            // The seconds still paused, rounded up (the delay asked is not kept).
+            (
+                "pause",
+                s.paused_until_ms
+                    .saturating_sub(now)
+                    .div_ceil(1000)
+                    .to_string(),
+            ),
+            (
+                "pause-time-left",
+                (s.paused_until_ms.saturating_sub(now) / 1000).to_string(),
+            ),
         ]))
     }
 

@@ -429,6 +429,20 @@ impl Service {
 
     // ---- topics -----------------------------------------------------------
 
+    /// Pauses `t` for `for_ms` (0: resumes it now): nothing is handed out of
+    /// it meanwhile, through any front-end. Waiters here are woken.
+    ///
+    /// # Errors
+    /// `invalid_delay` beyond the largest delay; a store error.
+    pub async fn pause_topic(&self, t: &Topic, for_ms: u64) -> Result<()> {
+        self.limits.check_delay(for_ms)?;
+        let until = if for_ms == 0 { 0 } else { self.now() + for_ms };
+        self.store.pause_topic(t, until).await?;
+        self.wakers.wake(t.as_str());
+        tracing::info!(topic = %t, for_ms, "topic paused");
+        Ok(())
+    }
+
     /// The next value of the store's counter `name` (unique and increasing
     /// across every instance sharing the store).
     ///

@@ -214,6 +214,21 @@ async fn tubes_use_watch_ignore() {
         let yaml = String::from_utf8(c.data(&l).await).unwrap();
         assert!(yaml.contains("current-jobs-reserved: 1\n"), "{yaml}");
         assert_eq!(c.cmd("stats-tube nosuchtube").await, "NOT_FOUND");
+        assert_eq!(c.cmd("pause-tube nosuchtube 1").await, "NOT_FOUND");
+        // Paused for 1 s: nothing comes out of it before.
+        let next = c.put(1, 0, 10, b"y").await;
+        assert_eq!(c.cmd("pause-tube emails 1").await, "PAUSED");
+        let l = c.cmd("stats-tube emails").await;
+        let yaml = String::from_utf8(c.data(&l).await).unwrap();
+        assert!(yaml.contains("pause: 1\n"), "{yaml}");
+        let paused = Instant::now();
+        let (got, _) = c.reserve(3).await.unwrap();
+        assert_eq!(got, next);
+        assert!(
+            paused.elapsed() >= Duration::from_millis(990),
+            "{:?}",
+            paused.elapsed()
+        );
     })
     .await;
 }

@@ -90,6 +90,7 @@ fn stats() -> TopicStats {
         },
         partial: true,
         missing: vec!["shard 0 redis://a".into()],
+        paused_until_ms: 1,
     }
 }
 

@@ -1051,6 +1051,37 @@ pub async fn list_scheduled_earliest_first(s: &dyn Store) {
 /// every scenario in turn, each on `MAKE(&setup, scenario_name).await` — for
 /// stores too costly to start per scenario (each scenario under its own key
 /// prefix).
+/// `pause_topic`: nothing is handed out before the pause ends (the claim
+/// says when to look again), stats report it, and 0 resumes at once.
+pub async fn a_paused_topic_hands_nothing_out(s: &dyn Store) {
+    let t = topic("paused");
+    put(s, &t, job("a", When::DelayMs(0)), T0).await;
+    s.pause_topic(&t, T0 + 5000).await.unwrap();
+    let c = s.claim(&t, 10, None, T0 + 4999).await.unwrap();
+    assert!(c.leases.is_empty(), "handed out of a paused topic");
+    assert_eq!(c.next_due_ms, Some(T0 + 5000));
+    assert_eq!(s.stats(&t, T0).await.unwrap().paused_until_ms, T0 + 5000);
+    assert_eq!(
+        s.claim(&t, 10, None, T0 + 5000).await.unwrap().leases.len(),
+        1
+    );
+    put(s, &t, job("b", When::DelayMs(0)), T0 + 5000).await;
+    s.pause_topic(&t, T0 + 60_000).await.unwrap();
+    assert!(
+        s.claim(&t, 10, None, T0 + 5001)
+            .await
+            .unwrap()
+            .leases
+            .is_empty()
+    );
+    s.pause_topic(&t, 0).await.unwrap();
+    assert_eq!(s.stats(&t, T0).await.unwrap().paused_until_ms, 0);
+    assert_eq!(
+        s.claim(&t, 10, None, T0 + 5002).await.unwrap().leases.len(),
+        1
+    );
+}
+
 /// `list_ready`: ready jobs only, by priority, then due time, then enqueue
 /// order — the order claims hand them out.
 pub async fn list_ready_in_hand_out_order(s: &dyn Store) {
@@ -1135,7 +1166,8 @@ macro_rules! conformance_tests {
             many_far_jobs_keep_order,
             list_scheduled_earliest_first,
             counters_are_unique_and_increasing,
-            list_ready_in_hand_out_order
+            list_ready_in_hand_out_order,
+            a_paused_topic_hands_nothing_out
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {

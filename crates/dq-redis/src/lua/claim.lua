@@ -8,6 +8,9 @@
 --   (s=r, a+1, t, u).
 local now, max = clock_ms(ARGV[2]), tonumber(ARGV[3])
 local lease_override = tonumber(ARGV[4])
+-- A paused topic hands nothing out; the pause's end is when to look again.
+local paused = tonumber(redis.call('HGET', K.ctr, 'paused_until') or '0')
+if paused > now then return {paused} end
 promote(K, now, 1000)
 local members = redis.call('ZRANGE', K.ready, 0, max - 1)
 local out = {0}
