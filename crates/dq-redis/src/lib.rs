@@ -908,7 +908,7 @@ impl Store for RedisStore {
         } else {
             redis::cmd("HSET")
         };
-        cmd.arg(&key).arg("paused_until");
+        cmd.arg(key).arg("paused_until");
         if until_ms > 0 {
             cmd.arg(until_ms);
         }
