@@ -26,11 +26,6 @@ fn faketime_lib() -> String {
     lib.to_str().unwrap().to_string()
 }
 
-async fn get(dq: &Dq, path: &str) -> (u16, Value) {
-    let (s, v, _) = dq.call(reqwest::Method::GET, path, None).await;
-    (s, v)
-}
-
 /// Reserves one job of `topic` through `dq`, waiting for it.
 async fn reserve_one(dq: &Dq, topic: &str, lease_ms: u64) -> (Value, Instant) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -87,7 +82,7 @@ async fn clocks_a_minute_apart(store_args: &[&str]) {
 
     // The clocks really differ, and each instance reports its offset.
     for (who, dq, want) in [("ahead", &ahead, -30_000i64), ("behind", &behind, 30_000)] {
-        let (s, v) = get(dq, "/readyz").await;
+        let (s, v) = dq.get("/readyz").await;
         assert_eq!(s, 200, "{v}");
         let off = v["clock_offset_ms"].as_i64().unwrap();
         assert!((off - want).abs() < 1000, "{who}: clock_offset_ms {off}");
@@ -132,7 +127,7 @@ async fn clocks_a_minute_apart(store_args: &[&str]) {
     assert_eq!(job["id"], "l");
     let deadline = Instant::now() + Duration::from_secs(5);
     let expired = loop {
-        let (_, v) = get(&behind, "/v1/topics/lease/jobs/l").await;
+        let (_, v) = behind.get("/v1/topics/lease/jobs/l").await;
         if v["state"] != "reserved" {
             break sent.elapsed();
         }
@@ -227,7 +222,7 @@ async fn an_embedded_store_whose_clock_steps_an_hour_keeps_its_times() {
     );
 
     // The held lease was not cut short by the forward step.
-    let (_, v) = get(&dq, "/v1/topics/held/jobs/h").await;
+    let (_, v) = dq.get("/v1/topics/held/jobs/h").await;
     assert_eq!(v["state"], "reserved", "{v}");
     let (s, v) = dq.ack("held", &held).await;
     assert_eq!(s, 200, "{v}");
@@ -235,7 +230,7 @@ async fn an_embedded_store_whose_clock_steps_an_hour_keeps_its_times() {
     // An hour ahead on the host's clock: dq keeps its own time, and says so.
     std::fs::write(&step_file, "+1h\n").unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let (_, v) = get(&dq, "/readyz").await;
+    let (_, v) = dq.get("/readyz").await;
     let off = v["clock_offset_ms"].as_i64().unwrap();
     assert!((off + 3_600_000).abs() < 2000, "clock_offset_ms {off}");
 }

@@ -61,13 +61,7 @@ async fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 async fn presence(dq: &Dq, topic: &str, ids: &[String]) -> Vec<(String, bool)> {
     let mut out = Vec::new();
     for id in ids {
-        let (s, v, _) = dq
-            .call(
-                reqwest::Method::GET,
-                &format!("/v1/topics/{topic}/jobs/{id}"),
-                None,
-            )
-            .await;
+        let (s, v) = dq.get(&format!("/v1/topics/{topic}/jobs/{id}")).await;
         assert!(s == 200 || s == 404, "GET {id}: {s} {v}");
         out.push((id.clone(), s == 200));
     }
@@ -118,15 +112,13 @@ async fn fsync_errors_never_get_a_2xx_and_after_recovery_the_api_and_the_file_ag
             assert_eq!(v["error"]["code"], "store_outcome_unknown", "{v}");
         }
     }
-    let (s, v, _) = dq
-        .call(reqwest::Method::DELETE, "/v1/topics/fs/jobs/before", None)
-        .await;
+    let (s, v) = dq.delete("/v1/topics/fs/jobs/before").await;
     assert_eq!(
         (s, v["error"]["code"].as_str()),
         (503, Some("store_outcome_unknown")),
         "{v}"
     );
-    let (s, v, _) = dq.call(reqwest::Method::GET, "/readyz", None).await;
+    let (s, v) = dq.get("/readyz").await;
     assert_eq!(s, 503, "not ready while writes cannot be synced: {v}");
     assert_eq!(v["error"]["code"], "store_outcome_unknown", "{v}");
 
@@ -145,7 +137,7 @@ async fn fsync_errors_never_get_a_2xx_and_after_recovery_the_api_and_the_file_ag
     .await;
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let (s, _, _) = dq.call(reqwest::Method::GET, "/readyz", None).await;
+        let (s, _) = dq.get("/readyz").await;
         if s == 200 {
             break;
         }
@@ -294,13 +286,7 @@ async fn a_full_disk_refuses_only_enqueues_and_can_be_drained() {
 
     // Everything that frees space works on the full disk.
     for i in 0..30 {
-        let (s, v, _) = dq
-            .call(
-                reqwest::Method::DELETE,
-                &format!("/v1/topics/fill/jobs/j{i}"),
-                None,
-            )
-            .await;
+        let (s, v) = dq.delete(&format!("/v1/topics/fill/jobs/j{i}")).await;
         assert_eq!(s, 200, "cancel on a full disk: {v}");
     }
     let (s, got) = dq
@@ -313,14 +299,10 @@ async fn a_full_disk_refuses_only_enqueues_and_can_be_drained() {
         let (s, v) = dq.ack("work", j).await;
         assert_eq!(s, 200, "ack on a full disk: {v}");
     }
-    let (s, v, _) = dq
-        .call(reqwest::Method::DELETE, "/v1/topics/fragile/dead", None)
-        .await;
+    let (s, v) = dq.delete("/v1/topics/fragile/dead").await;
     assert_eq!(s, 200, "dead-letter purge on a full disk: {v}");
     assert_eq!(v["purged"], 5, "{v}");
-    let (s, v, _) = dq
-        .call(reqwest::Method::DELETE, "/v1/topics/other", None)
-        .await;
+    let (s, v) = dq.delete("/v1/topics/other").await;
     assert_eq!(s, 200, "topic delete on a full disk: {v}");
 
     // Space freed on the disk: the reserve comes back, enqueues are admitted.
@@ -349,7 +331,7 @@ async fn a_full_disk_refuses_only_enqueues_and_can_be_drained() {
 
     // Nothing acknowledged was lost on the way.
     dq.restart().await;
-    let (_, v, _) = dq.call(reqwest::Method::GET, "/v1/topics/fill", None).await;
+    let (_, v) = dq.get("/v1/topics/fill").await;
     assert_eq!(
         v["stats"]["scheduled"].as_u64(),
         Some(stored as u64 - 30),
@@ -520,9 +502,7 @@ async fn the_shard_of_partition_zero_killed_delays_only_its_own_jobs() {
             assert_eq!(s, 200, "{who}: {v}");
             accepted -= 1;
         }
-        let (s, v, _) = dq
-            .call(reqwest::Method::GET, &format!("/v1/topics/{name}"), None)
-            .await;
+        let (s, v) = dq.get(&format!("/v1/topics/{name}")).await;
         assert_eq!(s, 200, "{who}: {v}");
         assert_eq!(v["stats"]["partial"], true, "{who}: {v}");
         let missing = v["stats"]["missing"].as_array().unwrap();
@@ -540,9 +520,7 @@ async fn the_shard_of_partition_zero_killed_delays_only_its_own_jobs() {
     servers[zero].restart();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (_, v, _) = warm
-            .call(reqwest::Method::GET, &format!("/v1/topics/{name}"), None)
-            .await;
+        let (_, v) = warm.get(&format!("/v1/topics/{name}")).await;
         if v["stats"].get("partial").is_none_or(|p| p == false) {
             assert_eq!(v["stats"]["ready"].as_u64(), Some(accepted as u64), "{v}");
             break;

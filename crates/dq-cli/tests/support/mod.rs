@@ -184,6 +184,18 @@ impl Dq {
         (s, v)
     }
 
+    /// GET of `path`: status and JSON body.
+    pub(crate) async fn get(&self, path: &str) -> (u16, Value) {
+        let (s, v, _) = self.call(reqwest::Method::GET, path, None).await;
+        (s, v)
+    }
+
+    /// DELETE of `path`: status and JSON body.
+    pub(crate) async fn delete(&self, path: &str) -> (u16, Value) {
+        let (s, v, _) = self.call(reqwest::Method::DELETE, path, None).await;
+        (s, v)
+    }
+
     /// Acks `job` (as a reserve handed it out) on `topic`.
     pub(crate) async fn ack(&self, topic: &str, job: &Value) -> (u16, Value) {
         let id = job["id"].as_str().expect("a job with an id");
