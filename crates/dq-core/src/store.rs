@@ -230,6 +230,17 @@ pub trait Store: Send + Sync + 'static {
         Ok(vec![me.to_string()])
     }
 
+    /// Leases one job by id, whether scheduled, ready or dead (beanstalkd's
+    /// `reserve-job`); `None` when there is no such job or it is reserved.
+    /// A dead job leaves the dead letters; the hand-out counts an attempt.
+    async fn claim_job(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        lease_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<Option<Lease>>;
+
     /// Pauses `topic` until `until_ms` (0: resumes it): claims hand nothing
     /// out of it before then and answer the pause's end as the next due
     /// time. Kept in the topic's counters; `stats` reports it.

@@ -399,6 +399,19 @@ impl Store for EmbeddedStore {
             .await
     }
 
+    async fn claim_job(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        lease_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<Option<Lease>> {
+        let (topic, id) = (topic.clone(), id.clone());
+        self.writer
+            .exec(move |cx| ops::claim_job(cx, &topic, &id, lease_ms, now_ms))
+            .await
+    }
+
     async fn pause_topic(&self, topic: &Topic, until_ms: u64) -> StoreResult<()> {
         let topic = topic.clone();
         self.writer

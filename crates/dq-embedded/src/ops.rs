@@ -938,6 +938,68 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
     Ok(st)
 }
 
+/// Leases one job by id unless it is reserved (see `Store::claim_job`).
+pub(crate) fn claim_job(
+    cx: &mut Ctx,
+    topic: &Topic,
+    id: &JobId,
+    lease_override: Option<u64>,
+    now: u64,
+) -> OpResult<Option<Lease>> {
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok(None);
+    };
+    #[allow(clippy::type_complexity)]
+    let row: Option<(i64, i64, Option<u64>, u64, u32, bool, Vec<u8>, u32)> = cx
+        .conn
+        .prepare_cached(
+            "SELECT seq, state, lease_ms, due_ms, priority, is_json, body, attempts FROM jobs
+             WHERE tid = ?1 AND id = ?2",
+        )?
+        .query_row(params![tid, id.as_str()], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
+            ))
+        })
+        .optional()?;
+    let Some((seq, state, job_lease, due, priority, is_json, body, attempts)) = row else {
+        return Ok(None);
+    };
+    if state == RESERVED {
+        return Ok(None);
+    }
+    let lease = match lease_override.or(job_lease) {
+        Some(l) => l,
+        None => config(cx, tid)?.lease_ms,
+    };
+    let deadline = now + lease;
+    let token = format!("{:016x}.1", rand::random::<u64>());
+    cx.conn
+        .prepare_cached(
+            "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?1, deadline_ms = ?2,
+             died_ms = NULL WHERE seq = ?3",
+        )?
+        .execute(params![token, deadline as i64, seq])?;
+    counts(cx, tid, delta(Some(state), Some(RESERVED)))?;
+    Ok(Some(Lease {
+        topic: topic.clone(),
+        id: id.clone(),
+        token,
+        attempt: attempts + 1,
+        due_at_ms: due,
+        lease_deadline_ms: deadline,
+        priority,
+        body: Body::from_stored(body, is_json),
+    }))
+}
+
 /// Pauses the topic until `until` (0: resumes it).
 pub(crate) fn pause_topic(cx: &mut Ctx, topic: &Topic, until: u64) -> OpResult<()> {
     let tid = ensure_tid(cx, topic)?;

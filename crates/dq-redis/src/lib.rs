@@ -573,6 +573,29 @@ impl Store for RedisStore {
         decode_claimed(topic, v)
     }
 
+    async fn claim_job(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        lease_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<Option<Lease>> {
+        let token = format!("{}1", token_prefix());
+        let v = self
+            .run(
+                &self.scripts.claim_job,
+                topic,
+                &[
+                    &self.now_arg(now_ms),
+                    id.as_str().as_bytes(),
+                    &opt(lease_ms),
+                    token.as_bytes(),
+                ],
+            )
+            .await?;
+        Ok(decode_claimed(topic, v)?.leases.pop())
+    }
+
     async fn extend_lease(
         &self,
         topic: &Topic,

@@ -22,6 +22,7 @@ pub(crate) const WHEEL_MS: u64 = 60_000;
 pub(crate) struct Scripts {
     pub(crate) enqueue: Script,
     pub(crate) claim: Script,
+    pub(crate) claim_job: Script,
     pub(crate) promote_due: Script,
     pub(crate) extend_lease: Script,
     pub(crate) ack: Script,
@@ -54,6 +55,7 @@ impl Scripts {
         Self {
             enqueue: s(include_str!("lua/enqueue.lua")),
             claim: s(include_str!("lua/claim.lua")),
+            claim_job: s(include_str!("lua/claim_job.lua")),
             promote_due: s(include_str!("lua/promote_due.lua")),
             extend_lease: s(include_str!("lua/extend_lease.lua")),
             ack: s(include_str!("lua/ack.lua")),

@@ -438,6 +438,25 @@ impl Store for ShardedStore {
             .await
     }
 
+    async fn claim_job(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        lease_ms: Option<u64>,
+        now_ms: u64,
+    ) -> StoreResult<Option<Lease>> {
+        let lease = self
+            .on_job(topic, id, |s, p| async move {
+                s.claim_job(&p, id, lease_ms, now_ms).await
+            })
+            .await?;
+        // The lease names the partition; callers know the topic.
+        Ok(lease.map(|l| Lease {
+            topic: topic.clone(),
+            ..l
+        }))
+    }
+
     async fn cancel(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobState>> {
         self.on_job(topic, id, |s, p| async move { s.cancel(&p, id).await })
             .await

@@ -211,6 +211,8 @@ pub enum Cmd {
     Ignore(Topic),
     /// `reserve` (None) or `reserve-with-timeout <seconds>`
     Reserve(Option<u64>),
+    /// `reserve-job <id>`
+    ReserveJob(u64),
     /// `delete <id>`
     Delete(u64),
     /// `release <id> <pri> <delay>`
@@ -279,6 +281,7 @@ pub fn parse(text: &str) -> Result<Cmd, &'static str> {
         ("ignore", 1) => Cmd::Ignore(tube_at(0)?),
         ("reserve", 0) => Cmd::Reserve(None),
         ("reserve-with-timeout", 1) => Cmd::Reserve(Some(id(0)?)),
+        ("reserve-job", 1) => Cmd::ReserveJob(id(0)?),
         ("delete", 1) => Cmd::Delete(id(0)?),
         ("release", 3) => Cmd::Release {
             id: id(0)?,
@@ -328,7 +331,8 @@ pub fn parse(text: &str) -> Result<Cmd, &'static str> {
             | "list-tube-used"
             | "list-tubes-watched"
             | "quit"
-            | "pause-tube",
+            | "pause-tube"
+            | "reserve-job",
             _,
         ) => return Err(BAD),
         _ => return Err("UNKNOWN_COMMAND"),
@@ -438,6 +442,7 @@ impl Conn {
                 self.reserve(timeout_s.map(|s| s.saturating_mul(1000)), reader)
                     .await
             }
+            Cmd::ReserveJob(id) => self.reserve_job(id).await,
             Cmd::Delete(id) => self.delete(id).await,
             Cmd::Release { id, delay, .. } => self.release(id, delay).await,
             Cmd::Bury { id, .. } => self.bury(id).await,
@@ -633,6 +638,32 @@ impl Conn {
             }
         }
         None
+    }
+
+    /// Reserves one job by id, unless another client holds it.
+    async fn reserve_job(&mut self, id: u64) -> Reply {
+        let Some((t, job)) = self.find(id).await else {
+            return not_found();
+        };
+        if job.state == JobState::Reserved {
+            return not_found();
+        }
+        match self.svc.claim_job(&t, &job.id).await {
+            Ok(Some(l)) => {
+                let body = body_bytes(&l.body);
+                self.held.insert(
+                    id,
+                    Held {
+                        topic: l.topic,
+                        token: l.token,
+                        deadline_ms: l.lease_deadline_ms,
+                    },
+                );
+                Reply::Data(format!("RESERVED {id} {}", body.len()), body)
+            }
+            Ok(None) => not_found(),
+            Err(e) => failed(&e),
+        }
     }
 
     async fn delete(&mut self, id: u64) -> Reply {

@@ -429,6 +429,22 @@ impl Service {
 
     // ---- topics -----------------------------------------------------------
 
+    /// Leases the job `id` of `t` whether it is scheduled, ready or dead
+    /// (beanstalkd's `reserve-job`); `None` when it is missing or reserved.
+    ///
+    /// # Errors
+    /// [`Error::ShuttingDown`]; a store error.
+    pub async fn claim_job(&self, t: &Topic, id: &JobId) -> Result<Option<Lease>> {
+        if self.shutdown.is_cancelled() {
+            return Err(Error::ShuttingDown);
+        }
+        let lease = self.store.claim_job(t, id, None, self.now()).await?;
+        if lease.is_some() {
+            tracing::debug!(topic = %t, id = %id, "job reserved by id");
+        }
+        Ok(lease)
+    }
+
     /// Pauses `t` for `for_ms` (0: resumes it now): nothing is handed out of
     /// it meanwhile, through any front-end. Waiters here are woken.
     ///

@@ -266,6 +266,24 @@ async fn delay_release_bury_kick_touch() {
         assert_eq!(c.cmd(&format!("bury {id} 5")).await, "BURIED");
         assert_eq!(c.cmd(&format!("kick-job {id}")).await, "KICKED");
         assert_eq!(c.cmd(&format!("peek {id}")).await, format!("FOUND {id} 5"));
+        c.data(&format!("FOUND {id} 5")).await;
+        // reserve-job takes it by id, delayed or buried alike.
+        let later = c.put(5, 100, 10, b"much later").await;
+        let l = c.cmd(&format!("reserve-job {later}")).await;
+        assert_eq!(l, format!("RESERVED {later} 10"));
+        assert_eq!(c.data(&l).await, b"much later");
+        let mut other = C::new(&bs).await;
+        assert_eq!(
+            other.cmd(&format!("reserve-job {later}")).await,
+            "NOT_FOUND",
+            "held"
+        );
+        assert_eq!(c.cmd(&format!("bury {later} 5")).await, "BURIED");
+        let l = other.cmd(&format!("reserve-job {later}")).await;
+        assert_eq!(l, format!("RESERVED {later} 10"));
+        other.data(&l).await;
+        assert_eq!(other.cmd(&format!("delete {later}")).await, "DELETED");
+        assert_eq!(c.cmd("reserve-job 99999999").await, "NOT_FOUND");
     })
     .await;
 }

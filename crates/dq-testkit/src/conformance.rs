@@ -1051,6 +1051,60 @@ pub async fn list_scheduled_earliest_first(s: &dyn Store) {
 /// every scenario in turn, each on `MAKE(&setup, scenario_name).await` — for
 /// stores too costly to start per scenario (each scenario under its own key
 /// prefix).
+/// `claim_job`: a scheduled (soon or far), ready or dead job is leased by
+/// id; a reserved or missing one is not; counts follow.
+pub async fn claim_job_by_id_in_any_waiting_or_dead_state(s: &dyn Store) {
+    let t = topic("by-id");
+    put(s, &t, job("ready", When::DelayMs(0)), T0).await;
+    put(s, &t, job("soon", When::DelayMs(5000)), T0).await;
+    put(s, &t, job("far", When::DelayMs(7 * 86_400_000)), T0).await;
+    put(s, &t, job("dead", When::DelayMs(0)), T0).await;
+    let c = s.claim(&t, 10, None, T0).await.unwrap();
+    let dead = c.leases.iter().find(|l| l.id.as_str() == "dead").unwrap();
+    s.bury(&t, &dead.id, &dead.token, "x", T0).await.unwrap();
+    // Released: ready again, the attempt not counted.
+    let ready = c.leases.iter().find(|l| l.id.as_str() == "ready").unwrap();
+    s.release(&t, &ready.id, &ready.token, 0, T0).await.unwrap();
+    let st = s.stats(&t, T0).await.unwrap();
+    assert_eq!((st.scheduled, st.ready, st.reserved, st.dead), (2, 1, 0, 1));
+
+    for (name, attempt) in [("ready", 1), ("soon", 1), ("far", 1), ("dead", 2)] {
+        let l = s
+            .claim_job(&t, &id(name), Some(10_000), T0 + 1)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name} not leased"));
+        assert_eq!((l.id.as_str(), l.attempt), (name, attempt));
+        assert_eq!(l.lease_deadline_ms, T0 + 10_001);
+        assert_eq!(l.topic, t);
+        let got = s.get(&t, &id(name)).await.unwrap().unwrap();
+        assert_eq!(got.state, JobState::Reserved, "{name}");
+        assert!(
+            s.claim_job(&t, &id(name), None, T0 + 2)
+                .await
+                .unwrap()
+                .is_none(),
+            "{name}: a reserved job is its holder's"
+        );
+        s.ack(&t, &id(name), &l.token).await.unwrap();
+    }
+    assert!(
+        s.claim_job(&t, &id("none"), None, T0)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let st = s.stats(&t, T0 + 3).await.unwrap();
+    assert_eq!((st.scheduled, st.ready, st.reserved, st.dead), (0, 0, 0, 0));
+    assert!(
+        s.claim(&t, 10, None, T0 + 8 * 86_400_000)
+            .await
+            .unwrap()
+            .leases
+            .is_empty()
+    );
+}
+
 /// `pause_topic`: nothing is handed out before the pause ends (the claim
 /// says when to look again), stats report it, and 0 resumes at once.
 pub async fn a_paused_topic_hands_nothing_out(s: &dyn Store) {
@@ -1167,7 +1221,8 @@ macro_rules! conformance_tests {
             list_scheduled_earliest_first,
             counters_are_unique_and_increasing,
             list_ready_in_hand_out_order,
-            a_paused_topic_hands_nothing_out
+            a_paused_topic_hands_nothing_out,
+            claim_job_by_id_in_any_waiting_or_dead_state
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
