@@ -396,3 +396,36 @@ async fn ready_order_is_priority_then_id_across_watched_tubes() {
     })
     .await;
 }
+
+/// Many connections at once, and clients that stall half-way through a line
+/// or a body, do not hold up anyone else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_connections_and_stalled_clients_do_not_stall_others() {
+    let bs = start("embedded").await;
+    let mut stalled = Vec::new();
+    for i in 0..50 {
+        let mut s = C::new(&bs).await;
+        if i % 2 == 0 {
+            s.send(b"put 1 0 10 100\r\nonly part of the body").await;
+        } else {
+            s.send(b"list-tube-us").await;
+        }
+        stalled.push(s);
+    }
+    let started = Instant::now();
+    let conns = futures::future::join_all((0..2000).map(|_| C::new(&bs))).await;
+    let mut answered = 0;
+    for mut c in conns {
+        assert_eq!(c.cmd("list-tube-used").await, "USING default");
+        answered += 1;
+    }
+    assert_eq!(answered, 2000);
+    let mut c = C::new(&bs).await;
+    let id = c.put(1, 0, 10, b"still works").await;
+    assert_eq!(c.reserve(0).await.unwrap().0, id);
+    eprintln!(
+        "2000 connections answered in {:?} beside 50 stalled ones",
+        started.elapsed()
+    );
+    drop(stalled);
+}
