@@ -482,7 +482,7 @@ impl Conn {
         bytes: usize,
         reader: &mut BufReader<R>,
     ) -> Reply {
-        if bytes > self.config.max_job_size {
+        if bytes > self.config.max_job_size || self.svc.limits().check_body(bytes).is_err() {
             // The reference reads and drops the body it will not keep.
             let mut sink = tokio::io::sink();
             let _ = tokio::io::copy(&mut (&mut *reader).take(bytes as u64 + 2), &mut sink).await;
@@ -497,25 +497,29 @@ impl Conn {
             return line("EXPECTED_CRLF");
         }
         data.truncate(bytes);
+        // What dq cannot hold: a delay beyond its largest, a TTR beyond the
+        // longest lease.
+        let (delay_ms, ttr_ms) = (u64::from(delay) * 1000, u64::from(ttr.max(1)) * 1000);
+        if self.svc.limits().check_delay(delay_ms).is_err()
+            || dq_core::limits::check_lease(ttr_ms).is_err()
+        {
+            return bad_format();
+        }
         let id = match self.svc.next_seq(SEQ).await {
             Ok(id) => id,
             Err(e) => return failed(&e),
         };
         let jid = JobId::new(id.to_string()).expect("a number is a valid id");
-        let mut job = NewJob::new(
-            jid,
-            Body::Bytes(data),
-            When::DelayMs(u64::from(delay) * 1000),
-        );
+        let mut job = NewJob::new(jid, Body::Bytes(data), When::DelayMs(delay_ms));
         job.priority = pri;
-        job.lease_ms = Some(u64::from(ttr.max(1)) * 1000);
+        job.lease_ms = Some(ttr_ms);
         // beanstalkd jobs never run out of attempts; a passed TTR makes the
         // job ready again at once.
         job.max_attempts = Some(dq_core::limits::MAX_ATTEMPTS);
         job.retry = Some(RetryPolicy::FixedMs(0));
         match self.svc.enqueue(&self.used, job).await {
             Ok(_) => line(format!("INSERTED {id}")),
-            Err(Error::Store(StoreError::Invalid(_))) => line("JOB_TOO_BIG"),
+            Err(Error::Store(StoreError::Invalid(e))) if e.too_large => line("JOB_TOO_BIG"),
             Err(e) => failed(&e),
         }
     }
@@ -666,13 +670,48 @@ impl Conn {
         }
     }
 
+    /// Runs `verb` on a job this connection holds: the job is forgotten
+    /// when the verb succeeds or the lease is gone, kept when the store
+    /// failed (the holder may try again).
+    async fn on_held<T, F, Fut>(&mut self, id: u64, ok: &str, verb: F) -> Reply
+    where
+        F: FnOnce(Arc<Service>, Topic, JobId, String) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
+        let Some(h) = self.held.get(&id) else {
+            return not_found();
+        };
+        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
+        let r = verb(self.svc.clone(), h.topic.clone(), jid, h.token.clone()).await;
+        match r {
+            Ok(_) => {
+                self.held.remove(&id);
+                line(ok)
+            }
+            Err(e) => {
+                if matches!(
+                    e,
+                    Error::Store(
+                        StoreError::NotFound
+                            | StoreError::LeaseMismatch
+                            | StoreError::NotInState(_)
+                    )
+                ) {
+                    self.held.remove(&id);
+                }
+                failed(&e)
+            }
+        }
+    }
+
     async fn delete(&mut self, id: u64) -> Reply {
         let jid = JobId::new(id.to_string()).expect("a number is a valid id");
-        if let Some(h) = self.held.remove(&id) {
-            return match self.svc.ack(&h.topic, &jid, &h.token).await {
-                Ok(()) => line("DELETED"),
-                Err(e) => failed(&e),
-            };
+        if self.held.contains_key(&id) {
+            return self
+                .on_held(id, "DELETED", |svc, t, jid, token| async move {
+                    svc.ack(&t, &jid, &token).await
+                })
+                .await;
         }
         let Some((t, job)) = self.find(id).await else {
             return not_found();
@@ -688,29 +727,18 @@ impl Conn {
     }
 
     async fn release(&mut self, id: u64, delay_s: u32) -> Reply {
-        let Some(h) = self.held.remove(&id) else {
-            return not_found();
-        };
-        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
-        match self
-            .svc
-            .release(&h.topic, &jid, &h.token, u64::from(delay_s) * 1000)
-            .await
-        {
-            Ok(_) => line("RELEASED"),
-            Err(e) => failed(&e),
-        }
+        let delay_ms = u64::from(delay_s) * 1000;
+        self.on_held(id, "RELEASED", |svc, t, jid, token| async move {
+            svc.release(&t, &jid, &token, delay_ms).await
+        })
+        .await
     }
 
     async fn bury(&mut self, id: u64) -> Reply {
-        let Some(h) = self.held.remove(&id) else {
-            return not_found();
-        };
-        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
-        match self.svc.bury(&h.topic, &jid, &h.token, "buried").await {
-            Ok(()) => line("BURIED"),
-            Err(e) => failed(&e),
-        }
+        self.on_held(id, "BURIED", |svc, t, jid, token| async move {
+            svc.bury(&t, &jid, &token, "buried").await
+        })
+        .await
     }
 
     async fn touch(&mut self, id: u64) -> Reply {

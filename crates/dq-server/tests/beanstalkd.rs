@@ -359,7 +359,22 @@ async fn malformed_input_gets_the_reference_errors_and_stays_in_sync() {
         // A body not followed by CRLF.
         c.send(b"put 1 0 10 3\r\nabcXY").await;
         assert_eq!(c.line().await, "EXPECTED_CRLF");
+        // A delay beyond dq's largest (3650 days): refused, body consumed.
+        c.send(b"put 1 4294967295 10 2\r\nhi\r\n").await;
+        assert_eq!(c.line().await, "BAD_FORMAT");
         assert_eq!(c.cmd("list-tube-used").await, "USING default", "in sync");
+        // A release refused for its delay leaves the job held.
+        let id = c.put(1, 0, 10, b"held").await;
+        assert_eq!(c.reserve(0).await.unwrap().0, id);
+        assert_eq!(
+            c.cmd(&format!("release {id} 1 4294967295")).await,
+            "BAD_FORMAT"
+        );
+        assert_eq!(
+            c.cmd(&format!("delete {id}")).await,
+            "DELETED",
+            "still held"
+        );
         assert_eq!(
             c.reserve(0).await,
             Err("TIMED_OUT".into()),
