@@ -148,6 +148,14 @@ fn failed(e: &Error) -> Reply {
     }
 }
 
+/// Whether an error says this connection no longer holds the job.
+fn lease_lost(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Store(StoreError::NotFound | StoreError::LeaseMismatch | StoreError::NotInState(_))
+    )
+}
+
 fn yaml(pairs: &[(&str, String)]) -> Vec<u8> {
     let mut out = String::from("---\n");
     for (k, v) in pairs {
@@ -689,14 +697,7 @@ impl Conn {
                 line(ok)
             }
             Err(e) => {
-                if matches!(
-                    e,
-                    Error::Store(
-                        StoreError::NotFound
-                            | StoreError::LeaseMismatch
-                            | StoreError::NotInState(_)
-                    )
-                ) {
+                if lease_lost(&e) {
                     self.held.remove(&id);
                 }
                 failed(&e)
@@ -752,7 +753,9 @@ impl Conn {
                 line("TOUCHED")
             }
             Err(e) => {
-                self.held.remove(&id);
+                if lease_lost(&e) {
+                    self.held.remove(&id);
+                }
                 failed(&e)
             }
         }
