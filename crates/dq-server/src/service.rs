@@ -723,6 +723,7 @@ mod tests {
             ("alerts.rs", include_str!("alerts.rs")),
             ("metrics.rs", include_str!("metrics.rs")),
             ("auth.rs", include_str!("auth.rs")),
+            ("beanstalkd.rs", include_str!("beanstalkd.rs")),
         ] {
             for needle in [
                 ".store.",
