@@ -246,6 +246,13 @@ pub trait Store: Send + Sync + 'static {
     /// time. Kept in the topic's counters; `stats` reports it.
     async fn pause_topic(&self, topic: &Topic, until_ms: u64) -> StoreResult<()>;
 
+    /// The store's size in bytes, where it can tell: the embedded store's
+    /// files, the Redis servers' `used_memory` (the whole server's, dq's keys
+    /// and any others). Default: unknown.
+    async fn size_bytes(&self) -> StoreResult<Option<u64>> {
+        Ok(None)
+    }
+
     /// The next value of the counter `name`: 1, 2, 3, … — unique and
     /// increasing across every process sharing the store (beanstalkd job
     /// ids are such numbers).

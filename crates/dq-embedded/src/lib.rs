@@ -419,6 +419,16 @@ impl Store for EmbeddedStore {
             .await
     }
 
+    async fn size_bytes(&self) -> StoreResult<Option<u64>> {
+        let files = [DB_FILE.to_string(), format!("{DB_FILE}-wal")];
+        let bytes = files
+            .iter()
+            .filter_map(|f| std::fs::metadata(self.dir.join(f)).ok())
+            .map(|m| m.len())
+            .sum();
+        Ok(Some(bytes))
+    }
+
     async fn next_seq(&self, name: &str) -> StoreResult<u64> {
         let name = name.to_string();
         self.writer.exec(move |cx| ops::next_seq(cx, &name)).await

@@ -938,6 +938,23 @@ impl Store for RedisStore {
         cmd.query_async::<()>(&mut conn).await.map_err(unavailable)
     }
 
+    async fn size_bytes(&self) -> StoreResult<Option<u64>> {
+        if self.conn.is_cluster() {
+            // INFO goes to one node of a Cluster: not the whole.
+            return Ok(None);
+        }
+        let mut conn = self.conn.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(info
+            .lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok()))
+    }
+
     async fn next_seq(&self, name: &str) -> StoreResult<u64> {
         let mut conn = self.conn.clone();
         redis::cmd("INCR")

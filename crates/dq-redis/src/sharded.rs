@@ -871,6 +871,22 @@ impl Store for ShardedStore {
         Self::gathered(all).map(|_| ())
     }
 
+    /// The sum over the shards; unknown while any does not answer.
+    async fn size_bytes(&self) -> StoreResult<Option<u64>> {
+        let mut total = 0;
+        let now = self.now_ms();
+        for s in &self.shards {
+            if s.down_until_ms.load(Ordering::Relaxed) > now {
+                return Ok(None);
+            }
+            match s.store.size_bytes().await {
+                Ok(Some(b)) => total += b,
+                _ => return Ok(None),
+            }
+        }
+        Ok(Some(total))
+    }
+
     /// Counters live on the first shard (while it is down, they cannot move).
     async fn next_seq(&self, name: &str) -> StoreResult<u64> {
         self.shards[0].store.next_seq(name).await

@@ -172,7 +172,9 @@ impl TopicDelivery {
                 };
                 let this = this.clone();
                 this.clone().tracker.spawn(async move {
+                    let in_flight = this.metrics.delivering();
                     this.deliver(lease).await;
+                    drop(in_flight);
                     drop(permit);
                 });
             }

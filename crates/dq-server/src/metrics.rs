@@ -18,18 +18,38 @@ const BUCKETS: [f64; 16] = [
     0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0,
 ];
 
+/// Upper bounds (seconds) of the HTTP request histograms: fewer, as there is
+/// one histogram per method, route and status.
+const HTTP_BUCKETS: [f64; 8] = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0];
+
 /// A histogram with fixed buckets; observations in microseconds.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Histogram {
-    buckets: [AtomicU64; BUCKETS.len()],
+    bounds: &'static [f64],
+    buckets: Vec<AtomicU64>,
     count: AtomicU64,
     sum_us: AtomicU64,
 }
 
+impl Default for Histogram {
+    fn default() -> Self {
+        Self::with(&BUCKETS)
+    }
+}
+
 impl Histogram {
+    fn with(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum_us: AtomicU64::new(0),
+        }
+    }
+
     fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();
-        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
+        if let Some(i) = self.bounds.iter().position(|b| secs <= *b) {
             self.buckets[i].fetch_add(1, Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
@@ -46,7 +66,7 @@ impl Histogram {
         }
         let want = (q * count as f64).ceil().max(1.0) as u64;
         let mut cumulative = 0;
-        for (i, b) in BUCKETS.iter().enumerate() {
+        for (i, b) in self.bounds.iter().enumerate() {
             cumulative += self.buckets[i].load(Ordering::Relaxed);
             if cumulative >= want {
                 return Some(*b);
@@ -58,7 +78,7 @@ impl Histogram {
     fn render(&self, out: &mut String, name: &str, labels: &str) {
         let sep = if labels.is_empty() { "" } else { "," };
         let mut cumulative = 0;
-        for (i, b) in BUCKETS.iter().enumerate() {
+        for (i, b) in self.bounds.iter().enumerate() {
             cumulative += self.buckets[i].load(Ordering::Relaxed);
             let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cumulative}");
         }
@@ -76,6 +96,26 @@ pub struct Metrics {
     lateness: Mutex<BTreeMap<String, std::sync::Arc<Histogram>>>,
     http: Mutex<BTreeMap<(String, String, u16), std::sync::Arc<Histogram>>>,
     push: Mutex<BTreeMap<(String, &'static str), std::sync::Arc<Histogram>>>,
+    /// Reserve calls in progress (most of them waiting for a job).
+    reserving: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// Push deliveries in progress.
+    delivering: std::sync::Arc<std::sync::atomic::AtomicI64>,
+}
+
+/// Counts one call in progress while it lives.
+pub(crate) struct InFlight(std::sync::Arc<std::sync::atomic::AtomicI64>);
+
+impl InFlight {
+    fn new(n: &std::sync::Arc<std::sync::atomic::AtomicI64>) -> Self {
+        n.fetch_add(1, Ordering::Relaxed);
+        Self(n.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Escapes a label value (`\`, `"` and newlines).
@@ -123,6 +163,16 @@ impl Metrics {
         h.observe(took);
     }
 
+    /// One reserve call in progress, while the guard lives.
+    pub(crate) fn reserving(&self) -> InFlight {
+        InFlight::new(&self.reserving)
+    }
+
+    /// One push delivery in progress, while the guard lives.
+    pub(crate) fn delivering(&self) -> InFlight {
+        InFlight::new(&self.delivering)
+    }
+
     /// Records one HTTP request.
     pub fn observe_http(&self, method: &str, route: &str, status: u16, took: Duration) {
         let h = self
@@ -130,7 +180,7 @@ impl Metrics {
             .lock()
             .expect("poisoned")
             .entry((method.to_string(), route.to_string(), status))
-            .or_default()
+            .or_insert_with(|| std::sync::Arc::new(Histogram::with(&HTTP_BUCKETS)))
             .clone();
         h.observe(took);
     }
@@ -256,6 +306,22 @@ impl Metrics {
             "# HELP dq_build_info The running dq's version (value 1).\n# TYPE dq_build_info gauge\ndq_build_info{{version=\"{}\"}} 1",
             env!("CARGO_PKG_VERSION")
         );
+        let _ = writeln!(
+            out,
+            "# HELP dq_reserve_in_progress Reserve calls in progress on this instance (most wait for a job).\n# TYPE dq_reserve_in_progress gauge\ndq_reserve_in_progress {}",
+            self.reserving.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP dq_push_deliveries_in_flight Push deliveries this instance is making now.\n# TYPE dq_push_deliveries_in_flight gauge\ndq_push_deliveries_in_flight {}",
+            self.delivering.load(Ordering::Relaxed)
+        );
+        if let Ok(Some(bytes)) = svc.store_bytes().await {
+            let _ = writeln!(
+                out,
+                "# HELP dq_store_bytes Size of the store: the embedded store's files, or the Redis servers' used memory.\n# TYPE dq_store_bytes gauge\ndq_store_bytes {bytes}"
+            );
+        }
         use dq_core::Clock as _;
         let offset = svc.clock().now_ms() as f64 - dq_core::SystemClock.now_ms() as f64;
         let _ = writeln!(

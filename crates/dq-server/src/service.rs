@@ -294,7 +294,9 @@ impl Service {
         lease_ms: Option<u64>,
         wait_ms: u64,
     ) -> Result<Vec<Lease>> {
+        let in_flight = self.metrics.reserving();
         let leases = crate::reserve::reserve(self, topics, max, lease_ms, wait_ms).await;
+        drop(in_flight);
         for t in topics {
             self.wakers.release(t.as_str());
         }
@@ -457,6 +459,14 @@ impl Service {
         self.wakers.wake(t.as_str());
         tracing::info!(topic = %t, for_ms, "topic paused");
         Ok(())
+    }
+
+    /// The store's size in bytes, where it can tell (see `Store::size_bytes`).
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn store_bytes(&self) -> Result<Option<u64>> {
+        Ok(self.store.size_bytes().await?)
     }
 
     /// The next value of the store's counter `name` (unique and increasing

@@ -1565,3 +1565,47 @@ async fn lateness_and_overdue_count_from_the_enqueue_for_a_past_due_time() {
         );
     }
 }
+
+/// What a dashboard reads besides the topics: the store's size, reserve
+/// calls waiting, push deliveries in flight; HTTP histograms stay small.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_store_size_waiting_reserves_and_deliveries() {
+    let (embedded, _dir) = embedded_api();
+    for (store, a) in [("redis", api()), ("embedded", embedded)] {
+        let a = Arc::new(a);
+        let waiter = {
+            let a = a.clone();
+            tokio::spawn(async move {
+                a.call(
+                    "POST",
+                    "/v1/reserve",
+                    Some(json!({"topics": ["idle"], "wait_ms": 1500})),
+                )
+                .await
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let text = a.metrics_text().await;
+        let m = parse_metrics(&text);
+        assert_eq!(
+            m.get("dq_reserve_in_progress"),
+            Some(&1.0),
+            "{store}\n{text}"
+        );
+        assert_eq!(m.get("dq_push_deliveries_in_flight"), Some(&0.0), "{store}");
+        assert!(
+            m.get("dq_store_bytes").is_some_and(|b| *b > 0.0),
+            "{store}\n{text}"
+        );
+        assert_eq!(waiter.await.unwrap().0, StatusCode::OK);
+        let text = a.metrics_text().await;
+        let m = parse_metrics(&text);
+        assert_eq!(m.get("dq_reserve_in_progress"), Some(&0.0), "{store}");
+        let buckets = text
+            .lines()
+            .filter(|l| l.starts_with("dq_http_request_duration_seconds_bucket{"))
+            .filter(|l| l.contains("route=\"/v1/reserve\""))
+            .count();
+        assert_eq!(buckets, 9, "{store}: 8 bounds and +Inf per HTTP histogram");
+    }
+}
