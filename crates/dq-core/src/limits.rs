@@ -100,8 +100,9 @@ impl Limits {
             return Err(InvalidInput::new(
                 "invalid_delay",
                 format!(
-                    "delay of {delay_ms} ms is over the limit of {} ms",
-                    self.max_delay_ms
+                    "a delay of {} is over the limit of {} (max_delay)",
+                    human_ms(delay_ms),
+                    human_ms(self.max_delay_ms)
                 ),
             ));
         }
@@ -117,13 +118,38 @@ impl Limits {
             return Err(InvalidInput::new(
                 "invalid_due_at",
                 format!(
-                    "due_at_ms {due_at_ms} is more than {} ms in the future",
-                    self.max_delay_ms
+                    "due_at_ms {due_at_ms} is {} from now, over the limit of {} (max_delay)",
+                    human_ms(due_at_ms.saturating_sub(now_ms)),
+                    human_ms(self.max_delay_ms)
                 ),
             ));
         }
         Ok(())
     }
+}
+
+/// A duration for people: its non-zero parts, largest first (`20 d`,
+/// `1 h 30 min`, `1 s 500 ms`, `0 ms`), exact to the millisecond.
+pub fn human_ms(ms: u64) -> String {
+    if ms == 0 {
+        return "0 ms".into();
+    }
+    let mut parts = Vec::new();
+    let mut left = ms;
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("min", 60_000),
+        ("s", 1000),
+        ("ms", 1),
+    ] {
+        let n = left / size;
+        left %= size;
+        if n > 0 {
+            parts.push(format!("{n} {unit}"));
+        }
+    }
+    parts.join(" ")
 }
 
 /// Checks a lease length.
@@ -135,7 +161,12 @@ pub fn check_lease(lease_ms: u64) -> Result<(), InvalidInput> {
     if !(lo..=hi).contains(&lease_ms) {
         return Err(InvalidInput::new(
             "invalid_lease",
-            format!("lease_ms must be between {lo} and {hi}, got {lease_ms}"),
+            format!(
+                "a lease must be between {} and {}, got {}",
+                human_ms(lo),
+                human_ms(hi),
+                human_ms(lease_ms)
+            ),
         ));
     }
     Ok(())
@@ -205,6 +236,16 @@ pub fn check_json_depth(text: &str) -> Result<(), InvalidInput> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(human_ms(0), "0 ms");
+        assert_eq!(human_ms(250), "250 ms");
+        assert_eq!(human_ms(1500), "1 s 500 ms");
+        assert_eq!(human_ms(5_400_000), "1 h 30 min");
+        assert_eq!(human_ms(1_728_000_000_000), "20000 d");
+        assert_eq!(human_ms(315_360_001_000), "3650 d 1 s");
+    }
 
     #[test]
     fn json_depth_counts_brackets_outside_strings_only() {
