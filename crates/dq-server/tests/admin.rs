@@ -329,6 +329,14 @@ async fn every_action(a: Admin) {
     assert_eq!(job[1], ["state", "scheduled"]);
     let doc = a.get("/admin/topics/shop?job=nope").await.doc();
     assert!(text_of(&doc, "#job-missing").is_some());
+    // An unknown topic's page: 404, as HTML (what openapi.json says).
+    let r = a.get("/admin/topics/no-such-topic").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert!(
+        r.text.contains("<html") || r.text.contains("<!doctype"),
+        "{}",
+        r.text
+    );
 
     // Run now, reschedule, cancel.
     let lookup = "/admin/topics/shop?job=later";
