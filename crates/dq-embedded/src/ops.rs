@@ -408,33 +408,19 @@ pub(crate) fn claim(
         });
     }
     promote(cx, tid, now, BATCH)?;
-    #[allow(clippy::type_complexity)]
-    let rows: Vec<(i64, String, Option<u64>, u64, u32, bool, Vec<u8>, u32)> = cx
+    let rows: Vec<Leasable> = cx
         .conn
-        .prepare_cached(
-            "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts FROM jobs
-             WHERE tid = ?1 AND state = 1 ORDER BY priority, due_ms, seq LIMIT ?2",
-        )?
-        .query_map(params![tid, max as i64], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-            ))
-        })?
+        .prepare_cached(&format!(
+            "SELECT {LEASABLE} FROM jobs
+             WHERE tid = ?1 AND state = 1 ORDER BY priority, due_ms, seq LIMIT ?2"
+        ))?
+        .query_map(params![tid, max as i64], Leasable::row)?
         .collect::<Result<_, _>>()?;
     let mut cfg: Option<TopicConfig> = None;
     let prefix = format!("{:016x}.", rand::random::<u64>());
     let mut leases = Vec::with_capacity(rows.len());
-    for (i, (seq, id, job_lease, due, priority, is_json, body, attempts)) in
-        rows.into_iter().enumerate()
-    {
-        let lease = match lease_override.or(job_lease) {
+    for (i, j) in rows.into_iter().enumerate() {
+        let lease_ms = match lease_override.or(j.lease_ms) {
             Some(l) => l,
             None => {
                 if cfg.is_none() {
@@ -443,23 +429,8 @@ pub(crate) fn claim(
                 cfg.as_ref().map_or(30_000, |c| c.lease_ms)
             }
         };
-        let deadline = now + lease;
         let token = format!("{prefix}{:x}", i + 1);
-        cx.conn
-            .prepare_cached(
-                "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?1, deadline_ms = ?2 WHERE seq = ?3",
-            )?
-            .execute(params![token, deadline as i64, seq])?;
-        leases.push(Lease {
-            topic: topic.clone(),
-            id: JobId::new(id).map_err(|e| Failure(StoreError::Invalid(e)))?,
-            token,
-            attempt: attempts + 1,
-            due_at_ms: due,
-            lease_deadline_ms: deadline,
-            priority,
-            body: Body::from_stored(body, is_json),
-        });
+        leases.push(lease(cx, topic, j, lease_ms, token, now)?);
     }
     let n = leases.len() as i64;
     counts(cx, tid, [0, -n, n, 0])?;
@@ -949,55 +920,86 @@ pub(crate) fn claim_job(
     let Some(tid) = tid(cx, topic)? else {
         return Ok(None);
     };
-    #[allow(clippy::type_complexity)]
-    let row: Option<(i64, i64, Option<u64>, u64, u32, bool, Vec<u8>, u32)> = cx
+    let row: Option<Leasable> = cx
         .conn
-        .prepare_cached(
-            "SELECT seq, state, lease_ms, due_ms, priority, is_json, body, attempts FROM jobs
-             WHERE tid = ?1 AND id = ?2",
-        )?
-        .query_row(params![tid, id.as_str()], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-            ))
-        })
+        .prepare_cached(&format!(
+            "SELECT {LEASABLE} FROM jobs WHERE tid = ?1 AND id = ?2"
+        ))?
+        .query_row(params![tid, id.as_str()], Leasable::row)
         .optional()?;
-    let Some((seq, state, job_lease, due, priority, is_json, body, attempts)) = row else {
+    let Some(j) = row.filter(|j| j.state != RESERVED) else {
         return Ok(None);
     };
-    if state == RESERVED {
-        return Ok(None);
-    }
-    let lease = match lease_override.or(job_lease) {
+    let lease_ms = match lease_override.or(j.lease_ms) {
         Some(l) => l,
         None => config(cx, tid)?.lease_ms,
     };
-    let deadline = now + lease;
+    let from = j.state;
     let token = format!("{:016x}.1", rand::random::<u64>());
+    let l = lease(cx, topic, j, lease_ms, token, now)?;
+    counts(cx, tid, delta(Some(from), Some(RESERVED)))?;
+    Ok(Some(l))
+}
+
+/// The columns a lease is made of.
+const LEASABLE: &str = "seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state";
+
+/// A job about to be leased.
+struct Leasable {
+    seq: i64,
+    id: String,
+    lease_ms: Option<u64>,
+    due: u64,
+    priority: u32,
+    is_json: bool,
+    body: Vec<u8>,
+    attempts: u32,
+    state: i64,
+}
+
+impl Leasable {
+    fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            seq: r.get(0)?,
+            id: r.get(1)?,
+            lease_ms: r.get(2)?,
+            due: r.get(3)?,
+            priority: r.get(4)?,
+            is_json: r.get(5)?,
+            body: r.get(6)?,
+            attempts: r.get(7)?,
+            state: r.get(8)?,
+        })
+    }
+}
+
+/// Leases `j` for `lease_ms` under `token`: reserved, the attempt counted,
+/// a died-at time cleared. The state counts are the caller's to move.
+fn lease(
+    cx: &Ctx,
+    topic: &Topic,
+    j: Leasable,
+    lease_ms: u64,
+    token: String,
+    now: u64,
+) -> OpResult<Lease> {
+    let deadline = now + lease_ms;
     cx.conn
         .prepare_cached(
             "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?1, deadline_ms = ?2,
              died_ms = NULL WHERE seq = ?3",
         )?
-        .execute(params![token, deadline as i64, seq])?;
-    counts(cx, tid, delta(Some(state), Some(RESERVED)))?;
-    Ok(Some(Lease {
+        .execute(params![token, deadline as i64, j.seq])?;
+    Ok(Lease {
         topic: topic.clone(),
-        id: id.clone(),
+        id: JobId::new(j.id).map_err(|e| Failure(StoreError::Invalid(e)))?,
         token,
-        attempt: attempts + 1,
-        due_at_ms: due,
+        attempt: j.attempts + 1,
+        due_at_ms: j.due,
         lease_deadline_ms: deadline,
-        priority,
-        body: Body::from_stored(body, is_json),
-    }))
+        priority: j.priority,
+        body: Body::from_stored(j.body, j.is_json),
+    })
 }
 
 /// Pauses the topic until `until` (0: resumes it).

@@ -582,16 +582,7 @@ impl Conn {
                         first = false;
                         continue;
                     };
-                    let body = body_bytes(&l.body);
-                    self.held.insert(
-                        id,
-                        Held {
-                            topic: l.topic,
-                            token: l.token,
-                            deadline_ms: l.lease_deadline_ms,
-                        },
-                    );
-                    return Reply::Data(format!("RESERVED {id} {}", body.len()), body);
+                    return self.hold(id, l);
                 }
                 Ok(_) => {}
                 Err(e) => return failed(&e),
@@ -652,6 +643,20 @@ impl Conn {
         None
     }
 
+    /// Keeps a lease this connection was handed; answers `RESERVED`.
+    fn hold(&mut self, id: u64, l: dq_core::Lease) -> Reply {
+        let body = body_bytes(&l.body);
+        self.held.insert(
+            id,
+            Held {
+                topic: l.topic,
+                token: l.token,
+                deadline_ms: l.lease_deadline_ms,
+            },
+        );
+        Reply::Data(format!("RESERVED {id} {}", body.len()), body)
+    }
+
     /// Reserves one job by id, unless another client holds it.
     async fn reserve_job(&mut self, id: u64) -> Reply {
         let Some((t, job)) = self.find(id).await else {
@@ -661,18 +666,7 @@ impl Conn {
             return not_found();
         }
         match self.svc.claim_job(&t, &job.id).await {
-            Ok(Some(l)) => {
-                let body = body_bytes(&l.body);
-                self.held.insert(
-                    id,
-                    Held {
-                        topic: l.topic,
-                        token: l.token,
-                        deadline_ms: l.lease_deadline_ms,
-                    },
-                );
-                Reply::Data(format!("RESERVED {id} {}", body.len()), body)
-            }
+            Ok(Some(l)) => self.hold(id, l),
             Ok(None) => not_found(),
             Err(e) => failed(&e),
         }
