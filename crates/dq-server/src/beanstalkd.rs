@@ -675,10 +675,10 @@ impl Conn {
     /// Runs `verb` on a job this connection holds: the job is forgotten
     /// when the verb succeeds or the lease is gone, kept when the store
     /// failed (the holder may try again).
-    async fn on_held<T, F, Fut>(&mut self, id: u64, ok: &str, verb: F) -> Reply
+    async fn on_held<F, Fut>(&mut self, id: u64, verb: F) -> Reply
     where
         F: FnOnce(Arc<Service>, Topic, JobId, String) -> Fut,
-        Fut: std::future::Future<Output = Result<T, Error>>,
+        Fut: std::future::Future<Output = Result<&'static str, Error>>,
     {
         let Some(h) = self.held.get(&id) else {
             return not_found();
@@ -686,9 +686,9 @@ impl Conn {
         let jid = JobId::new(id.to_string()).expect("a number is a valid id");
         let r = verb(self.svc.clone(), h.topic.clone(), jid, h.token.clone()).await;
         match r {
-            Ok(_) => {
+            Ok(word) => {
                 self.held.remove(&id);
-                line(ok)
+                line(word)
             }
             Err(e) => {
                 if lease_lost(&e) {
@@ -703,8 +703,8 @@ impl Conn {
         let jid = JobId::new(id.to_string()).expect("a number is a valid id");
         if self.held.contains_key(&id) {
             return self
-                .on_held(id, "DELETED", |svc, t, jid, token| async move {
-                    svc.ack(&t, &jid, &token).await
+                .on_held(id, |svc, t, jid, token| async move {
+                    svc.ack(&t, &jid, &token).await.map(|()| "DELETED")
                 })
                 .await;
         }
@@ -721,17 +721,27 @@ impl Conn {
         }
     }
 
+    /// Gives a held job back, due after the delay. Counted as an attempt
+    /// (a dq nack), because beanstalkd's `reserves` counts every reserve and
+    /// clients read their attempts from it (Laravel's `$tries` does).
     async fn release(&mut self, id: u64, delay_s: u32) -> Reply {
         let delay_ms = u64::from(delay_s) * 1000;
-        self.on_held(id, "RELEASED", |svc, t, jid, token| async move {
-            svc.release(&t, &jid, &token, delay_ms).await
+        self.on_held(id, |svc, t, jid, token| async move {
+            svc.nack(&t, &jid, &token, "released", Some(delay_ms))
+                .await
+                .map(|out| match out {
+                    dq_core::NackOutcome::Dead { .. } => "BURIED",
+                    dq_core::NackOutcome::Retry { .. } => "RELEASED",
+                })
         })
         .await
     }
 
     async fn bury(&mut self, id: u64) -> Reply {
-        self.on_held(id, "BURIED", |svc, t, jid, token| async move {
-            svc.bury(&t, &jid, &token, "buried").await
+        self.on_held(id, |svc, t, jid, token| async move {
+            svc.bury(&t, &jid, &token, "buried")
+                .await
+                .map(|()| "BURIED")
         })
         .await
     }
@@ -865,7 +875,7 @@ impl Conn {
         let buries = u64::from(job.state == JobState::Dead);
         ok_yaml(yaml(&[
             ("id", id.to_string()),
-            ("tube", format!("\"{t}\"")),
+            ("tube", t.to_string()),
             ("state", state.into()),
             ("pri", job.priority.to_string()),
             (
@@ -911,7 +921,7 @@ impl Conn {
         let total = s.scheduled + s.ready + s.reserved + s.dead;
         let now = self.svc.clock().now_ms();
         ok_yaml(yaml(&[
-            ("name", format!("\"{t}\"")),
+            ("name", t.to_string()),
             ("current-jobs-urgent", "0".into()),
             ("current-jobs-ready", s.ready.to_string()),
             ("current-jobs-reserved", s.reserved.to_string()),
