@@ -420,10 +420,10 @@ impl Store for EmbeddedStore {
     }
 
     async fn size_bytes(&self) -> StoreResult<Option<u64>> {
-        let files = [DB_FILE.to_string(), format!("{DB_FILE}-wal")];
-        let bytes = files
+        let db = self.dir.join(DB_FILE);
+        let bytes = [schema::wal_path(&db), db]
             .iter()
-            .filter_map(|f| std::fs::metadata(self.dir.join(f)).ok())
+            .filter_map(|f| std::fs::metadata(f).ok())
             .map(|m| m.len())
             .sum();
         Ok(Some(bytes))

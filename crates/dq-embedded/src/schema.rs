@@ -59,6 +59,13 @@ CREATE INDEX jobs_lease ON jobs(tid, deadline_ms) WHERE state = 2;
 CREATE INDEX jobs_dead ON jobs(tid, died_ms, seq) WHERE state = 3;
 ";
 
+/// The write-ahead log beside the database file `db`.
+pub(crate) fn wal_path(db: &Path) -> std::path::PathBuf {
+    let mut name = db.as_os_str().to_os_string();
+    name.push("-wal");
+    name.into()
+}
+
 /// Opens or creates the file, checks it is ours, sets durability pragmas.
 pub(crate) fn open(path: &Path, max_pages: Option<u64>) -> Result<Connection, OpenError> {
     let corrupt = |e: rusqlite::Error| OpenError::Corrupt {

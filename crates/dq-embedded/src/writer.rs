@@ -20,10 +20,9 @@
 //!   what the file holds; and until a write is synced again the store reports
 //!   itself not ready (`ping` writes a probe to find out).
 //!
-//! Read-only
-//! operations go through the same thread, in order, without a savepoint, and
-//! are answered with the group (so a read never reports a write that a failed
-//! commit then lost).
+//! Read-only operations go through the same thread, in order, without a
+//! savepoint, and are answered with the group (so a read never reports a
+//! write that a failed commit then lost).
 //!
 //! A full disk is handled before it fails calls: see [`crate::space`].
 
@@ -397,7 +396,7 @@ fn run(
 fn reopen(cx: &mut Ctx, files: &Files) -> Result<(), StoreError> {
     let placeholder = Connection::open_in_memory().map_err(|e| sql_error(&e))?;
     drop(std::mem::replace(&mut cx.conn, placeholder));
-    let wal = PathBuf::from(format!("{}-wal", files.db.display()));
+    let wal = crate::schema::wal_path(&files.db);
     for path in [&files.db, &wal] {
         if let Ok(f) = File::open(path) {
             let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);

@@ -42,6 +42,13 @@ struct Shard {
     down_until_ms: AtomicU64,
 }
 
+impl Shard {
+    /// Whether it is marked down at `now_ms` (ms since `epoch`).
+    fn is_down(&self, now_ms: u64) -> bool {
+        self.down_until_ms.load(Ordering::Relaxed) > now_ms
+    }
+}
+
 /// The dq store over one or more Redis shards, with partitioned topics.
 pub struct ShardedStore {
     shards: Vec<Shard>,
@@ -163,7 +170,7 @@ impl ShardedStore {
     }
 
     fn is_down(&self, part: &Topic) -> bool {
-        self.shard(part).down_until_ms.load(Ordering::Relaxed) > self.now_ms()
+        self.shard(part).is_down(self.now_ms())
     }
 
     /// Notes a failure of the shard of `part` (when Redis did not answer).
@@ -876,7 +883,7 @@ impl Store for ShardedStore {
         let mut total = 0;
         let now = self.now_ms();
         for s in &self.shards {
-            if s.down_until_ms.load(Ordering::Relaxed) > now {
+            if s.is_down(now) {
                 return Ok(None);
             }
             match s.store.size_bytes().await {
@@ -898,7 +905,7 @@ impl Store for ShardedStore {
         let mut last = Ok(None);
         let now = self.now_ms();
         for s in &self.shards {
-            if s.down_until_ms.load(Ordering::Relaxed) > now {
+            if s.is_down(now) {
                 continue;
             }
             match s.store.time_ms().await {

@@ -551,12 +551,15 @@ impl Conn {
                     None => WAIT_SLICE_MS,
                 }
             };
-            // Across several watched tubes, the most urgent ready job of all
-            // of them (priority, then id), as the reference hands out.
-            let tubes = match self.most_urgent_tube().await {
-                Some(t) if wait == 0 => vec![t],
-                _ => self.watched.clone(),
+            // Across several watched tubes, the most urgent job ready now of
+            // all of them (priority, then id), as the reference hands out;
+            // a waiting call takes what becomes ready first.
+            let urgent = if wait == 0 {
+                self.most_urgent_tube().await
+            } else {
+                None
             };
+            let tubes = urgent.map_or_else(|| self.watched.clone(), |t| vec![t]);
             let call = self.svc.reserve(&tubes, 1, None, wait);
             // A client that closes while waiting ends the wait.
             let got = tokio::select! {
