@@ -271,6 +271,9 @@ impl Service {
                 return Err(Error::TopicIsPush(t.to_string()));
             }
         }
+        // Consumers' calls only: the deliverer's own claims are not reserves
+        // waiting for work (dq_reserve_in_progress).
+        let _in_progress = self.metrics.reserving();
         self.hand_out(topics, max, lease_ms, wait_ms).await
     }
 
@@ -294,9 +297,7 @@ impl Service {
         lease_ms: Option<u64>,
         wait_ms: u64,
     ) -> Result<Vec<Lease>> {
-        let in_flight = self.metrics.reserving();
         let leases = crate::reserve::reserve(self, topics, max, lease_ms, wait_ms).await;
-        drop(in_flight);
         for t in topics {
             self.wakers.release(t.as_str());
         }

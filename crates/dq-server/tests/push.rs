@@ -238,6 +238,11 @@ async fn delivers_signed_and_acks_after_2xx() {
     }
     assert!(metrics.contains(want), "{metrics}");
     assert!(!metrics.contains("outcome=\"retry\""), "{metrics}");
+    // The deliverer's own claims are not consumers waiting for work.
+    assert!(
+        metrics.contains("\ndq_reserve_in_progress 0\n"),
+        "{metrics}"
+    );
     let got = r.got();
     assert_eq!(got.len(), 2, "each job delivered once");
     for g in &got {
