@@ -297,6 +297,19 @@ impl ShardedStore {
         Ok(parts.into_iter().zip(results).collect())
     }
 
+    /// Every partition's list as one, in the order `cmp` gives, `offset`
+    /// skipped and at most `limit` kept (errors as [`Self::gathered`]).
+    fn merged(
+        lists: Vec<(Topic, StoreResult<Vec<JobInfo>>)>,
+        cmp: impl Fn(&JobInfo, &JobInfo) -> std::cmp::Ordering,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>> {
+        let mut jobs: Vec<JobInfo> = Self::gathered(lists)?.into_iter().flatten().collect();
+        jobs.sort_by(cmp);
+        Ok(jobs.into_iter().skip(offset).take(limit).collect())
+    }
+
     /// The results that succeeded; an error when none did (and some failed).
     fn gathered<T>(results: Vec<(Topic, StoreResult<T>)>) -> StoreResult<Vec<T>> {
         let mut ok = Vec::new();
@@ -647,9 +660,12 @@ impl Store for ShardedStore {
                 s.list_dead(&p, 0, want).await
             })
             .await?;
-        let mut jobs: Vec<JobInfo> = Self::gathered(all)?.into_iter().flatten().collect();
-        jobs.sort_by(|a, b| (a.died_at_ms, a.id.as_str()).cmp(&(b.died_at_ms, b.id.as_str())));
-        Ok(jobs.into_iter().skip(offset).take(limit).collect())
+        Self::merged(
+            all,
+            |a, b| (a.died_at_ms, a.id.as_str()).cmp(&(b.died_at_ms, b.id.as_str())),
+            offset,
+            limit,
+        )
     }
 
     async fn list_ready(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
@@ -660,12 +676,18 @@ impl Store for ShardedStore {
                 |s, p| async move { s.list_ready(&p, limit).await },
             )
             .await?;
-        let mut jobs: Vec<JobInfo> = Self::gathered(all)?.into_iter().flatten().collect();
-        jobs.sort_by(|a, b| {
-            (a.priority, a.due_at_ms, a.id.as_str()).cmp(&(b.priority, b.due_at_ms, b.id.as_str()))
-        });
-        jobs.truncate(limit);
-        Ok(jobs)
+        Self::merged(
+            all,
+            |a, b| {
+                (a.priority, a.due_at_ms, a.id.as_str()).cmp(&(
+                    b.priority,
+                    b.due_at_ms,
+                    b.id.as_str(),
+                ))
+            },
+            0,
+            limit,
+        )
     }
 
     async fn list_scheduled(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
@@ -674,10 +696,12 @@ impl Store for ShardedStore {
                 s.list_scheduled(&p, limit).await
             })
             .await?;
-        let mut jobs: Vec<JobInfo> = Self::gathered(all)?.into_iter().flatten().collect();
-        jobs.sort_by(|a, b| (a.due_at_ms, a.id.as_str()).cmp(&(b.due_at_ms, b.id.as_str())));
-        jobs.truncate(limit);
-        Ok(jobs)
+        Self::merged(
+            all,
+            |a, b| (a.due_at_ms, a.id.as_str()).cmp(&(b.due_at_ms, b.id.as_str())),
+            0,
+            limit,
+        )
     }
 
     async fn replay_dead(
