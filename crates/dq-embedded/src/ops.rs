@@ -172,6 +172,7 @@ pub(crate) fn enqueue(
     let mut created = 0;
     let mut out = Vec::with_capacity(jobs.len());
     for j in jobs {
+        let id = j.id.clone().unwrap_or_else(JobId::generate);
         let due = match j.when {
             When::DelayMs(ms) => now + ms,
             // A due time in the past is now: lateness counts from the enqueue.
@@ -194,7 +195,7 @@ pub(crate) fn enqueue(
                 )?
                 .execute(params![
                     tid,
-                    j.id.as_str(),
+                    id.as_str(),
                     state,
                     due as i64,
                     j.priority,
@@ -211,12 +212,12 @@ pub(crate) fn enqueue(
             let (seq, old, old_due): (i64, i64, u64) = cx
                 .conn
                 .prepare_cached("SELECT seq, state, due_ms FROM jobs WHERE tid = ?1 AND id = ?2")?
-                .query_row(params![tid, j.id.as_str()], |r| {
+                .query_row(params![tid, id.as_str()], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                 })?;
             if !(j.replace && (old == SCHEDULED || old == READY)) {
                 out.push(Enqueued {
-                    id: j.id.clone(),
+                    id,
                     created: false,
                     replaced: false,
                     due_at_ms: old_due,
@@ -247,7 +248,7 @@ pub(crate) fn enqueue(
             head = Some(head.map_or(due, |h| h.min(due)));
         }
         out.push(Enqueued {
-            id: j.id.clone(),
+            id,
             created: !replaced,
             replaced,
             due_at_ms: due,

@@ -119,18 +119,18 @@ pub(crate) fn decode_requeued(v: Value) -> StoreResult<Requeued> {
     })
 }
 
-pub(crate) fn decode_enqueued(v: Value, jobs: &[NewJob]) -> StoreResult<Vec<Enqueued>> {
+pub(crate) fn decode_enqueued(v: Value, ids: Vec<JobId>) -> StoreResult<Vec<Enqueued>> {
     let items = array(v)?;
-    if items.len() != jobs.len() * 3 {
+    if items.len() != ids.len() * 3 {
         return Err(protocol("enqueue reply length"));
     }
     items
         .chunks(3)
-        .zip(jobs)
-        .map(|(c, j)| {
+        .zip(ids)
+        .map(|(c, id)| {
             let outcome = int(&c[0])?;
             Ok(Enqueued {
-                id: j.id.clone(),
+                id,
                 created: outcome == 1,
                 replaced: outcome == 2,
                 due_at_ms: int(&c[1])? as u64,

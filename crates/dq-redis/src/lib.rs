@@ -484,15 +484,19 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         }
         self.register(topic).await?;
+        let ids: Vec<JobId> = jobs
+            .iter()
+            .map(|j| j.id.clone().unwrap_or_else(JobId::generate))
+            .collect();
         let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 10);
         args.push(self.now_arg(now_ms));
-        for j in jobs {
+        for (j, id) in jobs.iter().zip(&ids) {
             let (kind, value) = match j.when {
                 When::DelayMs(d) => ("d", d),
                 When::DueAtMs(t) => ("a", t),
                 When::TopicDefault => ("t", 0),
             };
-            args.push(j.id.as_str().as_bytes().to_vec());
+            args.push(id.as_str().as_bytes().to_vec());
             args.push(kind.as_bytes().to_vec());
             args.push(n(value));
             args.push(n(j.priority as u64));
@@ -513,7 +517,7 @@ impl Store for RedisStore {
         }
         let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         let v = self.enqueue_durably(topic, &refs).await?;
-        decode_enqueued(v, jobs)
+        decode_enqueued(v, ids)
     }
 
     async fn get(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobInfo>> {
@@ -935,7 +939,16 @@ impl Store for RedisStore {
         if until_ms > 0 {
             cmd.arg(until_ms);
         }
-        cmd.query_async::<()>(&mut conn).await.map_err(unavailable)
+        cmd.query_async::<()>(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        // Waiters sleeping until the pause's end (or the old one) look again.
+        redis::cmd("PUBLISH")
+            .arg(self.keys.wake_channel())
+            .arg(topic.as_str())
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(unavailable)
     }
 
     async fn size_bytes(&self) -> StoreResult<Option<u64>> {

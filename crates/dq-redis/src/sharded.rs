@@ -387,27 +387,30 @@ impl Store for ShardedStore {
             return r;
         }
         let mut results: Vec<Option<Enqueued>> = vec![None; jobs.len()];
-        // Jobs still to place: (index in `jobs`, the job as placed).
-        let mut pending: Vec<(usize, NewJob)> = Vec::with_capacity(jobs.len());
+        // Jobs still to place: (index in `jobs`, the job as placed with its
+        // id, whether this store chose the id).
+        let mut pending: Vec<(usize, NewJob, bool)> = Vec::with_capacity(jobs.len());
         let mut healthy = self.healthy_partitions(topic, n);
         for (i, j) in jobs.iter().enumerate() {
             let mut j = j.clone();
-            if j.generated_id {
-                j.id = self.generated_id(&healthy)?;
+            let generated = j.id.is_none();
+            if generated {
+                j.id = Some(self.generated_id(&healthy)?);
             }
-            pending.push((i, j));
+            pending.push((i, j, generated));
         }
         for _round in 0..3 {
-            let mut groups: HashMap<u32, Vec<(usize, NewJob)>> = HashMap::new();
-            for (i, j) in pending.drain(..) {
+            let mut groups: HashMap<u32, Vec<(usize, NewJob, bool)>> = HashMap::new();
+            for (i, j, generated) in pending.drain(..) {
+                let id = j.id.as_ref().expect("every id chosen above");
                 groups
-                    .entry(partition_of(j.id.as_str(), n))
+                    .entry(partition_of(id.as_str(), n))
                     .or_default()
-                    .push((i, j));
+                    .push((i, j, generated));
             }
             let calls = groups.into_iter().map(|(p, group)| async move {
                 let part = topic.partition(p);
-                let batch: Vec<NewJob> = group.iter().map(|(_, j)| j.clone()).collect();
+                let batch: Vec<NewJob> = group.iter().map(|(_, j, _)| j.clone()).collect();
                 let r = self.store(&part).enqueue(&part, &batch, now_ms).await;
                 (part, group, r)
             });
@@ -416,13 +419,13 @@ impl Store for ShardedStore {
                 self.note(&part, &r);
                 match r {
                     Ok(done) => {
-                        for ((i, _), e) in group.into_iter().zip(done) {
+                        for ((i, _, _), e) in group.into_iter().zip(done) {
                             results[i] = Some(e);
                         }
                     }
                     // Jobs with generated ids go to a partition that answers.
                     Err(StoreError::Unavailable(e))
-                        if group.iter().all(|(_, j)| j.generated_id) =>
+                        if group.iter().all(|(_, _, generated)| *generated) =>
                     {
                         failure.get_or_insert(StoreError::Unavailable(e));
                         pending.extend(group);
@@ -434,8 +437,8 @@ impl Store for ShardedStore {
                 break;
             }
             healthy = self.healthy_partitions(topic, n);
-            for (_, j) in &mut pending {
-                j.id = self.generated_id(&healthy)?;
+            for (_, j, _) in &mut pending {
+                j.id = Some(self.generated_id(&healthy)?);
             }
             if pending.len() == jobs.len() && healthy.len() == n as usize {
                 // Nothing answered and no shard is marked down: give up.

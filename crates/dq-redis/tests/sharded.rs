@@ -44,9 +44,7 @@ fn job(id: &str, when: When) -> NewJob {
 }
 
 fn generated(when: When) -> NewJob {
-    let mut j = job(JobId::generate().as_str(), when);
-    j.generated_id = true;
-    j
+    NewJob::with_generated_id(Body::Json("{}".into()), when)
 }
 
 async fn partitioned(s: &ShardedStore, t: &Topic, n: u32) {

@@ -70,11 +70,7 @@ fn when(
 
 /// A job as a client sent it, validated; nothing is written before this passes.
 fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<NewJob, ApiError> {
-    let generated_id = req.id.is_none();
-    let id = match req.id {
-        Some(id) => job_id(id)?,
-        None => JobId::generate(),
-    };
+    let id = req.id.map(job_id).transpose()?;
     let body = match (req.body, req.body_base64) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(
@@ -111,7 +107,6 @@ fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<Ne
         lease_ms: req.lease_ms,
         retry: req.retry,
         replace: req.replace,
-        generated_id,
     })
 }
 

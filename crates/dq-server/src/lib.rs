@@ -290,18 +290,6 @@ impl Server {
             });
         }
         {
-            let store = svc.store().clone();
-            let wakers = svc.wakers().clone();
-            supervise(&tracker, &loops, "wake-listener", move || {
-                let store = store.clone();
-                let wakers = wakers.clone();
-                async move {
-                    let w = wakers.clone();
-                    store.watch_wakes(Arc::new(move |t: &str| w.wake(t))).await;
-                }
-            });
-        }
-        {
             let svc = svc.clone();
             let max_sleep = self.config.dispatcher_max_sleep;
             let cancel = loops.clone();

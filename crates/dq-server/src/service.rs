@@ -5,15 +5,20 @@
 //! ([`crate::Server::apply_topics`]) — parse their input into `dq_core`'s
 //! validated types, call one method of [`Service`] and render what it
 //! returns. No front-end calls the [`Store`]: this module decides, for all of
-//! them, what goes with each state change — who is woken, the effective
-//! per-job limits a read shows, the push retry defaults, the loops over the
+//! them, what goes with each state change — the effective per-job limits a
+//! read shows, the push retry defaults, the loops over the
 //! store's bounded calls (delete a topic, replay or purge all dead letters),
 //! lateness, and the one log line per change (`debug` for the hot verbs:
 //! enqueue, ack, touch, release; `info`/`warn` for the rest).
 //!
+//! Who is woken is the store's to say: it announces every change that makes
+//! a job due earlier ([`Store::watch_wakes`], for this process and every
+//! other one alike), and the service's wake listener, started with it,
+//! passes each announcement to the waiters ([`Service::wakers`]). No verb
+//! wakes anyone a second time.
+//!
 //! Background loops that are not front-ends (the dispatcher's promote and
-//! reap passes, the cross-process wake listener) are handed the store by
-//! [`crate::Server`] itself.
+//! reap passes) are handed the store by [`crate::Server`] itself.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -110,11 +115,15 @@ pub struct Service {
     /// Whether each recently reserved topic is delivered by push, and when
     /// that was read.
     modes: Mutex<HashMap<Topic, (Instant, bool)>>,
+    /// Stops the wake listener when the service goes.
+    _listener: tokio_util::sync::DropGuard,
 }
 
 impl Service {
     /// A service over `store`; `metrics` records lateness, `push_guard`
-    /// decides which callback addresses topics may register.
+    /// decides which callback addresses topics may register. Called within
+    /// a Tokio runtime, it starts listening to the store's wake-ups there
+    /// (until the service is dropped); outside one, nobody is ever woken.
     pub fn new(
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
@@ -122,11 +131,23 @@ impl Service {
         metrics: Arc<Metrics>,
         push_guard: PushGuard,
     ) -> Self {
+        let wakers = Arc::new(Wakers::default());
+        let stop = CancellationToken::new();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let (store, w, stop) = (store.clone(), wakers.clone(), stop.clone());
+            rt.spawn(async move {
+                tokio::select! {
+                    () = store.watch_wakes(Arc::new(move |t: &str| w.wake(t))) => {}
+                    () = stop.cancelled() => {}
+                }
+            });
+        }
         Self {
             store,
             clock,
             limits,
-            wakers: Arc::new(Wakers::default()),
+            _listener: stop.drop_guard(),
+            wakers,
             metrics,
             push_guard,
             shutdown: CancellationToken::new(),
@@ -204,9 +225,6 @@ impl Service {
         }
         let out = self.store.enqueue(t, &jobs, self.now()).await?;
         let changed = out.iter().filter(|e| e.created || e.replaced).count();
-        if changed > 0 {
-            self.wakers.wake(t.as_str());
-        }
         tracing::debug!(topic = %t, jobs = out.len(), changed, "jobs enqueued");
         Ok(out)
     }
@@ -244,7 +262,6 @@ impl Service {
         let now = self.now();
         self.limits.check_due_at(due_at_ms, now)?;
         self.store.reschedule(t, id, due_at_ms, now).await?;
-        self.wakers.wake(t.as_str());
         tracing::info!(topic = %t, id = %id, due_at_ms, "job rescheduled");
         Ok(())
     }
@@ -372,7 +389,6 @@ impl Service {
         match out {
             NackOutcome::Retry { due_at_ms, attempt } => {
                 tracing::info!(topic = %t, id = %id, attempt, error = %error, retry_at_ms = due_at_ms, "job failed; will retry");
-                self.wakers.wake(t.as_str());
             }
             NackOutcome::Dead { attempt } => {
                 tracing::warn!(topic = %t, id = %id, attempt, error = %error, "job failed for the last time; dead");
@@ -402,7 +418,6 @@ impl Service {
             .store
             .release(t, id, token, delay_ms, self.now())
             .await?;
-        self.wakers.wake(t.as_str());
         tracing::debug!(topic = %t, id = %id, due_at_ms = due, "job released");
         Ok(due)
     }
@@ -457,7 +472,6 @@ impl Service {
         self.limits.check_delay(for_ms)?;
         let until = if for_ms == 0 { 0 } else { self.now() + for_ms };
         self.store.pause_topic(t, until).await?;
-        self.wakers.wake(t.as_str());
         tracing::info!(topic = %t, for_ms, "topic paused");
         Ok(())
     }
@@ -679,7 +693,6 @@ impl Service {
             }
         };
         if replayed > 0 {
-            self.wakers.wake(t.as_str());
             tracing::info!(topic = %t, replayed, "dead letters replayed");
         }
         Ok(replayed)

@@ -1186,6 +1186,136 @@ pub async fn counters_are_unique_and_increasing(s: &dyn Store) {
     assert_eq!(sorted, (3..53).collect::<Vec<u64>>(), "unique: {got:?}");
 }
 
+/// A job without an id gets one from the store: new, different for each
+/// job of a batch and for the same body twice, the one `get` and a claim
+/// know it by.
+pub async fn enqueue_assigns_ids_when_none_given(s: &dyn Store) {
+    let t = topic("gen");
+    let body = || Body::Json("{}".into());
+    let out = s
+        .enqueue(
+            &t,
+            &[
+                NewJob::with_generated_id(body(), When::DelayMs(0)),
+                NewJob::with_generated_id(body(), When::DelayMs(0)),
+            ],
+            T0,
+        )
+        .await
+        .unwrap();
+    let again = put(
+        s,
+        &t,
+        NewJob::with_generated_id(body(), When::DelayMs(0)),
+        T0,
+    )
+    .await;
+    let mut given: Vec<String> = out
+        .iter()
+        .chain([&again])
+        .map(|e| e.id.to_string())
+        .collect();
+    assert!(out.iter().chain([&again]).all(|e| e.created), "{out:?}");
+    for id in &given {
+        let j = s.get(&t, &JobId::new(id.as_str()).unwrap()).await.unwrap();
+        assert_eq!(j.map(|j| j.state), Some(JobState::Ready), "{id}");
+    }
+    let c = s.claim(&t, 10, None, T0).await.unwrap();
+    let mut claimed = ids(&c);
+    given.sort();
+    claimed.sort();
+    given.dedup();
+    assert_eq!(given.len(), 3, "three different ids");
+    assert_eq!(claimed, given);
+}
+
+/// The store announces, through [`Store::watch_wakes`], every change that
+/// makes a topic's next job due earlier than a waiter may think: a job
+/// enqueued due now, rescheduled to now, released, retried, replayed, and a
+/// pause ended. (Callers wake nobody themselves: this is the only source.)
+pub async fn wakes_announce_what_became_due(s: &dyn Store) {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    let on_wake: WakeFn = Arc::new(move |t: &str| log.lock().unwrap().push(t.to_string()));
+    let waited = |t: &'static str| {
+        let seen = seen.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+            loop {
+                if seen.lock().unwrap().iter().any(|x| x == t) {
+                    seen.lock().unwrap().clear();
+                    return true;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    let steps = async {
+        let t = topic("wk");
+        // Until the subscription stands (Redis subscribes on another
+        // connection): enqueues due now, each announced once it does.
+        let mut subscribed = false;
+        for i in 0..40 {
+            put(s, &t, job(&format!("probe{i}"), When::DelayMs(0)), T0).await;
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(100);
+            while tokio::time::Instant::now() < deadline {
+                if seen.lock().unwrap().iter().any(|x| x == "wk") {
+                    subscribed = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            if subscribed {
+                break;
+            }
+        }
+        assert!(subscribed, "no wake-up for a job enqueued due now");
+        s.purge_dead(&t, 100).await.unwrap();
+        while !s.claim(&t, 100, None, T0).await.unwrap().leases.is_empty() {}
+        seen.lock().unwrap().clear();
+
+        let later = topic("wk2");
+        strict_topic(s, &later).await;
+        put(s, &later, job("a", When::DelayMs(60_000)), T0).await;
+        s.reschedule(&later, &id("a"), T0, T0).await.unwrap();
+        assert!(waited("wk2").await, "reschedule to now");
+
+        let c = s.claim(&later, 1, None, T0).await.unwrap();
+        s.release(&later, &id("a"), &c.leases[0].token, 0, T0)
+            .await
+            .unwrap();
+        assert!(waited("wk2").await, "release");
+
+        let c = s.claim(&later, 1, None, T0).await.unwrap();
+        s.nack(&later, &id("a"), &c.leases[0].token, "e", Some(0), T0)
+            .await
+            .unwrap();
+        assert!(waited("wk2").await, "retry due now");
+
+        let c = s.claim(&later, 1, None, T0).await.unwrap();
+        s.bury(&later, &id("a"), &c.leases[0].token, "e", T0)
+            .await
+            .unwrap();
+        seen.lock().unwrap().clear();
+        assert_eq!(s.replay_dead(&later, None, 10, T0).await.unwrap(), 1);
+        assert!(waited("wk2").await, "replay");
+
+        s.pause_topic(&later, T0 + 60_000).await.unwrap();
+        seen.lock().unwrap().clear();
+        s.pause_topic(&later, 0).await.unwrap();
+        assert!(waited("wk2").await, "pause ended");
+    };
+    tokio::select! {
+        () = s.watch_wakes(on_wake) => panic!("watch_wakes returned"),
+        () = steps => {}
+    }
+}
+
 #[macro_export]
 macro_rules! conformance_tests {
     (in_one $test:ident, $setup:expr, $make:expr) => {
@@ -1197,6 +1327,7 @@ macro_rules! conformance_tests {
     (@list ($($mode:tt)*)) => {
         $crate::conformance_tests!($($mode)*;
             never_early,
+            enqueue_assigns_ids_when_none_given,
             order_priority_due_fifo,
             batch_enqueue_results_per_job,
             idempotent_enqueue_and_replace,
@@ -1222,7 +1353,8 @@ macro_rules! conformance_tests {
             counters_are_unique_and_increasing,
             list_ready_in_hand_out_order,
             a_paused_topic_hands_nothing_out,
-            claim_job_by_id_in_any_waiting_or_dead_state
+            claim_job_by_id_in_any_waiting_or_dead_state,
+            wakes_announce_what_became_due
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
