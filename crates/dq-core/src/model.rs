@@ -340,10 +340,12 @@ pub struct JobInfo {
     pub priority: u32,
     /// Hand-outs so far.
     pub attempts: u32,
-    /// The job's own `max_attempts` override, if any.
-    pub max_attempts: Option<u32>,
-    /// The job's own lease override, if any.
-    pub lease_ms: Option<u64>,
+    /// Hand-outs before it goes dead: the job's own override, else its
+    /// topic's setting (as the store decides it).
+    pub max_attempts: u32,
+    /// Lease length of its hand-outs when the reserve names none: the job's
+    /// own override, else its topic's setting.
+    pub lease_ms: u64,
     /// The last failure's text.
     pub last_error: Option<String>,
     /// When it was enqueued.
@@ -384,6 +386,53 @@ pub struct Claimed {
     pub leases: Vec<Lease>,
     /// The due time of the next scheduled job, if any: when to try again.
     pub next_due_ms: Option<u64>,
+}
+
+/// A failed attempt as its holder reports it ([`crate::Store::nack`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nack<'a> {
+    /// The lease token.
+    pub token: &'a str,
+    /// Why: kept (clipped) as the job's `last_error`.
+    pub error: &'a str,
+    /// Retry after this long instead of the retry policy's wait.
+    pub retry_in_ms: Option<u64>,
+    /// Dead at once, whatever attempts are left (a permanent failure, an
+    /// unknown event; beanstalkd's `bury`).
+    pub dead: bool,
+}
+
+impl<'a> Nack<'a> {
+    /// Retried after the retry policy's wait (dead if it was the last attempt).
+    pub fn retry(token: &'a str, error: &'a str) -> Self {
+        Self {
+            token,
+            error,
+            retry_in_ms: None,
+            dead: false,
+        }
+    }
+
+    /// Dead at once.
+    pub fn dead(token: &'a str, error: &'a str) -> Self {
+        Self {
+            dead: true,
+            ..Self::retry(token, error)
+        }
+    }
+
+    /// Retried after `ms` instead of the policy's wait.
+    pub fn retry_in(self, ms: u64) -> Self {
+        self.retry_in_opt(Some(ms))
+    }
+
+    /// Retried after `ms` if given, else the policy's wait.
+    pub fn retry_in_opt(self, ms: Option<u64>) -> Self {
+        Self {
+            retry_in_ms: ms,
+            ..self
+        }
+    }
 }
 
 /// What a nack (or an expired lease) did with the attempt that failed.

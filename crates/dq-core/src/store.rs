@@ -114,8 +114,9 @@ pub trait Store: Send + Sync + 'static {
     /// As [`Store::extend_lease`].
     async fn ack(&self, topic: &Topic, id: &JobId, token: &str) -> StoreResult<()>;
 
-    /// Fails an attempt: the job is retried after `retry_in_ms` (or the retry
-    /// policy's wait), or goes dead when it was the last attempt.
+    /// Fails an attempt: the job is retried after `nack.retry_in_ms` (or the
+    /// retry policy's wait), or goes dead when it was the last attempt or
+    /// `nack.dead` says so (whatever attempts are left).
     ///
     /// # Errors
     /// As [`Store::extend_lease`].
@@ -123,25 +124,9 @@ pub trait Store: Send + Sync + 'static {
         &self,
         topic: &Topic,
         id: &JobId,
-        token: &str,
-        error: &str,
-        retry_in_ms: Option<u64>,
+        nack: Nack<'_>,
         now_ms: u64,
     ) -> StoreResult<NackOutcome>;
-
-    /// Fails the attempt for good: the job goes dead at once with `error`,
-    /// whatever attempts are left (a permanent failure, an unknown event).
-    ///
-    /// # Errors
-    /// As [`Store::extend_lease`].
-    async fn bury(
-        &self,
-        topic: &Topic,
-        id: &JobId,
-        token: &str,
-        error: &str,
-        now_ms: u64,
-    ) -> StoreResult<()>;
 
     /// Gives a reserved job back without counting the attempt (beanstalkd's
     /// `release`): it is due again after `delay_ms`. Returns the new due time.

@@ -256,30 +256,22 @@ impl Store for EmbeddedStore {
         &self,
         topic: &Topic,
         id: &JobId,
-        token: &str,
-        error: &str,
-        retry_in_ms: Option<u64>,
+        nack: Nack<'_>,
         now_ms: u64,
     ) -> StoreResult<NackOutcome> {
-        let (topic, id, token) = (topic.clone(), id.clone(), token.to_string());
-        let error = limits::clip_error(error).to_string();
+        let (topic, id, token) = (topic.clone(), id.clone(), nack.token.to_string());
+        let error = limits::clip_error(nack.error).to_string();
+        let (retry_in_ms, dead) = (nack.retry_in_ms, nack.dead);
         self.writer
-            .exec(move |cx| ops::nack(cx, &topic, &id, &token, &error, retry_in_ms, now_ms))
-            .await
-    }
-
-    async fn bury(
-        &self,
-        topic: &Topic,
-        id: &JobId,
-        token: &str,
-        error: &str,
-        now_ms: u64,
-    ) -> StoreResult<()> {
-        let (topic, id, token) = (topic.clone(), id.clone(), token.to_string());
-        let error = limits::clip_error(error).to_string();
-        self.writer
-            .exec(move |cx| ops::bury(cx, &topic, &id, &token, &error, now_ms))
+            .exec(move |cx| {
+                let nack = Nack {
+                    token: &token,
+                    error: &error,
+                    retry_in_ms,
+                    dead,
+                };
+                ops::nack(cx, &topic, &id, nack, now_ms)
+            })
             .await
     }
 

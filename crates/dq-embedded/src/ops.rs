@@ -16,8 +16,8 @@ const READY: i64 = 1;
 const RESERVED: i64 = 2;
 const DEAD: i64 = 3;
 
-/// Most jobs moved or deleted per statement.
-const BATCH: i64 = 1000;
+/// Most jobs moved or deleted per statement: the store contract's one bound.
+const BATCH: i64 = dq_core::limits::MAX_BATCH as i64;
 
 fn state_of(code: i64) -> JobState {
     match code {
@@ -265,7 +265,9 @@ pub(crate) fn enqueue(
 
 type Row = (i64, JobInfo);
 
-fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+/// A job's row, with the limits in effect for it: its own overrides, else
+/// `cfg`'s (its topic's settings).
+fn job_row(r: &rusqlite::Row<'_>, cfg: &TopicConfig) -> rusqlite::Result<Row> {
     let id: String = r.get(1)?;
     let body: Vec<u8> = r.get(15)?;
     let is_json: bool = r.get(14)?;
@@ -283,8 +285,8 @@ fn job_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
             due_at_ms: r.get(3)?,
             priority: r.get(4)?,
             attempts: r.get(5)?,
-            max_attempts: r.get(6)?,
-            lease_ms: r.get(7)?,
+            max_attempts: r.get::<_, Option<u32>>(6)?.unwrap_or(cfg.max_attempts),
+            lease_ms: r.get::<_, Option<u64>>(7)?.unwrap_or(cfg.lease_ms),
             last_error: r.get(9)?,
             created_at_ms: r.get(10)?,
             lease_deadline_ms: r.get(12)?,
@@ -300,12 +302,13 @@ pub(crate) fn get(cx: &mut Ctx, topic: &Topic, id: &JobId) -> OpResult<Option<Jo
     let Some(tid) = tid(cx, topic)? else {
         return Ok(None);
     };
+    let cfg = config(cx, tid)?;
     Ok(cx
         .conn
         .prepare_cached(&format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND id = ?2"
         ))?
-        .query_row(params![tid, id.as_str()], job_row)
+        .query_row(params![tid, id.as_str()], |r| job_row(r, &cfg))
         .optional()?
         .map(|(_, j)| j))
 }
@@ -562,13 +565,13 @@ pub(crate) fn nack(
     cx: &mut Ctx,
     topic: &Topic,
     id: &JobId,
-    token: &str,
-    error: &str,
-    retry_in: Option<u64>,
+    nack: Nack<'_>,
     now: u64,
 ) -> OpResult<NackOutcome> {
-    let (tid, seq) = held(cx, topic, id, token)?;
+    let (tid, seq) = held(cx, topic, id, nack.token)?;
     let cfg = config(cx, tid)?;
+    // Dead at once draws no jitter.
+    let rand = if nack.dead { 0.0 } else { rand::random() };
     fail(
         cx,
         topic,
@@ -576,25 +579,11 @@ pub(crate) fn nack(
         &cfg,
         seq,
         now,
-        error,
-        retry_in,
-        rand::random(),
-        false,
+        nack.error,
+        nack.retry_in_ms,
+        rand,
+        nack.dead,
     )
-}
-
-pub(crate) fn bury(
-    cx: &mut Ctx,
-    topic: &Topic,
-    id: &JobId,
-    token: &str,
-    error: &str,
-    now: u64,
-) -> OpResult<()> {
-    let (tid, seq) = held(cx, topic, id, token)?;
-    let cfg = config(cx, tid)?;
-    fail(cx, topic, tid, &cfg, seq, now, error, None, 0.0, true)?;
-    Ok(())
 }
 
 pub(crate) fn release(
@@ -686,15 +675,15 @@ pub(crate) fn list_dead(
     offset: usize,
     limit: usize,
 ) -> OpResult<Vec<JobInfo>> {
-    list_in_state(cx, topic, 3, "died_ms, seq", offset, limit)
+    list_in_state(cx, topic, DEAD, "died_ms, seq", offset, limit)
 }
 
 pub(crate) fn list_ready(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<Vec<JobInfo>> {
-    list_in_state(cx, topic, 1, "priority, due_ms, seq", 0, limit)
+    list_in_state(cx, topic, READY, "priority, due_ms, seq", 0, limit)
 }
 
 pub(crate) fn list_scheduled(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<Vec<JobInfo>> {
-    list_in_state(cx, topic, 0, "due_ms, seq", 0, limit)
+    list_in_state(cx, topic, SCHEDULED, "due_ms, seq", 0, limit)
 }
 
 /// Jobs of `topic` in `state`, ordered by `order` (columns of the state's
@@ -710,12 +699,15 @@ fn list_in_state(
     let Some(tid) = tid(cx, topic)? else {
         return Ok(Vec::new());
     };
+    let cfg = config(cx, tid)?;
     let rows = cx
         .conn
         .prepare_cached(&format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND state = {state} ORDER BY {order} LIMIT ?2 OFFSET ?3"
         ))?
-        .query_map(params![tid, limit as i64, offset as i64], job_row)?
+        .query_map(params![tid, limit as i64, offset as i64], |r| {
+            job_row(r, &cfg)
+        })?
         .map(|r| r.map(|(_, j)| j))
         .collect::<Result<_, _>>()?;
     Ok(rows)

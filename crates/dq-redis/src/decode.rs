@@ -196,8 +196,8 @@ pub(crate) fn decode_jobs(v: Value) -> StoreResult<Vec<JobInfo>> {
                 attempts: int(&c[4])? as u32,
                 created_at_ms: int(&c[5])? as u64,
                 body: Body::from_stored(bytes(c[7].clone())?, kind == "j"),
-                max_attempts: opt(&c[8])?.map(|v| v as u32),
-                lease_ms: opt(&c[9])?,
+                max_attempts: int(&c[8])? as u32,
+                lease_ms: int(&c[9])? as u64,
                 lease_deadline_ms: opt(&c[10])?,
                 died_at_ms: opt(&c[11])?,
                 last_error: if int(&c[12])? == 1 {

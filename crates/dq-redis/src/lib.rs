@@ -367,40 +367,6 @@ impl RedisStore {
         status_time(&v)
     }
 
-    /// Runs the nack script: a failed attempt (retried or dead), or with
-    /// `bury` dead at once.
-    #[allow(clippy::too_many_arguments)]
-    async fn fail(
-        &self,
-        topic: &Topic,
-        id: &JobId,
-        token: &str,
-        error: &str,
-        retry_in_ms: Option<u64>,
-        now_ms: u64,
-        bury: bool,
-    ) -> StoreResult<Value> {
-        let rand = if bury {
-            "0".to_string()
-        } else {
-            rand::random::<f64>().to_string()
-        };
-        self.run(
-            &self.scripts.nack,
-            topic,
-            &[
-                id.as_str().as_bytes(),
-                token.as_bytes(),
-                clip_error(error).as_bytes(),
-                &opt(retry_in_ms),
-                &self.now_arg(now_ms),
-                rand.as_bytes(),
-                if bury { b"1" } else { b"0" },
-            ],
-        )
-        .await
-    }
-
     /// Runs the enqueue script; with `wait_replicas`, then waits for that
     /// many replicas to have it (WAIT on the same connection, at the master
     /// of the topic's slot).
@@ -634,29 +600,32 @@ impl Store for RedisStore {
         &self,
         topic: &Topic,
         id: &JobId,
-        token: &str,
-        error: &str,
-        retry_in_ms: Option<u64>,
+        nack: Nack<'_>,
         now_ms: u64,
     ) -> StoreResult<NackOutcome> {
+        // Jitter is drawn here (scripts may not call a random source);
+        // dead at once needs none.
+        let rand = if nack.dead {
+            "0".to_string()
+        } else {
+            rand::random::<f64>().to_string()
+        };
         let v = self
-            .fail(topic, id, token, error, retry_in_ms, now_ms, false)
+            .run(
+                &self.scripts.nack,
+                topic,
+                &[
+                    id.as_str().as_bytes(),
+                    nack.token.as_bytes(),
+                    clip_error(nack.error).as_bytes(),
+                    &opt(nack.retry_in_ms),
+                    &self.now_arg(now_ms),
+                    rand.as_bytes(),
+                    if nack.dead { b"1" } else { b"0" },
+                ],
+            )
             .await?;
         decode_nacked(&status(&v)?)
-    }
-
-    async fn bury(
-        &self,
-        topic: &Topic,
-        id: &JobId,
-        token: &str,
-        error: &str,
-        now_ms: u64,
-    ) -> StoreResult<()> {
-        let v = self
-            .fail(topic, id, token, error, None, now_ms, true)
-            .await?;
-        status(&v).map(|_| ())
     }
 
     async fn release(

@@ -41,7 +41,7 @@ impl Scripts {
     pub(crate) fn new(wake_channel: &str) -> Self {
         let d = TopicConfig::default();
         let prelude = format!(
-            "local DEFAULTS = {{max_attempts = {}, lease_ms = {}, dead_cap = {}, default_delay_ms = {}, retry = '{}'}}\nlocal WAKE_CHANNEL = '{}'\nlocal WHEEL_MS = {}\n{}",
+            "local DEFAULTS = {{max_attempts = {}, lease_ms = {}, dead_cap = {}, default_delay_ms = {}, retry = '{}'}}\nlocal WAKE_CHANNEL = '{}'\nlocal WHEEL_MS = {}\nlocal MAX_BATCH = {}\n{}",
             d.max_attempts,
             d.lease_ms,
             d.dead_cap,
@@ -49,6 +49,7 @@ impl Scripts {
             d.retry.encode(),
             wake_channel.replace('\'', ""),
             WHEEL_MS,
+            dq_core::limits::MAX_BATCH,
             COMMON
         );
         let s = |body: &str| Script::new(&format!("{prelude}\n{body}"));

@@ -572,27 +572,11 @@ impl Store for ShardedStore {
         &self,
         topic: &Topic,
         id: &JobId,
-        token: &str,
-        error: &str,
-        retry_in_ms: Option<u64>,
+        nack: Nack<'_>,
         now_ms: u64,
     ) -> StoreResult<NackOutcome> {
         self.on_job(topic, id, |s, p| async move {
-            s.nack(&p, id, token, error, retry_in_ms, now_ms).await
-        })
-        .await
-    }
-
-    async fn bury(
-        &self,
-        topic: &Topic,
-        id: &JobId,
-        token: &str,
-        error: &str,
-        now_ms: u64,
-    ) -> StoreResult<()> {
-        self.on_job(topic, id, |s, p| async move {
-            s.bury(&p, id, token, error, now_ms).await
+            s.nack(&p, id, nack, now_ms).await
         })
         .await
     }

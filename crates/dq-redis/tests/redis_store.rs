@@ -88,7 +88,9 @@ async fn keyspace_holds_ids_and_frees_bodies() {
     )
     .await
     .unwrap();
-    s.nack(&t, &c.id, &c.token, "bye", None, T0).await.unwrap();
+    s.nack(&t, &c.id, Nack::retry(&c.token, "bye"), T0)
+        .await
+        .unwrap();
     assert_eq!(s.purge_dead(&t, 10).await.unwrap(), 1);
     s.cancel(&t, &JobId::new("later").unwrap()).await.unwrap();
     assert_eq!(
@@ -318,9 +320,14 @@ async fn the_servers_clock_decides_whatever_the_callers_say() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let nacked = Instant::now();
-    s.nack(&t, &again.id, &again.token, "later", Some(300), ahead)
-        .await
-        .unwrap();
+    s.nack(
+        &t,
+        &again.id,
+        Nack::retry(&again.token, "later").retry_in(300),
+        ahead,
+    )
+    .await
+    .unwrap();
     loop {
         let c = s.claim(&t, 1, Some(10_000), ahead).await.unwrap();
         if !c.leases.is_empty() {

@@ -148,9 +148,7 @@ async fn a_partitioned_topic_spreads_over_shards() {
             s.nack(
                 &t,
                 &l.id,
-                &l.token,
-                &format!("boom {k}"),
-                None,
+                Nack::retry(&l.token, &format!("boom {k}")),
                 T0 + 10 + k as u64,
             )
             .await

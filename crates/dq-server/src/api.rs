@@ -144,8 +144,8 @@ fn job(view: &JobView) -> wire::Job {
         due_at_ms: j.due_at_ms,
         priority: j.priority,
         attempts: j.attempts,
-        max_attempts: view.max_attempts,
-        lease_ms: view.lease_ms,
+        max_attempts: view.job.max_attempts,
+        lease_ms: view.job.lease_ms,
         last_error: j.last_error.clone(),
         created_at_ms: j.created_at_ms,
         lease_deadline_ms: j.lease_deadline_ms,
@@ -358,20 +358,21 @@ pub(crate) async fn nack(
         .map(|ms| delay(svc.limits(), "retry_in_ms", ms))
         .transpose()?;
     let error = req.error.unwrap_or_else(|| "nacked".into());
-    let (state, due_at_ms) = if req.dead {
-        if retry_in.is_some() {
-            return Err(ApiError::bad_request(
-                "invalid_delay",
-                "retry_in_ms makes no sense with dead: true",
-            ));
-        }
-        svc.bury(&t, &id, &req.token, &error).await?;
-        (JobState::Dead, None)
-    } else {
-        match svc.nack(&t, &id, &req.token, &error, retry_in).await? {
-            NackOutcome::Retry { due_at_ms, .. } => (JobState::Scheduled, Some(due_at_ms)),
-            NackOutcome::Dead { .. } => (JobState::Dead, None),
-        }
+    if req.dead && retry_in.is_some() {
+        return Err(ApiError::bad_request(
+            "invalid_delay",
+            "retry_in_ms makes no sense with dead: true",
+        ));
+    }
+    let nack = Nack {
+        token: &req.token,
+        error: &error,
+        retry_in_ms: retry_in,
+        dead: req.dead,
+    };
+    let (state, due_at_ms) = match svc.nack(&t, &id, nack).await? {
+        NackOutcome::Retry { due_at_ms, .. } => (JobState::Scheduled, Some(due_at_ms)),
+        NackOutcome::Dead { .. } => (JobState::Dead, None),
     };
     reply(wire::Nacked {
         id: id.to_string(),

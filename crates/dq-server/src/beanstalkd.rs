@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use dq_core::{Body, JobId, JobInfo, JobState, NewJob, RetryPolicy, StoreError, Topic, When};
+use dq_core::{Body, JobId, JobInfo, JobState, Nack, NewJob, RetryPolicy, StoreError, Topic, When};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -730,7 +730,7 @@ impl Conn {
     async fn release(&mut self, id: u64, delay_s: u32) -> Reply {
         let delay_ms = u64::from(delay_s) * 1000;
         self.on_held(id, |svc, t, jid, token| async move {
-            svc.nack(&t, &jid, &token, "released", Some(delay_ms))
+            svc.nack(&t, &jid, Nack::retry(&token, "released").retry_in(delay_ms))
                 .await
                 .map(|out| match out {
                     dq_core::NackOutcome::Dead { .. } => "BURIED",
@@ -742,9 +742,9 @@ impl Conn {
 
     async fn bury(&mut self, id: u64) -> Reply {
         self.on_held(id, |svc, t, jid, token| async move {
-            svc.bury(&t, &jid, &token, "buried")
+            svc.nack(&t, &jid, Nack::dead(&token, "buried"))
                 .await
-                .map(|()| "BURIED")
+                .map(|_| "BURIED")
         })
         .await
     }
@@ -868,7 +868,7 @@ impl Conn {
             JobState::Reserved => "reserved",
             JobState::Dead => "buried",
         };
-        let ttr_s = job.lease_ms.unwrap_or(1000) / 1000;
+        let ttr_s = job.lease_ms / 1000;
         let time_left = match job.state {
             JobState::Scheduled => job.due_at_ms.saturating_sub(now) / 1000,
             JobState::Reserved => job.lease_deadline_ms.unwrap_or(now).saturating_sub(now) / 1000,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use dq_core::{Body, Lease, PushConfig, PushMethod, Topic};
+use dq_core::{Body, Lease, Nack, PushConfig, PushMethod, Topic};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use tokio::sync::Semaphore;
@@ -242,20 +242,22 @@ impl TopicDelivery {
                 svc.ack(t, id, token).await.map(|_| "acked")
             }
             Ok((410, _)) => svc
-                .bury(t, id, token, "callback answered 410 Gone")
+                .nack(t, id, Nack::dead(token, "callback answered 410 Gone"))
                 .await
                 .map(|_| "dead"),
             Ok((status, retry_after)) => svc
                 .nack(
                     t,
                     id,
-                    token,
-                    &format!("callback answered HTTP {status}"),
-                    *retry_after,
+                    Nack::retry(token, &format!("callback answered HTTP {status}"))
+                        .retry_in_opt(*retry_after),
                 )
                 .await
                 .map(nack_outcome),
-            Err(e) => svc.nack(t, id, token, e, None).await.map(nack_outcome),
+            Err(e) => svc
+                .nack(t, id, Nack::retry(token, e))
+                .await
+                .map(nack_outcome),
         };
         let outcome = outcome.unwrap_or_else(|e| {
             tracing::warn!(topic = %t, id = %id, error = %e, "cannot record the delivery's outcome; the job comes back after its lease");

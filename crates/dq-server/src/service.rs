@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 
 use dq_core::limits::{self, MAX_BATCH};
 use dq_core::{
-    Clock, Delivery, Enqueued, InvalidInput, JobId, JobInfo, JobState, Lease, Limits, NackOutcome,
-    NewJob, PushConfig, Store, StoreError, StoreResult, Topic, TopicConfig, TopicConfigPatch,
-    TopicStats,
+    Clock, Delivery, Enqueued, InvalidInput, JobId, JobInfo, JobState, Lease, Limits, Nack,
+    NackOutcome, NewJob, PushConfig, Store, StoreError, StoreResult, Topic, TopicConfig,
+    TopicConfigPatch, TopicStats,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -68,18 +68,14 @@ impl From<InvalidInput> for Error {
 /// A verb's result.
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// A job as reads show it: what the store holds, and the limits in effect
-/// for it (its own overrides, else its topic's settings).
+/// A job as reads show it, with its topic (the limits in effect for it are
+/// the store's: [`JobInfo::max_attempts`], [`JobInfo::lease_ms`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobView {
     /// The job's topic.
     pub topic: Topic,
     /// The job.
     pub job: JobInfo,
-    /// Hand-outs before it goes dead.
-    pub max_attempts: u32,
-    /// Lease length of its hand-outs when the reserve names none.
-    pub lease_ms: u64,
 }
 
 /// One ack of a batch.
@@ -235,8 +231,7 @@ impl Service {
     /// [`StoreError::NotFound`]; a store error.
     pub async fn get(&self, t: &Topic, id: &JobId) -> Result<JobView> {
         let job = self.store.get(t, id).await?.ok_or(StoreError::NotFound)?;
-        let cfg = self.store.topic_config(t).await?.unwrap_or_default();
-        Ok(view(t, job, &cfg))
+        Ok(view(t, job))
     }
 
     /// Removes a job in any state; returns the state it was in.
@@ -365,46 +360,29 @@ impl Service {
         futures::future::join_all(acks.iter().map(|a| self.ack(&a.topic, &a.id, &a.token))).await
     }
 
-    /// Fails an attempt: retried after `retry_in_ms` (or the retry policy's
-    /// wait), or dead when it was the last.
+    /// Fails an attempt: retried after `nack.retry_in_ms` (or the retry
+    /// policy's wait), or dead when it was the last or `nack.dead` says so.
     ///
     /// # Errors
     /// `invalid_delay` beyond the largest delay; as [`Service::ack`].
-    pub async fn nack(
-        &self,
-        t: &Topic,
-        id: &JobId,
-        token: &str,
-        error: &str,
-        retry_in_ms: Option<u64>,
-    ) -> Result<NackOutcome> {
-        if let Some(ms) = retry_in_ms {
+    pub async fn nack(&self, t: &Topic, id: &JobId, nack: Nack<'_>) -> Result<NackOutcome> {
+        if let Some(ms) = nack.retry_in_ms {
             self.limits.check_delay(ms)?;
         }
-        let out = self
-            .store
-            .nack(t, id, token, error, retry_in_ms, self.now())
-            .await?;
-        let error = limits::clip_error(error);
+        let out = self.store.nack(t, id, nack, self.now()).await?;
+        let error = limits::clip_error(nack.error);
         match out {
             NackOutcome::Retry { due_at_ms, attempt } => {
                 tracing::info!(topic = %t, id = %id, attempt, error = %error, retry_at_ms = due_at_ms, "job failed; will retry");
+            }
+            NackOutcome::Dead { attempt } if nack.dead => {
+                tracing::warn!(topic = %t, id = %id, attempt, error = %error, "job failed for good; dead");
             }
             NackOutcome::Dead { attempt } => {
                 tracing::warn!(topic = %t, id = %id, attempt, error = %error, "job failed for the last time; dead");
             }
         }
         Ok(out)
-    }
-
-    /// Fails the attempt for good: dead at once.
-    ///
-    /// # Errors
-    /// As [`Service::ack`].
-    pub async fn bury(&self, t: &Topic, id: &JobId, token: &str, error: &str) -> Result<()> {
-        self.store.bury(t, id, token, error, self.now()).await?;
-        tracing::warn!(topic = %t, id = %id, error = %limits::clip_error(error), "job buried; dead");
-        Ok(())
     }
 
     /// Gives a reserved job back without counting the attempt, due after
@@ -635,9 +613,9 @@ impl Service {
             )
             .into());
         }
-        let cfg = self.known_topic(t).await?;
+        self.known_topic(t).await?;
         let jobs = self.store.list_dead(t, offset, limit).await?;
-        Ok(jobs.into_iter().map(|j| view(t, j, &cfg)).collect())
+        Ok(jobs.into_iter().map(|j| view(t, j)).collect())
     }
 
     /// Up to `limit` (≤ 1000) scheduled jobs, earliest due first.
@@ -725,11 +703,9 @@ impl Service {
     }
 }
 
-fn view(t: &Topic, job: JobInfo, cfg: &TopicConfig) -> JobView {
+fn view(t: &Topic, job: JobInfo) -> JobView {
     JobView {
         topic: t.clone(),
-        max_attempts: job.max_attempts.unwrap_or(cfg.max_attempts),
-        lease_ms: job.lease_ms.unwrap_or(cfg.lease_ms),
         job,
     }
 }

@@ -267,7 +267,8 @@ pub async fn stale_token_refused(s: &dyn Store) {
         Err(StoreError::LeaseMismatch)
     ));
     assert!(matches!(
-        s.nack(&t, &j, &first.token, "x", None, T0 + 2001).await,
+        s.nack(&t, &j, Nack::retry(&first.token, "x"), T0 + 2001)
+            .await,
         Err(StoreError::LeaseMismatch)
     ));
     assert!(matches!(
@@ -348,9 +349,7 @@ pub async fn backoff_schedule_and_dead_letter(s: &dyn Store) {
             .nack(
                 &t,
                 &id("j"),
-                &l.token,
-                &format!("boom {attempt}"),
-                None,
+                Nack::retry(&l.token, &format!("boom {attempt}")),
                 now + 1,
             )
             .await
@@ -374,7 +373,7 @@ pub async fn backoff_schedule_and_dead_letter(s: &dyn Store) {
     let l = s.claim(&t, 1, None, now).await.unwrap().leases.remove(0);
     assert_eq!(l.attempt, 4);
     let out = s
-        .nack(&t, &id("j"), &l.token, "final", None, now + 5)
+        .nack(&t, &id("j"), Nack::retry(&l.token, "final"), now + 5)
         .await
         .unwrap();
     assert_eq!(out, NackOutcome::Dead { attempt: 4 });
@@ -395,7 +394,8 @@ pub async fn backoff_schedule_and_dead_letter(s: &dyn Store) {
     let st = s.stats(&t, now).await.unwrap();
     assert_eq!((st.dead, st.counters.dead, st.counters.failed), (1, 1, 4));
     assert!(matches!(
-        s.nack(&t, &id("j"), &l.token, "again", None, now + 6).await,
+        s.nack(&t, &id("j"), Nack::retry(&l.token, "again"), now + 6)
+            .await,
         Err(StoreError::NotInState(JobState::Dead))
     ));
 }
@@ -419,7 +419,7 @@ pub async fn retry_overrides(s: &dyn Store) {
     for attempt in 1..=4u32 {
         let l = s.claim(&t, 1, None, now).await.unwrap().leases.remove(0);
         let out = s
-            .nack(&t, &id("e"), &l.token, "x", None, now)
+            .nack(&t, &id("e"), Nack::retry(&l.token, "x"), now)
             .await
             .unwrap();
         let want = exp.delay_ms(attempt, 0.5);
@@ -436,7 +436,7 @@ pub async fn retry_overrides(s: &dyn Store) {
     let l = s.claim(&t, 1, None, now).await.unwrap().leases.remove(0);
     assert_eq!(l.attempt, 5);
     let out = s
-        .nack(&t, &id("e"), &l.token, "x", Some(1), now)
+        .nack(&t, &id("e"), Nack::retry(&l.token, "x").retry_in(1), now)
         .await
         .unwrap();
     assert_eq!(
@@ -448,7 +448,12 @@ pub async fn retry_overrides(s: &dyn Store) {
     put(s, &t, job("r", When::DelayMs(0)), T0).await;
     let l = s.claim(&t, 1, None, T0).await.unwrap().leases.remove(0);
     let out = s
-        .nack(&t, &id("r"), &l.token, "x", Some(42), T0 + 1)
+        .nack(
+            &t,
+            &id("r"),
+            Nack::retry(&l.token, "x").retry_in(42),
+            T0 + 1,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -465,7 +470,12 @@ pub async fn retry_overrides(s: &dyn Store) {
         .leases
         .remove(0);
     let out = s
-        .nack(&t, &id("r"), &l.token, "x", Some(0), T0 + 50)
+        .nack(
+            &t,
+            &id("r"),
+            Nack::retry(&l.token, "x").retry_in(0),
+            T0 + 50,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -511,7 +521,7 @@ pub async fn replay_and_purge_dead(s: &dyn Store) {
     }
     for l in s.claim(&t, 10, None, T0).await.unwrap().leases {
         assert_eq!(
-            s.nack(&t, &l.id, &l.token, "no", None, T0 + 1)
+            s.nack(&t, &l.id, Nack::retry(&l.token, "no"), T0 + 1)
                 .await
                 .unwrap(),
             NackOutcome::Dead { attempt: 1 }
@@ -564,7 +574,7 @@ pub async fn dead_cap_drops_oldest(s: &dyn Store) {
     for (i, name) in ["d1", "d2", "d3"].iter().enumerate() {
         put(s, &t, job(name, When::DelayMs(0)), T0).await;
         let l = s.claim(&t, 1, None, T0).await.unwrap().leases.remove(0);
-        s.nack(&t, &l.id, &l.token, "x", None, T0 + i as u64)
+        s.nack(&t, &l.id, Nack::retry(&l.token, "x"), T0 + i as u64)
             .await
             .unwrap();
     }
@@ -593,7 +603,9 @@ pub async fn cancel_in_every_state(s: &dyn Store) {
     dj.priority = 0;
     put(s, &t, dj, T0).await;
     let l = s.claim(&t, 1, None, T0).await.unwrap().leases.remove(0);
-    s.nack(&t, &l.id, &l.token, "x", None, T0).await.unwrap();
+    s.nack(&t, &l.id, Nack::retry(&l.token, "x"), T0)
+        .await
+        .unwrap();
     let held = s
         .claim(&t, 1, Some(1000), T0)
         .await
@@ -722,7 +734,7 @@ pub async fn get_reports_job_and_bodies_round_trip(s: &dyn Store) {
     );
     assert_eq!(
         (info.attempts, info.lease_ms, info.created_at_ms),
-        (0, Some(2500), T0)
+        (0, 2500, T0)
     );
     let l = s.claim(&t, 1, None, T0 + 7).await.unwrap().leases.remove(0);
     assert_eq!(l.lease_deadline_ms, T0 + 7 + 2500, "job's own lease");
@@ -790,6 +802,28 @@ pub async fn topic_config_and_listing(s: &dyn Store) {
 
     let e = put(s, &t, job("d", When::TopicDefault), T0).await;
     assert_eq!(e.due_at_ms, T0 + 777);
+    // Reads show the limits in effect: the topic's, for a job without its
+    // own, whatever the topic says now.
+    let info = s.get(&t, &id("d")).await.unwrap().unwrap();
+    assert_eq!(
+        (info.max_attempts, info.lease_ms),
+        (9, 1234),
+        "topic's limits"
+    );
+    let mut own = job("own", When::DelayMs(60_000));
+    own.max_attempts = Some(2);
+    put(s, &t, own, T0).await;
+    let listed = s.list_scheduled(&t, 10).await.unwrap();
+    let limits: Vec<(String, u32, u64)> = listed
+        .iter()
+        .map(|j| (j.id.to_string(), j.max_attempts, j.lease_ms))
+        .collect();
+    assert_eq!(
+        limits,
+        vec![("d".into(), 9, 1234), ("own".into(), 2, 1234)],
+        "listed with the limits in effect"
+    );
+    s.cancel(&t, &id("own")).await.unwrap();
     let l = s
         .claim(&t, 1, None, T0 + 777)
         .await
@@ -857,12 +891,17 @@ pub async fn bury_goes_dead_at_once(s: &dyn Store) {
     put(s, &t, job("j", When::DelayMs(0)), T0).await;
     let l = s.claim(&t, 1, None, T0).await.unwrap().leases.remove(0);
     assert!(matches!(
-        s.bury(&t, &id("j"), "stale", "x", T0).await,
+        s.nack(&t, &id("j"), Nack::dead("stale", "x"), T0).await,
         Err(StoreError::LeaseMismatch)
     ));
-    s.bury(&t, &id("j"), &l.token, "unknown event \"x\"", T0 + 5)
-        .await
-        .unwrap();
+    s.nack(
+        &t,
+        &id("j"),
+        Nack::dead(&l.token, "unknown event \"x\""),
+        T0 + 5,
+    )
+    .await
+    .unwrap();
     let info = s.get(&t, &id("j")).await.unwrap().unwrap();
     assert_eq!((info.state, info.attempts), (JobState::Dead, 1));
     assert_eq!(info.died_at_ms, Some(T0 + 5));
@@ -870,7 +909,8 @@ pub async fn bury_goes_dead_at_once(s: &dyn Store) {
     let st = s.stats(&t, T0).await.unwrap();
     assert_eq!((st.dead, st.reserved, st.counters.dead), (1, 0, 1));
     assert!(matches!(
-        s.bury(&t, &id("j"), &l.token, "again", T0).await,
+        s.nack(&t, &id("j"), Nack::dead(&l.token, "again"), T0)
+            .await,
         Err(StoreError::NotInState(JobState::Dead))
     ));
 }
@@ -1061,7 +1101,9 @@ pub async fn claim_job_by_id_in_any_waiting_or_dead_state(s: &dyn Store) {
     put(s, &t, job("dead", When::DelayMs(0)), T0).await;
     let c = s.claim(&t, 10, None, T0).await.unwrap();
     let dead = c.leases.iter().find(|l| l.id.as_str() == "dead").unwrap();
-    s.bury(&t, &dead.id, &dead.token, "x", T0).await.unwrap();
+    s.nack(&t, &dead.id, Nack::dead(&dead.token, "x"), T0)
+        .await
+        .unwrap();
     // Released: ready again, the attempt not counted.
     let ready = c.leases.iter().find(|l| l.id.as_str() == "ready").unwrap();
     s.release(&t, &ready.id, &ready.token, 0, T0).await.unwrap();
@@ -1292,13 +1334,18 @@ pub async fn wakes_announce_what_became_due(s: &dyn Store) {
         assert!(waited("wk2").await, "release");
 
         let c = s.claim(&later, 1, None, T0).await.unwrap();
-        s.nack(&later, &id("a"), &c.leases[0].token, "e", Some(0), T0)
-            .await
-            .unwrap();
+        s.nack(
+            &later,
+            &id("a"),
+            Nack::retry(&c.leases[0].token, "e").retry_in(0),
+            T0,
+        )
+        .await
+        .unwrap();
         assert!(waited("wk2").await, "retry due now");
 
         let c = s.claim(&later, 1, None, T0).await.unwrap();
-        s.bury(&later, &id("a"), &c.leases[0].token, "e", T0)
+        s.nack(&later, &id("a"), Nack::dead(&c.leases[0].token, "e"), T0)
             .await
             .unwrap();
         seen.lock().unwrap().clear();

@@ -4,14 +4,14 @@
 -- ARGV: topic, now, max, lease_ms override or '', token prefix (random per call)
 -- Returns: {next_due (-1 none; now if ready jobs remain), then 8 per job:
 --   id, token, attempt, due, lease deadline, priority, kind, body}
--- Side effects: sched -> ready (at most 1000), ready -> lease, job records
+-- Side effects: sched -> ready (at most MAX_BATCH), ready -> lease, job records
 --   (s=r, a+1, t, u).
 local now, max = clock_ms(ARGV[2]), tonumber(ARGV[3])
 local lease_override = tonumber(ARGV[4])
 -- A paused topic hands nothing out; the pause's end is when to look again.
 local paused = tonumber(redis.call('HGET', K.ctr, 'paused_until') or '0')
 if paused > now then return {paused} end
-promote(K, now, 1000)
+promote(K, now, MAX_BATCH)
 local members = redis.call('ZRANGE', K.ready, 0, max - 1)
 local out = {0}
 local cfg = nil

@@ -1,6 +1,7 @@
 -- common.lua: helpers shared by every dq script. Prepended to each script at
--- load time, after a generated line that defines DEFAULTS (the topic config
--- defaults from dq-core, so Rust stays the one source of them).
+-- load time, after generated lines (scripts.rs) that define DEFAULTS (the
+-- topic config defaults from dq-core), WAKE_CHANNEL, WHEEL_MS and MAX_BATCH
+-- (dq-core's one batch bound), so Rust stays the one source of them.
 --
 -- Keys (all in one hash tag, passed in KEYS by every script in this order):
 --   K.sched  ZSET  score = due ms,        member = id
@@ -253,11 +254,11 @@ local function promote(K, now, max)
   return moved + rolled
 end
 
--- Drops the oldest dead letters over the cap, at most 1000 per call.
+-- Drops the oldest dead letters over the cap, at most MAX_BATCH per call.
 local function trim_dead(K, cap)
   local over = redis.call('ZCARD', K.dead) - cap
   if over <= 0 then return 0 end
-  if over > 1000 then over = 1000 end
+  if over > MAX_BATCH then over = MAX_BATCH end
   local ids = redis.call('ZRANGE', K.dead, 0, over - 1)
   if #ids > 0 then redis.call('HDEL', K.jobs, unpack(ids)) end
   redis.call('ZREMRANGEBYRANK', K.dead, 0, over - 1)

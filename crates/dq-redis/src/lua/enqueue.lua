@@ -1,4 +1,4 @@
--- enqueue: writes up to 1000 new jobs of one topic.
+-- enqueue: writes up to MAX_BATCH new jobs of one topic.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, now, then 10 per job:
 --   id, when-kind (d delay | a absolute | t topic default), when-value (ms),

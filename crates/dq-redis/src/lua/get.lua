@@ -5,7 +5,8 @@
 --   or offset and limit for mode d, or limit for modes u and r (the schedule first, then the wheel's buckets in order;
 --   at most 10000 entries of one bucket are looked at)
 -- Returns: 14 per job found: id, state, due, priority, attempts, created,
---   kind, body, max_attempts or -1, lease_ms or -1, lease deadline or -1,
+--   kind, body, max_attempts and lease_ms in effect (the job's override, else
+--   the topic's), lease deadline or -1,
 --   died-at or -1, has-error (1 | 0), error or ''
 -- Side effects: none.
 local ids
@@ -49,6 +50,7 @@ else
   for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
 end
 local out = {}
+local cfg = topic_cfg(K)
 for _, id in ipairs(ids) do
   local j = load(id)
   if j then
@@ -61,8 +63,8 @@ for _, id in ipairs(ids) do
     out[n + 6] = j.c or 0
     out[n + 7] = j.k
     out[n + 8] = j.b
-    out[n + 9] = j.m or -1
-    out[n + 10] = j.L or -1
+    out[n + 9] = j.m or cfg.max_attempts
+    out[n + 10] = j.L or cfg.lease_ms
     out[n + 11] = j.u or -1
     out[n + 12] = j.x or -1
     out[n + 13] = j.e and 1 or 0

@@ -1,8 +1,9 @@
 -- nack: fails the current attempt of a reserved job; retried after
 -- retry_in_ms (or the job's / topic's retry policy), or dead when out of
--- attempts or when buried (ARGV[8] = '1': dead at once, e.g. a permanent error).
+-- attempts or when the nack says dead (ARGV[8] = '1': dead at once, e.g. a
+-- permanent error).
 -- KEYS: the topic's keys (see common.lua).
--- ARGV: topic, id, token, error text, retry_in_ms or '', now, random in [0,1), bury (1 | 0)
+-- ARGV: topic, id, token, error text, retry_in_ms or '', now, random in [0,1), dead (1 | 0)
 -- Returns: {1, due, attempt} retried | {2, attempt} dead | {-1} not found |
 --   {-2} token mismatch | {-3, 'd'} dead already
 -- Side effects: see fail() in common.lua.
