@@ -718,7 +718,12 @@ mod tests {
     fn no_front_end_calls_the_store() {
         for (file, text) in [
             ("api.rs", include_str!("api.rs")),
-            ("admin.rs", include_str!("admin.rs")),
+            ("admin/mod.rs", include_str!("admin/mod.rs")),
+            ("admin/actions.rs", include_str!("admin/actions.rs")),
+            ("admin/forms.rs", include_str!("admin/forms.rs")),
+            ("admin/pages.rs", include_str!("admin/pages.rs")),
+            ("admin/rates.rs", include_str!("admin/rates.rs")),
+            ("admin/views.rs", include_str!("admin/views.rs")),
             ("deliverer.rs", include_str!("deliverer.rs")),
             ("alerts.rs", include_str!("alerts.rs")),
             ("metrics.rs", include_str!("metrics.rs")),

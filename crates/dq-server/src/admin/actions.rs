@@ -1,0 +1,294 @@
+//! What the admin forms post to. Each checks the form's CSRF token, calls
+//! the [`Service`](crate::Service), and answers with a redirect (303) to
+//! the page with a `done=` code, a confirmation page (replay and purge ask
+//! first), or an error page with the API's error.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use dq_core::{Delivery, JobId, RetryPolicy, Topic, TopicConfigPatch};
+
+use super::forms::{Form, checked, push_config};
+use super::views::{ConfirmPage, enc, topic_href};
+use super::{Viewer, error_page, render, see_other};
+use crate::AppState;
+use crate::auth::{SESSION_COOKIE, SESSION_MAX_AGE_MS};
+use crate::error::ApiError;
+
+/// `POST /admin/topics` (name, mode, url): registers a topic.
+pub(super) async fn create_topic(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let v = Viewer::of(&st, &headers);
+    let r = async {
+        let f = checked(&st, &v, &body)?;
+        let name = f
+            .get("name")
+            .ok_or_else(|| ApiError::bad_request("invalid_topic", "give the topic a name"))?;
+        let patch = TopicConfigPatch {
+            delivery: Some(match f.get("mode") {
+                Some("push") => Delivery::Push(push_config(&f, None)?),
+                _ => Delivery::Pull,
+            }),
+            ..Default::default()
+        };
+        let t = Topic::new(name.to_string())?;
+        st.service.create_topic(&t, patch).await?;
+        Ok::<_, ApiError>(t)
+    }
+    .await;
+    match r {
+        Ok(t) => see_other(&format!("{}?done=created", topic_href(t.as_str()))),
+        Err(e) => error_page(&v, &e, "/"),
+    }
+}
+
+/// `POST /admin/topics/{topic}/settings`.
+pub(super) async fn save_settings(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Response {
+    let v = Viewer::of(&st, &headers);
+    let base = topic_href(&name);
+    let r = async {
+        let f = checked(&st, &v, &body)?;
+        let t = Topic::new(name.clone())?;
+        let old = st.service.known_topic(&t).await?;
+        let retry = f
+            .get("retry")
+            .map(|r| {
+                serde_json::from_str::<RetryPolicy>(r).map_err(|e| {
+                    ApiError::bad_request("invalid_config", format!("retry policy: {e}"))
+                })
+            })
+            .transpose()?;
+        let old_push = match &old.delivery {
+            Delivery::Push(p) => Some(p),
+            Delivery::Pull => None,
+        };
+        let patch = TopicConfigPatch {
+            max_attempts: f.number("max_attempts")?,
+            lease_ms: f.number("lease_ms")?,
+            dead_cap: f.number("dead_cap")?,
+            default_delay_ms: f.number("default_delay_ms")?,
+            partitions: f.number("partitions")?,
+            retry,
+            delivery: Some(match f.get("mode") {
+                Some("push") => Delivery::Push(push_config(&f, old_push)?),
+                _ => Delivery::Pull,
+            }),
+        };
+        st.service.configure_topic(&t, patch).await?;
+        Ok::<_, ApiError>(())
+    }
+    .await;
+    match r {
+        Ok(()) => see_other(&format!("{base}?done=saved")),
+        Err(e) => error_page(&v, &e, &base),
+    }
+}
+
+/// `POST /admin/topics/{topic}/jobs/{id}/{cancel|reschedule|run}`.
+pub(super) async fn job_action(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((name, id, action)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Response {
+    let v = Viewer::of(&st, &headers);
+    let back = format!("{}?job={}", topic_href(&name), enc(&id));
+    let r = async {
+        let f = checked(&st, &v, &body)?;
+        let t = Topic::new(name.clone())?;
+        let id = JobId::new(id.clone())?;
+        let now = st.service.clock().now_ms();
+        match action.as_str() {
+            "cancel" => {
+                st.service.cancel(&t, &id).await?;
+                Ok("cancelled")
+            }
+            "run" | "reschedule" => {
+                let due = if action == "run" {
+                    now
+                } else {
+                    let text = f.get("delay").ok_or_else(|| {
+                        ApiError::bad_request("invalid_delay", "give a delay such as 10m or 2h")
+                    })?;
+                    let d = humantime::parse_duration(text).map_err(|e| {
+                        ApiError::bad_request("invalid_delay", format!("delay {text:?}: {e}"))
+                    })?;
+                    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+                    st.service.limits().check_delay(ms)?;
+                    now + ms
+                };
+                st.service.reschedule(&t, &id, due).await?;
+                Ok(if action == "run" {
+                    "run"
+                } else {
+                    "rescheduled"
+                })
+            }
+            _ => Err(no_such_action()),
+        }
+    }
+    .await;
+    match r {
+        Ok(done) => see_other(&format!("{back}&done={done}")),
+        Err(e) => error_page(&v, &e, &back),
+    }
+}
+
+/// `POST /admin/topics/{topic}/dead/{replay|purge}`: asks first (a page
+/// with a confirm button re-posting the form), then acts.
+pub(super) async fn dead_action(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((name, action)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let v = Viewer::of(&st, &headers);
+    let base = topic_href(&name);
+    let f = match checked(&st, &v, &body) {
+        Ok(f) => f,
+        Err(e) => return error_page(&v, &e, &base),
+    };
+    let r = async {
+        let t = Topic::new(name.clone())?;
+        let ids = f.all("ids");
+        let all = f.get("scope") == Some("all");
+        let question = match action.as_str() {
+            "replay" if all => {
+                let dead = st.service.stats(&t).await?.dead;
+                format!("Replay all {dead} dead letters of {}?", t.as_str())
+            }
+            "replay" if ids.is_empty() => {
+                return Err(ApiError::bad_request(
+                    "invalid_batch",
+                    "select dead letters to replay, or replay all",
+                ));
+            }
+            "replay" if ids.len() > dq_core::limits::MAX_BATCH => {
+                return Err(ApiError::bad_request(
+                    "invalid_batch",
+                    format!("at most {} at once", dq_core::limits::MAX_BATCH),
+                ));
+            }
+            "replay" => format!("Replay {} dead letter(s): {}?", ids.len(), ids.join(", ")),
+            "purge" => {
+                let dead = st.service.stats(&t).await?.dead;
+                format!("Delete all {dead} dead letters of {} for good?", t.as_str())
+            }
+            _ => return Err(no_such_action()),
+        };
+        if f.get("confirm") != Some("yes") {
+            return Ok(Err(question));
+        }
+        let n = if action == "purge" {
+            st.service.purge(&t).await?
+        } else if all {
+            st.service.replay(&t, None).await?
+        } else {
+            let ids = ids
+                .iter()
+                .map(|i| JobId::new(i.to_string()))
+                .collect::<Result<Vec<_>, _>>()?;
+            st.service.replay(&t, Some(&ids)).await?
+        };
+        Ok(Ok(n))
+    }
+    .await;
+    match r {
+        Ok(Ok(n)) => {
+            let done = if action == "purge" {
+                "purged"
+            } else {
+                "replayed"
+            };
+            see_other(&format!("{base}?done={done}&n={n}"))
+        }
+        Ok(Err(question)) => render(&ConfirmPage::new(
+            &v,
+            question,
+            &base,
+            &action,
+            f.resubmitted(),
+        )),
+        Err(e) => error_page(&v, &e, &base),
+    }
+}
+
+fn no_such_action() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "route_not_found", "no such action")
+}
+
+/// Only a path of this site may follow a login.
+fn local_path(next: Option<&str>) -> &str {
+    match next {
+        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n,
+        _ => "/",
+    }
+}
+
+/// `POST /admin/login` (token, next): sets the session cookie.
+pub(super) async fn login(State(st): State<AppState>, body: Bytes) -> Response {
+    let f = Form::parse(&body);
+    if !st.admin.has_token() {
+        return see_other("/");
+    }
+    if !st.admin.csrf_ok("", f.get("csrf").unwrap_or("")) {
+        return see_other("/admin/login?failed=1");
+    }
+    let next = local_path(f.get("next")).to_string();
+    if !st.admin.token_ok(f.get("token").unwrap_or("")) {
+        tracing::warn!("admin sign-in refused: wrong token");
+        return see_other(&format!("/admin/login?failed=1&next={}", enc(&next)));
+    }
+    let mut res = see_other(&next);
+    let cookie = format!(
+        "{SESSION_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
+        st.admin.new_session(st.service.clock().now_ms()),
+        SESSION_MAX_AGE_MS / 1000
+    );
+    if let Ok(v) = HeaderValue::from_str(&cookie) {
+        res.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    res
+}
+
+/// `POST /admin/logout`: forgets the cookie (the session itself lasts until
+/// it expires or the token changes).
+pub(super) async fn logout(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let v = Viewer::of(&st, &headers);
+    if let Err(e) = checked(&st, &v, &body) {
+        return error_page(&v, &e, "/");
+    }
+    let mut res = see_other("/admin/login");
+    res.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("dq_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
+    );
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn login_goes_back_only_to_this_site() {
+        assert_eq!(local_path(Some("/admin/topics/x")), "/admin/topics/x");
+        assert_eq!(local_path(Some("//evil.example/")), "/");
+        assert_eq!(local_path(Some("https://evil.example/")), "/");
+        assert_eq!(local_path(Some("/\\evil.example")), "/");
+        assert_eq!(local_path(None), "/");
+    }
+}

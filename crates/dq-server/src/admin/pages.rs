@@ -1,0 +1,207 @@
+//! The admin pages (`GET`): they look up what they show through the
+//! [`Service`](crate::Service) and render it with a template of `views`.
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use dq_core::{Delivery, JobId, JobInfo, StoreError, Topic};
+use serde::Deserialize;
+
+use super::views::{LoginPage, OverviewPage, StoreRow, TopicPage, TopicParts, TopicRow};
+use super::{Viewer, error_page, render, see_other};
+use crate::AppState;
+use crate::error::ApiError;
+use crate::service::Error;
+
+/// At most this many dead letters are shown, newest first ...
+const DEAD_SHOWN: usize = 100;
+/// ... out of at most this many looked at.
+const DEAD_LOOKED_AT: usize = 10_000;
+/// Dead letters are read in pages of this many (the most `list_dead` gives).
+const DEAD_PAGE: usize = 1000;
+/// The next-due list's length.
+const UPCOMING: usize = 20;
+
+/// `GET /`: every topic with its counts, rates and lateness; store health;
+/// a form registering a topic.
+pub(super) async fn overview(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    let v = Viewer::of(&st, &headers);
+    let svc = &st.service;
+    let now = svc.clock().now_ms();
+    let health = svc.health().await;
+    let up = health.iter().any(|(_, r)| r.is_ok());
+    let stores = health
+        .iter()
+        .map(|(name, r)| {
+            // A store of one part is named as configured.
+            let name = if health.len() == 1 {
+                &st.store_name
+            } else {
+                name
+            };
+            StoreRow::new(name, r.as_ref().err().map(ToString::to_string))
+        })
+        .collect();
+    let topics = if up {
+        svc.topics().await.unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let mut rows = Vec::with_capacity(topics.len());
+    for t in &topics {
+        let Ok(s) = svc.stats(t).await else {
+            continue;
+        };
+        let mode = match svc.topic_config(t).await {
+            Ok(Some(c)) => match c.delivery {
+                Delivery::Pull => "pull",
+                Delivery::Push(_) => "push",
+            },
+            _ => "?",
+        };
+        let rates = st
+            .rates
+            .observe(t.as_str(), now, s.counters.enqueued, s.counters.acked);
+        let lateness = st.metrics.lateness_quantiles(t.as_str());
+        rows.push(TopicRow::new(t, mode, s, rates, lateness));
+    }
+    render(&OverviewPage::new(&v, stores, rows))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct TopicQuery {
+    done: Option<String>,
+    n: Option<u64>,
+    job: Option<String>,
+    died: Option<String>,
+}
+
+/// `GET /admin/topics/{topic}`: counts, settings, next due jobs, lookup,
+/// dead letters.
+pub(super) async fn topic_page(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Query(q): Query<TopicQuery>,
+) -> Response {
+    let v = Viewer::of(&st, &headers);
+    match topic_parts(&st, name, q).await {
+        Ok((t, parts)) => render(&TopicPage::new(&v, &t, parts)),
+        Err(e) => error_page(&v, &e, "/"),
+    }
+}
+
+async fn topic_parts(
+    st: &AppState,
+    name: String,
+    q: TopicQuery,
+) -> Result<(Topic, TopicParts), ApiError> {
+    let t = Topic::new(name)?;
+    let config = st.service.known_topic(&t).await?;
+    let now = st.service.clock().now_ms();
+    let stats = st.service.stats(&t).await?;
+    let job = match q.job {
+        Some(id) => {
+            let found = lookup(st, &t, &id).await?;
+            Some((id, found))
+        }
+        None => None,
+    };
+    let died = match q.died.as_deref() {
+        Some("1h") => Some(("1h", 3_600_000)),
+        Some("24h") => Some(("24h", 86_400_000)),
+        Some("7d") => Some(("7d", 7 * 86_400_000)),
+        _ => None,
+    };
+    let dead = dead_letters(st, &t, stats.dead, died.map(|(_, w)| now.saturating_sub(w))).await?;
+    let upcoming = st.service.list_scheduled(&t, UPCOMING).await?;
+    let parts = TopicParts {
+        stats,
+        config,
+        done: q.done.map(|d| (d, q.n.unwrap_or(0))),
+        job,
+        dead,
+        died: died.map(|(d, _)| d),
+        upcoming,
+        now,
+    };
+    Ok((t, parts))
+}
+
+/// The job `id` of `t`; None for an id that is not one or not there.
+async fn lookup(st: &AppState, t: &Topic, id: &str) -> Result<Option<JobInfo>, ApiError> {
+    if id.is_empty() {
+        return Ok(None);
+    }
+    let Ok(id) = JobId::new(id.to_string()) else {
+        return Ok(None);
+    };
+    match st.service.get(t, &id).await {
+        Ok(v) => Ok(Some(v.job)),
+        Err(Error::Store(StoreError::NotFound)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Newest deaths first (of `dead` kept), those since `since` (Unix ms) if
+/// given; [`DEAD_SHOWN`] at most, [`DEAD_LOOKED_AT`] looked at.
+async fn dead_letters(
+    st: &AppState,
+    t: &Topic,
+    dead: u64,
+    since: Option<u64>,
+) -> Result<Vec<JobInfo>, ApiError> {
+    let mut shown = Vec::new();
+    let mut end = dead as usize;
+    let mut looked = 0;
+    'pages: while end > 0 && shown.len() < DEAD_SHOWN && looked < DEAD_LOOKED_AT {
+        let start = end.saturating_sub(DEAD_PAGE);
+        let mut chunk: Vec<JobInfo> = st
+            .service
+            .list_dead(t, start, end - start)
+            .await?
+            .into_iter()
+            .map(|v| v.job)
+            .collect();
+        looked += end - start;
+        end = start;
+        chunk.reverse();
+        for j in chunk {
+            if since.is_some_and(|s| j.died_at_ms.unwrap_or(0) < s) {
+                break 'pages;
+            }
+            if shown.len() == DEAD_SHOWN {
+                break 'pages;
+            }
+            shown.push(j);
+        }
+    }
+    Ok(shown)
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct LoginQuery {
+    next: Option<String>,
+    failed: Option<u8>,
+}
+
+/// `GET /admin/login`.
+pub(super) async fn login_page(
+    State(st): State<AppState>,
+    Query(q): Query<LoginQuery>,
+) -> Response {
+    if !st.admin.has_token() {
+        return see_other("/");
+    }
+    // Not signed in yet: the form's token is that of no session.
+    let v = Viewer {
+        session: String::new(),
+        csrf: st.admin.csrf(""),
+        token: false,
+    };
+    render(&LoginPage::new(
+        &v,
+        q.failed.is_some(),
+        q.next.as_deref().unwrap_or("/"),
+    ))
+}

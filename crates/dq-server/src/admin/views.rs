@@ -1,0 +1,630 @@
+//! What the admin pages show: one askama template struct per page (the
+//! templates are in `crates/dq-server/templates/`, each extending
+//! `base.html`), built from what the handlers looked up, and the text they
+//! print: durations, relative times, body previews, the `done=` sentences.
+//!
+//! Values reach the HTML only through these templates, which escape them;
+//! none is marked safe. URLs are percent-encoded here ([`enc`]) and escaped
+//! again by the template, which leaves them as they are.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use askama::Template;
+use dq_core::{Body, Delivery, JobInfo, JobState, PushMethod, Topic, TopicConfig, TopicStats};
+
+use super::Viewer;
+use crate::error::ApiError;
+
+/// Percent-encodes a path segment or query value.
+pub(super) fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
+
+/// The path of a topic's page.
+pub(super) fn topic_href(name: &str) -> String {
+    format!("/admin/topics/{}", enc(name))
+}
+
+/// "850 ms", "1.5 s", "2.0 min", "3.0 h", "4.0 d".
+pub(super) fn ms_human(ms: u64) -> String {
+    match ms {
+        m if m < 1000 => format!("{m} ms"),
+        m if m < 120_000 => format!("{:.1} s", m as f64 / 1000.0),
+        m if m < 7_200_000 => format!("{:.1} min", m as f64 / 60_000.0),
+        m if m < 172_800_000 => format!("{:.1} h", m as f64 / 3_600_000.0),
+        m => format!("{:.1} d", m as f64 / 86_400_000.0),
+    }
+}
+
+/// A Unix time in ms as RFC 3339 (UTC, milliseconds).
+fn at(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+/// "in 5.0 s" / "3.0 s ago".
+fn relative(ms: u64, now: u64) -> String {
+    if ms >= now {
+        format!("in {}", ms_human(ms - now))
+    } else {
+        format!("{} ago", ms_human(now - ms))
+    }
+}
+
+/// A body as one line: JSON cut at 120 characters, binary as its size.
+fn preview(b: &Body) -> String {
+    match b {
+        Body::Json(s) if s.chars().count() > 120 => {
+            format!("{}…", s.chars().take(120).collect::<String>())
+        }
+        Body::Json(s) => s.clone(),
+        Body::Bytes(b) => format!("({} bytes, binary)", b.len()),
+    }
+}
+
+/// A lateness bucket bound in seconds as "≤ 50 ms" (the last: "> 60 s").
+fn secs_bound(s: f64) -> String {
+    if s.is_infinite() {
+        "> 60 s".into()
+    } else {
+        format!("≤ {}", ms_human((s * 1000.0).round() as u64))
+    }
+}
+
+/// "–" for no overdue job, else how long.
+fn overdue(ms: u64) -> String {
+    if ms == 0 { "–".into() } else { ms_human(ms) }
+}
+
+/// The sentence a `done=` code stands for (`n`: how many, for replay and
+/// purge); None for an unknown code.
+pub(super) fn done_text(code: &str, n: u64) -> Option<String> {
+    Some(match code {
+        "created" => "Topic registered.".into(),
+        "saved" => "Settings saved.".into(),
+        "cancelled" => "Job cancelled.".into(),
+        "rescheduled" => "Job rescheduled.".into(),
+        "run" => "Job made due now.".into(),
+        "replayed" => format!("{n} dead letter(s) replayed: due now, attempts reset."),
+        "purged" => format!("{n} dead letter(s) deleted."),
+        _ => return None,
+    })
+}
+
+/// What the layout (`base.html`) needs: the title, the viewer, whether the
+/// page reloads itself.
+pub(super) struct Layout<'a> {
+    /// The `<title>` (before " · dq") and the heading.
+    title: String,
+    /// Reload every 5 s (the overview).
+    refresh: bool,
+    /// An admin token is configured: the viewer is signed in and may sign
+    /// out; without one the page says it answers on loopback only.
+    token: bool,
+    /// The CSRF token every form carries (`csrf.html`).
+    csrf: &'a str,
+}
+
+impl<'a> Layout<'a> {
+    fn new(v: &'a Viewer, title: impl Into<String>, refresh: bool) -> Self {
+        Self {
+            title: title.into(),
+            refresh,
+            token: v.token,
+            csrf: &v.csrf,
+        }
+    }
+}
+
+/// A refused action: status, code and message of the API's error.
+#[derive(Template)]
+#[template(path = "error.html")]
+pub(super) struct ErrorPage<'a> {
+    page: Layout<'a>,
+    status: u16,
+    code: &'static str,
+    message: &'a str,
+    back: &'a str,
+}
+
+impl<'a> ErrorPage<'a> {
+    pub(super) fn new(v: &'a Viewer, e: &'a ApiError, back: &'a str) -> Self {
+        Self {
+            page: Layout::new(v, "Not done", false),
+            status: e.status.as_u16(),
+            code: e.code,
+            message: &e.message,
+            back,
+        }
+    }
+}
+
+/// The sign-in form.
+#[derive(Template)]
+#[template(path = "login.html")]
+pub(super) struct LoginPage<'a> {
+    page: Layout<'a>,
+    /// The last try was the wrong token.
+    failed: bool,
+    /// Where to go once signed in.
+    next: &'a str,
+}
+
+impl<'a> LoginPage<'a> {
+    pub(super) fn new(v: &'a Viewer, failed: bool, next: &'a str) -> Self {
+        Self {
+            page: Layout::new(v, "Sign in", false),
+            failed,
+            next,
+        }
+    }
+}
+
+/// The question asked before replaying or purging dead letters; its form
+/// posts the same fields again with `confirm=yes`.
+#[derive(Template)]
+#[template(path = "confirm.html")]
+pub(super) struct ConfirmPage<'a> {
+    page: Layout<'a>,
+    question: String,
+    /// The topic page (the "no" link).
+    back: &'a str,
+    /// Where the form posts.
+    action: String,
+    /// The fields posted again.
+    fields: Vec<(&'a str, &'a str)>,
+    /// What "yes" does ("replay", "delete them").
+    yes: &'static str,
+}
+
+impl<'a> ConfirmPage<'a> {
+    pub(super) fn new(
+        v: &'a Viewer,
+        question: String,
+        back: &'a str,
+        action: &str,
+        fields: Vec<(&'a str, &'a str)>,
+    ) -> Self {
+        Self {
+            page: Layout::new(v, "Confirm", false),
+            question,
+            back,
+            action: format!("{back}/dead/{action}"),
+            fields,
+            yes: if action == "purge" {
+                "delete them"
+            } else {
+                "replay"
+            },
+        }
+    }
+}
+
+/// `/`: the stores' health, every topic, the form registering one.
+#[derive(Template)]
+#[template(path = "overview.html")]
+pub(super) struct OverviewPage<'a> {
+    page: Layout<'a>,
+    stores: Vec<StoreRow>,
+    topics: Vec<TopicRow>,
+}
+
+impl<'a> OverviewPage<'a> {
+    pub(super) fn new(v: &'a Viewer, stores: Vec<StoreRow>, topics: Vec<TopicRow>) -> Self {
+        Self {
+            page: Layout::new(v, "Topics", true),
+            stores,
+            topics,
+        }
+    }
+}
+
+/// A store (or one of its parts) and whether it answers.
+pub(super) struct StoreRow {
+    name: String,
+    /// Why it does not answer; None when it does.
+    error: Option<String>,
+}
+
+impl StoreRow {
+    pub(super) fn new(name: &str, error: Option<String>) -> Self {
+        Self {
+            name: name.to_string(),
+            error,
+        }
+    }
+}
+
+/// A topic on the overview.
+pub(super) struct TopicRow {
+    name: String,
+    href: String,
+    /// "pull", "push", or "?" when its config could not be read.
+    mode: &'static str,
+    stats: TopicStats,
+    overdue: String,
+    enqueued_rate: String,
+    acked_rate: String,
+    lateness_p50: String,
+    lateness_p99: String,
+}
+
+impl TopicRow {
+    /// `rates`: enqueued and acked per second; `lateness`: p50 and p99
+    /// bucket bounds in seconds; "–" where not known yet.
+    pub(super) fn new(
+        t: &Topic,
+        mode: &'static str,
+        stats: TopicStats,
+        rates: Option<(f64, f64)>,
+        lateness: Option<(f64, f64)>,
+    ) -> Self {
+        let (enqueued_rate, acked_rate) = rates.map_or(("–".into(), "–".into()), |(e, a)| {
+            (format!("{e:.1}"), format!("{a:.1}"))
+        });
+        let (lateness_p50, lateness_p99) = lateness
+            .map_or(("–".into(), "–".into()), |(p50, p99)| {
+                (secs_bound(p50), secs_bound(p99))
+            });
+        Self {
+            name: t.as_str().to_string(),
+            href: topic_href(t.as_str()),
+            mode,
+            overdue: overdue(stats.oldest_overdue_ms),
+            stats,
+            enqueued_rate,
+            acked_rate,
+            lateness_p50,
+            lateness_p99,
+        }
+    }
+}
+
+/// `/admin/topics/{t}`: counts, lookup, dead letters, next due, settings.
+#[derive(Template)]
+#[template(path = "topic.html")]
+pub(super) struct TopicPage<'a> {
+    page: Layout<'a>,
+    /// The topic page's path (forms post below it).
+    base: String,
+    /// What the last action did.
+    flash: Option<String>,
+    counts: Vec<Count>,
+    overdue: String,
+    lookup: Lookup,
+    dead: DeadLetters,
+    upcoming: Vec<Upcoming>,
+    settings: Settings,
+}
+
+/// What [`TopicPage`] is made of, as looked up.
+pub(super) struct TopicParts {
+    pub(super) stats: TopicStats,
+    pub(super) config: TopicConfig,
+    /// The `done=` code and `n=` of the last action.
+    pub(super) done: Option<(String, u64)>,
+    /// The `job=` asked for, and what was found.
+    pub(super) job: Option<(String, Option<JobInfo>)>,
+    pub(super) dead: Vec<JobInfo>,
+    /// The `died=` filter, when one of 1h, 24h, 7d.
+    pub(super) died: Option<&'static str>,
+    pub(super) upcoming: Vec<JobInfo>,
+    pub(super) now: u64,
+}
+
+impl<'a> TopicPage<'a> {
+    pub(super) fn new(v: &'a Viewer, t: &Topic, p: TopicParts) -> Self {
+        let base = topic_href(t.as_str());
+        let s = &p.stats;
+        let counts = [
+            ("scheduled", s.scheduled),
+            ("ready", s.ready),
+            ("reserved", s.reserved),
+            ("dead", s.dead),
+            ("enqueued", s.counters.enqueued),
+            ("acked", s.counters.acked),
+            ("failed", s.counters.failed),
+            ("expired", s.counters.expired),
+            ("cancelled", s.counters.cancelled),
+            ("replayed", s.counters.replayed),
+        ]
+        .into_iter()
+        .map(|(name, n)| Count {
+            name,
+            n,
+            bad: name == "dead" && n > 0,
+        })
+        .collect();
+        let lookup = match p.job {
+            None => Lookup {
+                query: String::new(),
+                found: None,
+            },
+            Some((query, job)) => Lookup {
+                found: (!query.is_empty()).then(|| match job {
+                    Some(j) => Found::Job(JobDetails::new(&base, &j, p.now)),
+                    None => Found::Missing(format!("{query:?}")),
+                }),
+                query,
+            },
+        };
+        let total = s.dead;
+        let dead = DeadLetters {
+            total,
+            died: p.died.unwrap_or(""),
+            partial: (p.dead.len() as u64) < total,
+            filtered: p.died.is_some(),
+            rows: p
+                .dead
+                .iter()
+                .map(|j| DeadRow::new(&base, j, p.now))
+                .collect(),
+        };
+        Self {
+            page: Layout::new(v, format!("Topic {}", t.as_str()), false),
+            flash: p.done.and_then(|(code, n)| done_text(&code, n)),
+            counts,
+            overdue: overdue(s.oldest_overdue_ms),
+            lookup,
+            dead,
+            upcoming: p
+                .upcoming
+                .iter()
+                .map(|j| Upcoming::new(&base, j, p.now))
+                .collect(),
+            settings: Settings::new(&p.config),
+            base,
+        }
+    }
+}
+
+/// One of the topic's counts.
+struct Count {
+    name: &'static str,
+    n: u64,
+    /// Shown in red (dead letters).
+    bad: bool,
+}
+
+/// The job lookup: what was typed, and what was found.
+struct Lookup {
+    query: String,
+    /// None when nothing was asked.
+    found: Option<Found>,
+}
+
+enum Found {
+    Job(JobDetails),
+    /// The id asked for, quoted.
+    Missing(String),
+}
+
+/// A job found by the lookup, with what may be done to it.
+struct JobDetails {
+    id: String,
+    /// Where its forms post (`…/jobs/{id}`).
+    action: String,
+    state: JobState,
+    due_at: String,
+    due_in: String,
+    attempts: u32,
+    priority: u32,
+    created_at: String,
+    last_error: String,
+    body: String,
+}
+
+impl JobDetails {
+    fn new(base: &str, j: &JobInfo, now: u64) -> Self {
+        Self {
+            id: j.id.as_str().to_string(),
+            action: format!("{base}/jobs/{}", enc(j.id.as_str())),
+            state: j.state,
+            due_at: at(j.due_at_ms),
+            due_in: relative(j.due_at_ms, now),
+            attempts: j.attempts,
+            priority: j.priority,
+            created_at: at(j.created_at_ms),
+            last_error: j.last_error.clone().unwrap_or_else(|| "–".into()),
+            body: preview(&j.body),
+        }
+    }
+
+    fn reschedulable(&self) -> bool {
+        matches!(self.state, JobState::Scheduled | JobState::Ready)
+    }
+
+    fn scheduled(&self) -> bool {
+        self.state == JobState::Scheduled
+    }
+
+    fn dead(&self) -> bool {
+        self.state == JobState::Dead
+    }
+}
+
+/// The dead letters shown, newest first.
+struct DeadLetters {
+    /// How many the topic keeps.
+    total: u64,
+    /// The `died=` filter ("" for any time).
+    died: &'static str,
+    /// Fewer shown than kept.
+    partial: bool,
+    /// A `died=` filter is on.
+    filtered: bool,
+    rows: Vec<DeadRow>,
+}
+
+struct DeadRow {
+    id: String,
+    href: String,
+    attempts: u32,
+    died_at: String,
+    died_ago: String,
+    last_error: String,
+}
+
+impl DeadRow {
+    fn new(base: &str, j: &JobInfo, now: u64) -> Self {
+        Self {
+            id: j.id.as_str().to_string(),
+            href: format!("{base}?job={}", enc(j.id.as_str())),
+            attempts: j.attempts,
+            died_at: j.died_at_ms.map(at).unwrap_or_default(),
+            died_ago: j.died_at_ms.map_or("–".into(), |d| relative(d, now)),
+            last_error: j.last_error.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// A job of the next-due list.
+struct Upcoming {
+    id: String,
+    href: String,
+    due_at: String,
+    due_in: String,
+    attempts: u32,
+    body: String,
+}
+
+impl Upcoming {
+    fn new(base: &str, j: &JobInfo, now: u64) -> Self {
+        Self {
+            id: j.id.as_str().to_string(),
+            href: format!("{base}?job={}", enc(j.id.as_str())),
+            due_at: at(j.due_at_ms),
+            due_in: relative(j.due_at_ms, now),
+            attempts: j.attempts,
+            body: preview(&j.body),
+        }
+    }
+}
+
+/// The settings form's values. Push secrets and header values are not
+/// among them: the form shows how many secrets are set, nothing more.
+struct Settings {
+    max_attempts: u32,
+    lease_ms: u64,
+    dead_cap: u64,
+    default_delay_ms: u64,
+    partitions: u32,
+    /// The retry policy as JSON.
+    retry: String,
+    push: bool,
+    url: String,
+    get: bool,
+    timeout_ms: u64,
+    concurrency: u32,
+    secrets: usize,
+}
+
+impl Settings {
+    fn new(cfg: &TopicConfig) -> Self {
+        let p = match &cfg.delivery {
+            Delivery::Push(p) => Some(p),
+            Delivery::Pull => None,
+        };
+        Self {
+            max_attempts: cfg.max_attempts,
+            lease_ms: cfg.lease_ms,
+            dead_cap: cfg.dead_cap,
+            default_delay_ms: cfg.default_delay_ms,
+            partitions: cfg.partitions,
+            retry: serde_json::to_string(&cfg.retry).unwrap_or_default(),
+            push: p.is_some(),
+            url: p.map_or_else(String::new, |p| p.url.clone()),
+            get: p.is_some_and(|p| p.method == PushMethod::Get),
+            timeout_ms: p.map_or(3000, |p| p.timeout_ms),
+            concurrency: p.map_or(16, |p| p.concurrency),
+            secrets: p.map_or(0, |p| p.secrets.len()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_path_segments() {
+        assert_eq!(enc("a b/c?"), "a%20b%2Fc%3F");
+        assert_eq!(topic_href("<x>&"), "/admin/topics/%3Cx%3E%26");
+    }
+
+    #[test]
+    fn durations_for_people() {
+        assert_eq!(ms_human(850), "850 ms");
+        assert_eq!(ms_human(1500), "1.5 s");
+        assert_eq!(ms_human(120_000), "2.0 min");
+        assert_eq!(ms_human(3 * 86_400_000), "3.0 d");
+        assert_eq!(relative(6000, 1000), "in 5.0 s");
+        assert_eq!(relative(1000, 4000), "3.0 s ago");
+        assert_eq!(secs_bound(0.05), "≤ 50 ms");
+        assert_eq!(secs_bound(f64::INFINITY), "> 60 s");
+    }
+
+    #[test]
+    fn values_are_escaped_and_secrets_left_out() {
+        let v = Viewer {
+            session: String::new(),
+            csrf: "tok\"en".into(),
+            token: true,
+        };
+        let e = ApiError::bad_request("invalid_topic", "<script>alert(1)</script>");
+        let html = ErrorPage::new(&v, &e, "/?a=1&b=\"2\"").render().unwrap();
+        assert!(
+            html.contains("&#60;script&#62;alert(1)&#60;/script&#62;"),
+            "{html}"
+        );
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(html.contains(r#"value="tok&#34;en""#), "{html}");
+        assert!(html.contains(r#"href="/?a=1&#38;b=&#34;2&#34;""#), "{html}");
+        assert!(
+            !html.contains("auth-notice"),
+            "signed in: no loopback notice"
+        );
+
+        let cfg = TopicConfig {
+            delivery: Delivery::Push(dq_core::PushConfig {
+                url: "http://127.0.0.1:9/hook".into(),
+                method: PushMethod::Get,
+                timeout_ms: 1000,
+                headers: [("X-Api-Key".to_string(), "header-value-123".to_string())]
+                    .into_iter()
+                    .collect(),
+                concurrency: 4,
+                secrets: vec!["whsec_secret-value-456".into()],
+            }),
+            ..Default::default()
+        };
+        let t = Topic::new("shop:eu".to_string()).unwrap();
+        let html = TopicPage::new(
+            &v,
+            &t,
+            TopicParts {
+                stats: TopicStats::default(),
+                config: cfg,
+                done: Some(("saved".into(), 0)),
+                job: None,
+                dead: Vec::new(),
+                died: None,
+                upcoming: Vec::new(),
+                now: 0,
+            },
+        )
+        .render()
+        .unwrap();
+        assert!(!html.contains("secret-value-456"), "{html}");
+        assert!(!html.contains("header-value-123"), "{html}");
+        assert!(html.contains("1 set (hidden)"), "{html}");
+        assert!(html.contains("<title>Topic shop:eu · dq</title>"), "{html}");
+        assert!(
+            html.contains(r#"action="/admin/topics/shop%3Aeu/settings""#),
+            "{html}"
+        );
+        assert!(html.contains(r#"<p class="flash" id="flash">Settings saved.</p>"#));
+        assert!(html.contains(r#"<option selected>GET</option>"#), "{html}");
+    }
+}
