@@ -533,7 +533,7 @@ impl BenchArgs {
                 partitions: Some(n),
                 ..Default::default()
             };
-            api.put_topic(&topic, &patch)
+            api.configure_topic(&topic, &patch)
                 .await
                 .context("setting the bench topic's partitions")?;
         }
@@ -693,7 +693,7 @@ impl BenchArgs {
                     delivery: Some(dq_core::Delivery::Push(push)),
                     ..Default::default()
                 };
-                api.put_topic(&topic, &patch).await?;
+                api.configure_topic(&topic, &patch).await?;
                 let pb = progress(expected as u64, "delivered");
                 let started = Instant::now();
                 let t0_us = now_us();

@@ -633,7 +633,7 @@ impl ClientCmd {
             } => {
                 let api = conn.client()?;
                 let n = if dead {
-                    api.bury(&topic, &id, &token, &error).await?;
+                    api.nack_dead(&topic, &id, &token, &error).await?;
                     wire::Nacked {
                         id,
                         state: dq_core::JobState::Dead,
@@ -714,7 +714,7 @@ impl ClientCmd {
                         if pull {
                             patch.delivery = Some(Delivery::Pull);
                         }
-                        let config = api.put_topic(&topic, &patch).await?;
+                        let config = api.configure_topic(&topic, &patch).await?;
                         let done = wire::TopicConfigured {
                             name: topic,
                             config,
@@ -748,7 +748,7 @@ impl ClientCmd {
                         limit,
                         offset,
                     } => {
-                        let jobs = api.dead(&topic, offset, limit).await?;
+                        let jobs = api.list_dead(&topic, offset, limit).await?;
                         if conn.json {
                             print_json(&wire::DeadList { jobs });
                         } else {

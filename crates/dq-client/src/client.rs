@@ -481,11 +481,12 @@ impl Client {
         self.nack_request(topic, id, &body).await
     }
 
-    /// Sends the job to the dead letters at once (a permanent failure).
+    /// Nacks with `dead: true`: the job goes to the dead letters at once,
+    /// whatever attempts are left (a permanent failure).
     ///
     /// # Errors
     /// As [`Client::ack`].
-    pub async fn bury(&self, topic: &str, id: &str, token: &str, error: &str) -> Result<()> {
+    pub async fn nack_dead(&self, topic: &str, id: &str, token: &str, error: &str) -> Result<()> {
         let body = wire::NackRequest {
             token: token.into(),
             error: Some(error.into()),
@@ -577,7 +578,11 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::Invalid`] for settings out of range.
-    pub async fn put_topic(&self, topic: &str, patch: &TopicConfigPatch) -> Result<TopicConfig> {
+    pub async fn configure_topic(
+        &self,
+        topic: &str,
+        patch: &TopicConfigPatch,
+    ) -> Result<TopicConfig> {
         let body = serde_json::to_value(patch).map_err(|e| Error::Decode(e.to_string()))?;
         let body = strip_nulls(body);
         let r: wire::TopicConfigured = self
@@ -611,7 +616,7 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::Invalid`] for a limit outside 1–1000.
-    pub async fn dead(&self, topic: &str, offset: usize, limit: usize) -> Result<Vec<Job>> {
+    pub async fn list_dead(&self, topic: &str, offset: usize, limit: usize) -> Result<Vec<Job>> {
         let url = format!(
             "{}/v1/topics/{}/dead?offset={offset}&limit={limit}",
             self.base,

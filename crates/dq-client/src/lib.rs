@@ -1,7 +1,8 @@
 //! dq-client: use dq from Rust.
 //!
 //! - [`Client`]: a typed async client for the whole HTTP API (enqueue, batch
-//!   enqueue, get, cancel, reschedule, reserve, ack, nack, bury, release,
+//!   enqueue, get, cancel, reschedule, reserve, ack, nack (and `nack_dead`:
+//!   dead at once), release,
 //!   touch, topics, dead letters). Connections are pooled; idempotent calls
 //!   are retried on transient errors; errors are an [`Error`] enum mirroring
 //!   the API's codes.

@@ -380,7 +380,7 @@ impl JobRun {
             );
             tracing::error!(error = %msg, "job dead-lettered");
             self.stats.aborted.fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = self.client.bury(&topic, &id, &token, &msg).await {
+            if let Err(e) = self.client.nack_dead(&topic, &id, &token, &msg).await {
                 tracing::warn!(error = %e, "cannot dead-letter job");
             }
             return;
@@ -426,7 +426,7 @@ impl JobRun {
             Ok(Outcome::Abort(msg)) => {
                 self.stats.aborted.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(took_ms, error = %msg, "job aborted; dead");
-                self.client.bury(&topic, &id, &token, &msg).await
+                self.client.nack_dead(&topic, &id, &token, &msg).await
             }
             Err(panic) => {
                 let msg = panic

@@ -115,8 +115,10 @@ async fn every_call_and_typed_errors() {
         .await
         .unwrap()
         .remove(0);
-    c.bury("orders", "b1", &l.token, "permanent").await.unwrap();
-    let dead = c.dead("orders", 0, 10).await.unwrap();
+    c.nack_dead("orders", "b1", &l.token, "permanent")
+        .await
+        .unwrap();
+    let dead = c.list_dead("orders", 0, 10).await.unwrap();
     assert_eq!(
         (dead[0].id.as_str(), dead[0].last_error.as_deref()),
         ("b1", Some("permanent"))
@@ -125,7 +127,7 @@ async fn every_call_and_typed_errors() {
     assert_eq!(c.cancel("orders", "b1").await.unwrap(), JobState::Ready);
 
     let cfg = c
-        .put_topic(
+        .configure_topic(
             "orders",
             &TopicConfigPatch {
                 max_attempts: Some(3),
@@ -136,7 +138,7 @@ async fn every_call_and_typed_errors() {
         .unwrap();
     assert_eq!(cfg.max_attempts, 3);
     assert!(matches!(
-        c.put_topic("orders", &TopicConfigPatch { lease_ms: Some(1), ..Default::default() }).await,
+        c.configure_topic("orders", &TopicConfigPatch { lease_ms: Some(1), ..Default::default() }).await,
         Err(Error::Invalid { code, .. }) if code == "invalid_lease"
     ));
     let t = c.topic("orders").await.unwrap();

@@ -111,7 +111,7 @@ async fn long_handler_keeps_its_lease() {
 async fn outcomes_panics_and_unknown_events() {
     let srv = TestServer::start().await;
     let c = srv.client();
-    c.put_topic(
+    c.configure_topic(
         "t",
         &TopicConfigPatch {
             retry: Some(RetryPolicy::FixedMs(0)),
@@ -203,7 +203,7 @@ async fn outcomes_panics_and_unknown_events() {
     assert_eq!(seen["fails"], vec![1, 2, 3], "Fail counts attempts");
     assert_eq!(seen["aborts"], vec![1], "Abort is dead at once");
     assert!(!seen.contains_key("unknown"));
-    let dead = c.dead("t", 0, 10).await.unwrap();
+    let dead = c.list_dead("t", 0, 10).await.unwrap();
     let unknown = dead.iter().find(|j| j.id == "unknown").unwrap();
     assert!(
         unknown

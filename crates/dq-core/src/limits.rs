@@ -25,8 +25,8 @@ impl Default for Limits {
 
 /// Most jobs in one batch enqueue.
 pub const MAX_BATCH: usize = 1000;
-/// Most jobs one claim (reserve) hands out.
-pub const MAX_CLAIM: usize = 1000;
+/// Most jobs one reserve hands out.
+pub const MAX_RESERVE: usize = 1000;
 /// Longest time a reserve waits for a job, in milliseconds.
 pub const MAX_WAIT_MS: u64 = 30_000;
 /// Shortest and longest lease, in milliseconds.

@@ -379,9 +379,9 @@ pub struct Lease {
     pub body: Body,
 }
 
-/// The result of a claim on one topic.
+/// The result of a reserve on one topic.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Claimed {
+pub struct Reservation {
     /// Jobs now leased to the caller, in order.
     pub leases: Vec<Lease>,
     /// The due time of the next scheduled job, if any: when to try again.

@@ -85,13 +85,13 @@ pub trait Store: Send + Sync + 'static {
     /// Hands out up to `max` due jobs of one topic under leases, most urgent
     /// first (priority, then due time, then enqueue order). `lease_ms`
     /// overrides the job's and the topic's lease length.
-    async fn claim(
+    async fn reserve(
         &self,
         topic: &Topic,
         max: usize,
         lease_ms: Option<u64>,
         now_ms: u64,
-    ) -> StoreResult<Claimed>;
+    ) -> StoreResult<Reservation>;
 
     /// Extends a lease to `now + lease_ms`; returns the new deadline.
     ///
@@ -99,7 +99,7 @@ pub trait Store: Send + Sync + 'static {
     /// [`StoreError::NotFound`]; [`StoreError::LeaseMismatch`] for a token
     /// that is not the current lease's (a waiting job has no lease, so any
     /// token is stale); [`StoreError::NotInState`] when the job is dead.
-    async fn extend_lease(
+    async fn touch(
         &self,
         topic: &Topic,
         id: &JobId,
@@ -111,7 +111,7 @@ pub trait Store: Send + Sync + 'static {
     /// Completes a job: it is gone.
     ///
     /// # Errors
-    /// As [`Store::extend_lease`].
+    /// As [`Store::touch`].
     async fn ack(&self, topic: &Topic, id: &JobId, token: &str) -> StoreResult<()>;
 
     /// Fails an attempt: the job is retried after `nack.retry_in_ms` (or the
@@ -119,7 +119,7 @@ pub trait Store: Send + Sync + 'static {
     /// `nack.dead` says so (whatever attempts are left).
     ///
     /// # Errors
-    /// As [`Store::extend_lease`].
+    /// As [`Store::touch`].
     async fn nack(
         &self,
         topic: &Topic,
@@ -132,7 +132,7 @@ pub trait Store: Send + Sync + 'static {
     /// `release`): it is due again after `delay_ms`. Returns the new due time.
     ///
     /// # Errors
-    /// As [`Store::extend_lease`].
+    /// As [`Store::touch`].
     async fn release(
         &self,
         topic: &Topic,
@@ -190,7 +190,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// Creates or updates a topic's settings; fields left out keep their
     /// value (or the default). Returns the resulting settings.
-    async fn put_topic_config(
+    async fn configure_topic(
         &self,
         topic: &Topic,
         patch: &TopicConfigPatch,
@@ -218,7 +218,7 @@ pub trait Store: Send + Sync + 'static {
     /// Leases one job by id, whether scheduled, ready or dead (beanstalkd's
     /// `reserve-job`); `None` when there is no such job or it is reserved.
     /// A dead job leaves the dead letters; the hand-out counts an attempt.
-    async fn claim_job(
+    async fn reserve_job(
         &self,
         topic: &Topic,
         id: &JobId,
@@ -226,7 +226,7 @@ pub trait Store: Send + Sync + 'static {
         now_ms: u64,
     ) -> StoreResult<Option<Lease>>;
 
-    /// Pauses `topic` until `until_ms` (0: resumes it): claims hand nothing
+    /// Pauses `topic` until `until_ms` (0: resumes it): reserves hand nothing
     /// out of it before then and answer the pause's end as the next due
     /// time. Kept in the topic's counters; `stats` reports it.
     async fn pause_topic(&self, topic: &Topic, until_ms: u64) -> StoreResult<()>;

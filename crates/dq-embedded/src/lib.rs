@@ -217,21 +217,21 @@ impl Store for EmbeddedStore {
             .await
     }
 
-    async fn claim(
+    async fn reserve(
         &self,
         topic: &Topic,
         max: usize,
         lease_ms: Option<u64>,
         now_ms: u64,
-    ) -> StoreResult<Claimed> {
+    ) -> StoreResult<Reservation> {
         let topic = topic.clone();
-        let max = max.clamp(1, limits::MAX_CLAIM);
+        let max = max.clamp(1, limits::MAX_RESERVE);
         self.writer
-            .exec(move |cx| ops::claim(cx, &topic, max, lease_ms, now_ms))
+            .exec(move |cx| ops::reserve(cx, &topic, max, lease_ms, now_ms))
             .await
     }
 
-    async fn extend_lease(
+    async fn touch(
         &self,
         topic: &Topic,
         id: &JobId,
@@ -241,7 +241,7 @@ impl Store for EmbeddedStore {
     ) -> StoreResult<u64> {
         let (topic, id, token) = (topic.clone(), id.clone(), token.to_string());
         self.writer
-            .exec(move |cx| ops::extend_lease(cx, &topic, &id, &token, lease_ms, now_ms))
+            .exec(move |cx| ops::touch(cx, &topic, &id, &token, lease_ms, now_ms))
             .await
     }
 
@@ -366,14 +366,14 @@ impl Store for EmbeddedStore {
             .await
     }
 
-    async fn put_topic_config(
+    async fn configure_topic(
         &self,
         topic: &Topic,
         patch: &TopicConfigPatch,
     ) -> StoreResult<TopicConfig> {
         let (topic, patch) = (topic.clone(), patch.clone());
         self.writer
-            .exec(move |cx| ops::put_topic_config(cx, &topic, &patch))
+            .exec(move |cx| ops::configure_topic(cx, &topic, &patch))
             .await
     }
 
@@ -391,7 +391,7 @@ impl Store for EmbeddedStore {
             .await
     }
 
-    async fn claim_job(
+    async fn reserve_job(
         &self,
         topic: &Topic,
         id: &JobId,
@@ -400,7 +400,7 @@ impl Store for EmbeddedStore {
     ) -> StoreResult<Option<Lease>> {
         let (topic, id) = (topic.clone(), id.clone());
         self.writer
-            .exec(move |cx| ops::claim_job(cx, &topic, &id, lease_ms, now_ms))
+            .exec(move |cx| ops::reserve_job(cx, &topic, &id, lease_ms, now_ms))
             .await
     }
 

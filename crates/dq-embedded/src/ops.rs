@@ -3,7 +3,7 @@
 //! the conformance suite holds both to the same contract.
 //!
 //! Every transition of a job between states goes through [`place`] or
-//! [`counts`], which keep the per-state counts in the `topics` row (`n0`–`n3`)
+//! [`counts`], which keep the per-state counts in the `topics` row (`n_scheduled`, `n_ready`, `n_reserved`, `n_dead`)
 //! so stats never count rows.
 
 use dq_core::*;
@@ -102,7 +102,8 @@ fn counts(cx: &Ctx, tid: i64, d: [i64; 4]) -> OpResult<()> {
     if d != [0; 4] {
         cx.conn
             .prepare_cached(
-                "UPDATE topics SET n0 = n0 + ?1, n1 = n1 + ?2, n2 = n2 + ?3, n3 = n3 + ?4 WHERE tid = ?5",
+                "UPDATE topics SET n_scheduled = n_scheduled + ?1, n_ready = n_ready + ?2,
+                 n_reserved = n_reserved + ?3, n_dead = n_dead + ?4 WHERE tid = ?5",
             )?
             .execute(params![d[0], d[1], d[2], d[3], tid])?;
     }
@@ -390,15 +391,15 @@ fn promote(cx: &Ctx, tid: i64, now: u64, max: i64) -> OpResult<i64> {
     Ok(moved)
 }
 
-pub(crate) fn claim(
+pub(crate) fn reserve(
     cx: &mut Ctx,
     topic: &Topic,
     max: usize,
     lease_override: Option<u64>,
     now: u64,
-) -> OpResult<Claimed> {
+) -> OpResult<Reservation> {
     let Some(tid) = tid(cx, topic)? else {
-        return Ok(Claimed::default());
+        return Ok(Reservation::default());
     };
     // A paused topic hands nothing out; the pause's end is when to look again.
     let paused: u64 = cx
@@ -406,7 +407,7 @@ pub(crate) fn claim(
         .prepare_cached("SELECT paused_until_ms FROM topics WHERE tid = ?1")?
         .query_row([tid], |r| r.get(0))?;
     if paused > now {
-        return Ok(Claimed {
+        return Ok(Reservation {
             leases: Vec::new(),
             next_due_ms: Some(paused),
         });
@@ -447,13 +448,13 @@ pub(crate) fn claim(
     } else {
         sched_head(cx, tid)?
     };
-    Ok(Claimed {
+    Ok(Reservation {
         leases,
         next_due_ms,
     })
 }
 
-pub(crate) fn extend_lease(
+pub(crate) fn touch(
     cx: &mut Ctx,
     topic: &Topic,
     id: &JobId,
@@ -539,7 +540,7 @@ fn fail(
 fn trim_dead(cx: &Ctx, tid: i64, cap: u64) -> OpResult<()> {
     let dead: i64 = cx
         .conn
-        .prepare_cached("SELECT n3 FROM topics WHERE tid = ?1")?
+        .prepare_cached("SELECT n_dead FROM topics WHERE tid = ?1")?
         .query_row([tid], |r| r.get(0))?;
     let over = (dead - cap as i64).min(BATCH);
     if over <= 0 {
@@ -782,7 +783,7 @@ pub(crate) fn topic_config(cx: &mut Ctx, topic: &Topic) -> OpResult<Option<Topic
     }
 }
 
-pub(crate) fn put_topic_config(
+pub(crate) fn configure_topic(
     cx: &mut Ctx,
     topic: &Topic,
     p: &TopicConfigPatch,
@@ -863,7 +864,7 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
     let mut st = cx
         .conn
         .prepare_cached(
-            "SELECT n0, n1, n2, n3, enqueued, acked, failed, expired, dead, cancelled, dead_dropped, replayed,
+            "SELECT n_scheduled, n_ready, n_reserved, n_dead, enqueued, acked, failed, expired, dead, cancelled, dead_dropped, replayed,
              paused_until_ms FROM topics WHERE tid = ?1",
         )?
         .query_row([tid], |r| {
@@ -902,8 +903,8 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
     Ok(st)
 }
 
-/// Leases one job by id unless it is reserved (see `Store::claim_job`).
-pub(crate) fn claim_job(
+/// Leases one job by id unless it is reserved (see `Store::reserve_job`).
+pub(crate) fn reserve_job(
     cx: &mut Ctx,
     topic: &Topic,
     id: &JobId,

@@ -21,8 +21,9 @@ use crate::OpenError;
 
 /// `PRAGMA application_id` of a dq file ("dq" + 1).
 pub(crate) const APPLICATION_ID: i64 = 0x6471_0001;
-/// `PRAGMA user_version`: the schema version.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+/// `PRAGMA user_version`: the schema version. Version 1 (dq before the
+/// counts were named) is migrated when opened; a later version is refused.
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE topics (
@@ -34,8 +35,8 @@ CREATE TABLE topics (
   failed INTEGER NOT NULL DEFAULT 0, expired INTEGER NOT NULL DEFAULT 0,
   dead INTEGER NOT NULL DEFAULT 0, cancelled INTEGER NOT NULL DEFAULT 0,
   dead_dropped INTEGER NOT NULL DEFAULT 0, replayed INTEGER NOT NULL DEFAULT 0,
-  n0 INTEGER NOT NULL DEFAULT 0, n1 INTEGER NOT NULL DEFAULT 0,
-  n2 INTEGER NOT NULL DEFAULT 0, n3 INTEGER NOT NULL DEFAULT 0
+  n_scheduled INTEGER NOT NULL DEFAULT 0, n_ready INTEGER NOT NULL DEFAULT 0,
+  n_reserved INTEGER NOT NULL DEFAULT 0, n_dead INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE jobs (
   seq INTEGER PRIMARY KEY,
@@ -105,7 +106,19 @@ pub(crate) fn open(path: &Path, max_pages: Option<u64>) -> Result<Connection, Op
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(corrupt)?;
-        if version != SCHEMA_VERSION {
+        if version == 1 {
+            // Version 2 names the per-state counts.
+            conn.execute_batch(
+                "BEGIN IMMEDIATE;
+                 ALTER TABLE topics RENAME COLUMN n0 TO n_scheduled;
+                 ALTER TABLE topics RENAME COLUMN n1 TO n_ready;
+                 ALTER TABLE topics RENAME COLUMN n2 TO n_reserved;
+                 ALTER TABLE topics RENAME COLUMN n3 TO n_dead;
+                 PRAGMA user_version = 2;
+                 COMMIT;",
+            )
+            .map_err(corrupt)?;
+        } else if version != SCHEMA_VERSION {
             return Err(OpenError::Foreign {
                 file: path.to_path_buf(),
                 reason: format!("schema version {version}, this dq reads version {SCHEMA_VERSION}"),

@@ -63,7 +63,7 @@ async fn jobs_survive_reopening() {
             .await
             .unwrap();
         let l = s
-            .claim(&topic, 1, Some(60_000), T0)
+            .reserve(&topic, 1, Some(60_000), T0)
             .await
             .unwrap()
             .leases
@@ -167,7 +167,10 @@ async fn full_disk_fails_cleanly() {
     s.enqueue(&topic, &[job("small2", 0, "2")], T0)
         .await
         .unwrap();
-    assert_eq!(s.claim(&topic, 10, None, T0).await.unwrap().leases.len(), 2);
+    assert_eq!(
+        s.reserve(&topic, 10, None, T0).await.unwrap().leases.len(),
+        2
+    );
 
     // A failed call that would have created a topic leaves no trace of it,
     // and the topic can be created afterwards (no stale cached id).
@@ -192,7 +195,12 @@ async fn failed_call_in_a_group_is_undone_alone() {
     let s = EmbeddedStore::open(dir.path()).unwrap();
     let topic = t("group");
     s.enqueue(&topic, &[job("held", 0, "0")], T0).await.unwrap();
-    let lease = s.claim(&topic, 1, None, T0).await.unwrap().leases.remove(0);
+    let lease = s
+        .reserve(&topic, 1, None, T0)
+        .await
+        .unwrap()
+        .leases
+        .remove(0);
     let enqueues = (0..50).map(|i| {
         let s = &s;
         let topic = &topic;
@@ -304,7 +312,10 @@ async fn files_turning_unwritable_fail_writes_cleanly() {
             .unwrap()
             .is_none()
     );
-    assert_eq!(s.claim(&topic, 10, None, T0).await.unwrap().leases.len(), 2);
+    assert_eq!(
+        s.reserve(&topic, 10, None, T0).await.unwrap().leases.len(),
+        2
+    );
 }
 
 /// The embedded store keeps a topic whole: partitions other than 1 are
@@ -318,7 +329,7 @@ async fn partitions_are_refused() {
         partitions: Some(n),
         ..Default::default()
     };
-    match s.put_topic_config(&t, &patch(4)).await {
+    match s.configure_topic(&t, &patch(4)).await {
         Err(StoreError::Invalid(i)) => assert_eq!(i.code, "invalid_partitions"),
         other => panic!("{other:?}"),
     }
@@ -326,6 +337,68 @@ async fn partitions_are_refused() {
         s.topic_config(&t).await.unwrap().is_none(),
         "nothing written"
     );
-    let c = s.put_topic_config(&t, &patch(1)).await.unwrap();
+    let c = s.configure_topic(&t, &patch(1)).await.unwrap();
     assert_eq!(c.partitions, 1);
+}
+
+/// Opens the store in `dir`, waiting for a dropped one's writer to let go.
+async fn open_when_free(dir: &std::path::Path) -> EmbeddedStore {
+    for _ in 0..200 {
+        match EmbeddedStore::open(dir) {
+            Ok(s) => return s,
+            Err(OpenError::Locked { .. }) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    panic!("still locked after 2 s");
+}
+
+/// A file of schema version 1 (per-state counts named n0..n3) opens with its
+/// jobs and counts kept, as version 2; a version this dq does not know is
+/// refused at start, file untouched.
+#[tokio::test]
+async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = t("old");
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.enqueue(&topic, &[job("later", 60_000, "1"), job("now", 0, "2")], T0)
+        .await
+        .unwrap();
+    drop(s);
+    let db = dir.path().join("dq.sqlite3");
+    let downgrade = |sql: &str| {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.busy_timeout(Duration::from_secs(5)).unwrap();
+        c.execute_batch(sql).unwrap();
+    };
+    // The store's writer may still be closing: wait for the lock first.
+    drop(open_when_free(dir.path()).await);
+    downgrade(
+        "ALTER TABLE topics RENAME COLUMN n_scheduled TO n0;
+         ALTER TABLE topics RENAME COLUMN n_ready TO n1;
+         ALTER TABLE topics RENAME COLUMN n_reserved TO n2;
+         ALTER TABLE topics RENAME COLUMN n_dead TO n3;
+         PRAGMA user_version = 1;",
+    );
+    let s = open_when_free(dir.path()).await;
+    let st = s.stats(&topic, T0).await.unwrap();
+    assert_eq!((st.scheduled, st.ready), (1, 1), "counts kept");
+    let got = s.reserve(&topic, 10, None, T0).await.unwrap();
+    assert_eq!(got.leases.len(), 1);
+    assert_eq!(s.stats(&topic, T0).await.unwrap().reserved, 1, "counted on");
+    drop(s);
+    drop(open_when_free(dir.path()).await);
+    downgrade("PRAGMA user_version = 3;");
+    let err = loop {
+        match EmbeddedStore::open(dir.path()) {
+            Err(OpenError::Locked { .. }) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(e) => break e,
+            Ok(_) => panic!("a newer schema is refused"),
+        }
+    };
+    assert!(
+        err.to_string()
+            .contains("schema version 3, this dq reads version 2"),
+        "{err}"
+    );
 }

@@ -55,7 +55,7 @@ pub(crate) fn state_of(letter: &str) -> StoreResult<JobState> {
     }
 }
 
-/// Decodes the `{code, ...}` replies of ack, nack, extend_lease and
+/// Decodes the `{code, ...}` replies of ack, nack, touch and
 /// reschedule: positive codes are success (the items are returned), -1 not
 /// found, -2 token mismatch, -3 not in state.
 pub(crate) fn status(v: &Value) -> StoreResult<Vec<Value>> {
@@ -72,7 +72,7 @@ pub(crate) fn status(v: &Value) -> StoreResult<Vec<Value>> {
     }
 }
 
-/// A `{1, time}` status reply's time (extend_lease's deadline, release's due).
+/// A `{1, time}` status reply's time (touch's deadline, release's due).
 pub(crate) fn status_time(v: &Value) -> StoreResult<u64> {
     let items = status(v)?;
     int(items
@@ -140,17 +140,17 @@ pub(crate) fn decode_enqueued(v: Value, ids: Vec<JobId>) -> StoreResult<Vec<Enqu
         .collect()
 }
 
-pub(crate) fn decode_claimed(topic: &Topic, v: Value) -> StoreResult<Claimed> {
+pub(crate) fn decode_reserved(topic: &Topic, v: Value) -> StoreResult<Reservation> {
     let mut items = array(v)?.into_iter();
-    let next = int(&items.next().ok_or_else(|| protocol("empty claim"))?)?;
+    let next = int(&items.next().ok_or_else(|| protocol("empty reserve"))?)?;
     let rest: Vec<Value> = items.collect();
     if !rest.len().is_multiple_of(8) {
-        return Err(protocol("claim reply length"));
+        return Err(protocol("reserve reply length"));
     }
     let mut leases = Vec::with_capacity(rest.len() / 8);
     let mut it = rest.into_iter();
     while let Some(id) = it.next() {
-        let mut next_val = || it.next().ok_or_else(|| protocol("claim reply length"));
+        let mut next_val = || it.next().ok_or_else(|| protocol("reserve reply length"));
         let token = string(&next_val()?)?;
         let attempt = int(&next_val()?)? as u32;
         let due = int(&next_val()?)? as u64;
@@ -170,7 +170,7 @@ pub(crate) fn decode_claimed(topic: &Topic, v: Value) -> StoreResult<Claimed> {
             body: Body::from_stored(body, kind == "j"),
         });
     }
-    Ok(Claimed {
+    Ok(Reservation {
         leases,
         next_due_ms: opt_time(next),
     })

@@ -66,7 +66,7 @@ pub struct RedisConfig {
     /// Seed nodes of a Redis Cluster (`redis://host:port`, any few of its
     /// nodes). When not empty, `url` is not used and dq talks to the cluster.
     pub cluster: Vec<String>,
-    /// Whose clock decides due times, claims, lease expiry and retries.
+    /// Whose clock decides due times, reserves, lease expiry and retries.
     pub clock: TimeSource,
 }
 
@@ -341,7 +341,7 @@ impl RedisStore {
         }
     }
 
-    /// Runs `script` (extend_lease or release) on a held job: its arguments
+    /// Runs `script` (touch or release) on a held job: its arguments
     /// are the id, the token, one value and now; it answers a status or a time.
     async fn held_call(
         &self,
@@ -520,17 +520,17 @@ impl Store for RedisStore {
         status(&v).map(|_| ())
     }
 
-    async fn claim(
+    async fn reserve(
         &self,
         topic: &Topic,
         max: usize,
         lease_ms: Option<u64>,
         now_ms: u64,
-    ) -> StoreResult<Claimed> {
-        let max = max.clamp(1, limits::MAX_CLAIM);
+    ) -> StoreResult<Reservation> {
+        let max = max.clamp(1, limits::MAX_RESERVE);
         let v = self
             .run(
-                &self.scripts.claim,
+                &self.scripts.reserve,
                 topic,
                 &[
                     &self.now_arg(now_ms),
@@ -540,10 +540,10 @@ impl Store for RedisStore {
                 ],
             )
             .await?;
-        decode_claimed(topic, v)
+        decode_reserved(topic, v)
     }
 
-    async fn claim_job(
+    async fn reserve_job(
         &self,
         topic: &Topic,
         id: &JobId,
@@ -553,7 +553,7 @@ impl Store for RedisStore {
         let token = format!("{}1", token_prefix());
         let v = self
             .run(
-                &self.scripts.claim_job,
+                &self.scripts.reserve_job,
                 topic,
                 &[
                     &self.now_arg(now_ms),
@@ -563,10 +563,10 @@ impl Store for RedisStore {
                 ],
             )
             .await?;
-        Ok(decode_claimed(topic, v)?.leases.pop())
+        Ok(decode_reserved(topic, v)?.leases.pop())
     }
 
-    async fn extend_lease(
+    async fn touch(
         &self,
         topic: &Topic,
         id: &JobId,
@@ -575,7 +575,7 @@ impl Store for RedisStore {
         now_ms: u64,
     ) -> StoreResult<u64> {
         self.held_call(
-            &self.scripts.extend_lease,
+            &self.scripts.touch,
             topic,
             id,
             token,
@@ -776,7 +776,7 @@ impl Store for RedisStore {
         Ok(Some(decode_config(&fields)))
     }
 
-    async fn put_topic_config(
+    async fn configure_topic(
         &self,
         topic: &Topic,
         patch: &TopicConfigPatch,

@@ -12,11 +12,11 @@
 //! - **Shards.** Partition `t#p` lives on shard
 //!   `jump_hash(fnv1a(t#p), shards)`: stable while the list of shards stays
 //!   the same. A shard that does not answer delays only its own partitions:
-//!   claims and dispatcher passes skip it for a second after a failure, and
+//!   reserves and dispatcher passes skip it for a second after a failure, and
 //!   everything else works on.
 //!
 //! Order (priority, then due time, then enqueue order) holds within a
-//! partition; claims visit the partitions round-robin.
+//! partition; reserves visit the partitions round-robin.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -32,13 +32,13 @@ use crate::RedisStore;
 
 /// How long a partition count read from Redis is trusted.
 const PARTITIONS_TTL: Duration = Duration::from_secs(1);
-/// How long a shard that failed is skipped by claims and dispatcher passes.
+/// How long a shard that failed is skipped by reserves and dispatcher passes.
 const DOWN_FOR: Duration = Duration::from_secs(1);
 
 struct Shard {
     name: String,
     store: RedisStore,
-    /// Skipped by claims and promotions until this instant (ms since `epoch`).
+    /// Skipped by reserves and promotions until this instant (ms since `epoch`).
     down_until_ms: AtomicU64,
 }
 
@@ -461,7 +461,7 @@ impl Store for ShardedStore {
             .await
     }
 
-    async fn claim_job(
+    async fn reserve_job(
         &self,
         topic: &Topic,
         id: &JobId,
@@ -470,7 +470,7 @@ impl Store for ShardedStore {
     ) -> StoreResult<Option<Lease>> {
         let lease = self
             .on_job(topic, id, |s, p| async move {
-                s.claim_job(&p, id, lease_ms, now_ms).await
+                s.reserve_job(&p, id, lease_ms, now_ms).await
             })
             .await?;
         // The lease names the partition; callers know the topic.
@@ -498,20 +498,23 @@ impl Store for ShardedStore {
         .await
     }
 
-    async fn claim(
+    async fn reserve(
         &self,
         topic: &Topic,
         max: usize,
         lease_ms: Option<u64>,
         now_ms: u64,
-    ) -> StoreResult<Claimed> {
+    ) -> StoreResult<Reservation> {
         let n = self.partition_count(topic).await?;
         if n == 1 {
-            let r = self.store(topic).claim(topic, max, lease_ms, now_ms).await;
+            let r = self
+                .store(topic)
+                .reserve(topic, max, lease_ms, now_ms)
+                .await;
             self.note(topic, &r);
             return r;
         }
-        let mut out = Claimed {
+        let mut out = Reservation {
             leases: Vec::new(),
             next_due_ms: None,
         };
@@ -523,7 +526,10 @@ impl Store for ShardedStore {
                 continue;
             }
             let want = max - out.leases.len();
-            let r = self.store(&part).claim(&part, want, lease_ms, now_ms).await;
+            let r = self
+                .store(&part)
+                .reserve(&part, want, lease_ms, now_ms)
+                .await;
             self.note(&part, &r);
             match r {
                 Ok(c) => {
@@ -549,7 +555,7 @@ impl Store for ShardedStore {
         }
     }
 
-    async fn extend_lease(
+    async fn touch(
         &self,
         topic: &Topic,
         id: &JobId,
@@ -558,7 +564,7 @@ impl Store for ShardedStore {
         now_ms: u64,
     ) -> StoreResult<u64> {
         self.on_job(topic, id, |s, p| async move {
-            s.extend_lease(&p, id, token, lease_ms, now_ms).await
+            s.touch(&p, id, token, lease_ms, now_ms).await
         })
         .await
     }
@@ -774,7 +780,7 @@ impl Store for ShardedStore {
         }
     }
 
-    async fn put_topic_config(
+    async fn configure_topic(
         &self,
         topic: &Topic,
         patch: &TopicConfigPatch,
@@ -813,7 +819,7 @@ impl Store for ShardedStore {
         // Partition 0 last: it holds the count the others are found by.
         for p in (1..new_n).chain([0]) {
             let part = topic.partition(p);
-            self.store(&part).put_topic_config(&part, &full).await?;
+            self.store(&part).configure_topic(&part, &full).await?;
         }
         for p in new_n..old_n {
             let part = topic.partition(p);
@@ -879,7 +885,7 @@ impl Store for ShardedStore {
         Ok(out)
     }
 
-    /// Every partition is paused (each decides its own claims).
+    /// Every partition is paused (each decides its own reserves).
     async fn pause_topic(&self, topic: &Topic, until_ms: u64) -> StoreResult<()> {
         let all = self
             .each(topic, false, |s, p| async move {

@@ -221,7 +221,7 @@ async fn a_resharding_under_load_loses_nothing() {
         tokio::spawn(async move {
             loop {
                 let done = stop.load(Ordering::Relaxed);
-                match store.claim(&t, 50, Some(600_000), now + 1).await {
+                match store.reserve(&t, 50, Some(600_000), now + 1).await {
                     Ok(c) => {
                         if c.leases.is_empty() && done {
                             return;
@@ -233,7 +233,7 @@ async fn a_resharding_under_load_loses_nothing() {
                             }
                         }
                     }
-                    Err(e) => errors.lock().unwrap().push(format!("claim: {e}")),
+                    Err(e) => errors.lock().unwrap().push(format!("reserve: {e}")),
                 }
                 tokio::time::sleep(Duration::from_millis(3)).await;
             }

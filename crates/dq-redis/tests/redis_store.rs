@@ -73,13 +73,13 @@ async fn keyspace_holds_ids_and_frees_bodies() {
     let records: Vec<String> = conn.hkeys("dq:{keys}:jobs").unwrap();
     assert_eq!(records.len(), 4, "one record per job: {records:?}");
 
-    let mut leases = s.claim(&t, 3, None, T0).await.unwrap().leases;
+    let mut leases = s.reserve(&t, 3, None, T0).await.unwrap().leases;
     let c = leases.pop().unwrap();
     let b = leases.pop().unwrap();
     let a = leases.pop().unwrap();
     s.ack(&t, &a.id, &a.token).await.unwrap();
     s.cancel(&t, &b.id).await.unwrap();
-    s.put_topic_config(
+    s.configure_topic(
         &t,
         &TopicConfigPatch {
             max_attempts: Some(1),
@@ -112,7 +112,7 @@ async fn scripts_reload_after_noscript() {
         .arg("FLUSH")
         .query(&mut server.connection())
         .unwrap();
-    let c = s.claim(&t, 1, None, T0).await.unwrap();
+    let c = s.reserve(&t, 1, None, T0).await.unwrap();
     assert_eq!(c.leases.len(), 1);
 }
 
@@ -225,7 +225,7 @@ async fn far_jobs_wait_in_the_wheel() {
         "the cancelled entry stays, stale"
     );
     assert_eq!(s.stats(&t, T0).await.unwrap().scheduled, 1);
-    let c = s.claim(&t, 10, None, T0).await.unwrap();
+    let c = s.reserve(&t, 10, None, T0).await.unwrap();
     assert_eq!(
         c.next_due_ms,
         Some(bucket - 60_000),
@@ -242,18 +242,18 @@ async fn far_jobs_wait_in_the_wheel() {
         "bucket list and wheel entry gone: {left:?}"
     );
     assert!(
-        s.claim(&t, 10, None, due - 1)
+        s.reserve(&t, 10, None, due - 1)
             .await
             .unwrap()
             .leases
             .is_empty()
     );
-    assert_eq!(s.claim(&t, 10, None, due).await.unwrap().leases.len(), 1);
+    assert_eq!(s.reserve(&t, 10, None, due).await.unwrap().leases.len(), 1);
     assert_eq!(s.stats(&t, due).await.unwrap().scheduled, 0);
 }
 
 /// With the server's clock (what `dq serve` uses), the callers' clocks do not
-/// matter: one a day behind enqueues, one a day ahead claims, requeues and
+/// matter: one a day behind enqueues, one a day ahead reserves, requeues and
 /// nacks, and still nothing is handed out early, no lease is cut short and
 /// the retry waits its time, measured by this test's real clock.
 #[tokio::test]
@@ -274,8 +274,8 @@ async fn the_servers_clock_decides_whatever_the_callers_say() {
     let start = Instant::now();
     let e = s.enqueue(&t, &[job("d", 400)], behind).await.unwrap();
     assert!(e[0].due_at_ms >= real + 400, "due by the server's clock");
-    let claimed = loop {
-        let c = s.claim(&t, 1, Some(500), ahead).await.unwrap();
+    let reserved = loop {
+        let c = s.reserve(&t, 1, Some(500), ahead).await.unwrap();
         if let Some(l) = c.leases.into_iter().next() {
             break l;
         }
@@ -307,13 +307,13 @@ async fn the_servers_clock_decides_whatever_the_callers_say() {
         "lease cut short: {held:?}"
     );
     assert!(
-        s.ack(&t, &claimed.id, &claimed.token).await.is_err(),
+        s.ack(&t, &reserved.id, &reserved.token).await.is_err(),
         "the expired lease's token is stale once the job is requeued"
     );
 
     // A nack's retry waits its 300 ms, measured from the nack.
     let again = loop {
-        let c = s.claim(&t, 1, Some(10_000), behind).await.unwrap();
+        let c = s.reserve(&t, 1, Some(10_000), behind).await.unwrap();
         if let Some(l) = c.leases.into_iter().next() {
             break l;
         }
@@ -329,7 +329,7 @@ async fn the_servers_clock_decides_whatever_the_callers_say() {
     .await
     .unwrap();
     loop {
-        let c = s.claim(&t, 1, Some(10_000), ahead).await.unwrap();
+        let c = s.reserve(&t, 1, Some(10_000), ahead).await.unwrap();
         if !c.leases.is_empty() {
             break;
         }

@@ -48,7 +48,7 @@ fn generated(when: When) -> NewJob {
 }
 
 async fn partitioned(s: &ShardedStore, t: &Topic, n: u32) {
-    s.put_topic_config(
+    s.configure_topic(
         t,
         &TopicConfigPatch {
             partitions: Some(n),
@@ -61,7 +61,7 @@ async fn partitioned(s: &ShardedStore, t: &Topic, n: u32) {
 }
 
 /// A 16-partition topic over 3 shards: jobs spread over every shard, each
-/// handed out once to concurrent claimers; lookups, lists, stats, dead
+/// handed out once to concurrent reservers; lookups, lists, stats, dead
 /// letters and settings see the topic whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_topic_spreads_over_shards() {
@@ -116,14 +116,14 @@ async fn a_partitioned_topic_spreads_over_shards() {
     assert!(s.get(&t, &gen_id).await.unwrap().is_some());
     assert_eq!(s.cancel(&t, &u7).await.unwrap(), Some(JobState::Ready));
 
-    // Four claimers take everything, each job once.
+    // Four reservers take everything, each job once.
     let mut handles = Vec::new();
     for _ in 0..4 {
         let (s, t) = (s.clone(), t.clone());
         handles.push(tokio::spawn(async move {
             let mut got = Vec::new();
             loop {
-                let c = s.claim(&t, 50, None, T0 + 1).await.unwrap();
+                let c = s.reserve(&t, 50, None, T0 + 1).await.unwrap();
                 if c.leases.is_empty() {
                     return got;
                 }
@@ -138,9 +138,9 @@ async fn a_partitioned_topic_spreads_over_shards() {
     for h in handles {
         leases.extend(h.await.unwrap());
     }
-    let claimed: HashSet<String> = leases.iter().map(|l| l.id.to_string()).collect();
+    let reserved: HashSet<String> = leases.iter().map(|l| l.id.to_string()).collect();
     assert_eq!(leases.len(), 999, "every job but the cancelled one, once");
-    assert_eq!(claimed.len(), 999);
+    assert_eq!(reserved.len(), 999);
 
     // Ack most, kill three; dead letters of all partitions list as one.
     for (k, l) in leases.iter().enumerate() {
@@ -186,7 +186,7 @@ async fn a_partitioned_topic_spreads_over_shards() {
 
     // The partition count changes only on an empty topic.
     let e = s
-        .put_topic_config(
+        .configure_topic(
             &t,
             &TopicConfigPatch {
                 partitions: Some(4),
@@ -218,7 +218,7 @@ async fn a_partitioned_topic_spreads_over_shards() {
 }
 
 /// One of three shards dies mid-load: enqueues with generated ids keep
-/// succeeding, claims keep handing out the other shards' jobs, and after the
+/// succeeding, reserves keep handing out the other shards' jobs, and after the
 /// shard is back (its data on disk) its jobs come out too; none lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_shard_delays_only_its_own_jobs() {
@@ -273,10 +273,10 @@ async fn a_dead_shard_delays_only_its_own_jobs() {
         Err(StoreError::Unavailable(_))
     ));
 
-    // Claims hand out everything the live shards hold.
+    // Reserves hand out everything the live shards hold.
     let mut got: HashMap<String, u32> = HashMap::new();
     loop {
-        let c = s.claim(&t, 100, Some(600_000), T0 + 1).await.unwrap();
+        let c = s.reserve(&t, 100, Some(600_000), T0 + 1).await.unwrap();
         if c.leases.is_empty() {
             break;
         }
@@ -301,7 +301,7 @@ async fn a_dead_shard_delays_only_its_own_jobs() {
             "only {} of 1000",
             got.len()
         );
-        let c = s.claim(&t, 100, None, T0 + 2).await;
+        let c = s.reserve(&t, 100, None, T0 + 2).await;
         if let Ok(c) = c {
             for l in c.leases {
                 *got.entry(l.id.to_string()).or_default() += 1;
@@ -358,9 +358,9 @@ async fn the_shard_of_partition_zero_down_delays_only_its_own_jobs() {
             .unwrap_or_else(|e| panic!("{who}: generated-id enqueue refused: {e}"));
         assert_eq!(r.len(), 50);
         let c = st
-            .claim(&t, 100, Some(600_000), T0 + 1)
+            .reserve(&t, 100, Some(600_000), T0 + 1)
             .await
-            .unwrap_or_else(|e| panic!("{who}: claim refused: {e}"));
+            .unwrap_or_else(|e| panic!("{who}: reserve refused: {e}"));
         assert!(!c.leases.is_empty(), "{who}: live partitions hand out");
         let stats = st
             .stats(&t, T0 + 1)

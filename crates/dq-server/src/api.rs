@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use dq_api as wire;
-use dq_core::limits::{self, MAX_BATCH, MAX_CLAIM, MAX_WAIT_MS};
+use dq_core::limits::{self, MAX_BATCH, MAX_RESERVE, MAX_WAIT_MS};
 use dq_core::*;
 use serde::Deserialize;
 
@@ -306,10 +306,10 @@ pub(crate) async fn reserve(
         }
     }
     let max = req.max.unwrap_or(1);
-    if !(1..=MAX_CLAIM).contains(&max) {
+    if !(1..=MAX_RESERVE).contains(&max) {
         return Err(ApiError::bad_request(
             "invalid_max",
-            format!("max must be between 1 and {MAX_CLAIM}, got {max}"),
+            format!("max must be between 1 and {MAX_RESERVE}, got {max}"),
         ));
     }
     if let Some(ms) = req.lease_ms {
@@ -553,14 +553,14 @@ pub(crate) async fn replay_dead(
         }
         None => None,
     };
-    let replayed = st.service.replay(&t, ids.as_deref()).await?;
+    let replayed = st.service.replay_dead(&t, ids.as_deref()).await?;
     reply(wire::Replayed { replayed })
 }
 
 /// `DELETE /v1/topics/{topic}/dead`
 pub(crate) async fn purge_dead(State(st): State<AppState>, Path(t): Path<String>) -> ApiResult {
     let t = topic(t)?;
-    let purged = st.service.purge(&t).await?;
+    let purged = st.service.purge_dead(&t).await?;
     reply(wire::Purged { purged })
 }
 

@@ -668,7 +668,7 @@ impl Conn {
         if job.state == JobState::Reserved {
             return not_found();
         }
-        match self.svc.claim_job(&t, &job.id).await {
+        match self.svc.reserve_job(&t, &job.id).await {
             Ok(Some(l)) => self.hold(id, l),
             Ok(None) => not_found(),
             Err(e) => failed(&e),
@@ -820,7 +820,7 @@ impl Conn {
         };
         if !dead.is_empty() {
             let ids: Vec<JobId> = dead.into_iter().map(|v| v.job.id).collect();
-            return match self.svc.replay(&self.used, Some(&ids)).await {
+            return match self.svc.replay_dead(&self.used, Some(&ids)).await {
                 Ok(k) => line(format!("KICKED {k}")),
                 Err(e) => failed(&e),
             };
@@ -844,7 +844,7 @@ impl Conn {
             return not_found();
         };
         let r = match job.state {
-            JobState::Dead => self.svc.replay(&t, Some(&[job.id])).await.map(|_| ()),
+            JobState::Dead => self.svc.replay_dead(&t, Some(&[job.id])).await.map(|_| ()),
             JobState::Scheduled => {
                 let now = self.svc.clock().now_ms();
                 self.svc.reschedule(&t, &job.id, now).await

@@ -1,7 +1,7 @@
 //! One time source: the store's.
 //!
 //! A store with a clock of its own (Redis: `TIME` inside every script)
-//! decides due times, claims, lease expiry and retries by it, so instances
+//! decides due times, reserves, lease expiry and retries by it, so instances
 //! whose clocks disagree still never hand a job out early nor give a lease to
 //! a second holder. This instance still needs to know the store's time to
 //! sleep until the next due moment, to measure lateness and to keep its

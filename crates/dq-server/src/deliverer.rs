@@ -1,4 +1,4 @@
-//! The Deliverer: for every push topic, claims due jobs and calls the
+//! The Deliverer: for every push topic, reserves due jobs and calls the
 //! topic's URL; a 2xx acks the job, 410 sends it to the dead letters at once,
 //! anything else (timeout, connection error, 5xx, 429, other 4xx) is a failed
 //! attempt retried with the topic's backoff, or after `Retry-After`.
@@ -160,7 +160,7 @@ impl TopicDelivery {
                 Err(e) => {
                     failures += 1;
                     if failures == 1 || failures.is_multiple_of(30) {
-                        tracing::warn!(topic = %this.topic, error = %e, "push topic cannot claim jobs");
+                        tracing::warn!(topic = %this.topic, error = %e, "push topic cannot reserve jobs");
                     }
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;

@@ -1,7 +1,7 @@
 //! The long-poll behind `POST /v1/reserve`.
 //!
-//! Claims from each topic; when nothing is due, sleeps until the earliest
-//! next due time any claim reported, until a wake-up for one of the topics
+//! Reserves from each topic; when nothing is due, sleeps until the earliest
+//! next due time any reserve reported, until a wake-up for one of the topics
 //! (a local enqueue, or another process via the store), or until the wait
 //! ends — never on a fixed polling interval.
 
@@ -18,8 +18,8 @@ use crate::service::Service;
 /// Leases up to `max` jobs from `topics`, waiting up to `wait_ms` for one.
 ///
 /// # Errors
-/// A store error when nothing was claimed; once some jobs are leased they are
-/// returned even if a later claim fails (they would otherwise only come back
+/// A store error when nothing was reserved; once some jobs are leased they are
+/// returned even if a later reserve fails (they would otherwise only come back
 /// after their lease expired).
 pub(crate) async fn reserve(
     svc: &Service,
@@ -51,7 +51,7 @@ pub(crate) async fn reserve(
             let t = &topics[(start + i) % topics.len()];
             match svc
                 .store()
-                .claim(t, max - leases.len(), lease_ms, now)
+                .reserve(t, max - leases.len(), lease_ms, now)
                 .await
             {
                 Ok(c) => {
@@ -63,7 +63,7 @@ pub(crate) async fn reserve(
                 }
                 Err(e) if leases.is_empty() => return Err(e),
                 Err(e) => {
-                    tracing::warn!(topic = %t, error = %e, "claim failed; returning the jobs already leased");
+                    tracing::warn!(topic = %t, error = %e, "reserve failed; returning the jobs already leased");
                     break;
                 }
             }

@@ -267,7 +267,7 @@ impl Service {
     ///
     /// # Errors
     /// [`Error::ShuttingDown`]; [`Error::TopicIsPush`]; a store error when
-    /// nothing was claimed.
+    /// nothing was reserved.
     pub async fn reserve(
         &self,
         topics: &[Topic],
@@ -283,13 +283,13 @@ impl Service {
                 return Err(Error::TopicIsPush(t.to_string()));
             }
         }
-        // Consumers' calls only: the deliverer's own claims are not reserves
+        // Consumers' calls only: the deliverer's own reserves are no consumer
         // waiting for work (dq_reserve_in_progress).
         let _in_progress = self.metrics.reserving();
         self.hand_out(topics, max, lease_ms, wait_ms).await
     }
 
-    /// What the deliverer claims of a push topic: as [`Service::reserve`],
+    /// What the deliverer reserves of a push topic: as [`Service::reserve`],
     /// without the pull-only check.
     pub(crate) async fn reserve_push(
         &self,
@@ -415,10 +415,7 @@ impl Service {
         if let Some(ms) = lease_ms {
             limits::check_lease(ms)?;
         }
-        let deadline = self
-            .store
-            .extend_lease(t, id, token, lease_ms, self.now())
-            .await?;
+        let deadline = self.store.touch(t, id, token, lease_ms, self.now()).await?;
         tracing::debug!(topic = %t, id = %id, lease_deadline_ms = deadline, "lease extended");
         Ok(deadline)
     }
@@ -430,11 +427,11 @@ impl Service {
     ///
     /// # Errors
     /// [`Error::ShuttingDown`]; a store error.
-    pub async fn claim_job(&self, t: &Topic, id: &JobId) -> Result<Option<Lease>> {
+    pub async fn reserve_job(&self, t: &Topic, id: &JobId) -> Result<Option<Lease>> {
         if self.shutdown.is_cancelled() {
             return Err(Error::ShuttingDown);
         }
-        let lease = self.store.claim_job(t, id, None, self.now()).await?;
+        let lease = self.store.reserve_job(t, id, None, self.now()).await?;
         if lease.is_some() {
             tracing::debug!(topic = %t, id = %id, "job reserved by id");
         }
@@ -538,7 +535,7 @@ impl Service {
             let current = self.store.topic_config(t).await?.unwrap_or_default();
             patch = patch.with_push_defaults(&current);
         }
-        let cfg = self.store.put_topic_config(t, &patch).await?;
+        let cfg = self.store.configure_topic(t, &patch).await?;
         self.forget_mode(t);
         self.topics_changed.notify_one();
         // TopicConfig's Debug redacts push credentials.
@@ -641,7 +638,7 @@ impl Service {
     /// # Errors
     /// `invalid_batch` for more than [`MAX_BATCH`] ids; [`Error::TopicNotFound`];
     /// a store error.
-    pub async fn replay(&self, t: &Topic, ids: Option<&[JobId]>) -> Result<u64> {
+    pub async fn replay_dead(&self, t: &Topic, ids: Option<&[JobId]>) -> Result<u64> {
         self.known_topic(t).await?;
         let now = self.now();
         let replayed = match ids {
@@ -681,7 +678,7 @@ impl Service {
     /// # Errors
     /// [`Error::TopicNotFound`]; a store error (what was purged so far stays
     /// purged).
-    pub async fn purge(&self, t: &Topic) -> Result<u64> {
+    pub async fn purge_dead(&self, t: &Topic) -> Result<u64> {
         self.known_topic(t).await?;
         let mut total = 0;
         loop {

@@ -26,13 +26,13 @@ async fn put(s: &dyn Store, t: &Topic, j: NewJob, now: u64) -> Enqueued {
     s.enqueue(t, &[j], now).await.unwrap().remove(0)
 }
 
-fn ids(c: &Claimed) -> Vec<String> {
+fn ids(c: &Reservation) -> Vec<String> {
     c.leases.iter().map(|l| l.id.to_string()).collect()
 }
 
 /// Exact retry waits, no jitter: 100, 300, 700 ms; 4 attempts.
 async fn strict_topic(s: &dyn Store, t: &Topic) {
-    s.put_topic_config(
+    s.configure_topic(
         t,
         &TopicConfigPatch {
             max_attempts: Some(4),
@@ -45,19 +45,19 @@ async fn strict_topic(s: &dyn Store, t: &Topic) {
 }
 
 /// No job is handed out before its due time; a past due time means now.
-pub async fn never_early(s: &dyn Store) {
+pub async fn reserve_never_early(s: &dyn Store) {
     let t = topic("never-early");
     let e = put(s, &t, job("a", When::DelayMs(1000)), T0).await;
     assert!(e.created);
     assert_eq!(e.due_at_ms, T0 + 1000);
     assert_eq!(e.state, JobState::Scheduled);
 
-    let c = s.claim(&t, 10, None, T0 + 999).await.unwrap();
+    let c = s.reserve(&t, 10, None, T0 + 999).await.unwrap();
     assert!(c.leases.is_empty(), "handed out 1 ms early");
     assert_eq!(c.next_due_ms, Some(T0 + 1000), "tells when to look again");
     assert!(s.promote_due(&t, 10, T0 + 999).await.unwrap().moved == 0);
 
-    let c = s.claim(&t, 10, None, T0 + 1000).await.unwrap();
+    let c = s.reserve(&t, 10, None, T0 + 1000).await.unwrap();
     assert_eq!(ids(&c), vec!["a"]);
     assert_eq!(c.leases[0].attempt, 1);
     assert_eq!(c.leases[0].due_at_ms, T0 + 1000);
@@ -72,13 +72,13 @@ pub async fn never_early(s: &dyn Store) {
     );
     let e = put(s, &t, job("abs", When::DueAtMs(T0 + 5000)), T0 + 2000).await;
     assert_eq!((e.due_at_ms, e.state), (T0 + 5000, JobState::Scheduled));
-    let c = s.claim(&t, 10, None, T0 + 4999).await.unwrap();
+    let c = s.reserve(&t, 10, None, T0 + 4999).await.unwrap();
     assert_eq!(ids(&c), vec!["past"]);
     assert_eq!(c.next_due_ms, Some(T0 + 5000));
 }
 
 /// Due jobs go out by priority (lower first), then due time, then enqueue order.
-pub async fn order_priority_due_fifo(s: &dyn Store) {
+pub async fn reserve_by_priority_due_then_fifo(s: &dyn Store) {
     let t = topic("order");
     let mut specs = vec![
         ("z-late", 1024, 300),
@@ -94,15 +94,15 @@ pub async fn order_priority_due_fifo(s: &dyn Store) {
         j.priority = prio;
         put(s, &t, j, T0).await;
     }
-    let c = s.claim(&t, 3, None, T0 + 1000).await.unwrap();
+    let c = s.reserve(&t, 3, None, T0 + 1000).await.unwrap();
     assert_eq!(ids(&c), vec!["urgent", "x-early", "y-tie1"]);
     assert_eq!(c.next_due_ms, Some(T0 + 1000), "more are ready now");
-    let c = s.claim(&t, 10, None, T0 + 1000).await.unwrap();
+    let c = s.reserve(&t, 10, None, T0 + 1000).await.unwrap();
     assert_eq!(ids(&c), vec!["b-tie2", "a-tie3", "z-late", "lazy"]);
 }
 
 /// A batch enqueue reports a result per job, in order, duplicates included.
-pub async fn batch_enqueue_results_per_job(s: &dyn Store) {
+pub async fn enqueue_batch_results_per_job(s: &dyn Store) {
     let t = topic("batch");
     put(s, &t, job("old", When::DelayMs(50)), T0).await;
     let jobs: Vec<NewJob> = ["n1", "old", "n2", "n1"]
@@ -129,17 +129,17 @@ pub async fn batch_enqueue_results_per_job(s: &dyn Store) {
     let r = s.enqueue(&t, &big, T0).await.unwrap();
     assert_eq!(r.iter().filter(|e| e.created).count(), limits::MAX_BATCH);
     let c = s
-        .claim(&t, limits::MAX_CLAIM, None, T0 + 100)
+        .reserve(&t, limits::MAX_RESERVE, None, T0 + 100)
         .await
         .unwrap();
-    assert_eq!(c.leases.len(), limits::MAX_CLAIM);
+    assert_eq!(c.leases.len(), limits::MAX_RESERVE);
     assert_eq!(c.leases[0].id.as_str(), "big-0000", "FIFO within a batch");
     assert_eq!(c.leases[999].id.as_str(), "big-0999");
     assert_eq!(s.stats(&t, T0 + 100).await.unwrap().counters.enqueued, 1003);
 }
 
 /// Same id again: nothing changes; `replace` rewrites a waiting job only.
-pub async fn idempotent_enqueue_and_replace(s: &dyn Store) {
+pub async fn enqueue_is_idempotent_or_replaces(s: &dyn Store) {
     let t = topic("idem");
     put(s, &t, job("k", When::DelayMs(1000)), T0).await;
     let mut again = job("k", When::DelayMs(5));
@@ -166,7 +166,7 @@ pub async fn idempotent_enqueue_and_replace(s: &dyn Store) {
         "not duplicated"
     );
 
-    let c = s.claim(&t, 1, None, T0 + 5).await.unwrap();
+    let c = s.reserve(&t, 1, None, T0 + 5).await.unwrap();
     assert_eq!(ids(&c), vec!["k"]);
     let mut third = again.clone();
     third.body = Body::Json("\"third\"".into());
@@ -178,16 +178,17 @@ pub async fn idempotent_enqueue_and_replace(s: &dyn Store) {
     s.ack(&t, &id("k"), &c.leases[0].token).await.unwrap();
 }
 
-/// Among many concurrent claimers each job has one holder.
-pub async fn one_holder_among_concurrent_claimers(s: &dyn Store) {
+/// Among many concurrent reservers each job has one holder.
+pub async fn reserve_one_holder_among_concurrent_callers(s: &dyn Store) {
     let t = topic("race");
     let jobs: Vec<NewJob> = (0..200)
         .map(|i| job(&format!("j{i}"), When::DelayMs(0)))
         .collect();
     s.enqueue(&t, &jobs, T0).await.unwrap();
-    let claims = futures::future::join_all((0..16).map(|_| s.claim(&t, 20, None, T0 + 1))).await;
+    let reserves =
+        futures::future::join_all((0..16).map(|_| s.reserve(&t, 20, None, T0 + 1))).await;
     let mut seen = std::collections::HashSet::new();
-    for c in claims {
+    for c in reserves {
         for l in c.unwrap().leases {
             assert!(seen.insert(l.id.clone()), "{} handed out twice", l.id);
         }
@@ -199,18 +200,18 @@ pub async fn one_holder_among_concurrent_claimers(s: &dyn Store) {
 
 /// An expired lease makes the job come back as a failed attempt (attempt + 1),
 /// after the retry wait; a lease is valid up to and including its deadline.
-pub async fn lease_expiry_redelivers(s: &dyn Store) {
+pub async fn requeue_expired_redelivers(s: &dyn Store) {
     let t = topic("expiry");
     strict_topic(s, &t).await;
     put(s, &t, job("j", When::DelayMs(0)), T0).await;
-    let c = s.claim(&t, 1, Some(1000), T0).await.unwrap();
+    let c = s.reserve(&t, 1, Some(1000), T0).await.unwrap();
     assert_eq!(c.leases[0].lease_deadline_ms, T0 + 1000);
 
     let r = s.requeue_expired(&t, 100, T0 + 1000).await.unwrap();
     assert_eq!((r.retried, r.dead), (0, 0), "not expired at its deadline");
     assert_eq!(r.next_deadline_ms, Some(T0 + 1000));
     assert!(
-        s.claim(&t, 1, None, T0 + 1000)
+        s.reserve(&t, 1, None, T0 + 1000)
             .await
             .unwrap()
             .leases
@@ -224,25 +225,25 @@ pub async fn lease_expiry_redelivers(s: &dyn Store) {
     assert_eq!(info.due_at_ms, T0 + 1001 + 100, "first retry wait");
     assert_eq!(info.last_error.as_deref(), Some("lease expired"));
     assert!(
-        s.claim(&t, 1, None, T0 + 1100)
+        s.reserve(&t, 1, None, T0 + 1100)
             .await
             .unwrap()
             .leases
             .is_empty()
     );
-    let c = s.claim(&t, 1, None, T0 + 1101).await.unwrap();
+    let c = s.reserve(&t, 1, None, T0 + 1101).await.unwrap();
     assert_eq!(c.leases[0].attempt, 2);
     let st = s.stats(&t, T0 + 1101).await.unwrap();
     assert_eq!((st.counters.expired, st.counters.failed), (1, 1));
 }
 
 /// Ack, nack and touch with a stale token are refused and change nothing.
-pub async fn stale_token_refused(s: &dyn Store) {
+pub async fn ack_nack_touch_refuse_a_stale_token(s: &dyn Store) {
     let t = topic("fence");
     strict_topic(s, &t).await;
     put(s, &t, job("j", When::DelayMs(0)), T0).await;
     let first = s
-        .claim(&t, 1, Some(1000), T0)
+        .reserve(&t, 1, Some(1000), T0)
         .await
         .unwrap()
         .leases
@@ -255,7 +256,7 @@ pub async fn stale_token_refused(s: &dyn Store) {
         Err(StoreError::LeaseMismatch)
     ));
     let second = s
-        .claim(&t, 1, Some(1000), T0 + 2000)
+        .reserve(&t, 1, Some(1000), T0 + 2000)
         .await
         .unwrap()
         .leases
@@ -272,7 +273,7 @@ pub async fn stale_token_refused(s: &dyn Store) {
         Err(StoreError::LeaseMismatch)
     ));
     assert!(matches!(
-        s.extend_lease(&t, &j, &first.token, None, T0 + 2001).await,
+        s.touch(&t, &j, &first.token, None, T0 + 2001).await,
         Err(StoreError::LeaseMismatch)
     ));
     assert!(matches!(
@@ -299,13 +300,13 @@ pub async fn touch_extends_lease(s: &dyn Store) {
     let t = topic("touch");
     put(s, &t, job("j", When::DelayMs(0)), T0).await;
     let l = s
-        .claim(&t, 1, Some(1000), T0)
+        .reserve(&t, 1, Some(1000), T0)
         .await
         .unwrap()
         .leases
         .remove(0);
     let d = s
-        .extend_lease(&t, &id("j"), &l.token, Some(5000), T0 + 900)
+        .touch(&t, &id("j"), &l.token, Some(5000), T0 + 900)
         .await
         .unwrap();
     assert_eq!(d, T0 + 5900);
@@ -313,7 +314,7 @@ pub async fn touch_extends_lease(s: &dyn Store) {
     assert_eq!(r.retried + r.dead, 0);
     assert_eq!(r.next_deadline_ms, Some(T0 + 5900));
     let d = s
-        .extend_lease(&t, &id("j"), &l.token, None, T0 + 1000)
+        .touch(&t, &id("j"), &l.token, None, T0 + 1000)
         .await
         .unwrap();
     assert_eq!(
@@ -324,26 +325,26 @@ pub async fn touch_extends_lease(s: &dyn Store) {
     put(s, &t, job("w", When::DelayMs(10_000)), T0).await;
     assert!(
         matches!(
-            s.extend_lease(&t, &id("w"), "x", None, T0).await,
+            s.touch(&t, &id("w"), "x", None, T0).await,
             Err(StoreError::LeaseMismatch)
         ),
         "a waiting job has no lease: any token is stale"
     );
     assert!(matches!(
-        s.extend_lease(&t, &id("nope"), "x", None, T0).await,
+        s.touch(&t, &id("nope"), "x", None, T0).await,
         Err(StoreError::NotFound)
     ));
 }
 
 /// Nack waits follow the policy exactly; the last attempt goes dead with its
 /// error, attempts and timestamps kept.
-pub async fn backoff_schedule_and_dead_letter(s: &dyn Store) {
+pub async fn nack_backs_off_then_goes_dead(s: &dyn Store) {
     let t = topic("backoff");
     strict_topic(s, &t).await;
     put(s, &t, job("j", When::DelayMs(0)), T0).await;
     let mut now = T0;
     for (attempt, wait) in [(1u32, 100u64), (2, 300), (3, 700)] {
-        let l = s.claim(&t, 1, None, now).await.unwrap().leases.remove(0);
+        let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
         assert_eq!(l.attempt, attempt);
         let out = s
             .nack(
@@ -362,7 +363,7 @@ pub async fn backoff_schedule_and_dead_letter(s: &dyn Store) {
             }
         );
         assert!(
-            s.claim(&t, 1, None, now + wait)
+            s.reserve(&t, 1, None, now + wait)
                 .await
                 .unwrap()
                 .leases
@@ -370,7 +371,7 @@ pub async fn backoff_schedule_and_dead_letter(s: &dyn Store) {
         );
         now += 1 + wait;
     }
-    let l = s.claim(&t, 1, None, now).await.unwrap().leases.remove(0);
+    let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
     assert_eq!(l.attempt, 4);
     let out = s
         .nack(&t, &id("j"), Nack::retry(&l.token, "final"), now + 5)
@@ -385,7 +386,7 @@ pub async fn backoff_schedule_and_dead_letter(s: &dyn Store) {
     assert_eq!(d.died_at_ms, Some(now + 5));
     assert_eq!(d.created_at_ms, T0);
     assert!(
-        s.claim(&t, 1, None, now + 1_000_000)
+        s.reserve(&t, 1, None, now + 1_000_000)
             .await
             .unwrap()
             .leases
@@ -402,7 +403,7 @@ pub async fn backoff_schedule_and_dead_letter(s: &dyn Store) {
 
 /// `retry_in_ms` overrides the policy; per-job retry and max_attempts
 /// override the topic; exponential waits match [`RetryPolicy::delay_ms`].
-pub async fn retry_overrides(s: &dyn Store) {
+pub async fn nack_retry_overrides(s: &dyn Store) {
     let t = topic("overrides");
     strict_topic(s, &t).await;
     let exp = RetryPolicy::Exponential {
@@ -417,7 +418,7 @@ pub async fn retry_overrides(s: &dyn Store) {
     put(s, &t, j, T0).await;
     let mut now = T0;
     for attempt in 1..=4u32 {
-        let l = s.claim(&t, 1, None, now).await.unwrap().leases.remove(0);
+        let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
         let out = s
             .nack(&t, &id("e"), Nack::retry(&l.token, "x"), now)
             .await
@@ -433,7 +434,7 @@ pub async fn retry_overrides(s: &dyn Store) {
         );
         now += want;
     }
-    let l = s.claim(&t, 1, None, now).await.unwrap().leases.remove(0);
+    let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
     assert_eq!(l.attempt, 5);
     let out = s
         .nack(&t, &id("e"), Nack::retry(&l.token, "x").retry_in(1), now)
@@ -446,7 +447,7 @@ pub async fn retry_overrides(s: &dyn Store) {
     );
 
     put(s, &t, job("r", When::DelayMs(0)), T0).await;
-    let l = s.claim(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    let l = s.reserve(&t, 1, None, T0).await.unwrap().leases.remove(0);
     let out = s
         .nack(
             &t,
@@ -464,7 +465,7 @@ pub async fn retry_overrides(s: &dyn Store) {
         }
     );
     let l = s
-        .claim(&t, 1, None, T0 + 43)
+        .reserve(&t, 1, None, T0 + 43)
         .await
         .unwrap()
         .leases
@@ -487,18 +488,18 @@ pub async fn retry_overrides(s: &dyn Store) {
         "retry now"
     );
     assert_eq!(
-        s.claim(&t, 1, None, T0 + 50).await.unwrap().leases[0].attempt,
+        s.reserve(&t, 1, None, T0 + 50).await.unwrap().leases[0].attempt,
         3
     );
 }
 
 /// An expired last attempt goes dead too.
-pub async fn expired_last_attempt_goes_dead(s: &dyn Store) {
+pub async fn requeue_expired_last_attempt_goes_dead(s: &dyn Store) {
     let t = topic("expire-dead");
     let mut j = job("j", When::DelayMs(0));
     j.max_attempts = Some(1);
     put(s, &t, j, T0).await;
-    s.claim(&t, 1, Some(100), T0).await.unwrap();
+    s.reserve(&t, 1, Some(100), T0).await.unwrap();
     let r = s.requeue_expired(&t, 10, T0 + 101).await.unwrap();
     assert_eq!((r.retried, r.dead), (0, 1));
     assert_eq!(
@@ -519,7 +520,7 @@ pub async fn replay_and_purge_dead(s: &dyn Store) {
         j.max_attempts = Some(1);
         put(s, &t, j, T0).await;
     }
-    for l in s.claim(&t, 10, None, T0).await.unwrap().leases {
+    for l in s.reserve(&t, 10, None, T0).await.unwrap().leases {
         assert_eq!(
             s.nack(&t, &l.id, Nack::retry(&l.token, "no"), T0 + 1)
                 .await
@@ -539,7 +540,7 @@ pub async fn replay_and_purge_dead(s: &dyn Store) {
         (JobState::Ready, 0, T0 + 10)
     );
     assert_eq!(info.died_at_ms, None);
-    let l = s.claim(&t, 10, None, T0 + 10).await.unwrap().leases;
+    let l = s.reserve(&t, 10, None, T0 + 10).await.unwrap().leases;
     assert_eq!(l.len(), 1);
     assert_eq!((l[0].id.as_str(), l[0].attempt), ("b", 1));
 
@@ -559,9 +560,9 @@ pub async fn replay_and_purge_dead(s: &dyn Store) {
 }
 
 /// Beyond `dead_cap` the oldest dead letters are dropped and counted.
-pub async fn dead_cap_drops_oldest(s: &dyn Store) {
+pub async fn nack_past_dead_cap_drops_oldest(s: &dyn Store) {
     let t = topic("cap");
-    s.put_topic_config(
+    s.configure_topic(
         &t,
         &TopicConfigPatch {
             dead_cap: Some(2),
@@ -573,7 +574,7 @@ pub async fn dead_cap_drops_oldest(s: &dyn Store) {
     .unwrap();
     for (i, name) in ["d1", "d2", "d3"].iter().enumerate() {
         put(s, &t, job(name, When::DelayMs(0)), T0).await;
-        let l = s.claim(&t, 1, None, T0).await.unwrap().leases.remove(0);
+        let l = s.reserve(&t, 1, None, T0).await.unwrap().leases.remove(0);
         s.nack(&t, &l.id, Nack::retry(&l.token, "x"), T0 + i as u64)
             .await
             .unwrap();
@@ -602,12 +603,12 @@ pub async fn cancel_in_every_state(s: &dyn Store) {
     dj.max_attempts = Some(1);
     dj.priority = 0;
     put(s, &t, dj, T0).await;
-    let l = s.claim(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    let l = s.reserve(&t, 1, None, T0).await.unwrap().leases.remove(0);
     s.nack(&t, &l.id, Nack::retry(&l.token, "x"), T0)
         .await
         .unwrap();
     let held = s
-        .claim(&t, 1, Some(1000), T0)
+        .reserve(&t, 1, Some(1000), T0)
         .await
         .unwrap()
         .leases
@@ -645,7 +646,7 @@ pub async fn cancel_in_every_state(s: &dyn Store) {
         "a cancelled job is not retried"
     );
     assert!(
-        s.claim(&t, 10, None, T0 + 100_000)
+        s.reserve(&t, 10, None, T0 + 100_000)
             .await
             .unwrap()
             .leases
@@ -662,7 +663,7 @@ pub async fn reschedule_only_while_waiting(s: &dyn Store) {
     put(s, &t, job("a", When::DelayMs(10_000)), T0).await;
     s.reschedule(&t, &id("a"), T0 + 500, T0).await.unwrap();
     assert!(
-        s.claim(&t, 1, None, T0 + 499)
+        s.reserve(&t, 1, None, T0 + 499)
             .await
             .unwrap()
             .leases
@@ -673,7 +674,7 @@ pub async fn reschedule_only_while_waiting(s: &dyn Store) {
         T0 + 500
     );
     s.reschedule(&t, &id("a"), T0 + 20_000, T0).await.unwrap();
-    let c = s.claim(&t, 1, None, T0 + 10_000).await.unwrap();
+    let c = s.reserve(&t, 1, None, T0 + 10_000).await.unwrap();
     assert!(c.leases.is_empty(), "moved later");
     assert_eq!(c.next_due_ms, Some(T0 + 20_000));
     // Into the past: due now, stored as the reschedule's time.
@@ -699,7 +700,7 @@ pub async fn reschedule_only_while_waiting(s: &dyn Store) {
         JobState::Scheduled
     );
     let l = s
-        .claim(&t, 1, None, T0 + 3000)
+        .reserve(&t, 1, None, T0 + 3000)
         .await
         .unwrap()
         .leases
@@ -736,7 +737,12 @@ pub async fn get_reports_job_and_bodies_round_trip(s: &dyn Store) {
         (info.attempts, info.lease_ms, info.created_at_ms),
         (0, 2500, T0)
     );
-    let l = s.claim(&t, 1, None, T0 + 7).await.unwrap().leases.remove(0);
+    let l = s
+        .reserve(&t, 1, None, T0 + 7)
+        .await
+        .unwrap()
+        .leases
+        .remove(0);
     assert_eq!(l.lease_deadline_ms, T0 + 7 + 2500, "job's own lease");
     assert_eq!(l.body, Body::Bytes(vec![0, 159, 255, b'\n']));
     let info = s.get(&t, &id("bin")).await.unwrap().unwrap();
@@ -765,11 +771,11 @@ pub async fn get_reports_job_and_bodies_round_trip(s: &dyn Store) {
 }
 
 /// Topic settings: defaults, partial updates, the default delay, listing, deletion.
-pub async fn topic_config_and_listing(s: &dyn Store) {
+pub async fn configure_topic_and_list_topics(s: &dyn Store) {
     let t = topic("cfg");
     assert!(s.topic_config(&t).await.unwrap().is_none(), "unknown topic");
     let c = s
-        .put_topic_config(
+        .configure_topic(
             &t,
             &TopicConfigPatch {
                 default_delay_ms: Some(777),
@@ -784,7 +790,7 @@ pub async fn topic_config_and_listing(s: &dyn Store) {
         (777, 1234, 5)
     );
     let c = s
-        .put_topic_config(
+        .configure_topic(
             &t,
             &TopicConfigPatch {
                 max_attempts: Some(9),
@@ -825,7 +831,7 @@ pub async fn topic_config_and_listing(s: &dyn Store) {
     );
     s.cancel(&t, &id("own")).await.unwrap();
     let l = s
-        .claim(&t, 1, None, T0 + 777)
+        .reserve(&t, 1, None, T0 + 777)
         .await
         .unwrap()
         .leases
@@ -863,9 +869,9 @@ pub async fn stats_count_states(s: &dyn Store) {
     for (i, d) in [0u64, 0, 0, 100, 5000].iter().enumerate() {
         put(s, &t, job(&format!("j{i}"), When::DelayMs(*d)), T0).await;
     }
-    let l = s.claim(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    let l = s.reserve(&t, 1, None, T0).await.unwrap().leases.remove(0);
     s.ack(&t, &l.id, &l.token).await.unwrap();
-    s.claim(&t, 1, None, T0).await.unwrap();
+    s.reserve(&t, 1, None, T0).await.unwrap();
     let st = s.stats(&t, T0 + 300).await.unwrap();
     assert_eq!((st.scheduled, st.ready, st.reserved, st.dead), (2, 1, 1, 0));
     assert_eq!(st.oldest_overdue_ms, 300, "the ready job has waited 300 ms");
@@ -886,10 +892,10 @@ pub async fn stats_count_states(s: &dyn Store) {
 
 /// Bury sends a held job to the dead letters at once, whatever attempts are
 /// left; only the holder may do it.
-pub async fn bury_goes_dead_at_once(s: &dyn Store) {
+pub async fn nack_dead_goes_dead_at_once(s: &dyn Store) {
     let t = topic("bury");
     put(s, &t, job("j", When::DelayMs(0)), T0).await;
-    let l = s.claim(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    let l = s.reserve(&t, 1, None, T0).await.unwrap().leases.remove(0);
     assert!(matches!(
         s.nack(&t, &id("j"), Nack::dead("stale", "x"), T0).await,
         Err(StoreError::LeaseMismatch)
@@ -923,7 +929,7 @@ pub async fn release_does_not_count_the_attempt(s: &dyn Store) {
     put(s, &t, j, T0).await;
     for round in 0..3u64 {
         let now = T0 + round * 1000;
-        let l = s.claim(&t, 1, None, now).await.unwrap().leases.remove(0);
+        let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
         assert_eq!(l.attempt, 1, "released attempts are not counted");
         let due = s
             .release(&t, &id("j"), &l.token, 500, now + 10)
@@ -935,7 +941,7 @@ pub async fn release_does_not_count_the_attempt(s: &dyn Store) {
             Err(StoreError::LeaseMismatch)
         ));
         assert!(
-            s.claim(&t, 1, None, now + 509)
+            s.reserve(&t, 1, None, now + 509)
                 .await
                 .unwrap()
                 .leases
@@ -945,7 +951,7 @@ pub async fn release_does_not_count_the_attempt(s: &dyn Store) {
     let st = s.stats(&t, T0).await.unwrap();
     assert_eq!((st.scheduled, st.reserved, st.counters.failed), (1, 0, 0));
     let l = s
-        .claim(&t, 1, None, T0 + 5000)
+        .reserve(&t, 1, None, T0 + 5000)
         .await
         .unwrap()
         .leases
@@ -963,7 +969,7 @@ pub async fn release_does_not_count_the_attempt(s: &dyn Store) {
 
 /// Jobs days ahead: never early, reported when to look again (no later than
 /// their due time), cancellable and movable while waiting, counted.
-pub async fn far_future_jobs(s: &dyn Store) {
+pub async fn enqueue_far_future(s: &dyn Store) {
     let t = topic("far");
     const DAY: u64 = 86_400_000;
     let e = put(s, &t, job("f", When::DelayMs(3 * DAY)), T0).await;
@@ -985,7 +991,7 @@ pub async fn far_future_jobs(s: &dyn Store) {
     let mut now = T0;
     let due = T0 + 3 * DAY;
     loop {
-        let c = s.claim(&t, 10, None, now).await.unwrap();
+        let c = s.reserve(&t, 10, None, now).await.unwrap();
         if !c.leases.is_empty() {
             assert_eq!(now, due, "handed out exactly at the due time, not before");
             assert_eq!(ids(&c), vec!["f"]);
@@ -1001,7 +1007,7 @@ pub async fn far_future_jobs(s: &dyn Store) {
             now = due;
         }
     }
-    let c = s.claim(&t, 10, None, due + 5).await.unwrap();
+    let c = s.reserve(&t, 10, None, due + 5).await.unwrap();
     assert_eq!(ids(&c), vec!["moved", "g"], "by due time");
     let st = s.stats(&t, due + 5).await.unwrap();
     assert_eq!((st.scheduled, st.reserved), (0, 3));
@@ -1010,7 +1016,7 @@ pub async fn far_future_jobs(s: &dyn Store) {
 
 /// Many jobs due in the same far minute all come out, in due-then-enqueue
 /// order, when promoted ahead of time as the dispatcher does.
-pub async fn many_far_jobs_keep_order(s: &dyn Store) {
+pub async fn reserve_many_far_jobs_in_order(s: &dyn Store) {
     let t = topic("far-many");
     let due = T0 + 7_200_000;
     let jobs: Vec<NewJob> = (0..2500)
@@ -1022,7 +1028,7 @@ pub async fn many_far_jobs_keep_order(s: &dyn Store) {
     // The dispatcher's loop, a minute before the due time.
     while s.promote_due(&t, 1000, due - 60_000).await.unwrap().moved > 0 {}
     assert!(
-        s.claim(&t, 1000, None, due - 1)
+        s.reserve(&t, 1000, None, due - 1)
             .await
             .unwrap()
             .leases
@@ -1030,7 +1036,7 @@ pub async fn many_far_jobs_keep_order(s: &dyn Store) {
     );
     let mut got = Vec::new();
     for _ in 0..3 {
-        got.extend(ids(&s.claim(&t, 1000, None, due + 2).await.unwrap()));
+        got.extend(ids(&s.reserve(&t, 1000, None, due + 2).await.unwrap()));
     }
     let mut want: Vec<(u64, usize)> = (0..2500).map(|i| ((i % 3) as u64, i)).collect();
     want.sort();
@@ -1058,7 +1064,7 @@ pub async fn list_scheduled_earliest_first(s: &dyn Store) {
     }
     put(s, &t, job("now", When::DelayMs(0)), T0).await;
     put(s, &t, job("held", When::DelayMs(0)), T0).await;
-    assert_eq!(ids(&s.claim(&t, 1, None, T0).await.unwrap()), vec!["now"]);
+    assert_eq!(ids(&s.reserve(&t, 1, None, T0).await.unwrap()), vec!["now"]);
     s.cancel(&t, &id("gone")).await.unwrap();
     let names = |v: Vec<JobInfo>| v.into_iter().map(|j| j.id.to_string()).collect::<Vec<_>>();
     let all = s.list_scheduled(&t, 100).await.unwrap();
@@ -1091,15 +1097,15 @@ pub async fn list_scheduled_earliest_first(s: &dyn Store) {
 /// every scenario in turn, each on `MAKE(&setup, scenario_name).await` — for
 /// stores too costly to start per scenario (each scenario under its own key
 /// prefix).
-/// `claim_job`: a scheduled (soon or far), ready or dead job is leased by
+/// `reserve_job`: a scheduled (soon or far), ready or dead job is leased by
 /// id; a reserved or missing one is not; counts follow.
-pub async fn claim_job_by_id_in_any_waiting_or_dead_state(s: &dyn Store) {
+pub async fn reserve_job_in_any_waiting_or_dead_state(s: &dyn Store) {
     let t = topic("by-id");
     put(s, &t, job("ready", When::DelayMs(0)), T0).await;
     put(s, &t, job("soon", When::DelayMs(5000)), T0).await;
     put(s, &t, job("far", When::DelayMs(7 * 86_400_000)), T0).await;
     put(s, &t, job("dead", When::DelayMs(0)), T0).await;
-    let c = s.claim(&t, 10, None, T0).await.unwrap();
+    let c = s.reserve(&t, 10, None, T0).await.unwrap();
     let dead = c.leases.iter().find(|l| l.id.as_str() == "dead").unwrap();
     s.nack(&t, &dead.id, Nack::dead(&dead.token, "x"), T0)
         .await
@@ -1112,7 +1118,7 @@ pub async fn claim_job_by_id_in_any_waiting_or_dead_state(s: &dyn Store) {
 
     for (name, attempt) in [("ready", 1), ("soon", 1), ("far", 1), ("dead", 2)] {
         let l = s
-            .claim_job(&t, &id(name), Some(10_000), T0 + 1)
+            .reserve_job(&t, &id(name), Some(10_000), T0 + 1)
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("{name} not leased"));
@@ -1122,7 +1128,7 @@ pub async fn claim_job_by_id_in_any_waiting_or_dead_state(s: &dyn Store) {
         let got = s.get(&t, &id(name)).await.unwrap().unwrap();
         assert_eq!(got.state, JobState::Reserved, "{name}");
         assert!(
-            s.claim_job(&t, &id(name), None, T0 + 2)
+            s.reserve_job(&t, &id(name), None, T0 + 2)
                 .await
                 .unwrap()
                 .is_none(),
@@ -1131,7 +1137,7 @@ pub async fn claim_job_by_id_in_any_waiting_or_dead_state(s: &dyn Store) {
         s.ack(&t, &id(name), &l.token).await.unwrap();
     }
     assert!(
-        s.claim_job(&t, &id("none"), None, T0)
+        s.reserve_job(&t, &id("none"), None, T0)
             .await
             .unwrap()
             .is_none()
@@ -1139,7 +1145,7 @@ pub async fn claim_job_by_id_in_any_waiting_or_dead_state(s: &dyn Store) {
     let st = s.stats(&t, T0 + 3).await.unwrap();
     assert_eq!((st.scheduled, st.ready, st.reserved, st.dead), (0, 0, 0, 0));
     assert!(
-        s.claim(&t, 10, None, T0 + 8 * 86_400_000)
+        s.reserve(&t, 10, None, T0 + 8 * 86_400_000)
             .await
             .unwrap()
             .leases
@@ -1147,24 +1153,28 @@ pub async fn claim_job_by_id_in_any_waiting_or_dead_state(s: &dyn Store) {
     );
 }
 
-/// `pause_topic`: nothing is handed out before the pause ends (the claim
+/// `pause_topic`: nothing is handed out before the pause ends (the reserve
 /// says when to look again), stats report it, and 0 resumes at once.
-pub async fn a_paused_topic_hands_nothing_out(s: &dyn Store) {
+pub async fn pause_topic_hands_nothing_out(s: &dyn Store) {
     let t = topic("paused");
     put(s, &t, job("a", When::DelayMs(0)), T0).await;
     s.pause_topic(&t, T0 + 5000).await.unwrap();
-    let c = s.claim(&t, 10, None, T0 + 4999).await.unwrap();
+    let c = s.reserve(&t, 10, None, T0 + 4999).await.unwrap();
     assert!(c.leases.is_empty(), "handed out of a paused topic");
     assert_eq!(c.next_due_ms, Some(T0 + 5000));
     assert_eq!(s.stats(&t, T0).await.unwrap().paused_until_ms, T0 + 5000);
     assert_eq!(
-        s.claim(&t, 10, None, T0 + 5000).await.unwrap().leases.len(),
+        s.reserve(&t, 10, None, T0 + 5000)
+            .await
+            .unwrap()
+            .leases
+            .len(),
         1
     );
     put(s, &t, job("b", When::DelayMs(0)), T0 + 5000).await;
     s.pause_topic(&t, T0 + 60_000).await.unwrap();
     assert!(
-        s.claim(&t, 10, None, T0 + 5001)
+        s.reserve(&t, 10, None, T0 + 5001)
             .await
             .unwrap()
             .leases
@@ -1173,13 +1183,17 @@ pub async fn a_paused_topic_hands_nothing_out(s: &dyn Store) {
     s.pause_topic(&t, 0).await.unwrap();
     assert_eq!(s.stats(&t, T0).await.unwrap().paused_until_ms, 0);
     assert_eq!(
-        s.claim(&t, 10, None, T0 + 5002).await.unwrap().leases.len(),
+        s.reserve(&t, 10, None, T0 + 5002)
+            .await
+            .unwrap()
+            .leases
+            .len(),
         1
     );
 }
 
 /// `list_ready`: ready jobs only, by priority, then due time, then enqueue
-/// order — the order claims hand them out.
+/// order — the order reserves hand them out.
 pub async fn list_ready_in_hand_out_order(s: &dyn Store) {
     let t = Topic::new("peek").unwrap();
     let mut jobs = Vec::new();
@@ -1196,11 +1210,11 @@ pub async fn list_ready_in_hand_out_order(s: &dyn Store) {
     let ids = |v: Vec<JobInfo>| v.into_iter().map(|j| j.id.to_string()).collect::<Vec<_>>();
     assert_eq!(ids(s.list_ready(&t, 10).await.unwrap()), ["b", "a", "c"]);
     assert_eq!(ids(s.list_ready(&t, 1).await.unwrap()), ["b"]);
-    let c = s.claim(&t, 1, None, T0).await.unwrap();
+    let c = s.reserve(&t, 1, None, T0).await.unwrap();
     assert_eq!(
         c.leases[0].id.as_str(),
         "b",
-        "the head of the list is what a claim takes"
+        "the head of the list is what a reserve takes"
     );
     assert_eq!(ids(s.list_ready(&t, 10).await.unwrap()), ["a", "c"]);
     assert!(
@@ -1213,7 +1227,7 @@ pub async fn list_ready_in_hand_out_order(s: &dyn Store) {
 
 /// `next_seq`: 1 first, then increasing; concurrent callers never get the
 /// same value; counters of different names are apart.
-pub async fn counters_are_unique_and_increasing(s: &dyn Store) {
+pub async fn next_seq_is_unique_and_increasing(s: &dyn Store) {
     assert_eq!(s.next_seq("a").await.unwrap(), 1);
     assert_eq!(s.next_seq("a").await.unwrap(), 2);
     assert_eq!(s.next_seq("b").await.unwrap(), 1);
@@ -1229,7 +1243,7 @@ pub async fn counters_are_unique_and_increasing(s: &dyn Store) {
 }
 
 /// A job without an id gets one from the store: new, different for each
-/// job of a batch and for the same body twice, the one `get` and a claim
+/// job of a batch and for the same body twice, the one `get` and a reserve
 /// know it by.
 pub async fn enqueue_assigns_ids_when_none_given(s: &dyn Store) {
     let t = topic("gen");
@@ -1262,20 +1276,20 @@ pub async fn enqueue_assigns_ids_when_none_given(s: &dyn Store) {
         let j = s.get(&t, &JobId::new(id.as_str()).unwrap()).await.unwrap();
         assert_eq!(j.map(|j| j.state), Some(JobState::Ready), "{id}");
     }
-    let c = s.claim(&t, 10, None, T0).await.unwrap();
-    let mut claimed = ids(&c);
+    let c = s.reserve(&t, 10, None, T0).await.unwrap();
+    let mut reserved = ids(&c);
     given.sort();
-    claimed.sort();
+    reserved.sort();
     given.dedup();
     assert_eq!(given.len(), 3, "three different ids");
-    assert_eq!(claimed, given);
+    assert_eq!(reserved, given);
 }
 
 /// The store announces, through [`Store::watch_wakes`], every change that
 /// makes a topic's next job due earlier than a waiter may think: a job
 /// enqueued due now, rescheduled to now, released, retried, replayed, and a
 /// pause ended. (Callers wake nobody themselves: this is the only source.)
-pub async fn wakes_announce_what_became_due(s: &dyn Store) {
+pub async fn watch_wakes_announces_what_became_due(s: &dyn Store) {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -1318,7 +1332,13 @@ pub async fn wakes_announce_what_became_due(s: &dyn Store) {
         }
         assert!(subscribed, "no wake-up for a job enqueued due now");
         s.purge_dead(&t, 100).await.unwrap();
-        while !s.claim(&t, 100, None, T0).await.unwrap().leases.is_empty() {}
+        while !s
+            .reserve(&t, 100, None, T0)
+            .await
+            .unwrap()
+            .leases
+            .is_empty()
+        {}
         seen.lock().unwrap().clear();
 
         let later = topic("wk2");
@@ -1327,13 +1347,13 @@ pub async fn wakes_announce_what_became_due(s: &dyn Store) {
         s.reschedule(&later, &id("a"), T0, T0).await.unwrap();
         assert!(waited("wk2").await, "reschedule to now");
 
-        let c = s.claim(&later, 1, None, T0).await.unwrap();
+        let c = s.reserve(&later, 1, None, T0).await.unwrap();
         s.release(&later, &id("a"), &c.leases[0].token, 0, T0)
             .await
             .unwrap();
         assert!(waited("wk2").await, "release");
 
-        let c = s.claim(&later, 1, None, T0).await.unwrap();
+        let c = s.reserve(&later, 1, None, T0).await.unwrap();
         s.nack(
             &later,
             &id("a"),
@@ -1344,7 +1364,7 @@ pub async fn wakes_announce_what_became_due(s: &dyn Store) {
         .unwrap();
         assert!(waited("wk2").await, "retry due now");
 
-        let c = s.claim(&later, 1, None, T0).await.unwrap();
+        let c = s.reserve(&later, 1, None, T0).await.unwrap();
         s.nack(&later, &id("a"), Nack::dead(&c.leases[0].token, "e"), T0)
             .await
             .unwrap();
@@ -1373,35 +1393,35 @@ macro_rules! conformance_tests {
     };
     (@list ($($mode:tt)*)) => {
         $crate::conformance_tests!($($mode)*;
-            never_early,
+            reserve_never_early,
             enqueue_assigns_ids_when_none_given,
-            order_priority_due_fifo,
-            batch_enqueue_results_per_job,
-            idempotent_enqueue_and_replace,
-            one_holder_among_concurrent_claimers,
-            lease_expiry_redelivers,
-            stale_token_refused,
+            reserve_by_priority_due_then_fifo,
+            enqueue_batch_results_per_job,
+            enqueue_is_idempotent_or_replaces,
+            reserve_one_holder_among_concurrent_callers,
+            requeue_expired_redelivers,
+            ack_nack_touch_refuse_a_stale_token,
             touch_extends_lease,
-            backoff_schedule_and_dead_letter,
-            retry_overrides,
-            expired_last_attempt_goes_dead,
+            nack_backs_off_then_goes_dead,
+            nack_retry_overrides,
+            requeue_expired_last_attempt_goes_dead,
             replay_and_purge_dead,
-            dead_cap_drops_oldest,
+            nack_past_dead_cap_drops_oldest,
             cancel_in_every_state,
             reschedule_only_while_waiting,
             get_reports_job_and_bodies_round_trip,
-            topic_config_and_listing,
+            configure_topic_and_list_topics,
             stats_count_states,
-            bury_goes_dead_at_once,
+            nack_dead_goes_dead_at_once,
             release_does_not_count_the_attempt,
-            far_future_jobs,
-            many_far_jobs_keep_order,
+            enqueue_far_future,
+            reserve_many_far_jobs_in_order,
             list_scheduled_earliest_first,
-            counters_are_unique_and_increasing,
+            next_seq_is_unique_and_increasing,
             list_ready_in_hand_out_order,
-            a_paused_topic_hands_nothing_out,
-            claim_job_by_id_in_any_waiting_or_dead_state,
-            wakes_announce_what_became_due
+            pause_topic_hands_nothing_out,
+            reserve_job_in_any_waiting_or_dead_state,
+            watch_wakes_announces_what_became_due
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {

@@ -1,7 +1,7 @@
 -- ack: completes a reserved job; its record (and body) is deleted.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, id, token
--- Returns: {1} | {-1} not found | {-2} token mismatch | {-3, 'd'} dead
+-- Returns: {1} | {-1} not found | {-2} token mismatch | {-3, DEAD} dead
 -- Side effects: HDEL job record, ZREM lease, ctr.acked + 1.
 local id = ARGV[2]
 local j, err = held(id, ARGV[3])

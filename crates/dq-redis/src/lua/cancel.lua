@@ -7,8 +7,8 @@ local id = ARGV[2]
 local j = load(id)
 if not j then return false end
 unplace(K, id, j)
-if j.s == 'r' then redis.call('ZREM', K.lease, id) end
-if j.s == 'd' then redis.call('ZREM', K.dead, id) end
+if j.s == RESERVED then redis.call('ZREM', K.lease, id) end
+if j.s == DEAD then redis.call('ZREM', K.dead, id) end
 redis.call('HDEL', K.jobs, id)
 redis.call('HINCRBY', K.ctr, 'cancelled', 1)
 return j.s

@@ -33,9 +33,12 @@
 -- Redis memory (a hash per job with a 64-byte body is several times that).
 -- Time: every script takes "now" from clock_ms(ARGV[...]): the Redis server's
 -- clock (TIME) unless the caller passes a time (tests drive a manual clock).
--- So every dq instance decides due times, promotions, claims, lease expiry
+-- So every dq instance decides due times, promotions, reserves, lease expiry
 -- and retry times by one clock, whatever its own says; Redis 7 replicates
 -- scripts by effects, so replicas and the AOF get the values, not the call.
+
+-- A job record's state (field s), one letter each (decode.rs reads them).
+local SCHEDULED, READY, RESERVED, DEAD = 's', 'y', 'r', 'd'
 
 -- Every script gets the same KEYS (see keys.rs) and ARGV[1] = topic name.
 local K = {
@@ -167,11 +170,11 @@ local function place(K, id, j, due, now)
   j.w = nil
   if due <= now then
     redis.call('ZADD', K.ready, j.p, ready_member(due, j.q, id))
-    j.s = 'y'
+    j.s = READY
     return true
   end
   local before = next_due(K)
-  j.s = 's'
+  j.s = SCHEDULED
   local event = due
   if near(due, now) then
     redis.call('ZADD', K.sched, due, id)
@@ -191,14 +194,14 @@ end
 -- Takes a waiting job out of the schedule, the wheel or the ready set (a
 -- wheel entry stays in its list, stale, and is skipped when rolled).
 local function unplace(K, id, j)
-  if j.s == 's' then
+  if j.s == SCHEDULED then
     if j.w then
       redis.call('HINCRBY', K.ctr, 'far', -1)
       j.w = nil
     else
       redis.call('ZREM', K.sched, id)
     end
-  elseif j.s == 'y' then
+  elseif j.s == READY then
     redis.call('ZREM', K.ready, ready_member(j.d, j.q, id))
   end
 end
@@ -218,7 +221,7 @@ local function roll(K, now, max)
       local moved = 0
       for _, id in ipairs(ids) do
         local j = load(id)
-        if j and j.s == 's' and j.w and bucket(j.d) == b then
+        if j and j.s == SCHEDULED and j.w and bucket(j.d) == b then
           j.w = nil
           redis.call('ZADD', K.sched, j.d, id)
           save(id, j)
@@ -244,9 +247,9 @@ local function promote(K, now, max)
     local id, due = ids[i], tonumber(ids[i + 1])
     local j = load(id)
     redis.call('ZREM', K.sched, id)
-    if j and j.s == 's' then
+    if j and j.s == SCHEDULED then
       redis.call('ZADD', K.ready, j.p, ready_member(due, j.q, id))
-      j.s = 'y'
+      j.s = READY
       save(id, j)
       moved = moved + 1
     end
@@ -277,7 +280,7 @@ local function fail(K, cfg, id, j, now, err, retry_in, rand, bury)
   j.t, j.u, j.e = nil, nil, err
   redis.call('HINCRBY', K.ctr, 'failed', 1)
   if bury or attempts >= max then
-    j.s, j.x = 'd', now
+    j.s, j.x = DEAD, now
     save(id, j)
     redis.call('ZADD', K.dead, now, id)
     redis.call('HINCRBY', K.ctr, 'dead', 1)
@@ -298,8 +301,8 @@ end
 local function held(id, token)
   local j = load(id)
   if not j then return nil, {-1} end
-  if j.s == 'd' then return nil, {-3, 'd'} end
-  if j.s ~= 'r' or j.t ~= token then return nil, {-2} end
+  if j.s == DEAD then return nil, {-3, DEAD} end
+  if j.s ~= RESERVED or j.t ~= token then return nil, {-2} end
   return j, nil
 end
 

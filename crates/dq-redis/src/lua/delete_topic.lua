@@ -31,7 +31,7 @@ while left > 0 do
     local mine = {}
     for _, id in ipairs(ids) do
       local j = load(id)
-      if j and j.s == 's' and j.w and bucket(j.d) == tonumber(w[1]) then mine[#mine + 1] = id end
+      if j and j.s == SCHEDULED and j.w and bucket(j.d) == tonumber(w[1]) then mine[#mine + 1] = id end
     end
     if #mine > 0 then
       redis.call('HDEL', K.jobs, unpack(mine))

@@ -32,9 +32,9 @@ for i = 3, #ARGV, 10 do
   if replace then
     local old = load(id)
     if old then
-      if old.s == 's' or old.s == 'y' then
+      if old.s == SCHEDULED or old.s == READY then
         unplace(K, id, old)
-        if old.s == 's' and not old.w and old.d == head then head = next_due(K) end
+        if old.s == SCHEDULED and not old.w and old.d == head then head = next_due(K) end
         outcome = 2
       else
         out[#out + 1] = 0
@@ -63,9 +63,9 @@ for i = 3, #ARGV, 10 do
     -- Where it goes, decided before anything is written.
     local near_due = due > now and near(due, now)
     if due <= now then
-      j.s = 'y'
+      j.s = READY
     else
-      j.s = 's'
+      j.s = SCHEDULED
       if not near_due then j.w = true end
     end
     local written = true
@@ -83,7 +83,7 @@ for i = 3, #ARGV, 10 do
       end
     end
     if written then
-      if j.s == 'y' then
+      if j.s == READY then
         redis.call('ZADD', K.ready, j.p, ready_member(due, j.q, id))
         woke = true
       else

@@ -30,7 +30,7 @@ elseif ARGV[2] == 'u' then
     local live = {}
     for _, id in ipairs(redis.call('LRANGE', K.wp .. w[1], 0, 9999)) do
       local j = load(id)
-      if not seen[id] and j and j.s == 's' and j.w and bucket(j.d) == b then
+      if not seen[id] and j and j.s == SCHEDULED and j.w and bucket(j.d) == b then
         seen[id] = true
         live[#live + 1] = { j.d, j.q, id }
       end

@@ -2,7 +2,7 @@
 -- beanstalkd's release): due again after delay_ms.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, id, token, delay_ms, now
--- Returns: {1, due} | {-1} not found | {-2} token mismatch | {-3, 'd'} dead
+-- Returns: {1, due} | {-1} not found | {-2} token mismatch | {-3, DEAD} dead
 -- Side effects: ZREM lease; job record a-1, t and u cleared, d, s;
 --   sched/ready; PUBLISH when due now or the new head.
 local id = ARGV[2]

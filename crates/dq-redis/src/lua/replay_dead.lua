@@ -13,7 +13,7 @@ end
 local n = 0
 for _, id in ipairs(ids) do
   local j = load(id)
-  if j and j.s == 'd' then
+  if j and j.s == DEAD then
     redis.call('ZREM', K.dead, id)
     j.a, j.x = 0, nil
     place(K, id, j, now, now)

@@ -12,7 +12,7 @@ local cfg = nil
 local jobs = {}
 for i, id in ipairs(ids) do
   local j = load(id)
-  if j and j.s == 'r' then
+  if j and j.s == RESERVED then
     if cfg == nil then cfg = topic_cfg(K) end
     local due, w, attempt = fail(K, cfg, id, j, now, 'lease expired', nil, rand_at(seed, i), false)
     if due < 0 then dead = dead + 1 else retried = retried + 1 end

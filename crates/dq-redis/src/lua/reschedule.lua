@@ -7,7 +7,7 @@
 local id = ARGV[2]
 local j = load(id)
 if not j then return {-1} end
-if j.s ~= 's' and j.s ~= 'y' then return {-3, j.s} end
+if j.s ~= SCHEDULED and j.s ~= READY then return {-3, j.s} end
 unplace(K, id, j)
 local now = clock_ms(ARGV[4])
 -- A due time in the past is now: lateness counts from the reschedule.

@@ -189,15 +189,15 @@ pub(super) async fn dead_action(
             return Ok(Err(question));
         }
         let n = if action == "purge" {
-            st.service.purge(&t).await?
+            st.service.purge_dead(&t).await?
         } else if all {
-            st.service.replay(&t, None).await?
+            st.service.replay_dead(&t, None).await?
         } else {
             let ids = ids
                 .iter()
                 .map(|i| JobId::new(i.to_string()))
                 .collect::<Result<Vec<_>, _>>()?;
-            st.service.replay(&t, Some(&ids)).await?
+            st.service.replay_dead(&t, Some(&ids)).await?
         };
         Ok(Ok(n))
     }

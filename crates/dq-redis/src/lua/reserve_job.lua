@@ -1,16 +1,16 @@
--- claim_job: leases one job by id, whether scheduled, ready or dead
+-- reserve_job: leases one job by id, whether scheduled, ready or dead
 -- (beanstalkd's reserve-job); a reserved job is left to its holder.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, now, id, lease_ms override or '', token
 -- Returns: {0} none (missing or reserved) | {0, id, token, attempt, due,
---   lease deadline, priority, kind, body} (claim's reply shape)
+--   lease deadline, priority, kind, body} (reserve's reply shape)
 -- Side effects: the job leaves sched/wheel/ready/dead for lease; its record
 --   (s=r, a+1, t, u; died-at cleared).
 local now = clock_ms(ARGV[2])
 local id = ARGV[3]
 local j = load(id)
-if not j or j.s == 'r' then return {0} end
-if j.s == 'd' then
+if not j or j.s == RESERVED then return {0} end
+if j.s == DEAD then
   redis.call('ZREM', K.dead, id)
   j.x = nil
 else
@@ -19,7 +19,7 @@ end
 local lease = tonumber(ARGV[4]) or j.L or topic_cfg(K).lease_ms
 local deadline = now + lease
 j.a = (j.a or 0) + 1
-j.s, j.t, j.u = 'r', ARGV[5], deadline
+j.s, j.t, j.u = RESERVED, ARGV[5], deadline
 save(id, j)
 redis.call('ZADD', K.lease, deadline, id)
 return {0, id, j.t, j.a, j.d, deadline, j.p, j.k, j.b}

@@ -1,4 +1,4 @@
--- claim: promotes due jobs, then leases up to `max` ready jobs, most urgent
+-- reserve: promotes due jobs, then leases up to `max` ready jobs, most urgent
 -- first (priority, then due, then enqueue order).
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, now, max, lease_ms override or '', token prefix (random per call)
@@ -19,7 +19,7 @@ if #members > 0 then redis.call('ZREM', K.ready, unpack(members)) end
 for i, m in ipairs(members) do
   local id = string.sub(m, READY_PREFIX + 1)
   local j = load(id)
-  if j and j.s == 'y' then
+  if j and j.s == READY then
     local lease = lease_override or j.L
     if lease == nil then
       if cfg == nil then cfg = topic_cfg(K) end
@@ -27,7 +27,7 @@ for i, m in ipairs(members) do
     end
     local deadline = now + lease
     j.a = (j.a or 0) + 1
-    j.s, j.t, j.u = 'r', ARGV[5] .. string.format('%x', i), deadline
+    j.s, j.t, j.u = RESERVED, ARGV[5] .. string.format('%x', i), deadline
     save(id, j)
     redis.call('ZADD', K.lease, deadline, id)
     out[#out + 1] = id

@@ -1,7 +1,7 @@
--- extend_lease: pushes a held lease's deadline to now + lease_ms.
+-- touch: pushes a held lease's deadline to now + lease_ms.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, id, token, lease_ms or '' (job's, then topic's), now
--- Returns: {1, deadline} | {-1} not found | {-2} token mismatch | {-3, 'd'} dead
+-- Returns: {1, deadline} | {-1} not found | {-2} token mismatch | {-3, DEAD} dead
 -- Side effects: job record u, lease ZSET score.
 local id = ARGV[2]
 local j, err = held(id, ARGV[3])
