@@ -3,6 +3,11 @@
 //! one/selected/all, purge with confirmation), HTML checked with a parser;
 //! and the rules of `dq_server::auth` (loopback only without a token, token
 //! sessions, CSRF, cross-site refusals, Bearer for API changes).
+//!
+//! Requests go through `dq_testkit::http::send`; the router is built anew
+//! for each, from the state the test may have changed (the auth settings).
+
+mod support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,8 +18,8 @@ use axum::extract::connect_info::MockConnectInfo;
 use axum::http::{Request, StatusCode, header};
 use dq_core::{Clock, Store, SystemClock};
 use dq_server::{AppState, app, auth::AdminAuth};
+use dq_testkit::http::{Guard, Reply};
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
 const LOOPBACK: ([u8; 4], u16) = ([127, 0, 0, 1], 50000);
 const REMOTE: ([u8; 4], u16) = ([10, 1, 2, 3], 50000);
@@ -23,44 +28,39 @@ struct Admin {
     state: AppState,
     peer: SocketAddr,
     cookie: Option<String>,
-    _guard: Box<dyn std::any::Any + Send>,
+    _guard: Guard,
 }
 
-struct Reply {
-    status: StatusCode,
-    location: String,
-    set_cookie: String,
-    text: String,
+/// What the admin tests read of a reply besides its status and text.
+trait Page {
+    fn doc(&self) -> scraper::Html;
+    fn location(&self) -> &str;
+    fn set_cookie(&self) -> &str;
 }
 
-impl Reply {
+impl Page for Reply {
     fn doc(&self) -> scraper::Html {
         scraper::Html::parse_document(&self.text)
     }
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+    fn location(&self) -> &str {
+        self.header(header::LOCATION)
+    }
+    fn set_cookie(&self) -> &str {
+        self.header(header::SET_COOKIE)
     }
 }
 
 fn embedded() -> Admin {
-    let dir = tempfile::tempdir().unwrap();
-    let store = dq_embedded::EmbeddedStore::open(dir.path().join("data")).unwrap();
-    admin_over(Arc::new(store), Box::new(dir))
+    let (store, dir) = support::embedded_store();
+    admin_over(store, Box::new(dir))
 }
 
-fn redis() -> Admin {
-    let r = dq_testkit::RedisServer::start();
-    let store = dq_redis::RedisStore::new(&dq_redis::RedisConfig {
-        url: r.url(),
-        clock: dq_redis::TimeSource::Caller,
-        ..Default::default()
-    })
-    .unwrap();
-    let store = dq_redis::ShardedStore::new(vec![("redis".into(), store)]);
-    admin_over(Arc::new(store), Box::new(r))
+fn sharded_redis() -> Admin {
+    let (store, redis) = support::sharded_redis_store();
+    admin_over(store, Box::new(redis))
 }
 
-fn admin_over(store: Arc<dyn Store>, guard: Box<dyn std::any::Any + Send>) -> Admin {
+fn admin_over(store: Arc<dyn Store>, guard: Guard) -> Admin {
     Admin {
         state: AppState::new(store, Arc::new(SystemClock), dq_core::Limits::default()),
         peer: SocketAddr::from(LOOPBACK),
@@ -79,28 +79,7 @@ impl Admin {
         if let Some(c) = &self.cookie {
             req = req.header(header::COOKIE, c);
         }
-        let res = self
-            .router()
-            .oneshot(req.body(body).unwrap())
-            .await
-            .unwrap();
-        let h = |n: header::HeaderName| {
-            res.headers()
-                .get(n)
-                .map(|v| v.to_str().unwrap().to_string())
-                .unwrap_or_default()
-        };
-        let (location, set_cookie) = (h(header::LOCATION), h(header::SET_COOKIE));
-        let status = res.status();
-        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        Reply {
-            status,
-            location,
-            set_cookie,
-            text: String::from_utf8(bytes.to_vec()).unwrap(),
-        }
+        dq_testkit::http::send(self.router(), req.body(body).unwrap()).await
     }
 
     async fn get(&self, uri: &str) -> Reply {
@@ -229,7 +208,7 @@ async fn every_action(a: Admin) {
         .submit("/", "/admin/topics", &[("name", "shop"), ("mode", "pull")])
         .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
-    assert_eq!(r.location, "/admin/topics/shop?done=created");
+    assert_eq!(r.location(), "/admin/topics/shop?done=created");
     let r = a.submit("/", "/admin/topics", &[("name", "shop")]).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "registering twice");
     let r = a
@@ -344,7 +323,7 @@ async fn every_action(a: Admin) {
         .submit(lookup, "/admin/topics/shop/jobs/later/run", &[])
         .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
-    assert_eq!(r.location, "/admin/topics/shop?job=later&done=run");
+    assert_eq!(r.location(), "/admin/topics/shop?job=later&done=run");
     assert_eq!(a.job("later").await["state"], json!("ready"));
     let before = a.job("far").await["due_at_ms"].clone();
     let r = a
@@ -439,7 +418,7 @@ async fn every_action(a: Admin) {
         .collect();
     let r = a.form("/admin/topics/shop/dead/replay", &refs).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
-    assert_eq!(r.location, "/admin/topics/shop?done=replayed&n=1");
+    assert_eq!(r.location(), "/admin/topics/shop?done=replayed&n=1");
     assert_eq!(a.job("%3Cb%3Ex%3C%2Fb%3E").await["state"], json!("ready"));
     assert_eq!(a.job("%3Cb%3Ex%3C%2Fb%3E").await["attempts"], json!(0));
     let r = a.submit(page, "/admin/topics/shop/dead/replay", &[]).await;
@@ -451,7 +430,7 @@ async fn every_action(a: Admin) {
             &[("scope", "all"), ("confirm", "yes")],
         )
         .await;
-    assert_eq!(r.location, "/admin/topics/shop?done=replayed&n=1");
+    assert_eq!(r.location(), "/admin/topics/shop?done=replayed&n=1");
     assert_eq!(a.stats().await["dead"], json!(0));
 
     a.kill().await;
@@ -466,7 +445,7 @@ async fn every_action(a: Admin) {
     let r = a
         .submit(page, "/admin/topics/shop/dead/purge", &[("confirm", "yes")])
         .await;
-    assert_eq!(r.location, "/admin/topics/shop?done=purged&n=1");
+    assert_eq!(r.location(), "/admin/topics/shop?done=purged&n=1");
     assert_eq!(a.stats().await["dead"], json!(0));
 
     // The overview shows the topic with its counts.
@@ -505,14 +484,10 @@ async fn every_action(a: Admin) {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
-#[tokio::test]
-async fn every_action_on_the_embedded_store() {
-    every_action(embedded()).await;
-}
-
-#[tokio::test]
-async fn every_action_on_redis() {
-    every_action(redis()).await;
+dq_testkit::router_tests! {
+    embedded: embedded(),
+    sharded_redis: sharded_redis(),
+    tests: [every_action],
 }
 
 #[tokio::test]
@@ -545,7 +520,7 @@ async fn with_a_token_sign_in_and_bearer_are_required() {
     let r = a.get("/admin/topics/shop?job=1").await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
     assert_eq!(
-        r.location,
+        r.location(),
         "/admin/login?next=%2Fadmin%2Ftopics%2Fshop%3Fjob%3D1"
     );
     let r = a.form("/admin/topics", &[("name", "x")]).await;
@@ -608,11 +583,11 @@ async fn with_a_token_sign_in_and_bearer_are_required() {
         )
         .await;
     assert!(
-        r.location.starts_with("/admin/login?failed=1"),
+        r.location().starts_with("/admin/login?failed=1"),
         "{}",
-        r.location
+        r.location()
     );
-    assert!(r.set_cookie.is_empty());
+    assert!(r.set_cookie().is_empty());
     let r = a
         .form(
             "/admin/login",
@@ -623,9 +598,13 @@ async fn with_a_token_sign_in_and_bearer_are_required() {
             ],
         )
         .await;
-    assert_eq!(r.location, "/", "only a path of this site follows a login");
-    assert!(r.set_cookie.contains("HttpOnly") && r.set_cookie.contains("SameSite=Strict"));
-    let session = r.set_cookie.split(';').next().unwrap().to_string();
+    assert_eq!(
+        r.location(),
+        "/",
+        "only a path of this site follows a login"
+    );
+    assert!(r.set_cookie().contains("HttpOnly") && r.set_cookie().contains("SameSite=Strict"));
+    let session = r.set_cookie().split(';').next().unwrap().to_string();
 
     // A forged or stale cookie is not a session.
     a.cookie = Some(session.replace("dq_session=", "dq_session=1"));

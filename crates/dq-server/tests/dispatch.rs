@@ -2,27 +2,18 @@
 //! topic is handled by exactly one live dispatcher, and the topics of one
 //! that stops pass to the others once it is no longer seen alive.
 
+mod support;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use dq_core::{Body, Clock, JobId, ManualClock, NewJob, Store, Topic, When};
-use dq_redis::{RedisConfig, RedisStore, ShardedStore};
+use dq_core::{Body, Clock, JobId, ManualClock, NewJob, Topic, When};
 use dq_server::dispatcher::Dispatcher;
 use dq_server::wakers::Wakers;
-use dq_testkit::RedisServer;
 
 #[tokio::test]
 async fn live_dispatchers_share_the_topics() {
-    let redis = RedisServer::start();
-    let store: Arc<dyn Store> = Arc::new(ShardedStore::new(vec![(
-        "r".into(),
-        RedisStore::new(&RedisConfig {
-            url: redis.url(),
-            clock: dq_redis::TimeSource::Caller,
-            ..Default::default()
-        })
-        .unwrap(),
-    )]));
+    let (store, _redis) = support::sharded_redis_store();
     let clock = ManualClock::new(1_700_000_000_000);
     let topics: Vec<Topic> = (0..30)
         .map(|i| Topic::new(format!("t{i}")).unwrap())

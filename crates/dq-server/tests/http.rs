@@ -1,130 +1,65 @@
-//! The HTTP API through the real router, against a private redis-server.
+//! The HTTP API through the real router, on the embedded store and on the
+//! sharded Redis store (`dq_testkit::router_tests!` runs each test on both).
 //! Every error code of docs/api.md is produced here, and every rejected
 //! request is checked to have written nothing.
+//!
+//! A few tests are about Redis and run on it alone: Redis unreachable (503,
+//! `dq_up` 0), one shard of two down, and partitions (the embedded store
+//! keeps a topic in one and refuses more). Three go through both stores in
+//! one test, store by store (bodies as sent, lateness from a past due time,
+//! the gauges of a waiting reserve).
+
+mod support;
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use dq_core::{Clock, Limits, ManualClock, SystemClock};
-use dq_redis::{RedisConfig, RedisStore};
-use dq_server::{AppState, app};
+use dq_core::{Clock, ManualClock, SystemClock};
 use dq_testkit::RedisServer;
+use dq_testkit::http::{Api, FreshApi, parse_metrics, post_json};
 use serde_json::{Value, json};
-use tower::ServiceExt;
+use support::{api_over, embedded_store, redis_shard, sharded_redis_at, sharded_redis_store};
 
-struct Api {
-    router: Router,
-    _redis: Option<RedisServer>,
+dq_testkit::router_tests! {
+    embedded: FreshApi::new(|clock| api_over(embedded_store(), clock)),
+    sharded_redis: FreshApi::new(|clock| api_over(sharded_redis_store(), clock)),
+    tests: [
+        unpaid_order_tour,
+        nack_retries_then_dead_replay_and_purge,
+        batch_enqueue_and_batch_ack_report_per_item,
+        reserve_long_poll_wakes_on_enqueue_and_due_time,
+        every_error_code_and_nothing_written,
+        openapi_document_names_every_route,
+        metrics_after_known_operations,
+        request_ids_are_echoed_or_made,
+        a_topic_turned_to_push_or_back_is_seen_by_reserve_at_once,
+        a_json_body_comes_back_as_it_was_sent,
+        dead_letter_calls_name_a_known_topic_and_dot_names_are_refused,
+        every_v1_error_is_json,
+    ],
 }
 
-fn state_for(url: String, clock: Arc<dyn Clock>) -> AppState {
-    let store = RedisStore::new(&RedisConfig {
-        url,
-        response_timeout: std::time::Duration::from_millis(500),
-        connect_timeout: std::time::Duration::from_millis(200),
-        clock: dq_redis::TimeSource::Caller,
-        ..Default::default()
-    })
-    .unwrap();
-    let limits = Limits {
-        max_body_bytes: 1000,
-        ..Limits::default()
-    };
-    // As `dq serve` runs it: the sharded store over one Redis.
-    let store = dq_redis::ShardedStore::new(vec![("redis".into(), store)]);
-    AppState::new(Arc::new(store), clock, limits)
+/// An API over a fresh sharded Redis store, on the system clock.
+fn redis_api() -> Api {
+    api_over(sharded_redis_store(), Arc::new(SystemClock))
 }
 
-fn api_with_clock(clock: Arc<dyn Clock>) -> Api {
-    let redis = RedisServer::start();
-    let router = app(state_for(redis.url(), clock), 64 * 1024);
-    Api {
-        router,
-        _redis: Some(redis),
-    }
+/// An API over a fresh embedded store on a temp dir, on the system clock.
+fn embedded_api() -> Api {
+    api_over(embedded_store(), Arc::new(SystemClock))
 }
 
-fn api() -> Api {
-    api_with_clock(Arc::new(SystemClock))
+/// An API over the sharded store of one Redis that nobody listens on.
+fn api_with_redis_down() -> Api {
+    let port = dq_testkit::free_port();
+    let store = sharded_redis_at(&format!("redis://127.0.0.1:{port}"));
+    api_over((Arc::new(store), ()), Arc::new(SystemClock))
 }
 
-impl Api {
-    async fn call(&self, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let req = Request::builder().method(method).uri(uri);
-        let req = match body {
-            Some(b) => req
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(b.to_string())),
-            None => req.body(Body::empty()),
-        }
-        .unwrap();
-        self.raw(req).await
-    }
-
-    /// `GET /metrics` as text.
-    async fn metrics_text(&self) -> String {
-        let (_, text) = reply_text(
-            self,
-            Request::builder()
-                .uri("/metrics")
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
-        text
-    }
-
-    async fn raw(&self, req: Request<Body>) -> (StatusCode, Value) {
-        let res = self.router.clone().oneshot(req).await.unwrap();
-        let status = res.status();
-        let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        (status, v)
-    }
-
-    async fn stats(&self, topic: &str) -> Value {
-        let (s, v) = self.call("GET", &format!("/v1/topics/{topic}"), None).await;
-        if s == StatusCode::NOT_FOUND {
-            return json!({"scheduled": 0, "ready": 0, "reserved": 0, "dead": 0});
-        }
-        v["stats"].clone()
-    }
-
-    /// [`Api::expect_error`] for each `(method, uri, body, status, code)`, in order.
-    async fn expect_errors(&self, cases: &[(&str, &str, Option<Value>, u16, &str)]) {
-        for (method, uri, body, status, code) in cases {
-            self.expect_error(method, uri, body.clone(), *status, code)
-                .await;
-        }
-    }
-
-    async fn expect_error(
-        &self,
-        method: &str,
-        uri: &str,
-        body: Option<Value>,
-        status: u16,
-        code: &str,
-    ) {
-        let (s, v) = self.call(method, uri, body).await;
-        assert_eq!(s.as_u16(), status, "{method} {uri}: {v}");
-        assert_eq!(v["error"]["code"], json!(code), "{method} {uri}: {v}");
-        assert!(
-            v["error"]["message"]
-                .as_str()
-                .is_some_and(|m| !m.is_empty())
-        );
-    }
-}
-
-#[tokio::test]
-async fn unpaid_order_tour() {
+async fn unpaid_order_tour(fresh: FreshApi) {
     let clock = ManualClock::new(1_700_000_000_000);
-    let a = api_with_clock(Arc::new(clock.clone()));
+    let a = fresh.with_clock(Arc::new(clock.clone()));
     let (s, v) = a
         .call(
             "POST",
@@ -221,10 +156,9 @@ async fn unpaid_order_tour() {
     );
 }
 
-#[tokio::test]
-async fn nack_retries_then_dead_replay_and_purge() {
+async fn nack_retries_then_dead_replay_and_purge(fresh: FreshApi) {
     let clock = ManualClock::new(1_700_000_000_000);
-    let a = api_with_clock(Arc::new(clock.clone()));
+    let a = fresh.with_clock(Arc::new(clock.clone()));
     let (s, v) = a
         .call(
             "PUT",
@@ -306,9 +240,8 @@ async fn nack_retries_then_dead_replay_and_purge() {
         .await;
 }
 
-#[tokio::test]
-async fn batch_enqueue_and_batch_ack_report_per_item() {
-    let a = api();
+async fn batch_enqueue_and_batch_ack_report_per_item(fresh: FreshApi) {
+    let a = fresh.api();
     let (s, v) = a
         .call(
             "POST",
@@ -353,9 +286,8 @@ async fn batch_enqueue_and_batch_ack_report_per_item() {
     assert_eq!(r[2]["error"]["code"], json!("job_not_found"));
 }
 
-#[tokio::test]
-async fn reserve_long_poll_wakes_on_enqueue_and_due_time() {
-    let a = Arc::new(api());
+async fn reserve_long_poll_wakes_on_enqueue_and_due_time(fresh: FreshApi) {
+    let a = Arc::new(fresh.api());
     let waiter = {
         let a = a.clone();
         tokio::spawn(async move {
@@ -398,9 +330,8 @@ async fn reserve_long_poll_wakes_on_enqueue_and_due_time() {
     assert!(t0.elapsed().as_millis() >= 200);
 }
 
-#[tokio::test]
-async fn every_error_code_and_nothing_written() {
-    let a = api();
+async fn every_error_code_and_nothing_written(fresh: FreshApi) {
+    let a = fresh.api();
     let j = "/v1/topics/t/jobs";
     a.expect_errors(&[
         (
@@ -763,24 +694,16 @@ async fn every_error_code_and_nothing_written() {
 
 #[tokio::test]
 async fn store_down_gives_503_with_retry_after() {
-    let port = dq_testkit::free_port();
-    let router = app(
-        state_for(format!("redis://127.0.0.1:{port}"), Arc::new(SystemClock)),
-        64 * 1024,
-    );
-    let a = Api {
-        router,
-        _redis: None,
-    };
+    let a = api_with_redis_down();
     let req = Request::builder()
         .method("POST")
         .uri("/v1/topics/t/jobs")
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from("{\"body\": 1}"))
         .unwrap();
-    let res = a.router.clone().oneshot(req).await.unwrap();
-    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(res.headers().get(header::RETRY_AFTER).unwrap(), "1");
+    let res = a.send(req).await;
+    assert_eq!(res.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(res.headers.get(header::RETRY_AFTER).unwrap(), "1");
     a.expect_error("GET", "/readyz", None, 503, "store_unavailable")
         .await;
     // ... and says which part is down, as the 200 answer does.
@@ -797,9 +720,8 @@ async fn store_down_gives_503_with_retry_after() {
     assert_eq!(s, StatusCode::OK, "the process itself is healthy");
 }
 
-#[tokio::test]
-async fn openapi_document_names_every_route() {
-    let a = api();
+async fn openapi_document_names_every_route(fresh: FreshApi) {
+    let a = fresh.api();
     let (s, v) = a.call("GET", "/openapi.json", None).await;
     assert_eq!(s, StatusCode::OK);
     assert!(v["openapi"].as_str().unwrap().starts_with("3."));
@@ -836,43 +758,8 @@ async fn openapi_document_names_every_route() {
     }
 }
 
-/// Parses the Prometheus text format into (name{labels} -> value), checking
-/// every sample line is well formed and every family has HELP and TYPE.
-fn parse_metrics(text: &str) -> std::collections::HashMap<String, f64> {
-    let mut samples = std::collections::HashMap::new();
-    let mut typed = std::collections::HashSet::new();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let mut parts = rest.split_whitespace();
-            let name = parts.next().unwrap().to_string();
-            let kind = parts.next().unwrap();
-            assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
-            typed.insert(name);
-            continue;
-        }
-        if line.starts_with('#') || line.is_empty() {
-            continue;
-        }
-        let (key, value) = line
-            .rsplit_once(' ')
-            .unwrap_or_else(|| panic!("bad line {line:?}"));
-        let value: f64 = value
-            .parse()
-            .unwrap_or_else(|_| panic!("bad value in {line:?}"));
-        let name = key.split('{').next().unwrap();
-        let family = ["_bucket", "_sum", "_count"]
-            .iter()
-            .find_map(|s| name.strip_suffix(s).filter(|f| typed.contains(*f)))
-            .unwrap_or(name);
-        assert!(typed.contains(family), "{name} has no TYPE line");
-        samples.insert(key.to_string(), value);
-    }
-    samples
-}
-
-#[tokio::test]
-async fn metrics_after_known_operations() {
-    let a = api();
+async fn metrics_after_known_operations(fresh: FreshApi) {
+    let a = fresh.api();
     a.call(
         "POST",
         "/v1/topics/m/jobs:batch",
@@ -920,30 +807,21 @@ async fn metrics_after_known_operations() {
         .await;
     assert_eq!(s, StatusCode::OK);
     let res = a
-        .router
-        .clone()
-        .oneshot(
+        .send(
             Request::builder()
                 .uri("/metrics")
                 .body(Body::empty())
                 .unwrap(),
         )
-        .await
-        .unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
+        .await;
+    assert_eq!(res.status, StatusCode::OK);
     assert!(
-        res.headers()[header::CONTENT_TYPE]
+        res.headers[header::CONTENT_TYPE]
             .to_str()
             .unwrap()
             .starts_with("text/plain; version=0.0.4")
     );
-    let text = String::from_utf8(
-        axum::body::to_bytes(res.into_body(), usize::MAX)
-            .await
-            .unwrap()
-            .to_vec(),
-    )
-    .unwrap();
+    let text = res.text;
     let m = parse_metrics(&text);
     let get = |k: &str| *m.get(k).unwrap_or_else(|| panic!("no {k} in\n{text}"));
     assert_eq!(get("dq_up"), 1.0);
@@ -1003,57 +881,36 @@ async fn metrics_after_known_operations() {
 
 #[tokio::test]
 async fn metrics_say_when_the_store_is_down() {
-    let port = dq_testkit::free_port();
-    let router = app(
-        state_for(format!("redis://127.0.0.1:{port}"), Arc::new(SystemClock)),
-        64 * 1024,
-    );
-    let a = Api {
-        router,
-        _redis: None,
-    };
+    let a = api_with_redis_down();
     let res = a
-        .router
-        .clone()
-        .oneshot(
+        .send(
             Request::builder()
                 .uri("/metrics")
                 .body(Body::empty())
                 .unwrap(),
         )
-        .await
-        .unwrap();
+        .await;
     assert_eq!(
-        res.status(),
+        res.status,
         StatusCode::OK,
         "metrics are served while the store is down"
     );
-    let text = String::from_utf8(
-        axum::body::to_bytes(res.into_body(), usize::MAX)
-            .await
-            .unwrap()
-            .to_vec(),
-    )
-    .unwrap();
+    let text = res.text;
     assert_eq!(parse_metrics(&text)["dq_up"], 0.0);
 }
 
-#[tokio::test]
-async fn request_ids_are_echoed_or_made() {
-    let a = api();
+async fn request_ids_are_echoed_or_made(fresh: FreshApi) {
+    let a = fresh.api();
     let res = a
-        .router
-        .clone()
-        .oneshot(
+        .send(
             Request::builder()
                 .uri("/healthz")
                 .header("x-request-id", "abc-123")
                 .body(Body::empty())
                 .unwrap(),
         )
-        .await
-        .unwrap();
-    assert_eq!(res.headers()["x-request-id"], "abc-123");
+        .await;
+    assert_eq!(res.headers["x-request-id"], "abc-123");
     let ids: Vec<String> = two_request_ids(&a).await;
     assert_eq!(ids.len(), 2);
     assert_ne!(ids[0], ids[1], "each request gets its own id");
@@ -1064,17 +921,14 @@ async fn two_request_ids(a: &Api) -> Vec<String> {
     let mut out = Vec::new();
     for _ in 0..2 {
         let res = a
-            .router
-            .clone()
-            .oneshot(
+            .send(
                 Request::builder()
                     .uri("/healthz")
                     .body(Body::empty())
                     .unwrap(),
             )
-            .await
-            .unwrap();
-        out.push(res.headers()["x-request-id"].to_str().unwrap().to_string());
+            .await;
+        out.push(res.headers["x-request-id"].to_str().unwrap().to_string());
     }
     out
 }
@@ -1085,27 +939,14 @@ async fn two_request_ids(a: &Api) -> Vec<String> {
 async fn health_per_shard() {
     let up = RedisServer::start();
     let dead_port = dq_testkit::free_port();
-    let shard = |url: String| {
-        RedisStore::new(&RedisConfig {
-            url,
-            response_timeout: std::time::Duration::from_millis(300),
-            connect_timeout: std::time::Duration::from_millis(200),
-            clock: dq_redis::TimeSource::Caller,
-            ..Default::default()
-        })
-        .unwrap()
-    };
     let store = dq_redis::ShardedStore::new(vec![
-        ("a".into(), shard(up.url())),
-        ("b".into(), shard(format!("redis://127.0.0.1:{dead_port}"))),
-    ]);
-    let a = Api {
-        router: app(
-            AppState::new(Arc::new(store), Arc::new(SystemClock), Limits::default()),
-            64 * 1024,
+        ("a".into(), redis_shard(&up.url())),
+        (
+            "b".into(),
+            redis_shard(&format!("redis://127.0.0.1:{dead_port}")),
         ),
-        _redis: None,
-    };
+    ]);
+    let a = api_over((Arc::new(store), ()), Arc::new(SystemClock));
     let (s, v) = a.call("GET", "/readyz", None).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(v["stores"][0], json!({"name": "a", "up": true}));
@@ -1116,23 +957,14 @@ async fn health_per_shard() {
             .is_some_and(|e| !e.is_empty())
     );
     let res = a
-        .router
-        .clone()
-        .oneshot(
+        .send(
             Request::builder()
                 .uri("/metrics")
                 .body(Body::empty())
                 .unwrap(),
         )
-        .await
-        .unwrap();
-    let text = String::from_utf8(
-        axum::body::to_bytes(res.into_body(), usize::MAX)
-            .await
-            .unwrap()
-            .to_vec(),
-    )
-    .unwrap();
+        .await;
+    let text = res.text;
     let m = parse_metrics(&text);
     assert_eq!(m["dq_up"], 1.0);
     assert_eq!(m["dq_store_up{store=\"a\"}"], 1.0);
@@ -1144,7 +976,7 @@ async fn health_per_shard() {
 /// their partition, the count cannot change while jobs wait, bounds checked.
 #[tokio::test]
 async fn partitions_through_the_api() {
-    let a = api();
+    let a = redis_api();
     for bad in [0, 257] {
         a.expect_error(
             "PUT",
@@ -1195,9 +1027,8 @@ async fn partitions_through_the_api() {
     assert_eq!(v["config"]["partitions"], json!(4), "unchanged");
 }
 
-#[tokio::test]
-async fn a_topic_turned_to_push_or_back_is_seen_by_reserve_at_once() {
-    let a = api();
+async fn a_topic_turned_to_push_or_back_is_seen_by_reserve_at_once(fresh: FreshApi) {
+    let a = fresh.api();
     let reserve = json!({"topics": ["hooks"], "max": 1});
     let (s, _) = a
         .call("POST", "/v1/topics/hooks/jobs", Some(json!({"id": "j1"})))
@@ -1239,9 +1070,8 @@ async fn a_topic_turned_to_push_or_back_is_seen_by_reserve_at_once() {
     );
 }
 
-#[tokio::test]
-async fn a_json_body_comes_back_as_it_was_sent() {
-    let a = api();
+async fn a_json_body_comes_back_as_it_was_sent(fresh: FreshApi) {
+    let a = fresh.api();
     // Key order, spacing, a float written 1.0, an escape, a big integer:
     // all things a parse-and-print would change.
     let body = r#"{"z": 1.0,  "a": "\u00e9\n", "n": 12345678901234567890123}"#;
@@ -1254,14 +1084,8 @@ async fn a_json_body_comes_back_as_it_was_sent() {
     let (s, v) = a.raw(req).await;
     assert_eq!(s, StatusCode::CREATED, "{v}");
     let text = |req: Request<Body>| {
-        let router = a.router.clone();
-        async move {
-            let res = router.oneshot(req).await.unwrap();
-            let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
-                .await
-                .unwrap();
-            String::from_utf8(bytes.to_vec()).unwrap()
-        }
+        let a = &a;
+        async move { a.text(req).await.1 }
     };
     let got = text(
         Request::builder()
@@ -1286,9 +1110,8 @@ async fn a_json_body_comes_back_as_it_was_sent() {
     );
 }
 
-#[tokio::test]
-async fn dead_letter_calls_name_a_known_topic_and_dot_names_are_refused() {
-    let a = api();
+async fn dead_letter_calls_name_a_known_topic_and_dot_names_are_refused(fresh: FreshApi) {
+    let a = fresh.api();
     let (s, _) = a
         .call("POST", "/v1/topics/known/jobs", Some(json!({"id": "j"})))
         .await;
@@ -1370,9 +1193,8 @@ async fn dead_letter_calls_name_a_known_topic_and_dot_names_are_refused() {
     assert_eq!((s, v["replayed"].clone()), (StatusCode::OK, json!(0)));
 }
 
-#[tokio::test]
-async fn every_v1_error_is_json() {
-    let a = api();
+async fn every_v1_error_is_json(fresh: FreshApi) {
+    let a = fresh.api();
     let (s, _) = a
         .call("POST", "/v1/topics/t/jobs", Some(json!({"id": "j"})))
         .await;
@@ -1415,40 +1237,6 @@ async fn every_v1_error_is_json() {
     assert_eq!((s, v["jobs"].clone()), (StatusCode::OK, json!([])));
 }
 
-/// An API over the embedded store on a temp dir (for tests that must hold on
-/// both stores).
-fn embedded_api() -> (Api, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = dq_embedded::EmbeddedStore::open(dir.path().join("data")).unwrap();
-    let state = AppState::new(Arc::new(store), Arc::new(SystemClock), Limits::default());
-    (
-        Api {
-            router: app(state, 64 * 1024),
-            _redis: None,
-        },
-        dir,
-    )
-}
-
-/// The exact bytes of a reply.
-async fn reply_text(a: &Api, req: Request<Body>) -> (StatusCode, String) {
-    let res = a.router.clone().oneshot(req).await.unwrap();
-    let status = res.status();
-    let bytes = axum::body::to_bytes(res.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (status, String::from_utf8(bytes.to_vec()).unwrap())
-}
-
-fn post_json(uri: &str, text: String) -> Request<Body> {
-    Request::builder()
-        .method("POST")
-        .uri(uri)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(text))
-        .unwrap()
-}
-
 #[tokio::test]
 async fn bodies_are_stored_as_sent_or_refused_on_both_stores() {
     // What a parse-and-print would change: numbers beyond f64 and u64, -0,
@@ -1466,41 +1254,36 @@ async fn bodies_are_stored_as_sent_or_refused_on_both_stores() {
         r#"{"b":1,"a":[ 1 , 2 ]}"#.to_string(),
         deep,
     ];
-    let (embedded, _dir) = embedded_api();
-    for (store, a) in [("redis", api()), ("embedded", embedded)] {
+    for (store, a) in [("redis", redis_api()), ("embedded", embedded_api())] {
         for (i, body) in bodies.iter().enumerate() {
             let id = format!("b{i}");
-            let (s, v) = reply_text(
-                &a,
-                post_json(
+            let (s, v) = a
+                .text(post_json(
                     "/v1/topics/asis/jobs",
                     format!(r#"{{"id": "{id}", "body": {body}}}"#),
-                ),
-            )
-            .await;
+                ))
+                .await;
             assert_eq!(s, StatusCode::CREATED, "{store} {body}: {v}");
-            let (_, got) = reply_text(
-                &a,
-                Request::builder()
-                    .uri(format!("/v1/topics/asis/jobs/{id}"))
-                    .body(Body::empty())
-                    .unwrap(),
-            )
-            .await;
+            let (_, got) = a
+                .text(
+                    Request::builder()
+                        .uri(format!("/v1/topics/asis/jobs/{id}"))
+                        .body(Body::empty())
+                        .unwrap(),
+                )
+                .await;
             assert!(
                 got.contains(&format!(r#""body":{body}"#)),
                 "{store}: {body} came back as {got}"
             );
         }
         // Every one handed out as sent, too.
-        let (_, got) = reply_text(
-            &a,
-            post_json(
+        let (_, got) = a
+            .text(post_json(
                 "/v1/reserve",
                 r#"{"topics": ["asis"], "max": 100}"#.to_string(),
-            ),
-        )
-        .await;
+            ))
+            .await;
         for body in &bodies {
             assert!(
                 got.contains(&format!(r#""body":{body}"#)),
@@ -1510,14 +1293,12 @@ async fn bodies_are_stored_as_sent_or_refused_on_both_stores() {
         // Deeper than the documented limit: refused, nothing written.
         for n in [200, 30_000] {
             let too_deep = format!("{}{}", "[".repeat(n), "]".repeat(n));
-            let (s, v) = reply_text(
-                &a,
-                post_json(
+            let (s, v) = a
+                .text(post_json(
                     "/v1/topics/asis/jobs",
                     format!(r#"{{"id": "deep", "body": {too_deep}}}"#),
-                ),
-            )
-            .await;
+                ))
+                .await;
             assert_eq!(s, StatusCode::BAD_REQUEST, "{store}: {v}");
             assert!(v.contains("invalid_body") && v.contains("128"), "{v}");
             let (s, _) = a.call("GET", "/v1/topics/asis/jobs/deep", None).await;
@@ -1531,8 +1312,7 @@ async fn bodies_are_stored_as_sent_or_refused_on_both_stores() {
 /// bucket and fire the documented alerts).
 #[tokio::test]
 async fn lateness_and_overdue_count_from_the_enqueue_for_a_past_due_time() {
-    let (embedded, _dir) = embedded_api();
-    for (store, a) in [("redis", api()), ("embedded", embedded)] {
+    for (store, a) in [("redis", redis_api()), ("embedded", embedded_api())] {
         let (s, v) = a
             .call(
                 "POST",
@@ -1570,8 +1350,7 @@ async fn lateness_and_overdue_count_from_the_enqueue_for_a_past_due_time() {
 /// calls waiting, push deliveries in flight; HTTP histograms stay small.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_store_size_waiting_reserves_and_deliveries() {
-    let (embedded, _dir) = embedded_api();
-    for (store, a) in [("redis", api()), ("embedded", embedded)] {
+    for (store, a) in [("redis", redis_api()), ("embedded", embedded_api())] {
         let a = Arc::new(a);
         let waiter = {
             let a = a.clone();

@@ -1,6 +1,8 @@
 //! Push delivery against real HTTP receivers on loopback ports, with a real
 //! `Server` (embedded store on a temp dir).
 
+mod support;
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -87,15 +89,14 @@ struct Dq {
 
 async fn dq(deny_private: bool) -> Dq {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let dir = tempfile::tempdir().unwrap();
-    let store = dq_embedded::EmbeddedStore::open(dir.path().join("data")).unwrap();
+    let (store, dir) = support::embedded_store();
     let server = Server::new(
         ServerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             push_deny_private: deny_private,
             ..Default::default()
         },
-        Arc::new(store),
+        store,
         Arc::new(dq_core::SystemClock),
     );
     let l = server.bind().await.unwrap();
@@ -637,8 +638,7 @@ async fn push_retry_schedule_is_exact_with_a_test_clock() {
         .unwrap()
         .extend([(500, None), (500, None), (500, None)]);
     let url = r.start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let store = dq_embedded::EmbeddedStore::open(dir.path().join("data")).unwrap();
+    let (store, dir) = support::embedded_store();
     let t0 = 1_700_000_000_000u64;
     let clock = dq_core::ManualClock::new(t0);
     let server = Server::new(
@@ -646,7 +646,7 @@ async fn push_retry_schedule_is_exact_with_a_test_clock() {
             listen: "127.0.0.1:0".parse().unwrap(),
             ..Default::default()
         },
-        Arc::new(store),
+        store,
         Arc::new(clock.clone()),
     );
     let st = server.state().clone();
@@ -660,7 +660,7 @@ async fn push_retry_schedule_is_exact_with_a_test_clock() {
         base,
         http: reqwest::Client::new(),
         _stop,
-        _dir: tempfile::tempdir().unwrap(),
+        _dir: dir,
     };
     d.push_topic("sched", json!({"mode": "push", "url": url}), json!({}))
         .await;

@@ -5,9 +5,14 @@
 //! - [`cluster`]: a Redis Cluster of such servers (`redis-cli --cluster create`).
 //! - [`conformance`]: the Store contract as `pub async fn` scenarios, and the
 //!   [`conformance_tests!`] macro that instantiates all of them for a store.
+//! - [`http`]: the harness of the router tests (requests through an
+//!   `axum::Router`, replies as JSON or text, error bodies checked, metrics
+//!   parsed), and the [`router_tests!`] macro that runs each such test on the
+//!   embedded store and on the sharded Redis store.
 
 pub mod cluster;
 pub mod conformance;
+pub mod http;
 pub mod redis;
 
 pub use cluster::RedisCluster;

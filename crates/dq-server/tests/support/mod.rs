@@ -1,0 +1,83 @@
+//! The stores dq-server's tests run on, each fresh and empty, with what must
+//! outlive it: the embedded store on a temp dir, and the sharded Redis store
+//! (`dq serve`'s Redis store: `ShardedStore` over one private
+//! `redis-server`, time given by the caller, short timeouts so a test of an
+//! unreachable store fails fast). [`api_over`] puts the router on a store.
+//!
+//! The request helpers and the macro that runs a test on both stores are in
+//! `dq_testkit::http`; the stores are here because dq-testkit cannot name
+//! them: dq-embedded and dq-redis dev-depend on dq-testkit for the
+//! conformance suite, so depending on them would make a cycle. A macro in
+//! dq-testkit expanding `dq_embedded::`/`dq_redis::` paths in the caller
+//! would break that cycle too, but as code dq-testkit never compiles itself:
+//! a change to a store's constructor would surface at each expansion, far
+//! from its cause. Here it is plain code, compiled with its only users.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dq_core::{Clock, Limits, Store};
+use dq_embedded::EmbeddedStore;
+use dq_redis::{RedisConfig, RedisStore, ShardedStore, TimeSource};
+use dq_server::{AppState, app};
+use dq_testkit::RedisServer;
+use dq_testkit::http::Api;
+
+/// The largest request the tests' routers accept (`app`'s `max_request_bytes`).
+pub(crate) const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// A fresh embedded store in a temp dir; the dir goes when the guard drops.
+pub(crate) fn embedded_store() -> (Arc<dyn Store>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(dir.path().join("data")).unwrap();
+    (Arc::new(store), dir)
+}
+
+/// A fresh sharded Redis store over one private `redis-server`, stopped
+/// when the guard drops.
+pub(crate) fn sharded_redis_store() -> (Arc<dyn Store>, RedisServer) {
+    let redis = RedisServer::start();
+    (Arc::new(sharded_redis_at(&redis.url())), redis)
+}
+
+/// The sharded store, as `dq serve` runs it, over the one Redis at `url`
+/// (reachable or not: a test of a store that is down gives a free port).
+pub(crate) fn sharded_redis_at(url: &str) -> ShardedStore {
+    ShardedStore::new(vec![("redis".into(), redis_shard(url))])
+}
+
+/// One shard: the Redis at `url`, time given by the caller, timeouts short
+/// enough that an unreachable one is reported within a test's patience.
+pub(crate) fn redis_shard(url: &str) -> RedisStore {
+    RedisStore::new(&RedisConfig {
+        url: url.to_string(),
+        response_timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(200),
+        clock: TimeSource::Caller,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// The limits the HTTP tests expect: a job body over 1000 bytes is refused
+/// (`body_too_large`), well below the request limit (`request_too_large`).
+pub(crate) fn limits() -> Limits {
+    Limits {
+        max_body_bytes: 1000,
+        ..Limits::default()
+    }
+}
+
+/// The router over `store` with [`limits`], reading time from `clock`;
+/// `guard` is kept as long as the API.
+pub(crate) fn api_over(
+    (store, guard): (Arc<dyn Store>, impl std::any::Any + Send + Sync),
+    clock: Arc<dyn Clock>,
+) -> Api {
+    Api::new(
+        app(AppState::new(store, clock, limits()), MAX_REQUEST_BYTES),
+        guard,
+    )
+}
