@@ -239,7 +239,7 @@ async fn delivers_signed_and_acks_after_2xx() {
     }
     assert!(metrics.contains(want), "{metrics}");
     assert!(!metrics.contains("outcome=\"retry\""), "{metrics}");
-    // The deliverer's own claims are not consumers waiting for work.
+    // The deliverer's own reserves are not consumers waiting for work.
     assert!(
         metrics.contains("\ndq_reserve_in_progress 0\n"),
         "{metrics}"

@@ -1,6 +1,6 @@
 //! The Store contract as scenarios. Each `pub async fn` takes a fresh, empty
 //! store and checks one part of the guarantees (README, docs/design.md), with time given
-//! explicitly so every expectation is exact. [`conformance_tests!`] turns all
+//! explicitly so every expectation is exact. [`conformance_tests!`](crate::conformance_tests) turns all
 //! of them into `#[tokio::test]`s for one store.
 //!
 //! Every assertion here would fail if the store broke the rule it checks.
