@@ -7,7 +7,11 @@
 #   scripts/bench-fresh.sh shards drain --jobs 100000 --window 0s..0s --partitions 12
 #   scripts/bench-fresh.sh cluster drain --jobs 100000 --window 0s..0s --partitions 12
 #
+#   scripts/bench-fresh.sh redis forward --target self --rate 0 --jobs 50000
+#
 # Uses target/release/dq (cargo build --release -p dq-cli) unless DQ_BIN is set.
+# `--target self` (forward) names the store's own Redis (the redis store);
+# `--target other` a second private redis-server.
 # The redis store gets a private redis-server (no persistence) on a free port;
 # shards: three of them; cluster: a 3-master Redis Cluster of them.
 set -euo pipefail
@@ -91,4 +95,17 @@ for _ in range(400):
         time.sleep(0.05)
 sys.exit("dq serve did not become ready")
 PY
-"$bin" bench --server "http://$listen" "$@" "${extra[@]}"
+args=()
+for a in "$@"; do
+  case $a in
+    self) args+=("redis://127.0.0.1:${redis_port:?--target self needs the redis store}") ;;
+    other)
+      p=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      mkdir -p "$dir/t"
+      redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir/t" --logfile "$dir/t/redis.log" --daemonize yes
+      extra_ports+=("$p"); sleep 0.2
+      args+=("redis://127.0.0.1:$p") ;;
+    *) args+=("$a") ;;
+  esac
+done
+"$bin" bench --server "http://$listen" "${args[@]}" "${extra[@]}"

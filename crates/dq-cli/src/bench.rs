@@ -128,6 +128,23 @@ enum Scenario {
         #[arg(long, default_value_t = 64)]
         concurrency: usize,
     },
+    /// Forwarding into a Redis Stream read by the bench (`XREAD`): R jobs/s
+    /// for T with delays in [a, b] (lateness), or with --rate 0, N jobs due
+    /// at once (jobs/s)
+    Forward {
+        /// The target Redis (the store's own for the one-script path)
+        #[arg(long)]
+        target: String,
+        #[arg(long, default_value_t = 2000)]
+        rate: usize,
+        #[arg(long, default_value = "20s")]
+        duration: String,
+        #[arg(long, default_value = "1s..10s")]
+        delay: String,
+        /// With --rate 0: jobs enqueued at once, all due now
+        #[arg(long, default_value_t = 50_000)]
+        jobs: usize,
+    },
     /// Store bytes per scheduled job: N jobs of a body size, measured on the
     /// embedded store's directory or Redis' INFO memory
     Storage {
@@ -502,6 +519,128 @@ async fn steady(api: &Client, topic: &str, run_id: &str, p: &SteadyPlan) -> Resu
     )
 }
 
+/// Jobs a push or forward bench expects: `rate` × its duration, or with
+/// rate 0 the `jobs` enqueued at once.
+fn expected_jobs(rate: usize, jobs: usize, plan: &SteadyPlan) -> usize {
+    if rate == 0 {
+        jobs
+    } else {
+        (rate as f64 * plan.secs) as usize
+    }
+}
+
+/// Feeds a topic dq delivers itself (push, forward) and waits until `obs`
+/// saw every job (or a minute past the last due time): lateness, lost,
+/// duplicated, early, and with rate 0 the jobs per second.
+async fn delivered(
+    api: &Client,
+    topic: &str,
+    run_id: &str,
+    rate: usize,
+    jobs: usize,
+    plan: &SteadyPlan,
+    obs: &Arc<Mutex<Observed>>,
+) -> Result<Value> {
+    let expected = expected_jobs(rate, jobs, plan);
+    let pb = progress(expected as u64, "delivered");
+    let started = Instant::now();
+    let t0_us = now_us();
+    let errors = if rate == 0 {
+        let bd = body(64);
+        let rid = run_id.to_string();
+        let job = Arc::new(move |i: usize| NewJob::json(&bd).id(format!("{rid}-{i}")));
+        produce(api, topic, jobs, 1000, 2, job, &ProgressBar::hidden()).await?
+    } else {
+        feed(api, topic, run_id, plan).await
+    };
+    let limit = started
+        + Duration::from_secs_f64(plan.secs)
+        + Duration::from_millis(plan.delay.1)
+        + Duration::from_secs(60);
+    loop {
+        let n = obs.lock().expect("poisoned").seen.len();
+        pb.set_position(n as u64);
+        if n >= expected || Instant::now() > limit {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Late duplicates would show up shortly after.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    pb.finish_and_clear();
+    let o = obs.lock().expect("poisoned");
+    let dup: u64 = o.seen.values().map(|c| (*c as u64).saturating_sub(1)).sum();
+    let wall = (o.last_us.saturating_sub(t0_us)) as f64 / 1e6;
+    let mut v = json!({"jobs": expected, "enqueue_errors": errors,
+           "lateness": lateness_json(&o.lateness),
+           "lost": expected.saturating_sub(o.seen.len()), "duplicated": dup, "early": o.early});
+    if rate == 0 {
+        v["seconds"] = json!((wall * 1000.0).round() / 1000.0);
+        v["deliveries_per_s"] = json!((o.seen.len() as f64 / wall.max(0.001)).round());
+    } else {
+        v["rate"] = json!(rate);
+        v["delay_ms"] = json!([plan.delay.0, plan.delay.1]);
+    }
+    Ok(v)
+}
+
+/// A reader of the forward bench's stream (`XREAD BLOCK` from the start):
+/// records, per job id, the entries and the lateness (receipt − the
+/// entry's `due_at_ms`).
+async fn stream_reader(url: &str, stream: &str, expected: usize) -> Result<Arc<Mutex<Observed>>> {
+    let obs = Arc::new(Mutex::new(Observed {
+        seen: HashMap::with_capacity(expected),
+        lateness: Histogram::new_with_bounds(1, 3_600_000_000, 3)?,
+        early: 0,
+        last_us: 0,
+    }));
+    let mut c = redis::Client::open(url)
+        .context("--target")?
+        .get_multiplexed_async_connection()
+        .await
+        .context("cannot reach the --target Redis")?;
+    let (o, stream) = (obs.clone(), stream.to_string());
+    tokio::spawn(async move {
+        let mut from = "0".to_string();
+        loop {
+            let r: redis::RedisResult<redis::streams::StreamReadReply> = redis::cmd("XREAD")
+                .arg("COUNT")
+                .arg(1000)
+                .arg("BLOCK")
+                .arg(500)
+                .arg("STREAMS")
+                .arg(&stream)
+                .arg(&from)
+                .query_async(&mut c)
+                .await;
+            let Ok(reply) = r else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            let received = now_us();
+            let mut o = o.lock().expect("poisoned");
+            for k in reply.keys {
+                for e in k.ids {
+                    from = e.id.clone();
+                    let id: String = e.get("id").unwrap_or_default();
+                    let due_us = e.get::<u64>("due_at_ms").unwrap_or(0) * 1000;
+                    if received < due_us {
+                        o.early += 1;
+                    } else {
+                        let _ = o.lateness.record((received - due_us).max(1));
+                    }
+                    *o.seen.entry(id).or_default() += 1;
+                    o.last_us = received;
+                }
+            }
+            if o.seen.len() >= expected {
+                return;
+            }
+        }
+    });
+    Ok(obs)
+}
+
 fn body(bytes: usize) -> Value {
     Value::String("x".repeat(bytes))
 }
@@ -522,6 +661,7 @@ impl BenchArgs {
             Scenario::Steady { .. } => "steady",
             Scenario::Backlog { .. } => "backlog",
             Scenario::Push { .. } => "push",
+            Scenario::Forward { .. } => "forward",
             Scenario::Storage { .. } => "storage",
         };
         let topic = self
@@ -675,11 +815,7 @@ impl BenchArgs {
                 concurrency,
             } => {
                 let plan = SteadyPlan::parse(rate.max(1), &duration, &delay, 0, 0, 64)?;
-                let expected = if rate == 0 {
-                    jobs
-                } else {
-                    (rate as f64 * plan.secs) as usize
-                };
+                let expected = expected_jobs(rate, jobs, &plan);
                 let (url, obs) = receiver(expected).await?;
                 let push = dq_core::PushConfig {
                     url,
@@ -694,45 +830,40 @@ impl BenchArgs {
                     ..Default::default()
                 };
                 api.configure_topic(&topic, &patch).await?;
-                let pb = progress(expected as u64, "delivered");
-                let started = Instant::now();
-                let t0_us = now_us();
-                let errors = if rate == 0 {
-                    let bd = body(64);
-                    let rid = run_id.clone();
-                    let job = Arc::new(move |i: usize| NewJob::json(&bd).id(format!("{rid}-{i}")));
-                    produce(&api, &topic, jobs, 1000, 2, job, &ProgressBar::hidden()).await?
-                } else {
-                    feed(&api, &topic, &run_id, &plan).await
+                let mut v = delivered(&api, &topic, &run_id, rate, jobs, &plan, &obs).await?;
+                v["scenario"] = json!("push");
+                v["concurrency"] = json!(concurrency);
+                v
+            }
+            Scenario::Forward {
+                target,
+                rate,
+                duration,
+                delay,
+                jobs,
+            } => {
+                let plan = SteadyPlan::parse(rate.max(1), &duration, &delay, 0, 0, 64)?;
+                let expected = expected_jobs(rate, jobs, &plan);
+                let stream = format!("dq-bench:{run_id}");
+                let obs = stream_reader(&target, &stream, expected).await?;
+                let patch = dq_core::TopicConfigPatch {
+                    delivery: Some(dq_core::Delivery::RedisStream(
+                        dq_core::forward::StreamTarget {
+                            url: target.clone(),
+                            stream: stream.clone(),
+                            maxlen: None,
+                            fields: dq_core::forward::StreamFields::Flat,
+                        },
+                    )),
+                    ..Default::default()
                 };
-                let limit = started
-                    + Duration::from_secs_f64(plan.secs)
-                    + Duration::from_millis(plan.delay.1)
-                    + Duration::from_secs(60);
-                loop {
-                    let n = obs.lock().expect("poisoned").seen.len();
-                    pb.set_position(n as u64);
-                    if n >= expected || Instant::now() > limit {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                // Late duplicates would show up shortly after.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                pb.finish_and_clear();
-                let o = obs.lock().expect("poisoned");
-                let dup: u64 = o.seen.values().map(|c| (*c as u64).saturating_sub(1)).sum();
-                let wall = (o.last_us.saturating_sub(t0_us)) as f64 / 1e6;
-                let mut v = json!({"scenario": "push", "jobs": expected, "concurrency": concurrency,
-                       "enqueue_errors": errors, "lateness": lateness_json(&o.lateness),
-                       "lost": expected.saturating_sub(o.seen.len()), "duplicated": dup, "early": o.early});
-                if rate == 0 {
-                    v["seconds"] = json!((wall * 1000.0).round() / 1000.0);
-                    v["deliveries_per_s"] = json!((o.seen.len() as f64 / wall.max(0.001)).round());
-                } else {
-                    v["rate"] = json!(rate);
-                    v["delay_ms"] = json!([plan.delay.0, plan.delay.1]);
-                }
+                api.configure_topic(&topic, &patch).await?;
+                let mut v = delivered(&api, &topic, &run_id, rate, jobs, &plan, &obs).await?;
+                v["scenario"] = json!("forward");
+                let mut c = redis::Client::open(target.as_str())?
+                    .get_multiplexed_async_connection()
+                    .await?;
+                let _: () = redis::cmd("DEL").arg(&stream).query_async(&mut c).await?;
                 v
             }
             Scenario::Storage {

@@ -229,6 +229,11 @@ pub(crate) enum TopicsCmd {
         /// Back to pull delivery (consumers reserve jobs)
         #[arg(long)]
         pull: bool,
+        /// Any delivery as the API's JSON, e.g. forwarding into a Redis
+        /// Stream: '{"mode":"redis_stream","url":"redis://127.0.0.1:6379","stream":"orders:due"}'
+        /// or a list: '{"mode":"redis_list","url":"redis://…","list":"orders:ready"}'
+        #[arg(long, conflicts_with_all = ["pull", "push_url"])]
+        delivery: Option<String>,
         /// Split the topic into this many partitions (Redis; only while it holds no jobs)
         #[arg(long)]
         partitions: Option<u32>,
@@ -671,6 +676,7 @@ impl ClientCmd {
                         push_concurrency,
                         push_secret,
                         pull,
+                        delivery,
                         partitions,
                     } => {
                         let mut patch = TopicConfigPatch {
@@ -713,6 +719,10 @@ impl ClientCmd {
                         }
                         if pull {
                             patch.delivery = Some(Delivery::Pull);
+                        }
+                        if let Some(d) = delivery {
+                            patch.delivery =
+                                Some(serde_json::from_str::<Delivery>(&d).context("--delivery")?);
                         }
                         let config = api.configure_topic(&topic, &patch).await?;
                         let done = wire::TopicConfigured {

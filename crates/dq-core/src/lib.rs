@@ -6,10 +6,12 @@
 //! - [`limits`]: the bounds on input ([`Limits`]) and their checks.
 //! - [`retry`]: [`RetryPolicy`], the backoff between failed attempts.
 //! - [`topic`]: [`TopicConfig`] and its partial update [`TopicConfigPatch`].
+//! - [`forward`]: what a `redis_stream` / `redis_list` topic writes for a job.
 //! - [`clock`]: [`Clock`], the one source of "now" for code that depends on time.
 //! - [`store`]: the [`Store`] trait and [`StoreError`].
 
 pub mod clock;
+pub mod forward;
 pub mod hash;
 pub mod limits;
 pub mod model;

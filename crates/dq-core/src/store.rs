@@ -142,6 +142,25 @@ pub trait Store: Send + Sync + 'static {
         now_ms: u64,
     ) -> StoreResult<u64>;
 
+    /// Acks reserved jobs and writes each into a Redis stream or list of the
+    /// server `url` in the same atomic step — when this store's own server
+    /// is that Redis (a forwarding topic whose target is the store's Redis:
+    /// nothing acked goes unwritten, nothing is written twice). One answer
+    /// per item, in order: `None` when this store cannot do both at once
+    /// for it (another server, a Cluster, not Redis: the caller writes,
+    /// then acks), else the ack's result — an item whose write the target
+    /// refused is not acked and answers [`StoreError::Unavailable`].
+    /// Default: `None` for every item.
+    async fn ack_and_write(
+        &self,
+        topic: &Topic,
+        url: &str,
+        items: &[crate::forward::AckWrite<'_>],
+    ) -> StoreResult<Vec<Option<StoreResult<()>>>> {
+        let _ = (topic, url);
+        Ok(vec![None; items.len()])
+    }
+
     /// Moves up to `max` due jobs from scheduled to ready.
     async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted>;
 

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::forward::{ListTarget, StreamTarget, Target};
 use crate::limits::{self, InvalidInput, Limits};
 use crate::retry::RetryPolicy;
 
@@ -14,6 +15,50 @@ pub enum Delivery {
     Pull,
     /// dq calls a URL when each job is due; a 2xx acks it.
     Push(PushConfig),
+    /// dq writes each job into a Redis Stream when it is due, then acks it
+    /// (see [`crate::forward`]).
+    #[serde(rename = "redis_stream")]
+    RedisStream(StreamTarget),
+    /// dq pushes each job onto a Redis list when it is due, then acks it.
+    #[serde(rename = "redis_list")]
+    RedisList(ListTarget),
+}
+
+impl Delivery {
+    /// The forwarding target of a `redis_stream` or `redis_list` topic.
+    pub fn target(&self) -> Option<Target<'_>> {
+        match self {
+            Delivery::RedisStream(s) => Some(Target::Stream(s)),
+            Delivery::RedisList(l) => Some(Target::List(l)),
+            Delivery::Pull | Delivery::Push(_) => None,
+        }
+    }
+
+    /// Whether dq itself hands the jobs out (push or forwarding), so
+    /// consumers may not reserve them.
+    pub fn is_delivered_by_dq(&self) -> bool {
+        !matches!(self, Delivery::Pull)
+    }
+
+    /// The mode's name on the wire: `pull`, `push`, `redis_stream`, `redis_list`.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Delivery::Pull => "pull",
+            Delivery::Push(_) => "push",
+            Delivery::RedisStream(_) => "redis_stream",
+            Delivery::RedisList(_) => "redis_list",
+        }
+    }
+
+    /// A copy fit to show: credentials redacted.
+    pub fn redacted(&self) -> Delivery {
+        match self {
+            Delivery::Pull => Delivery::Pull,
+            Delivery::Push(p) => Delivery::Push(p.redacted()),
+            Delivery::RedisStream(s) => Delivery::RedisStream(s.redacted()),
+            Delivery::RedisList(l) => Delivery::RedisList(l.redacted()),
+        }
+    }
 }
 
 /// HTTP method of push deliveries.
@@ -227,14 +272,13 @@ fn one() -> u32 {
 pub const MAX_PARTITIONS: u32 = 256;
 
 impl TopicConfig {
-    /// A copy fit to show in a reply or a log line (push credentials
-    /// redacted, see [`PushConfig::redacted`]).
+    /// A copy fit to show in a reply or a log line (push credentials and
+    /// forwarding passwords redacted, see [`Delivery::redacted`]).
     pub fn redacted(&self) -> TopicConfig {
-        let mut c = self.clone();
-        if let Delivery::Push(p) = &c.delivery {
-            c.delivery = Delivery::Push(p.redacted());
+        TopicConfig {
+            delivery: self.delivery.redacted(),
+            ..self.clone()
         }
-        c
     }
 }
 
@@ -303,8 +347,11 @@ impl TopicConfigPatch {
         if let Some(r) = &self.retry {
             r.validate()?;
         }
-        if let Some(Delivery::Push(p)) = &self.delivery {
-            p.validate()?;
+        match &self.delivery {
+            Some(Delivery::Push(p)) => p.validate()?,
+            Some(Delivery::RedisStream(s)) => s.validate()?,
+            Some(Delivery::RedisList(l)) => l.validate()?,
+            Some(Delivery::Pull) | None => {}
         }
         if let Some(n) = self.partitions
             && !(1..=MAX_PARTITIONS).contains(&n)
@@ -318,12 +365,17 @@ impl TopicConfigPatch {
     }
 
     /// This patch with the push defaults filled in: a topic turned to push
-    /// (`current` is its settings before the patch) that has no retry
-    /// settings of its own, in the patch or from before, gets retries after
-    /// 1, 3, 5, … 19 minutes and 10 attempts — a callback that is down is
-    /// usually down for minutes, not for the pull default's seconds.
+    /// or to forwarding (`current` is its settings before the patch) that
+    /// has no retry settings of its own, in the patch or from before, gets
+    /// retries after 1, 3, 5, … 19 minutes and 10 attempts — a callback or a
+    /// target Redis that is down is usually down for minutes, not for the
+    /// pull default's seconds.
     pub fn with_push_defaults(mut self, current: &TopicConfig) -> Self {
-        if !matches!(self.delivery, Some(Delivery::Push(_))) {
+        if !self
+            .delivery
+            .as_ref()
+            .is_some_and(Delivery::is_delivered_by_dq)
+        {
             return self;
         }
         let defaults = TopicConfig::default();

@@ -5,11 +5,13 @@
 //! - [`keys`]: every key name, hash-tagged per topic.
 //! - `scripts`: the Lua scripts (`src/lua/*.lua`), one per state change.
 //! - `decode`: turns script replies into dq types and errors, in one place.
+//! - [`forward`]: writing a forwarding topic's due jobs into a target Redis.
 //!
 //! Layout: a topic's schedule is a ZSET of ids scored by due time; due jobs
 //! move to a ready ZSET ordered by (priority, due, enqueue sequence); leases
-//! and dead letters are ZSETs of ids; each job is a small hash holding its
-//! body and metadata, deleted on ack and cancel. See `lua/common.lua`.
+//! and dead letters are ZSETs of ids; each job is one MessagePack record
+//! (body and metadata) in the topic's jobs hash, deleted on ack and cancel;
+//! jobs due much later wait in a timing wheel. See `lua/common.lua`.
 //!
 //! Connections: one multiplexed [`ConnectionManager`] (created lazily, so dq
 //! starts while Redis is down), or a cluster connection (`conn`), with
@@ -20,6 +22,7 @@
 
 mod conn;
 mod decode;
+pub mod forward;
 pub mod keys;
 mod scripts;
 pub mod sharded;
@@ -594,6 +597,51 @@ impl Store for RedisStore {
             )
             .await?;
         status(&v).map(|_| ())
+    }
+
+    async fn ack_and_write(
+        &self,
+        topic: &Topic,
+        url: &str,
+        items: &[dq_core::forward::AckWrite<'_>],
+    ) -> StoreResult<Vec<Option<StoreResult<()>>>> {
+        if items.is_empty()
+            || self.conn.is_cluster()
+            || !crate::forward::same_server(self.pubsub[0].get_connection_info(), url)
+        {
+            return Ok(vec![None; items.len()]);
+        }
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(items.len() * 12);
+        for it in items {
+            args.push(it.id.as_str().as_bytes().to_vec());
+            args.push(it.token.as_bytes().to_vec());
+            args.extend(crate::forward::args(it.write));
+        }
+        let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let v = self.run(&self.scripts.forward, topic, &refs).await?;
+        let replies = match v {
+            Value::Array(a) if a.len() == items.len() => a,
+            _ => return Err(StoreError::Unavailable("forward reply length".into())),
+        };
+        Ok(replies
+            .iter()
+            .map(|r| {
+                Some(match r {
+                    Value::Array(a) if a.first().is_some_and(|c| matches!(c, Value::Int(-4))) => {
+                        let why = a.get(1).map(|m| match m {
+                            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                            Value::SimpleString(s) => s.clone(),
+                            other => format!("{other:?}"),
+                        });
+                        Err(StoreError::Unavailable(format!(
+                            "the target refused the write: {}",
+                            why.unwrap_or_default()
+                        )))
+                    }
+                    other => status(other).map(|_| ()),
+                })
+            })
+            .collect())
     }
 
     async fn nack(

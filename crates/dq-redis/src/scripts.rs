@@ -35,6 +35,7 @@ pub(crate) struct Scripts {
     pub(crate) purge_dead: Script,
     pub(crate) delete_topic: Script,
     pub(crate) get: Script,
+    pub(crate) forward: Script,
 }
 
 impl Scripts {
@@ -69,6 +70,7 @@ impl Scripts {
             purge_dead: s(include_str!("lua/purge_dead.lua")),
             delete_topic: s(include_str!("lua/delete_topic.lua")),
             get: s(include_str!("lua/get.lua")),
+            forward: s(include_str!("lua/forward.lua")),
         }
     }
 

@@ -574,6 +574,47 @@ impl Store for ShardedStore {
             .await
     }
 
+    async fn ack_and_write(
+        &self,
+        topic: &Topic,
+        url: &str,
+        items: &[dq_core::forward::AckWrite<'_>],
+    ) -> StoreResult<Vec<Option<StoreResult<()>>>> {
+        let n = self.partition_count(topic).await?;
+        // Each partition's shard does its own items (in their order), if
+        // that shard is the target's server.
+        let mut groups: HashMap<u32, Vec<usize>> = HashMap::new();
+        for (i, it) in items.iter().enumerate() {
+            groups
+                .entry(partition_of(it.id.as_str(), n))
+                .or_default()
+                .push(i);
+        }
+        let calls = groups.into_iter().map(|(p, idx)| async move {
+            let part = topic.partition(p);
+            let batch: Vec<_> = idx.iter().map(|&i| items[i]).collect();
+            let r = self.store(&part).ack_and_write(&part, url, &batch).await;
+            self.note(&part, &r);
+            (idx, r)
+        });
+        let mut out = vec![None; items.len()];
+        for (idx, r) in join_all(calls).await {
+            match r {
+                Ok(done) => {
+                    for (i, d) in idx.into_iter().zip(done) {
+                        out[i] = d;
+                    }
+                }
+                Err(e) => {
+                    for i in idx {
+                        out[i] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
     async fn nack(
         &self,
         topic: &Topic,

@@ -341,3 +341,79 @@ async fn the_servers_clock_decides_whatever_the_callers_say() {
         "retried early: {retried:?}"
     );
 }
+
+/// `ack_and_write` on the store's own server: each job is acked and written
+/// in one script; a stale token writes nothing; a write the target refuses
+/// (wrong key type) leaves the job reserved, not acked; another server is
+/// `None` for every job (the caller writes, then acks).
+#[tokio::test]
+async fn ack_and_write_acks_and_writes_together_or_not_at_all() {
+    use dq_core::forward::{AckWrite, ListPayload, ListSide, ListTarget, Target, Write};
+    let server = RedisServer::start();
+    let other = RedisServer::start();
+    let s = store(server.url());
+    let t = Topic::new("fw").unwrap();
+    s.enqueue(&t, &[job("a", 0), job("b", 0), job("c", 0)], T0)
+        .await
+        .unwrap();
+    let leases = s.reserve(&t, 3, Some(60_000), T0).await.unwrap().leases;
+    let list = ListTarget {
+        url: server.url(),
+        list: "out".into(),
+        side: ListSide::Left,
+        payload: ListPayload::Body,
+    };
+    let w: Vec<Write> = leases
+        .iter()
+        .map(|l| Target::List(&list).write_for(l))
+        .collect();
+    let item = |i: usize, token: &'static str| AckWrite {
+        id: &leases[i].id,
+        token: if token.is_empty() {
+            &leases[i].token
+        } else {
+            token
+        },
+        write: &w[i],
+    };
+    // Another server: nothing done here.
+    let none = s
+        .ack_and_write(&t, &other.url(), &[item(0, "")])
+        .await
+        .unwrap();
+    assert!(matches!(none.as_slice(), [None]), "{none:?}");
+    // A stale token beside a good one.
+    let r = s
+        .ack_and_write(&t, &server.url(), &[item(0, "stale"), item(1, "")])
+        .await
+        .unwrap();
+    assert!(
+        matches!(r[0], Some(Err(StoreError::LeaseMismatch))),
+        "{r:?}"
+    );
+    assert!(matches!(r[1], Some(Ok(()))), "{r:?}");
+    let mut conn = server.connection();
+    let out: Vec<Vec<u8>> = conn.lrange("out", 0, -1).unwrap();
+    assert_eq!(
+        out,
+        vec![b"{\"secret-body\":1}".to_vec()],
+        "only the acked one written"
+    );
+    assert!(s.get(&t, &leases[1].id).await.unwrap().is_none(), "b acked");
+    // The target key holds a string: the write is refused, a stays reserved.
+    let _: () = conn.del("out").unwrap();
+    let _: () = conn.set("out", "not a list").unwrap();
+    let r = s
+        .ack_and_write(&t, &server.url(), &[item(0, "")])
+        .await
+        .unwrap();
+    assert!(
+        matches!(&r[0], Some(Err(StoreError::Unavailable(m))) if m.contains("WRONGTYPE")),
+        "{r:?}"
+    );
+    let a = s.get(&t, &leases[0].id).await.unwrap().unwrap();
+    assert_eq!(a.state, JobState::Reserved, "not acked");
+    // Nothing on the other server either.
+    let mut oc = other.connection();
+    assert!(keys(&mut oc).is_empty());
+}

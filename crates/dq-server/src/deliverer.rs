@@ -85,8 +85,15 @@ impl Deliverer {
     pub async fn run(self, cancel: CancellationToken) {
         let mut topics: HashMap<Topic, (PushConfig, CancellationToken)> = HashMap::new();
         loop {
-            match self.svc.push_topics().await {
+            match self.svc.delivered_topics().await {
                 Ok(now) => {
+                    let now: HashMap<Topic, PushConfig> = now
+                        .into_iter()
+                        .filter_map(|(t, d)| match d {
+                            dq_core::Delivery::Push(p) => Some((t, p)),
+                            _ => None,
+                        })
+                        .collect();
                     topics.retain(|t, (cfg, stop)| {
                         let keep = now.get(t) == Some(cfg);
                         if !keep {

@@ -2,10 +2,12 @@
 //!
 //! - [`app`] builds the axum [`Router`] (HTTP API under `/v1`, health, the
 //!   OpenAPI document), so tests call it with `oneshot` or on port 0.
-//! - [`Server`] runs the router, the [`dispatcher::Dispatcher`] and the
-//!   cross-process wake-up listener as supervised tasks, with graceful shutdown.
+//! - [`Server`] runs the router, the [`dispatcher::Dispatcher`], the push
+//!   deliverer and the forwarder as supervised tasks, with graceful shutdown
+//!   (the service listens to the store's wake-ups itself).
 //! - [`service`] holds every verb ([`Service`]); the front-ends — `api`
-//!   (HTTP handlers), `admin` (the admin page), [`deliverer`] (push) and
+//!   (HTTP handlers), `admin` (the admin page), [`deliverer`] (push),
+//!   [`forwarder`] (into a Redis Stream or list), `beanstalkd` and
 //!   [`Server::apply_topics`] (the config file's topics) — parse, call it and
 //!   render, and never call the store themselves.
 //! - [`AppState`] (`state.rs`): what the HTTP front-ends share.
@@ -23,6 +25,7 @@ pub mod deliverer;
 pub mod dispatcher;
 pub mod error;
 mod extract;
+pub mod forwarder;
 pub mod listener;
 pub mod metrics;
 mod openapi;
@@ -304,8 +307,8 @@ impl Server {
             });
         }
 
-        // Push deliveries in flight are tracked apart, so shutdown can let
-        // them finish within the grace period.
+        // Push deliveries and forwarded batches in flight are tracked apart,
+        // so shutdown can let them finish within the grace period.
         let deliveries = TaskTracker::new();
         {
             let svc = svc.clone();
@@ -315,6 +318,16 @@ impl Server {
             supervise(&tracker, &loops, "deliverer", move || {
                 let d = deliverer::Deliverer::new(svc.clone(), metrics.clone(), deliveries.clone());
                 d.run(cancel.clone())
+            });
+        }
+        {
+            let svc = svc.clone();
+            let metrics = state.metrics.clone();
+            let cancel = loops.clone();
+            let deliveries = deliveries.clone();
+            supervise(&tracker, &loops, "forwarder", move || {
+                let f = forwarder::Forwarder::new(svc.clone(), metrics.clone(), deliveries.clone());
+                f.run(cancel.clone())
             });
         }
 

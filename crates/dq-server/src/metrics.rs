@@ -96,6 +96,8 @@ pub struct Metrics {
     lateness: Mutex<BTreeMap<String, std::sync::Arc<Histogram>>>,
     http: Mutex<BTreeMap<(String, String, u16), std::sync::Arc<Histogram>>>,
     push: Mutex<BTreeMap<(String, &'static str), std::sync::Arc<Histogram>>>,
+    /// Jobs of forwarding topics by (topic, outcome).
+    forwarded: Mutex<BTreeMap<(String, &'static str), u64>>,
     /// Reserve calls in progress (most of them waiting for a job).
     reserving: std::sync::Arc<std::sync::atomic::AtomicI64>,
     /// Push deliveries in progress.
@@ -161,6 +163,19 @@ impl Metrics {
             .or_default()
             .clone();
         h.observe(took);
+    }
+
+    /// Records `n` jobs of a forwarding topic with one outcome (`written`,
+    /// `retry`, `dead`, `lost`).
+    pub fn observe_forward(&self, topic: &str, outcome: &'static str, n: u64) {
+        if n > 0 {
+            *self
+                .forwarded
+                .lock()
+                .expect("poisoned")
+                .entry((topic.to_string(), outcome))
+                .or_default() += n;
+        }
     }
 
     /// One reserve call in progress, while the guard lives.
@@ -299,6 +314,14 @@ impl Metrics {
                     label(m),
                     label(r)
                 ),
+            );
+        }
+        out.push_str("# HELP dq_forwarded_jobs_total Jobs of forwarding topics (redis_stream, redis_list) by outcome on this instance: written (into the target and acked), retry and dead (the target refused or was unreachable: a failed attempt), lost (the lease had passed to another holder).\n# TYPE dq_forwarded_jobs_total counter\n");
+        for ((t, o), n) in self.forwarded.lock().expect("poisoned").iter() {
+            let _ = writeln!(
+                out,
+                "dq_forwarded_jobs_total{{topic=\"{}\",outcome=\"{o}\"}} {n}",
+                label(t)
             );
         }
         let _ = writeln!(

@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use dq_core::limits::{self, MAX_BATCH};
 use dq_core::{
     Clock, Delivery, Enqueued, InvalidInput, JobId, JobInfo, JobState, Lease, Limits, Nack,
-    NackOutcome, NewJob, PushConfig, Store, StoreError, StoreResult, Topic, TopicConfig,
-    TopicConfigPatch, TopicStats,
+    NackOutcome, NewJob, Store, StoreError, StoreResult, Topic, TopicConfig, TopicConfigPatch,
+    TopicStats,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -48,8 +48,10 @@ pub enum Error {
     /// No topic of that name (for verbs on a topic's settings and dead letters).
     #[error("no topic named {0:?}")]
     TopicNotFound(String),
-    /// A reserve named a topic delivered by push.
-    #[error("topic {0} is delivered by push to its callback URL; reserve is for pull topics")]
+    /// A reserve named a topic dq delivers itself (push or forwarding).
+    #[error(
+        "topic {0} is delivered by dq (push to its callback URL, or forwarded into Redis); reserve is for pull topics"
+    )]
     TopicIsPush(String),
     /// A create of a topic that exists.
     #[error("topic {0:?} exists already")]
@@ -279,7 +281,7 @@ impl Service {
             return Err(Error::ShuttingDown);
         }
         for t in topics {
-            if self.is_push(t).await? {
+            if self.is_delivered(t).await? {
                 return Err(Error::TopicIsPush(t.to_string()));
             }
         }
@@ -289,8 +291,8 @@ impl Service {
         self.hand_out(topics, max, lease_ms, wait_ms).await
     }
 
-    /// What the deliverer reserves of a push topic: as [`Service::reserve`],
-    /// without the pull-only check.
+    /// What the deliverer and the forwarder reserve of a topic they deliver:
+    /// as [`Service::reserve`], without the pull-only check.
     pub(crate) async fn reserve_push(
         &self,
         t: &Topic,
@@ -322,20 +324,19 @@ impl Service {
         Ok(leases)
     }
 
-    /// Whether `t` is delivered by push, as read within [`MODE_TTL`].
-    async fn is_push(&self, t: &Topic) -> Result<bool> {
+    /// Whether dq delivers `t` itself (push, forwarding), as read within
+    /// [`MODE_TTL`].
+    async fn is_delivered(&self, t: &Topic) -> Result<bool> {
         if let Some((at, push)) = self.modes.lock().expect("poisoned").get(t)
             && at.elapsed() < MODE_TTL
         {
             return Ok(*push);
         }
-        let push = matches!(
-            self.store.topic_config(t).await?,
-            Some(TopicConfig {
-                delivery: Delivery::Push(_),
-                ..
-            })
-        );
+        let push = self
+            .store
+            .topic_config(t)
+            .await?
+            .is_some_and(|c| c.delivery.is_delivered_by_dq());
         let mut modes = self.modes.lock().expect("poisoned");
         if modes.len() >= MODE_CACHE_MAX {
             modes.clear();
@@ -527,11 +528,28 @@ impl Service {
     pub async fn configure_topic(&self, t: &Topic, patch: TopicConfigPatch) -> Result<TopicConfig> {
         patch.validate(&self.limits)?;
         let mut patch = patch;
-        if let Some(Delivery::Push(p)) = &patch.delivery {
-            self.push_guard
+        match patch.delivery.as_ref() {
+            Some(Delivery::Push(p)) => self
+                .push_guard
                 .check_url(&p.url)
                 .await
-                .map_err(|m| InvalidInput::new("invalid_callback", m))?;
+                .map_err(|m| InvalidInput::new("invalid_callback", m))?,
+            Some(d) if d.target().is_some() => {
+                let url = d.target().map(|t| t.url().to_string()).unwrap_or_default();
+                let (host, port) = dq_core::forward::host_port(&url)
+                    .ok_or_else(|| InvalidInput::new("invalid_target", "url needs a host"))?;
+                self.push_guard
+                    .check_host(host, port)
+                    .await
+                    .map_err(|m| InvalidInput::new("invalid_target", m))?;
+            }
+            _ => {}
+        }
+        if patch
+            .delivery
+            .as_ref()
+            .is_some_and(Delivery::is_delivered_by_dq)
+        {
             let current = self.store.topic_config(t).await?.unwrap_or_default();
             patch = patch.with_push_defaults(&current);
         }
@@ -580,20 +598,36 @@ impl Service {
         self.modes.lock().expect("poisoned").remove(t);
     }
 
-    /// Push topics with their callback settings (the deliverer's view).
+    /// Topics dq delivers itself (push, forwarding) with their delivery
+    /// settings (the deliverer's and the forwarder's view).
     ///
     /// # Errors
     /// A store error.
-    pub(crate) async fn push_topics(&self) -> Result<HashMap<Topic, PushConfig>> {
+    pub(crate) async fn delivered_topics(&self) -> Result<HashMap<Topic, Delivery>> {
         let mut out = HashMap::new();
         for t in self.store.topics().await? {
             if let Some(cfg) = self.store.topic_config(&t).await?
-                && let Delivery::Push(p) = cfg.delivery
+                && cfg.delivery.is_delivered_by_dq()
             {
-                out.insert(t, p);
+                out.insert(t, cfg.delivery);
             }
         }
         Ok(out)
+    }
+
+    /// Acks reserved jobs of a forwarding topic and writes them into its
+    /// target in one step where the store can (see
+    /// `Store::ack_and_write`); `None` for each job it cannot.
+    ///
+    /// # Errors
+    /// A store error (nothing is known to be done).
+    pub(crate) async fn ack_and_write(
+        &self,
+        t: &Topic,
+        url: &str,
+        items: &[dq_core::forward::AckWrite<'_>],
+    ) -> Result<Vec<Option<StoreResult<()>>>> {
+        Ok(self.store.ack_and_write(t, url, items).await?)
     }
 
     // ---- dead letters and listings ------------------------------------------
@@ -722,6 +756,7 @@ mod tests {
             ("admin/rates.rs", include_str!("admin/rates.rs")),
             ("admin/views.rs", include_str!("admin/views.rs")),
             ("deliverer.rs", include_str!("deliverer.rs")),
+            ("forwarder.rs", include_str!("forwarder.rs")),
             ("alerts.rs", include_str!("alerts.rs")),
             ("metrics.rs", include_str!("metrics.rs")),
             ("auth.rs", include_str!("auth.rs")),

@@ -546,3 +546,39 @@ fn the_check_fails_on_a_field_the_document_lacks() {
     let e = matches(&doc, &schema, &sample, "x").unwrap_err();
     assert!(e.contains("shiny_new_field"), "{e}");
 }
+
+/// Every delivery mode, each field filled in, fits the document's
+/// `Delivery` schema (the match is exhaustive: a new mode does not compile
+/// until it has a sample here).
+#[test]
+fn every_delivery_mode_is_in_the_document() {
+    use dq_core::forward::{ListPayload, ListSide, ListTarget, StreamFields, StreamTarget};
+    let doc: Value = serde_json::from_str(DOC).unwrap();
+    let schema = &doc["components"]["schemas"]["Delivery"];
+    let samples = [
+        Delivery::Pull,
+        push(),
+        Delivery::RedisStream(StreamTarget {
+            url: "redis://u:…@h:6379/0".into(),
+            stream: "s".into(),
+            maxlen: Some(10),
+            fields: StreamFields::Json,
+        }),
+        Delivery::RedisList(ListTarget {
+            url: "redis://h".into(),
+            list: "l".into(),
+            side: ListSide::Right,
+            payload: ListPayload::Envelope,
+        }),
+    ];
+    for d in samples {
+        match &d {
+            Delivery::Pull
+            | Delivery::Push(_)
+            | Delivery::RedisStream(_)
+            | Delivery::RedisList(_) => {}
+        }
+        let v = serde_json::to_value(&d).unwrap();
+        matches(&doc, schema, &v, d.mode()).unwrap();
+    }
+}

@@ -1383,6 +1383,37 @@ pub async fn watch_wakes_announces_what_became_due(s: &dyn Store) {
     }
 }
 
+/// `ack_and_write` for a target that is not the store's own server answers
+/// `None` for every job and changes nothing: the job stays reserved.
+pub async fn ack_and_write_elsewhere_does_nothing(s: &dyn Store) {
+    use dq_core::forward::{AckWrite, StreamFields, StreamTarget, Target};
+    let t = topic("fwd");
+    put(s, &t, job("a", When::DelayMs(0)), T0).await;
+    let l = s.reserve(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    let target = StreamTarget {
+        url: "redis://192.0.2.1:1/0".into(),
+        stream: "s".into(),
+        maxlen: None,
+        fields: StreamFields::Flat,
+    };
+    let w = Target::Stream(&target).write_for(&l);
+    let r = s
+        .ack_and_write(
+            &t,
+            &target.url,
+            &[AckWrite {
+                id: &l.id,
+                token: &l.token,
+                write: &w,
+            }],
+        )
+        .await
+        .unwrap();
+    assert!(matches!(r.as_slice(), [None]), "{r:?}");
+    let info = s.get(&t, &id("a")).await.unwrap().unwrap();
+    assert_eq!(info.state, JobState::Reserved);
+}
+
 #[macro_export]
 macro_rules! conformance_tests {
     (in_one $test:ident, $setup:expr, $make:expr) => {
@@ -1421,7 +1452,8 @@ macro_rules! conformance_tests {
             list_ready_in_hand_out_order,
             pause_topic_hands_nothing_out,
             reserve_job_in_any_waiting_or_dead_state,
-            watch_wakes_announces_what_became_due
+            watch_wakes_announces_what_became_due,
+            ack_and_write_elsewhere_does_nothing
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {

@@ -69,7 +69,7 @@ pub(super) async fn save_settings(
             .transpose()?;
         let old_push = match &old.delivery {
             Delivery::Push(p) => Some(p),
-            Delivery::Pull => None,
+            _ => None,
         };
         let patch = TopicConfigPatch {
             max_attempts: f.number("max_attempts")?,
@@ -80,6 +80,9 @@ pub(super) async fn save_settings(
             retry,
             delivery: Some(match f.get("mode") {
                 Some("push") => Delivery::Push(push_config(&f, old_push)?),
+                // A forwarding target is set through the API only; the
+                // form keeps it (its URL's password is never on the page).
+                Some("keep") if old.delivery.target().is_some() => old.delivery.clone(),
                 _ => Delivery::Pull,
             }),
         };

@@ -4,7 +4,7 @@
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use dq_core::{Delivery, JobId, JobInfo, StoreError, Topic};
+use dq_core::{JobId, JobInfo, StoreError, Topic};
 use serde::Deserialize;
 
 use super::views::{LoginPage, OverviewPage, StoreRow, TopicPage, TopicParts, TopicRow};
@@ -53,10 +53,7 @@ pub(super) async fn overview(State(st): State<AppState>, headers: HeaderMap) -> 
             continue;
         };
         let mode = match svc.topic_config(t).await {
-            Ok(Some(c)) => match c.delivery {
-                Delivery::Pull => "pull",
-                Delivery::Push(_) => "push",
-            },
+            Ok(Some(c)) => c.delivery.mode(),
             _ => "?",
         };
         let rates = st

@@ -513,6 +513,9 @@ struct Settings {
     /// The retry policy as JSON.
     retry: String,
     push: bool,
+    /// A forwarding topic's target in words (its password redacted): the
+    /// form keeps it as it is.
+    forward: Option<String>,
     url: String,
     get: bool,
     timeout_ms: u64,
@@ -524,7 +527,12 @@ impl Settings {
     fn new(cfg: &TopicConfig) -> Self {
         let p = match &cfg.delivery {
             Delivery::Push(p) => Some(p),
-            Delivery::Pull => None,
+            _ => None,
+        };
+        let forward = match &cfg.delivery.redacted() {
+            Delivery::RedisStream(s) => Some(format!("Redis stream {} at {}", s.stream, s.url)),
+            Delivery::RedisList(l) => Some(format!("Redis list {} at {}", l.list, l.url)),
+            _ => None,
         };
         Self {
             max_attempts: cfg.max_attempts,
@@ -534,6 +542,7 @@ impl Settings {
             partitions: cfg.partitions,
             retry: serde_json::to_string(&cfg.retry).unwrap_or_default(),
             push: p.is_some(),
+            forward,
             url: p.map_or_else(String::new, |p| p.url.clone()),
             get: p.is_some_and(|p| p.method == PushMethod::Get),
             timeout_ms: p.map_or(3000, |p| p.timeout_ms),

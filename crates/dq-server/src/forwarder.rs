@@ -1,0 +1,255 @@
+//! The Forwarder: for every `redis_stream` / `redis_list` topic, reserves
+//! due jobs in batches, writes them into the topic's target Redis (`XADD`,
+//! `LPUSH`/`RPUSH`; what is written: `dq_core::forward`) and acks them, so
+//! consumers that already read a stream or a list get them at their due
+//! time and dq keeps the delay, the order and the retries.
+//!
+//! - **Never early**: a job is written only once reserved, which is once due.
+//! - **At least once**: when the target is the store's own Redis (same
+//!   address and database; not a Cluster), the store acks and writes each
+//!   job in one script (`Store::ack_and_write`): nothing is written twice,
+//!   nothing acked unwritten. Anywhere else a batch is written in one
+//!   pipeline, then acked; a crash between the two writes those jobs again
+//!   after their lease (30 s).
+//! - **Retries**: a write the target refuses or cannot take (down, timeout,
+//!   wrong key type) is a failed attempt of each job, retried with the
+//!   topic's backoff; out of attempts, the job is dead as any other.
+//!
+//! Each topic has its own task; one batch (up to 100 jobs) at a time. Its
+//! tasks run in the tracker shutdown waits for, so a batch being written
+//! finishes (write and ack) before the process exits.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dq_core::forward::{AckWrite, Write};
+use dq_core::{Delivery, Lease, Nack, NackOutcome, StoreError, Topic};
+use dq_redis::forward::Sink;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::metrics::Metrics;
+use crate::service::{Error, Service};
+
+/// How often the set of forwarding topics is read again.
+const REFRESH: Duration = Duration::from_secs(1);
+/// Most jobs reserved and written at once.
+pub const BATCH: usize = 100;
+/// The lease of a job being written: far longer than a write takes.
+const LEASE_MS: u64 = 30_000;
+/// Longest wait for the target's answer.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// See the module docs.
+pub struct Forwarder {
+    svc: Arc<Service>,
+    metrics: Arc<Metrics>,
+    tracker: TaskTracker,
+}
+
+impl Forwarder {
+    /// A forwarder whose topic tasks run in `tracker`.
+    pub fn new(svc: Arc<Service>, metrics: Arc<Metrics>, tracker: TaskTracker) -> Self {
+        Self {
+            svc,
+            metrics,
+            tracker,
+        }
+    }
+
+    /// Runs until `cancel` fires.
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut topics: HashMap<Topic, (Delivery, CancellationToken)> = HashMap::new();
+        loop {
+            match self.svc.delivered_topics().await {
+                Ok(now) => {
+                    let now: HashMap<Topic, Delivery> = now
+                        .into_iter()
+                        .filter(|(_, d)| d.target().is_some())
+                        .collect();
+                    topics.retain(|t, (d, stop)| {
+                        let keep = now.get(t) == Some(d);
+                        if !keep {
+                            stop.cancel();
+                        }
+                        keep
+                    });
+                    for (t, d) in now {
+                        if topics.contains_key(&t) {
+                            continue;
+                        }
+                        let stop = cancel.child_token();
+                        let task = TopicForward::new(
+                            self.svc.clone(),
+                            self.metrics.clone(),
+                            t.clone(),
+                            d.clone(),
+                        );
+                        self.tracker.spawn(task.run(stop.clone()));
+                        topics.insert(t, (d, stop));
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot read forwarding topics"),
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(REFRESH) => {}
+                _ = self.svc.topics_changed().notified() => {}
+            }
+        }
+    }
+}
+
+struct TopicForward {
+    svc: Arc<Service>,
+    metrics: Arc<Metrics>,
+    topic: Topic,
+    delivery: Delivery,
+    /// The target's connection, or why the URL cannot be used.
+    sink: Result<Sink, String>,
+}
+
+impl TopicForward {
+    fn new(svc: Arc<Service>, metrics: Arc<Metrics>, topic: Topic, delivery: Delivery) -> Self {
+        let url = delivery
+            .target()
+            .map(|t| t.url().to_string())
+            .unwrap_or_default();
+        Self {
+            svc,
+            metrics,
+            topic,
+            delivery,
+            sink: Sink::new(&url, WRITE_TIMEOUT),
+        }
+    }
+
+    async fn run(self, stop: CancellationToken) {
+        let mut failures = 0u32;
+        while !stop.is_cancelled() && !self.svc.shutdown().is_cancelled() {
+            let leases = tokio::select! {
+                r = self.svc.reserve_push(&self.topic, BATCH, LEASE_MS, 1000) => r,
+                _ = stop.cancelled() => return,
+            };
+            match leases {
+                Ok(l) if l.is_empty() => {}
+                Ok(l) => {
+                    failures = 0;
+                    // Not cancelled midway: a write is always followed by
+                    // its ack (or nack).
+                    self.forward(l).await;
+                }
+                Err(Error::ShuttingDown) => return,
+                Err(e) => {
+                    failures += 1;
+                    if failures == 1 || failures.is_multiple_of(30) {
+                        tracing::warn!(topic = %self.topic, error = %e, "forwarding topic cannot reserve jobs");
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    /// Writes and acks one batch; every job ends acked, nacked, or (when
+    /// even that fails) back after its lease.
+    async fn forward(&self, leases: Vec<Lease>) {
+        let started = Instant::now();
+        let Some(target) = self.delivery.target() else {
+            return;
+        };
+        let writes: Vec<Write> = leases.iter().map(|l| target.write_for(l)).collect();
+        let items: Vec<AckWrite<'_>> = leases
+            .iter()
+            .zip(&writes)
+            .map(|(l, w)| AckWrite {
+                id: &l.id,
+                token: &l.token,
+                write: w,
+            })
+            .collect();
+        let t = &self.topic;
+        let done = match self.svc.ack_and_write(t, target.url(), &items).await {
+            Ok(d) => d,
+            Err(e) => {
+                // Unknown whether the store did any: what it did not comes
+                // back after the lease.
+                tracing::warn!(topic = %t, jobs = leases.len(), error = %e, "cannot forward a batch; its jobs come back after their lease");
+                return;
+            }
+        };
+        let mut written = 0u64;
+        let mut lost = 0u64;
+        let mut refused: Vec<(usize, String)> = Vec::new();
+        let mut rest: Vec<usize> = Vec::new();
+        for (i, d) in done.into_iter().enumerate() {
+            match d {
+                Some(Ok(())) => written += 1,
+                Some(Err(StoreError::Unavailable(why))) => refused.push((i, why)),
+                Some(Err(e)) => {
+                    lost += 1;
+                    tracing::debug!(topic = %t, id = %leases[i].id, error = %e, "forwarded job's lease was lost");
+                }
+                None => rest.push(i),
+            }
+        }
+        if !rest.is_empty() {
+            let batch: Vec<&Write> = rest.iter().map(|&i| &writes[i]).collect();
+            let wrote = match &self.sink {
+                Ok(sink) => sink.write(&batch).await,
+                Err(e) => Err(e.clone()),
+            };
+            match wrote {
+                Ok(()) => {
+                    let acks = rest.iter().map(|&i| {
+                        let l = &leases[i];
+                        self.svc.ack(&l.topic, &l.id, &l.token)
+                    });
+                    for (r, &i) in futures::future::join_all(acks).await.iter().zip(&rest) {
+                        match r {
+                            Ok(()) => written += 1,
+                            Err(e) => {
+                                // Written, not acked: it comes again (at least once).
+                                lost += 1;
+                                tracing::warn!(topic = %t, id = %leases[i].id, error = %e, "forwarded job written but not acked; it may be written again");
+                            }
+                        }
+                    }
+                }
+                Err(why) => refused.extend(rest.iter().map(|&i| (i, why.clone()))),
+            }
+        }
+        let (mut retried, mut dead) = (0u64, 0u64);
+        for (i, why) in &refused {
+            let l = &leases[*i];
+            match self
+                .svc
+                .nack(&l.topic, &l.id, Nack::retry(&l.token, why))
+                .await
+            {
+                Ok(NackOutcome::Retry { .. }) => retried += 1,
+                Ok(NackOutcome::Dead { .. }) => dead += 1,
+                Err(e) => {
+                    lost += 1;
+                    tracing::debug!(topic = %t, id = %l.id, error = %e, "cannot record a failed forward; the job comes back after its lease");
+                }
+            }
+        }
+        for (outcome, n) in [
+            ("written", written),
+            ("retry", retried),
+            ("dead", dead),
+            ("lost", lost),
+        ] {
+            self.metrics.observe_forward(t.as_str(), outcome, n);
+        }
+        let took_ms = started.elapsed().as_millis() as u64;
+        if refused.is_empty() {
+            tracing::debug!(target: "dq::delivery", topic = %t, written, lost, took_ms, "batch forwarded");
+        } else {
+            let error = &refused[0].1;
+            tracing::warn!(target: "dq::delivery", topic = %t, written, retried, dead, lost, took_ms, error = %error, "target refused forwarded jobs; they are retried");
+        }
+    }
+}
