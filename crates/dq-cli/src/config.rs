@@ -551,7 +551,7 @@ mod tests {
         let path = dir.path().join("dq.toml");
         std::fs::write(
             &path,
-            "[topics.orders]\nmax_attempts = 3\nretry = { delays_ms = [60000, 180000] }\n\n[topics.hooks]\ndelivery = { mode = \"push\", url = \"http://127.0.0.1:9/h\" }\n",
+            "[topics.orders]\nmax_attempts = 3\nretry = { delays_ms = [60000, 180000] }\n\n[topics.hooks]\ndelivery = { mode = \"push\", url = \"http://127.0.0.1:9/h\" }\n\n[topics.due]\ndelivery = { mode = \"redis_list\", url = \"redis://127.0.0.1:6379/0\", list = \"ready\" }\n",
         )
         .unwrap();
         let s = ServeArgs {
@@ -564,6 +564,10 @@ mod tests {
         assert!(matches!(
             s.topics["hooks"].delivery,
             Some(dq_core::Delivery::Push(_))
+        ));
+        assert!(matches!(
+            &s.topics["due"].delivery,
+            Some(dq_core::Delivery::RedisList(l)) if l.list == "ready"
         ));
     }
 

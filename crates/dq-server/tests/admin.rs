@@ -626,3 +626,42 @@ async fn with_a_token_sign_in_and_bearer_are_required() {
     a.state.admin = Arc::new(AdminAuth::new(Some("another-token-0123".into())));
     assert_eq!(a.get("/").await.status, StatusCode::SEE_OTHER);
 }
+
+/// A forwarding topic on the page: its target in words with the password
+/// redacted, kept when the settings form is saved (the form cannot change
+/// it, and must not turn the topic back to pull).
+#[tokio::test]
+async fn a_forwarding_topic_keeps_its_target_and_never_shows_the_password() {
+    let a = embedded();
+    let delivery = json!({"mode": "redis_stream", "url": "redis://app:hunter2hunter2@127.0.0.1:6390/0", "stream": "due"});
+    let r = a
+        .api(
+            "PUT",
+            "/v1/topics/shop",
+            Some(json!({ "delivery": delivery })),
+        )
+        .await;
+    assert!(r.status.is_success(), "{}", r.text);
+    let page = a.get("/admin/topics/shop").await;
+    assert!(!page.text.contains("hunter2"), "no password on the page");
+    assert!(
+        page.text
+            .contains("Redis stream due at redis://app:…@127.0.0.1:6390/0"),
+        "{}",
+        page.text
+    );
+    let home = a.get("/").await;
+    assert!(home.text.contains("redis_stream"));
+    let r = a
+        .submit(
+            "/admin/topics/shop",
+            "/admin/topics/shop/settings",
+            &[("max_attempts", "3"), ("mode", "keep")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let cfg = a.api("GET", "/v1/topics/shop", None).await.json()["config"].clone();
+    assert_eq!(cfg["max_attempts"], json!(3));
+    assert_eq!(cfg["delivery"]["mode"], json!("redis_stream"), "{cfg}");
+    assert_eq!(cfg["delivery"]["stream"], json!("due"));
+}
