@@ -96,6 +96,10 @@ pub struct AckItem {
 /// instance take effect at once).
 const MODE_TTL: Duration = Duration::from_secs(1);
 
+/// How long one read of the delivered topics serves the deliverer and the
+/// forwarder (both read every second).
+const DELIVERED_TTL: Duration = Duration::from_millis(500);
+
 /// Most topics whose mode is remembered; beyond it the memory starts over,
 /// so hostile topic names in reserves cannot grow it.
 const MODE_CACHE_MAX: usize = 10_000;
@@ -113,6 +117,8 @@ pub struct Service {
     /// Whether each recently reserved topic is delivered by push, and when
     /// that was read.
     modes: Mutex<HashMap<Topic, (Instant, bool)>>,
+    /// The last read of the topics dq delivers itself, and when.
+    delivered: Mutex<Option<(Instant, HashMap<Topic, Delivery>)>>,
     /// Stops the wake listener when the service goes.
     _listener: tokio_util::sync::DropGuard,
 }
@@ -151,6 +157,7 @@ impl Service {
             shutdown: CancellationToken::new(),
             topics_changed: Notify::new(),
             modes: Mutex::new(HashMap::new()),
+            delivered: Mutex::new(None),
         }
     }
 
@@ -555,7 +562,7 @@ impl Service {
         }
         let cfg = self.store.configure_topic(t, &patch).await?;
         self.forget_mode(t);
-        self.topics_changed.notify_one();
+        self.topics_changed_now();
         // TopicConfig's Debug redacts push credentials.
         tracing::info!(topic = %t, config = ?cfg, "topic configured");
         Ok(cfg)
@@ -589,13 +596,21 @@ impl Service {
             }
         }
         self.forget_mode(t);
-        self.topics_changed.notify_one();
+        self.topics_changed_now();
         tracing::warn!(topic = %t, deleted, "topic deleted");
         Ok(deleted)
     }
 
+    /// Tells the deliverer and the forwarder (both waiting, or one busy
+    /// reading: it gets a stored permit) that settings changed.
+    fn topics_changed_now(&self) {
+        self.topics_changed.notify_waiters();
+        self.topics_changed.notify_one();
+    }
+
     fn forget_mode(&self, t: &Topic) {
         self.modes.lock().expect("poisoned").remove(t);
+        *self.delivered.lock().expect("poisoned") = None;
     }
 
     /// Topics dq delivers itself (push, forwarding) with their delivery
@@ -604,6 +619,14 @@ impl Service {
     /// # Errors
     /// A store error.
     pub(crate) async fn delivered_topics(&self) -> Result<HashMap<Topic, Delivery>> {
+        // The deliverer and the forwarder both ask every second: one read
+        // of every topic's settings serves both (a change made through this
+        // instance clears it at once).
+        if let Some((at, d)) = &*self.delivered.lock().expect("poisoned")
+            && at.elapsed() < DELIVERED_TTL
+        {
+            return Ok(d.clone());
+        }
         let mut out = HashMap::new();
         for t in self.store.topics().await? {
             if let Some(cfg) = self.store.topic_config(&t).await?
@@ -612,6 +635,7 @@ impl Service {
                 out.insert(t, cfg.delivery);
             }
         }
+        *self.delivered.lock().expect("poisoned") = Some((Instant::now(), out.clone()));
         Ok(out)
     }
 

@@ -217,11 +217,14 @@ async fn tubes_use_watch_ignore() {
         assert_eq!(c.cmd("pause-tube nosuchtube 1").await, "NOT_FOUND");
         // Paused for 1 s: nothing comes out of it before.
         let next = c.put(1, 0, 10, b"y").await;
+        // Timed from before the pause is sent: the pause ends 1 s after the
+        // server took it, so no sooner than 1 s after this instant (timed
+        // after the next command, a slow reply would eat into the second).
+        let paused = Instant::now();
         assert_eq!(c.cmd("pause-tube emails 1").await, "PAUSED");
         let l = c.cmd("stats-tube emails").await;
         let yaml = String::from_utf8(c.data(&l).await).unwrap();
         assert!(yaml.contains("pause: 1\n"), "{yaml}");
-        let paused = Instant::now();
         let (got, _) = c.reserve(3).await.unwrap();
         assert_eq!(got, next);
         assert!(
