@@ -256,6 +256,31 @@ struct Observed {
     last_us: u64,
 }
 
+impl Observed {
+    /// Nothing seen yet, room for `expected` ids.
+    fn new(expected: usize) -> Result<Self> {
+        Ok(Self {
+            seen: HashMap::with_capacity(expected),
+            lateness: Histogram::new_with_bounds(1, 3_600_000_000, 3)?,
+            early: 0,
+            last_us: 0,
+        })
+    }
+
+    /// One hand-out of `id`, due at `due_ms`, received at `received_us`:
+    /// early, or its lateness.
+    fn record(&mut self, id: String, due_ms: u64, received_us: u64) {
+        let due_us = due_ms * 1000;
+        if received_us < due_us {
+            self.early += 1;
+        } else {
+            let _ = self.lateness.record((received_us - due_us).max(1));
+        }
+        *self.seen.entry(id).or_default() += 1;
+        self.last_us = self.last_us.max(received_us);
+    }
+}
+
 /// Runs `c` consumers until `expected` distinct jobs were received or `deadline`.
 async fn consume(
     api: &Client,
@@ -266,12 +291,7 @@ async fn consume(
     deadline: Instant,
     pb: &ProgressBar,
 ) -> Result<Observed> {
-    let obs = Arc::new(Mutex::new(Observed {
-        seen: HashMap::with_capacity(expected),
-        lateness: Histogram::new_with_bounds(1, 3_600_000_000, 3)?,
-        early: 0,
-        last_us: 0,
-    }));
+    let obs = Arc::new(Mutex::new(Observed::new(expected)?));
     let done = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for _ in 0..c {
@@ -297,15 +317,8 @@ async fn consume(
                 {
                     let mut o = obs.lock().expect("poisoned");
                     for j in &jobs {
-                        let due_us = j.due_at_ms * 1000;
-                        if received < due_us {
-                            o.early += 1;
-                        } else {
-                            let _ = o.lateness.record((received - due_us).max(1));
-                        }
-                        *o.seen.entry(j.id.clone()).or_default() += 1;
+                        o.record(j.id.clone(), j.due_at_ms, received);
                     }
-                    o.last_us = received;
                     if o.seen.len() >= expected {
                         done.store(true, Ordering::SeqCst);
                     }
@@ -445,12 +458,7 @@ async fn feed(api: &Client, topic: &str, run_id: &str, p: &SteadyPlan) -> u64 {
 /// A local HTTP receiver for push benches: records, per job id, the hand-outs
 /// and the lateness (receipt − `Dq-Due-At`), answers 204.
 async fn receiver(expected: usize) -> Result<(String, Arc<Mutex<Observed>>)> {
-    let obs = Arc::new(Mutex::new(Observed {
-        seen: HashMap::with_capacity(expected),
-        lateness: Histogram::new_with_bounds(1, 3_600_000_000, 3)?,
-        early: 0,
-        last_us: 0,
-    }));
+    let obs = Arc::new(Mutex::new(Observed::new(expected)?));
     let o = obs.clone();
     let app = axum::Router::new().route(
         "/hook",
@@ -458,25 +466,17 @@ async fn receiver(expected: usize) -> Result<(String, Arc<Mutex<Observed>>)> {
             let o = o.clone();
             async move {
                 let received = now_us();
-                let due_us = headers
+                let due_ms = headers
                     .get("dq-due-at")
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.parse::<u64>().ok())
-                    .unwrap_or(0)
-                    * 1000;
+                    .unwrap_or(0);
                 let id = headers
                     .get("dq-job-id")
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("")
                     .to_string();
-                let mut o = o.lock().expect("poisoned");
-                if received < due_us {
-                    o.early += 1;
-                } else {
-                    let _ = o.lateness.record((received - due_us).max(1));
-                }
-                *o.seen.entry(id).or_default() += 1;
-                o.last_us = received;
+                o.lock().expect("poisoned").record(id, due_ms, received);
                 axum::http::StatusCode::NO_CONTENT
             }
         }),
@@ -588,12 +588,7 @@ async fn delivered(
 /// records, per job id, the entries and the lateness (receipt − the
 /// entry's `due_at_ms`).
 async fn stream_reader(url: &str, stream: &str, expected: usize) -> Result<Arc<Mutex<Observed>>> {
-    let obs = Arc::new(Mutex::new(Observed {
-        seen: HashMap::with_capacity(expected),
-        lateness: Histogram::new_with_bounds(1, 3_600_000_000, 3)?,
-        early: 0,
-        last_us: 0,
-    }));
+    let obs = Arc::new(Mutex::new(Observed::new(expected)?));
     let mut c = redis::Client::open(url)
         .context("--target")?
         .get_multiplexed_async_connection()
@@ -623,14 +618,7 @@ async fn stream_reader(url: &str, stream: &str, expected: usize) -> Result<Arc<M
                 for e in k.ids {
                     from = e.id.clone();
                     let id: String = e.get("id").unwrap_or_default();
-                    let due_us = e.get::<u64>("due_at_ms").unwrap_or(0) * 1000;
-                    if received < due_us {
-                        o.early += 1;
-                    } else {
-                        let _ = o.lateness.record((received - due_us).max(1));
-                    }
-                    *o.seen.entry(id).or_default() += 1;
-                    o.last_us = received;
+                    o.record(id, e.get::<u64>("due_at_ms").unwrap_or(0), received);
                 }
             }
             if o.seen.len() >= expected {

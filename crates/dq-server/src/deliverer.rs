@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use dq_core::{Body, Lease, Nack, PushConfig, PushMethod, Topic};
+use dq_core::{Body, Delivery, Lease, Nack, PushConfig, PushMethod, Topic};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use tokio::sync::Semaphore;
@@ -26,7 +26,7 @@ use crate::metrics::Metrics;
 use crate::push_guard;
 use crate::service::Service;
 
-/// How often the set of push topics is read again.
+/// How often the set of push (and forwarding) topics is read again.
 const REFRESH: Duration = Duration::from_secs(1);
 
 /// Signs `{id}.{timestamp}.{body}` with each `whsec_` secret:
@@ -83,48 +83,71 @@ impl Deliverer {
     /// Runs until `cancel` fires; deliveries in flight are tracked by the
     /// tracker given to [`Deliverer::new`].
     pub async fn run(self, cancel: CancellationToken) {
-        let mut topics: HashMap<Topic, (PushConfig, CancellationToken)> = HashMap::new();
-        loop {
-            match self.svc.delivered_topics().await {
-                Ok(now) => {
-                    let now: HashMap<Topic, PushConfig> = now
-                        .into_iter()
-                        .filter_map(|(t, d)| match d {
-                            dq_core::Delivery::Push(p) => Some((t, p)),
-                            _ => None,
-                        })
-                        .collect();
-                    topics.retain(|t, (cfg, stop)| {
-                        let keep = now.get(t) == Some(cfg);
-                        if !keep {
-                            stop.cancel();
-                        }
-                        keep
-                    });
-                    for (t, cfg) in now {
-                        if topics.contains_key(&t) {
-                            continue;
-                        }
-                        let stop = cancel.child_token();
-                        let task = TopicDelivery {
-                            svc: self.svc.clone(),
-                            metrics: self.metrics.clone(),
-                            http: self.http.clone(),
-                            topic: t.clone(),
-                            cfg: cfg.clone(),
-                            tracker: self.tracker.clone(),
-                        };
-                        tokio::spawn(task.run(stop.clone()));
-                        topics.insert(t, (cfg, stop));
+        let pick = |d: Delivery| match d {
+            Delivery::Push(p) => Some(p),
+            _ => None,
+        };
+        per_topic(&self.svc, &cancel, "push", pick, |topic, cfg, stop| {
+            let task = TopicDelivery {
+                svc: self.svc.clone(),
+                metrics: self.metrics.clone(),
+                http: self.http.clone(),
+                topic,
+                cfg,
+                tracker: self.tracker.clone(),
+            };
+            tokio::spawn(task.run(stop));
+        })
+        .await;
+    }
+}
+
+/// Keeps one task per topic dq delivers in one way (push, forwarding)
+/// until `cancel` fires: `pick` gives a topic's settings for that way,
+/// `spawn` starts its task with a token that stops it. The topics are read
+/// every [`REFRESH`] and when settings change here; a topic whose settings
+/// changed gets a new task, one no longer delivered that way is stopped.
+pub(crate) async fn per_topic<C, P, S>(
+    svc: &Service,
+    cancel: &CancellationToken,
+    what: &str,
+    pick: P,
+    mut spawn: S,
+) where
+    C: PartialEq + Clone,
+    P: Fn(Delivery) -> Option<C>,
+    S: FnMut(Topic, C, CancellationToken),
+{
+    let mut topics: HashMap<Topic, (C, CancellationToken)> = HashMap::new();
+    loop {
+        match svc.delivered_topics().await {
+            Ok(now) => {
+                let now: HashMap<Topic, C> = now
+                    .into_iter()
+                    .filter_map(|(t, d)| pick(d).map(|c| (t, c)))
+                    .collect();
+                topics.retain(|t, (cfg, stop)| {
+                    let keep = now.get(t) == Some(cfg);
+                    if !keep {
+                        stop.cancel();
                     }
+                    keep
+                });
+                for (t, cfg) in now {
+                    if topics.contains_key(&t) {
+                        continue;
+                    }
+                    let stop = cancel.child_token();
+                    spawn(t.clone(), cfg.clone(), stop.clone());
+                    topics.insert(t, (cfg, stop));
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot read push topics"),
             }
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(REFRESH) => {}
-                _ = self.svc.topics_changed().notified() => {}
-            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the {what} topics"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(REFRESH) => {}
+            _ = svc.topics_changed().notified() => {}
         }
     }
 }

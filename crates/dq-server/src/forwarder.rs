@@ -19,7 +19,6 @@
 //! tasks run in the tracker shutdown waits for, so a batch being written
 //! finishes (write and ack) before the process exits.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,8 +31,6 @@ use tokio_util::task::TaskTracker;
 use crate::metrics::Metrics;
 use crate::service::{Error, Service};
 
-/// How often the set of forwarding topics is read again.
-const REFRESH: Duration = Duration::from_secs(1);
 /// Most jobs reserved and written at once.
 pub const BATCH: usize = 100;
 /// The lease of a job being written: far longer than a write takes.
@@ -60,44 +57,12 @@ impl Forwarder {
 
     /// Runs until `cancel` fires.
     pub async fn run(self, cancel: CancellationToken) {
-        let mut topics: HashMap<Topic, (Delivery, CancellationToken)> = HashMap::new();
-        loop {
-            match self.svc.delivered_topics().await {
-                Ok(now) => {
-                    let now: HashMap<Topic, Delivery> = now
-                        .into_iter()
-                        .filter(|(_, d)| d.target().is_some())
-                        .collect();
-                    topics.retain(|t, (d, stop)| {
-                        let keep = now.get(t) == Some(d);
-                        if !keep {
-                            stop.cancel();
-                        }
-                        keep
-                    });
-                    for (t, d) in now {
-                        if topics.contains_key(&t) {
-                            continue;
-                        }
-                        let stop = cancel.child_token();
-                        let task = TopicForward::new(
-                            self.svc.clone(),
-                            self.metrics.clone(),
-                            t.clone(),
-                            d.clone(),
-                        );
-                        self.tracker.spawn(task.run(stop.clone()));
-                        topics.insert(t, (d, stop));
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot read forwarding topics"),
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(REFRESH) => {}
-                _ = self.svc.topics_changed().notified() => {}
-            }
-        }
+        let pick = |d: Delivery| d.target().is_some().then_some(d);
+        crate::deliverer::per_topic(&self.svc, &cancel, "forwarding", pick, |t, d, stop| {
+            let task = TopicForward::new(self.svc.clone(), self.metrics.clone(), t, d);
+            self.tracker.spawn(task.run(stop));
+        })
+        .await;
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dq_core::Store;
-use dq_server::{Server, ServerConfig};
+use dq_server::ServerConfig;
 use dq_testkit::RedisServer;
 use redis::{RedisResult, Value as RV};
 use serde_json::{Value, json};
@@ -20,29 +20,15 @@ use serde_json::{Value, json};
 struct Dq {
     base: String,
     http: reqwest::Client,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    _running: support::Running,
 }
 
 async fn dq(store: Arc<dyn Store>) -> Dq {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let server = Server::new(
-        ServerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            ..Default::default()
-        },
-        store,
-        Arc::new(dq_core::SystemClock),
-    );
-    let l = server.bind().await.unwrap();
-    let base = format!("http://{}", l.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.run(l, async move {
-        let _ = rx.await;
-    }));
+    let running = support::serve(store, ServerConfig::default()).await;
     Dq {
-        base,
+        base: running.base.clone(),
         http: reqwest::Client::new(),
-        _stop: tx,
+        _running: running,
     }
 }
 

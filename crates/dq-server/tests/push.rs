@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use dq_server::{Server, ServerConfig};
+use dq_server::ServerConfig;
 use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
@@ -83,32 +83,24 @@ impl Receiver {
 struct Dq {
     base: String,
     http: reqwest::Client,
-    _stop: tokio::sync::oneshot::Sender<()>,
+    _running: support::Running,
     _dir: tempfile::TempDir,
 }
 
 async fn dq(deny_private: bool) -> Dq {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let (store, dir) = support::embedded_store();
-    let server = Server::new(
+    let running = support::serve(
+        store,
         ServerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
             push_deny_private: deny_private,
             ..Default::default()
         },
-        store,
-        Arc::new(dq_core::SystemClock),
-    );
-    let l = server.bind().await.unwrap();
-    let base = format!("http://{}", l.local_addr().unwrap());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.run(l, async move {
-        let _ = rx.await;
-    }));
+    )
+    .await;
     Dq {
-        base,
+        base: running.base.clone(),
         http: reqwest::Client::new(),
-        _stop: tx,
+        _running: running,
         _dir: dir,
     }
 }
@@ -641,25 +633,12 @@ async fn push_retry_schedule_is_exact_with_a_test_clock() {
     let (store, dir) = support::embedded_store();
     let t0 = 1_700_000_000_000u64;
     let clock = dq_core::ManualClock::new(t0);
-    let server = Server::new(
-        ServerConfig {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            ..Default::default()
-        },
-        store,
-        Arc::new(clock.clone()),
-    );
-    let st = server.state().clone();
-    let l = server.bind().await.unwrap();
-    let base = format!("http://{}", l.local_addr().unwrap());
-    let (_stop, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.run(l, async move {
-        let _ = rx.await;
-    }));
+    let running = support::serve_on(store, ServerConfig::default(), Arc::new(clock.clone())).await;
+    let st = running.state.clone();
     let d = Dq {
-        base,
+        base: running.base.clone(),
         http: reqwest::Client::new(),
-        _stop,
+        _running: running,
         _dir: dir,
     };
     d.push_topic("sched", json!({"mode": "push", "url": url}), json!({}))

@@ -81,3 +81,48 @@ pub(crate) fn api_over(
         guard,
     )
 }
+
+/// A running `Server` (listener, dispatcher, deliverer, forwarder) on a
+/// free port of 127.0.0.1; it stops when this is dropped.
+pub(crate) struct Running {
+    /// `http://127.0.0.1:<port>`.
+    pub(crate) base: String,
+    /// The server's state (its service, metrics).
+    pub(crate) state: AppState,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Starts `dq_server::Server` over `store` with `config` (its `listen` is
+/// replaced by a free port), on the system clock.
+pub(crate) async fn serve(store: Arc<dyn Store>, config: dq_server::ServerConfig) -> Running {
+    serve_on(store, config, Arc::new(dq_core::SystemClock)).await
+}
+
+/// [`serve`] reading time from `clock`.
+pub(crate) async fn serve_on(
+    store: Arc<dyn Store>,
+    config: dq_server::ServerConfig,
+    clock: Arc<dyn Clock>,
+) -> Running {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let server = dq_server::Server::new(
+        dq_server::ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            ..config
+        },
+        store,
+        clock,
+    );
+    let state = server.state().clone();
+    let l = server.bind().await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.run(l, async move {
+        let _ = rx.await;
+    }));
+    Running {
+        base,
+        state,
+        _stop: tx,
+    }
+}
