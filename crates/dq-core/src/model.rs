@@ -15,7 +15,8 @@ fn is_dot_segment(s: &str) -> bool {
 use crate::limits::InvalidInput;
 use crate::retry::RetryPolicy;
 
-/// A topic name: 1–200 bytes of `[A-Za-z0-9._:-]`.
+/// A topic name: 1–200 bytes of `[A-Za-z0-9._:+/;$()-]` (beanstalkd's tube
+/// characters and `:`), not `.` or `..`.
 ///
 /// The character set keeps names safe inside Redis hash tags (`{` and `}` are
 /// excluded), URLs and log lines.
@@ -45,11 +46,11 @@ impl Topic {
         }
         if let Some(c) = name
             .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+            .find(|c| !(c.is_ascii_alphanumeric() || "._:-+/;$()".contains(*c)))
         {
             return Err(InvalidInput::new(
                 "invalid_topic",
-                format!("topic may hold only A-Z a-z 0-9 . _ : -, found {c:?}"),
+                format!("topic may hold only A-Z a-z 0-9 . _ : - + / ; $ ( ), found {c:?}"),
             ));
         }
         if is_dot_segment(&name) {
@@ -537,10 +538,12 @@ mod tests {
         assert_eq!(Topic::new("").unwrap_err().code, "invalid_topic");
         assert!(Topic::new("a".repeat(200)).is_ok());
         assert!(Topic::new("a".repeat(201)).is_err());
-        for bad in ["a b", "a{b}", "a/b", "é", ".", ".."] {
+        for bad in ["a b", "a{b}", "a#1", "a%2F", "é", ".", "..", "a?b"] {
             assert!(Topic::new(bad).is_err(), "{bad}");
         }
         assert!(Topic::new("...").is_ok() && Topic::new(".a").is_ok());
+        // beanstalkd's tube characters.
+        assert!(Topic::new("mail/out+retry;v1$(x)").is_ok());
     }
 
     #[test]

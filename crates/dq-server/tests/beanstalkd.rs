@@ -447,3 +447,33 @@ async fn many_connections_and_stalled_clients_do_not_stall_others() {
     );
     drop(stalled);
 }
+
+/// Every character beanstalkd allows in a tube name (`A-Za-z0-9-+/;.$_()`)
+/// names a dq topic, reachable through the HTTP API with `/` as `%2F`; a
+/// name starting with `-` is refused as by beanstalkd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tube_names_take_every_beanstalkd_character() {
+    on_both(|bs| async move {
+        let mut c = C::new(&bs).await;
+        let tube = "mail/out+retry;v1$(x)_.";
+        assert_eq!(c.cmd(&format!("use {tube}")).await, format!("USING {tube}"));
+        let id = c.put(1, 0, 10, b"hi").await;
+        let path = "mail%2Fout%2Bretry%3Bv1%24%28x%29_.";
+        let v: serde_json::Value = reqwest::get(format!("{}/v1/topics/{path}/jobs/{id}", bs.http))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            (v["topic"].as_str(), v["state"].as_str()),
+            (Some(tube), Some("ready")),
+            "{v}"
+        );
+        assert_eq!(c.cmd("use -dash").await, "BAD_FORMAT");
+        assert_eq!(c.cmd(&format!("watch {tube}")).await, "WATCHING 2");
+        let (got, body) = c.reserve(0).await.unwrap();
+        assert_eq!((got, body.as_slice()), (id, &b"hi"[..]));
+    })
+    .await;
+}
