@@ -401,6 +401,9 @@ pub struct Nack<'a> {
     /// Dead at once, whatever attempts are left (a permanent failure, an
     /// unknown event; beanstalkd's `bury`).
     pub dead: bool,
+    /// The job's new priority, kept from here on (beanstalkd's `release`
+    /// and `bury` give one); `None` keeps it.
+    pub priority: Option<u32>,
 }
 
 impl<'a> Nack<'a> {
@@ -411,6 +414,7 @@ impl<'a> Nack<'a> {
             error,
             retry_in_ms: None,
             dead: false,
+            priority: None,
         }
     }
 
@@ -425,6 +429,14 @@ impl<'a> Nack<'a> {
     /// Retried after `ms` instead of the policy's wait.
     pub fn retry_in(self, ms: u64) -> Self {
         self.retry_in_opt(Some(ms))
+    }
+
+    /// With the job's priority changed to `p`.
+    pub fn with_priority(self, p: u32) -> Self {
+        Self {
+            priority: Some(p),
+            ..self
+        }
     }
 
     /// Retried after `ms` if given, else the policy's wait.

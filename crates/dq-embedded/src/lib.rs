@@ -261,7 +261,7 @@ impl Store for EmbeddedStore {
     ) -> StoreResult<NackOutcome> {
         let (topic, id, token) = (topic.clone(), id.clone(), nack.token.to_string());
         let error = limits::clip_error(nack.error).to_string();
-        let (retry_in_ms, dead) = (nack.retry_in_ms, nack.dead);
+        let (retry_in_ms, dead, priority) = (nack.retry_in_ms, nack.dead, nack.priority);
         self.writer
             .exec(move |cx| {
                 let nack = Nack {
@@ -269,6 +269,7 @@ impl Store for EmbeddedStore {
                     error: &error,
                     retry_in_ms,
                     dead,
+                    priority,
                 };
                 ops::nack(cx, &topic, &id, nack, now_ms)
             })

@@ -571,6 +571,11 @@ pub(crate) fn nack(
 ) -> OpResult<NackOutcome> {
     let (tid, seq) = held(cx, topic, id, nack.token)?;
     let cfg = config(cx, tid)?;
+    if let Some(p) = nack.priority {
+        cx.conn
+            .prepare_cached("UPDATE jobs SET priority = ?1 WHERE seq = ?2")?
+            .execute(params![p, seq])?;
+    }
     // Dead at once draws no jitter.
     let rand = if nack.dead { 0.0 } else { rand::random() };
     fail(

@@ -670,6 +670,7 @@ impl Store for RedisStore {
                     &self.now_arg(now_ms),
                     rand.as_bytes(),
                     if nack.dead { b"1" } else { b"0" },
+                    &opt(nack.priority),
                 ],
             )
             .await?;

@@ -369,6 +369,7 @@ pub(crate) async fn nack(
         error: &error,
         retry_in_ms: retry_in,
         dead: req.dead,
+        priority: None,
     };
     let (state, due_at_ms) = match svc.nack(&t, &id, nack).await? {
         NackOutcome::Retry { due_at_ms, .. } => (JobState::Scheduled, Some(due_at_ms)),

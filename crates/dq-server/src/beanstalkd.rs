@@ -453,8 +453,8 @@ impl Conn {
             }
             Cmd::ReserveJob(id) => self.reserve_job(id).await,
             Cmd::Delete(id) => self.delete(id).await,
-            Cmd::Release { id, delay, .. } => self.release(id, delay).await,
-            Cmd::Bury { id, .. } => self.bury(id).await,
+            Cmd::Release { id, pri, delay } => self.release(id, pri, delay).await,
+            Cmd::Bury { id, pri } => self.bury(id, pri).await,
             Cmd::Touch(id) => self.touch(id).await,
             Cmd::Peek(id) => self.peek(id).await,
             Cmd::PeekState(state) => self.peek_state(state).await,
@@ -725,25 +725,28 @@ impl Conn {
         }
     }
 
-    /// Gives a held job back, due after the delay. Counted as an attempt
-    /// (a dq nack), because beanstalkd's `reserves` counts every reserve and
-    /// clients read their attempts from it (Laravel's `$tries` does).
-    async fn release(&mut self, id: u64, delay_s: u32) -> Reply {
+    /// Gives a held job back with priority `pri`, due after the delay.
+    /// Counted as an attempt (a dq nack), because beanstalkd's `reserves`
+    /// counts every reserve and clients read their attempts from it
+    /// (Laravel's `$tries` does).
+    async fn release(&mut self, id: u64, pri: u32, delay_s: u32) -> Reply {
         let delay_ms = u64::from(delay_s) * 1000;
         self.on_held(id, |svc, t, jid, token| async move {
-            svc.nack(&t, &jid, Nack::retry(&token, "released").retry_in(delay_ms))
-                .await
-                .map(|out| match out {
-                    dq_core::NackOutcome::Dead { .. } => "BURIED",
-                    dq_core::NackOutcome::Retry { .. } => "RELEASED",
-                })
+            let nack = Nack::retry(&token, "released")
+                .retry_in(delay_ms)
+                .with_priority(pri);
+            svc.nack(&t, &jid, nack).await.map(|out| match out {
+                dq_core::NackOutcome::Dead { .. } => "BURIED",
+                dq_core::NackOutcome::Retry { .. } => "RELEASED",
+            })
         })
         .await
     }
 
-    async fn bury(&mut self, id: u64) -> Reply {
+    /// Buries a held job with priority `pri` (it keeps it when kicked).
+    async fn bury(&mut self, id: u64, pri: u32) -> Reply {
         self.on_held(id, |svc, t, jid, token| async move {
-            svc.nack(&t, &jid, Nack::dead(&token, "buried"))
+            svc.nack(&t, &jid, Nack::dead(&token, "buried").with_priority(pri))
                 .await
                 .map(|_| "BURIED")
         })

@@ -477,3 +477,32 @@ async fn tube_names_take_every_beanstalkd_character() {
     })
     .await;
 }
+
+/// `release <id> <pri> <delay>` and `bury <id> <pri>` set the job's
+/// priority, as the reference does: it decides the next hand-out order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_and_bury_set_the_priority() {
+    on_both(|bs| async move {
+        let mut c = C::new(&bs).await;
+        let x = c.put(10, 0, 30, b"x").await;
+        let y = c.put(20, 0, 30, b"y").await;
+        let (got, _) = c.reserve(0).await.unwrap();
+        assert_eq!(got, x);
+        assert_eq!(c.cmd(&format!("release {x} 30 0")).await, "RELEASED");
+        let l = c.cmd(&format!("stats-job {x}")).await;
+        let yaml = String::from_utf8(c.data(&l).await).unwrap();
+        assert!(yaml.contains("pri: 30\n"), "{yaml}");
+        let (first, _) = c.reserve(0).await.unwrap();
+        assert_eq!(first, y, "y (20) now before x (30)");
+        let (second, _) = c.reserve(0).await.unwrap();
+        assert_eq!(second, x);
+        assert_eq!(c.cmd(&format!("bury {x} 7")).await, "BURIED");
+        let l = c.cmd(&format!("stats-job {x}")).await;
+        let yaml = String::from_utf8(c.data(&l).await).unwrap();
+        assert!(
+            yaml.contains("pri: 7\n") && yaml.contains("state: buried\n"),
+            "{yaml}"
+        );
+    })
+    .await;
+}

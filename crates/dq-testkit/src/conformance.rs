@@ -1414,6 +1414,38 @@ pub async fn ack_and_write_elsewhere_does_nothing(s: &dyn Store) {
     assert_eq!(info.state, JobState::Reserved);
 }
 
+/// A nack may give the job a new priority: its retry (and, dead, its
+/// replay) is handed out by it.
+pub async fn nack_with_a_priority_keeps_it(s: &dyn Store) {
+    let t = topic("prio");
+    let mut a = job("a", When::DelayMs(0));
+    a.priority = 10;
+    let mut b = job("b", When::DelayMs(0));
+    b.priority = 20;
+    s.enqueue(&t, &[a, b], T0).await.unwrap();
+    let l = s.reserve(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    assert_eq!(l.id.as_str(), "a");
+    let out = s
+        .nack(
+            &t,
+            &l.id,
+            Nack::retry(&l.token, "x").retry_in(0).with_priority(30),
+            T0,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(out, NackOutcome::Retry { .. }), "{out:?}");
+    assert_eq!(s.get(&t, &id("a")).await.unwrap().unwrap().priority, 30);
+    let c = s.reserve(&t, 2, None, T0).await.unwrap();
+    assert_eq!(ids(&c), ["b", "a"], "b (20) before a (now 30)");
+    let a = c.leases.iter().find(|l| l.id.as_str() == "a").unwrap();
+    s.nack(&t, &a.id, Nack::dead(&a.token, "x").with_priority(5), T0)
+        .await
+        .unwrap();
+    let dead = s.get(&t, &id("a")).await.unwrap().unwrap();
+    assert_eq!((dead.state, dead.priority), (JobState::Dead, 5));
+}
+
 #[macro_export]
 macro_rules! conformance_tests {
     (in_one $test:ident, $setup:expr, $make:expr) => {
@@ -1453,7 +1485,8 @@ macro_rules! conformance_tests {
             pause_topic_hands_nothing_out,
             reserve_job_in_any_waiting_or_dead_state,
             watch_wakes_announces_what_became_due,
-            ack_and_write_elsewhere_does_nothing
+            ack_and_write_elsewhere_does_nothing,
+            nack_with_a_priority_keeps_it
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
