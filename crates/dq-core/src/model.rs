@@ -357,6 +357,22 @@ pub struct JobInfo {
     pub died_at_ms: Option<u64>,
     /// The payload.
     pub body: Body,
+    /// What happened to it so far, beyond its attempts.
+    pub counts: JobCounts,
+}
+
+/// A job's history in counts (beanstalkd's `stats-job` shows them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct JobCounts {
+    /// Leases that expired (the holder neither acked nor failed it in time).
+    pub timeouts: u32,
+    /// Attempts its holder gave back to be tried again: nacks that did not
+    /// ask for dead at once, and releases.
+    pub releases: u32,
+    /// Times it went dead (out of attempts, or a nack asking for it).
+    pub buries: u32,
+    /// Times it was replayed out of the dead letters.
+    pub kicks: u32,
 }
 
 /// A job handed to a consumer, with the token that proves the lease.

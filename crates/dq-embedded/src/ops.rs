@@ -293,11 +293,17 @@ fn job_row(r: &rusqlite::Row<'_>, cfg: &TopicConfig) -> rusqlite::Result<Row> {
             lease_deadline_ms: r.get(12)?,
             died_at_ms: r.get(13)?,
             body: Body::from_stored(body, is_json),
+            counts: JobCounts {
+                timeouts: r.get(16)?,
+                releases: r.get(17)?,
+                buries: r.get(18)?,
+                kicks: r.get(19)?,
+            },
         },
     ))
 }
 
-const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body";
+const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body, timeouts, releases, buries, kicks";
 
 pub(crate) fn get(cx: &mut Ctx, topic: &Topic, id: &JobId) -> OpResult<Option<JobInfo>> {
     let Some(tid) = tid(cx, topic)? else {
@@ -487,6 +493,17 @@ pub(crate) fn ack(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str) -> OpRes
     bump(cx, tid, "acked", 1)
 }
 
+/// How an attempt failed, for [`fail`] and the job's counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failed {
+    /// Its holder gave it back to be tried again (a nack).
+    GivenBack,
+    /// Its holder asked for dead at once.
+    Dead,
+    /// Its lease expired.
+    Expired,
+}
+
 /// A failed attempt of reserved job `seq`: retry after a wait, or dead.
 #[allow(clippy::too_many_arguments)]
 fn fail(
@@ -499,7 +516,7 @@ fn fail(
     error: &str,
     retry_in: Option<u64>,
     rand: f64,
-    bury: bool,
+    how: Failed,
 ) -> OpResult<NackOutcome> {
     let (attempts, max, retry): (u32, Option<u32>, Option<String>) = cx
         .conn
@@ -508,13 +525,21 @@ fn fail(
     let max = max.unwrap_or(cfg.max_attempts);
     cx.conn
         .prepare_cached(
-            "UPDATE jobs SET token = NULL, deadline_ms = NULL, last_error = ?1 WHERE seq = ?2",
+            "UPDATE jobs SET token = NULL, deadline_ms = NULL, last_error = ?1,
+             releases = releases + ?3, timeouts = timeouts + ?4 WHERE seq = ?2",
         )?
-        .execute(params![error, seq])?;
+        .execute(params![
+            error,
+            seq,
+            i64::from(how == Failed::GivenBack),
+            i64::from(how == Failed::Expired)
+        ])?;
     bump(cx, tid, "failed", 1)?;
-    if bury || attempts >= max {
+    if how == Failed::Dead || attempts >= max {
         cx.conn
-            .prepare_cached("UPDATE jobs SET state = 3, died_ms = ?1 WHERE seq = ?2")?
+            .prepare_cached(
+                "UPDATE jobs SET state = 3, died_ms = ?1, buries = buries + 1 WHERE seq = ?2",
+            )?
             .execute(params![now as i64, seq])?;
         counts(cx, tid, [0, 0, -1, 1])?;
         bump(cx, tid, "dead", 1)?;
@@ -588,7 +613,11 @@ pub(crate) fn nack(
         nack.error,
         nack.retry_in_ms,
         rand,
-        nack.dead,
+        if nack.dead {
+            Failed::Dead
+        } else {
+            Failed::GivenBack
+        },
     )
 }
 
@@ -603,7 +632,8 @@ pub(crate) fn release(
     let (tid, seq) = held(cx, topic, id, token)?;
     cx.conn
         .prepare_cached(
-            "UPDATE jobs SET attempts = attempts - 1, token = NULL, deadline_ms = NULL WHERE seq = ?1",
+            "UPDATE jobs SET attempts = attempts - 1, token = NULL, deadline_ms = NULL,
+             releases = releases + 1 WHERE seq = ?1",
         )?
         .execute([seq])?;
     let due = now + delay_ms;
@@ -655,7 +685,7 @@ pub(crate) fn requeue_expired(
                 "lease expired",
                 None,
                 rand::random(),
-                false,
+                Failed::Expired,
             )?;
             match outcome {
                 NackOutcome::Retry { .. } => out.retried += 1,
@@ -754,7 +784,9 @@ pub(crate) fn replay_dead(
     };
     for &seq in &seqs {
         cx.conn
-            .prepare_cached("UPDATE jobs SET attempts = 0, died_ms = NULL WHERE seq = ?1")?
+            .prepare_cached(
+                "UPDATE jobs SET attempts = 0, died_ms = NULL, kicks = kicks + 1 WHERE seq = ?1",
+            )?
             .execute([seq])?;
         place(cx, topic, tid, seq, Some(DEAD), now, now)?;
     }

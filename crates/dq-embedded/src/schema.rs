@@ -51,7 +51,9 @@ CREATE TABLE jobs (
   created_ms INTEGER NOT NULL,
   token TEXT, deadline_ms INTEGER, died_ms INTEGER,
   is_json INTEGER NOT NULL,
-  body BLOB NOT NULL
+  body BLOB NOT NULL,
+  timeouts INTEGER NOT NULL DEFAULT 0, releases INTEGER NOT NULL DEFAULT 0,
+  buries INTEGER NOT NULL DEFAULT 0, kicks INTEGER NOT NULL DEFAULT 0
 );
 CREATE UNIQUE INDEX jobs_id ON jobs(tid, id);
 CREATE INDEX jobs_sched ON jobs(tid, due_ms) WHERE state = 0;
@@ -107,13 +109,18 @@ pub(crate) fn open(path: &Path, max_pages: Option<u64>) -> Result<Connection, Op
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(corrupt)?;
         if version == 1 {
-            // Version 2 names the per-state counts.
+            // Version 2 names the per-state counts and counts each job's
+            // history (timeouts, releases, buries, kicks).
             conn.execute_batch(
                 "BEGIN IMMEDIATE;
                  ALTER TABLE topics RENAME COLUMN n0 TO n_scheduled;
                  ALTER TABLE topics RENAME COLUMN n1 TO n_ready;
                  ALTER TABLE topics RENAME COLUMN n2 TO n_reserved;
                  ALTER TABLE topics RENAME COLUMN n3 TO n_dead;
+                 ALTER TABLE jobs ADD COLUMN timeouts INTEGER NOT NULL DEFAULT 0;
+                 ALTER TABLE jobs ADD COLUMN releases INTEGER NOT NULL DEFAULT 0;
+                 ALTER TABLE jobs ADD COLUMN buries INTEGER NOT NULL DEFAULT 0;
+                 ALTER TABLE jobs ADD COLUMN kicks INTEGER NOT NULL DEFAULT 0;
                  PRAGMA user_version = 2;
                  COMMIT;",
             )

@@ -353,8 +353,8 @@ async fn open_when_free(dir: &std::path::Path) -> EmbeddedStore {
     panic!("still locked after 2 s");
 }
 
-/// A file of schema version 1 (per-state counts named n0..n3) opens with its
-/// jobs and counts kept, as version 2; a version this dq does not know is
+/// A file of schema version 1 (per-state counts named n0..n3, no per-job
+/// counts) opens with its jobs and counts kept, as version 2; a version this dq does not know is
 /// refused at start, file untouched.
 #[tokio::test]
 async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
@@ -378,6 +378,10 @@ async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
          ALTER TABLE topics RENAME COLUMN n_ready TO n1;
          ALTER TABLE topics RENAME COLUMN n_reserved TO n2;
          ALTER TABLE topics RENAME COLUMN n_dead TO n3;
+         ALTER TABLE jobs DROP COLUMN timeouts;
+         ALTER TABLE jobs DROP COLUMN releases;
+         ALTER TABLE jobs DROP COLUMN buries;
+         ALTER TABLE jobs DROP COLUMN kicks;
          PRAGMA user_version = 1;",
     );
     let s = open_when_free(dir.path()).await;

@@ -179,12 +179,12 @@ pub(crate) fn decode_reserved(topic: &Topic, v: Value) -> StoreResult<Reservatio
 /// The `get` script's reply (14 values per job) to [`JobInfo`]s.
 pub(crate) fn decode_jobs(v: Value) -> StoreResult<Vec<JobInfo>> {
     let items = array(v)?;
-    if !items.len().is_multiple_of(14) {
+    if !items.len().is_multiple_of(18) {
         return Err(protocol("get reply length"));
     }
     let opt = |v: &Value| -> StoreResult<Option<u64>> { Ok(opt_time(int(v)?)) };
     items
-        .chunks(14)
+        .chunks(18)
         .map(|c| {
             let id = JobId::new(string(&c[0])?).map_err(|_| protocol("bad id"))?;
             let kind = string(&c[6])?;
@@ -204,6 +204,12 @@ pub(crate) fn decode_jobs(v: Value) -> StoreResult<Vec<JobInfo>> {
                     Some(String::from_utf8_lossy(&bytes(c[13].clone())?).into_owned())
                 } else {
                     None
+                },
+                counts: JobCounts {
+                    timeouts: int(&c[14])? as u32,
+                    releases: int(&c[15])? as u32,
+                    buries: int(&c[16])? as u32,
+                    kicks: int(&c[17])? as u32,
                 },
             })
         })

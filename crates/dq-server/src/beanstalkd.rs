@@ -33,6 +33,11 @@ pub const MAX_LINE: usize = 224;
 const SEQ: &str = "beanstalkd";
 /// Longest wait of one store reserve call inside `reserve`.
 const WAIT_SLICE_MS: u64 = 10_000;
+/// Ready jobs looked at to count the urgent ones of a tube (`stats-tube`
+/// reports at most this many).
+const URGENT_SCAN: usize = 1000;
+/// beanstalkd's urgent: a priority below this.
+const URGENT_BELOW: u32 = 1024;
 
 /// The listener's settings.
 #[derive(Debug, Clone, Copy)]
@@ -879,7 +884,6 @@ impl Conn {
             _ => 0,
         };
         let delay = job.due_at_ms.saturating_sub(job.created_at_ms) / 1000;
-        let buries = u64::from(job.state == JobState::Dead);
         ok_yaml(yaml(&[
             ("id", id.to_string()),
             ("tube", t.to_string()),
@@ -894,11 +898,25 @@ impl Conn {
             ("time-left", time_left.to_string()),
             ("file", "0".into()),
             ("reserves", job.attempts.to_string()),
-            ("timeouts", "0".into()),
-            ("releases", "0".into()),
-            ("buries", buries.to_string()),
-            ("kicks", "0".into()),
+            ("timeouts", job.counts.timeouts.to_string()),
+            ("releases", job.counts.releases.to_string()),
+            ("buries", job.counts.buries.to_string()),
+            ("kicks", job.counts.kicks.to_string()),
         ]))
+    }
+
+    /// Ready jobs of `t` with a priority below 1024 (beanstalkd's urgent),
+    /// counted over the first [`URGENT_SCAN`] in hand-out order (which is
+    /// priority first, so the urgent ones come first).
+    async fn urgent(&self, t: &Topic, ready: u64) -> Result<u64, Error> {
+        if ready == 0 {
+            return Ok(0);
+        }
+        let head = self.svc.list_ready(t, URGENT_SCAN).await?;
+        Ok(head
+            .iter()
+            .take_while(|j| j.priority < URGENT_BELOW)
+            .count() as u64)
     }
 
     async fn pause_tube(&mut self, t: Topic, delay_s: u32) -> Reply {
@@ -927,9 +945,13 @@ impl Conn {
         };
         let total = s.scheduled + s.ready + s.reserved + s.dead;
         let now = self.svc.clock().now_ms();
+        let urgent = match self.urgent(&t, s.ready).await {
+            Ok(n) => n,
+            Err(e) => return failed(&e),
+        };
         ok_yaml(yaml(&[
             ("name", t.to_string()),
-            ("current-jobs-urgent", "0".into()),
+            ("current-jobs-urgent", urgent.to_string()),
             ("current-jobs-ready", s.ready.to_string()),
             ("current-jobs-reserved", s.reserved.to_string()),
             ("current-jobs-delayed", s.scheduled.to_string()),
@@ -967,8 +989,15 @@ impl Conn {
             Err(e) => return failed(&e),
         };
         let sum = |f: fn(&dq_core::TopicStats) -> u64| all.iter().map(|(_, s)| f(s)).sum::<u64>();
+        let mut urgent = 0;
+        for (t, s) in &all {
+            match self.urgent(t, s.ready).await {
+                Ok(n) => urgent += n,
+                Err(e) => return failed(&e),
+            }
+        }
         ok_yaml(yaml(&[
-            ("current-jobs-urgent", "0".into()),
+            ("current-jobs-urgent", urgent.to_string()),
             ("current-jobs-ready", sum(|s| s.ready).to_string()),
             ("current-jobs-reserved", sum(|s| s.reserved).to_string()),
             ("current-jobs-delayed", sum(|s| s.scheduled).to_string()),

@@ -506,3 +506,50 @@ async fn release_and_bury_set_the_priority() {
     })
     .await;
 }
+
+/// `stats-job` counts a job's history — releases, burials, kicks and TTRs
+/// that ran out — and `stats-tube` / `stats` count the urgent ready jobs
+/// (priority below 1024).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_count_a_jobs_history_and_the_urgent_jobs() {
+    on_both(|bs| async move {
+        let mut c = C::new(&bs).await;
+        let stats_job = |id: u64| format!("stats-job {id}");
+        let x = c.put(10, 0, 1, b"x").await;
+        let (got, _) = c.reserve(0).await.unwrap();
+        assert_eq!(got, x);
+        assert_eq!(c.cmd(&format!("release {x} 10 0")).await, "RELEASED");
+        let (got, _) = c.reserve(0).await.unwrap();
+        assert_eq!(got, x);
+        assert_eq!(c.cmd(&format!("bury {x} 10")).await, "BURIED");
+        assert_eq!(c.cmd(&format!("kick-job {x}")).await, "KICKED");
+        // Reserved by another connection, which lets the 1 s TTR run out.
+        let mut other = C::new(&bs).await;
+        let (got, _) = other.reserve(0).await.unwrap();
+        assert_eq!(got, x);
+        let (again, _) = c.reserve(5).await.unwrap();
+        assert_eq!(again, x, "back after its TTR");
+        let l = c.cmd(&stats_job(x)).await;
+        let yaml = String::from_utf8(c.data(&l).await).unwrap();
+        for want in [
+            "releases: 1\n",
+            "buries: 1\n",
+            "kicks: 1\n",
+            "timeouts: 1\n",
+        ] {
+            assert!(yaml.contains(want), "{want}: {yaml}");
+        }
+        assert_eq!(c.cmd(&format!("delete {x}")).await, "DELETED");
+        c.put(5, 0, 10, b"urgent").await;
+        c.put(1023, 0, 10, b"urgent too").await;
+        c.put(1024, 0, 10, b"not urgent").await;
+        let l = c.cmd("stats-tube default").await;
+        let yaml = String::from_utf8(c.data(&l).await).unwrap();
+        assert!(yaml.contains("current-jobs-urgent: 2\n"), "{yaml}");
+        assert!(yaml.contains("current-jobs-ready: 3\n"), "{yaml}");
+        let l = c.cmd("stats").await;
+        let yaml = String::from_utf8(c.data(&l).await).unwrap();
+        assert!(yaml.contains("current-jobs-urgent: 2\n"), "{yaml}");
+    })
+    .await;
+}

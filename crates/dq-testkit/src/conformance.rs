@@ -1446,6 +1446,51 @@ pub async fn nack_with_a_priority_keeps_it(s: &dyn Store) {
     assert_eq!((dead.state, dead.priority), (JobState::Dead, 5));
 }
 
+/// A job's counts: leases that expired, attempts given back (nack to
+/// retry, release), times dead, times replayed — each exactly once per event.
+pub async fn get_counts_what_happened_to_a_job(s: &dyn Store) {
+    let t = topic("counts");
+    strict_topic(s, &t).await;
+    put(s, &t, job("j", When::DelayMs(0)), T0).await;
+    let fresh = s.get(&t, &id("j")).await.unwrap().unwrap();
+    assert_eq!(fresh.counts, JobCounts::default());
+    // A lease of 1 s that runs out.
+    let l = s
+        .reserve(&t, 1, Some(1000), T0)
+        .await
+        .unwrap()
+        .leases
+        .remove(0);
+    let r = s.requeue_expired(&t, 10, T0 + 1001).await.unwrap();
+    assert_eq!(r.retried, 1);
+    let mut now = T0 + 1001 + 100;
+    drop(l);
+    // Given back by a nack, then by a release.
+    let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
+    s.nack(&t, &l.id, Nack::retry(&l.token, "x").retry_in(0), now)
+        .await
+        .unwrap();
+    let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
+    s.release(&t, &l.id, &l.token, 0, now).await.unwrap();
+    // Dead at once, then replayed.
+    let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
+    s.nack(&t, &l.id, Nack::dead(&l.token, "x"), now)
+        .await
+        .unwrap();
+    now += 1;
+    assert_eq!(s.replay_dead(&t, None, 10, now).await.unwrap(), 1);
+    let j = s.get(&t, &id("j")).await.unwrap().unwrap();
+    assert_eq!(
+        j.counts,
+        JobCounts {
+            timeouts: 1,
+            releases: 2,
+            buries: 1,
+            kicks: 1
+        }
+    );
+}
+
 #[macro_export]
 macro_rules! conformance_tests {
     (in_one $test:ident, $setup:expr, $make:expr) => {
@@ -1486,7 +1531,8 @@ macro_rules! conformance_tests {
             reserve_job_in_any_waiting_or_dead_state,
             watch_wakes_announces_what_became_due,
             ack_and_write_elsewhere_does_nothing,
-            nack_with_a_priority_keeps_it
+            nack_with_a_priority_keeps_it,
+            get_counts_what_happened_to_a_job
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {

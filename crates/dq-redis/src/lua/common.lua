@@ -22,13 +22,16 @@
 -- or moved jobs leave stale list entries, skipped when rolled (an entry is
 -- live when its record is scheduled, in the wheel, and due in that bucket).
 -- ctr.far counts the jobs in the wheel.
--- A job record is one MessagePack string of 16 values, in this order (nil
--- when absent), read by load() into a table with these fields:
+-- A job record is one MessagePack string of 20 values, in this order (nil
+-- when absent; records written before the last four existed read them as
+-- nil), read by load() into a table with these fields:
 --   d due ms, p priority, q seq, a attempts handed out,
 --   s state (s scheduled | y ready | r reserved | d dead), c created ms,
 --   k kind (j json | b bytes), b body, m max_attempts override,
 --   L lease override, r retry override (encoded), e last error,
---   t lease token, u lease deadline, x died-at ms, w true while in the wheel.
+--   t lease token, u lease deadline, x died-at ms, w true while in the wheel,
+--   and the job's counts: to leases expired, rl attempts given back by the
+--   holder (nack to retry, release), bu times dead, ki times replayed.
 -- One string per job in one hash per topic keeps a job at ~150 bytes of
 -- Redis memory (a hash per job with a 64-byte body is several times that).
 -- Time: every script takes "now" from clock_ms(ARGV[...]): the Redis server's
@@ -121,15 +124,16 @@ end
 local function load(id)
   local raw = redis.call('HGET', K.jobs, id)
   if not raw then return nil end
-  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w = cmsgpack.unpack(raw)
+  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki = cmsgpack.unpack(raw)
   return {d = d, p = p, q = q, a = a, s = s, c = c, k = k, b = b,
-          m = m, L = L, r = r, e = e, t = t, u = u, x = x, w = w}
+          m = m, L = L, r = r, e = e, t = t, u = u, x = x, w = w,
+          to = to, rl = rl, bu = bu, ki = ki}
 end
 
 -- The stored form of record `j`.
 local function pack(j)
   return cmsgpack.pack(j.d, j.p, j.q, j.a, j.s, j.c, j.k, j.b,
-    j.m, j.L, j.r, j.e, j.t, j.u, j.x, j.w)
+    j.m, j.L, j.r, j.e, j.t, j.u, j.x, j.w, j.to, j.rl, j.bu, j.ki)
 end
 
 -- Writes the job record of `id`.
@@ -281,6 +285,7 @@ local function fail(K, cfg, id, j, now, err, retry_in, rand, bury)
   redis.call('HINCRBY', K.ctr, 'failed', 1)
   if bury or attempts >= max then
     j.s, j.x = DEAD, now
+    j.bu = (j.bu or 0) + 1
     save(id, j)
     redis.call('ZADD', K.dead, now, id)
     redis.call('HINCRBY', K.ctr, 'dead', 1)

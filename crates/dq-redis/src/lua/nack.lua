@@ -12,6 +12,7 @@ local id = ARGV[2]
 local j, err = held(id, ARGV[3])
 if not j then return err end
 if ARGV[9] ~= nil and ARGV[9] ~= '' then j.p = tonumber(ARGV[9]) end
+if ARGV[8] ~= '1' then j.rl = (j.rl or 0) + 1 end
 local due, woke, attempt = fail(K, topic_cfg(K), id, j, clock_ms(ARGV[6]), ARGV[4],
   tonumber(ARGV[5]), tonumber(ARGV[7]), ARGV[8] == '1')
 if woke then wake() end

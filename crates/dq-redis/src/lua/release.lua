@@ -13,6 +13,7 @@ local due = now + tonumber(ARGV[4])
 redis.call('ZREM', K.lease, id)
 j.t, j.u = nil, nil
 j.a = (j.a or 1) - 1
+j.rl = (j.rl or 0) + 1
 local woke = place(K, id, j, due, now)
 save(id, j)
 if woke then wake() end

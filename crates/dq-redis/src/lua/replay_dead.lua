@@ -16,6 +16,7 @@ for _, id in ipairs(ids) do
   if j and j.s == DEAD then
     redis.call('ZREM', K.dead, id)
     j.a, j.x = 0, nil
+    j.ki = (j.ki or 0) + 1
     place(K, id, j, now, now)
     save(id, j)
     n = n + 1
