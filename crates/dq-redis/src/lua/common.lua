@@ -22,9 +22,9 @@
 -- or moved jobs leave stale list entries, skipped when rolled (an entry is
 -- live when its record is scheduled, in the wheel, and due in that bucket).
 -- ctr.far counts the jobs in the wheel.
--- A job record is one MessagePack string of 20 values, in this order (nil
--- when absent; records written before the last four existed read them as
--- nil), read by load() into a table with these fields:
+-- A job record is one MessagePack string of 16 values, or 20 once one of
+-- the job's counts is set, in this order (nil when absent), read by load()
+-- into a table with these fields:
 --   d due ms, p priority, q seq, a attempts handed out,
 --   s state (s scheduled | y ready | r reserved | d dead), c created ms,
 --   k kind (j json | b bytes), b body, m max_attempts override,
@@ -132,8 +132,14 @@ end
 
 -- The stored form of record `j`.
 local function pack(j)
+  -- The counts only once one of them is set: most jobs never need them,
+  -- and four nils would make every record (and its allocation) larger.
+  if j.to or j.rl or j.bu or j.ki then
+    return cmsgpack.pack(j.d, j.p, j.q, j.a, j.s, j.c, j.k, j.b,
+      j.m, j.L, j.r, j.e, j.t, j.u, j.x, j.w, j.to, j.rl, j.bu, j.ki)
+  end
   return cmsgpack.pack(j.d, j.p, j.q, j.a, j.s, j.c, j.k, j.b,
-    j.m, j.L, j.r, j.e, j.t, j.u, j.x, j.w, j.to, j.rl, j.bu, j.ki)
+    j.m, j.L, j.r, j.e, j.t, j.u, j.x, j.w)
 end
 
 -- Writes the job record of `id`.
