@@ -17,31 +17,20 @@ use dq_testkit::RedisServer;
 use redis::{RedisResult, Value as RV};
 use serde_json::{Value, json};
 
-struct Dq {
-    base: String,
-    http: reqwest::Client,
-    _running: support::Running,
+struct Dq(support::Running);
+
+impl std::ops::Deref for Dq {
+    type Target = support::Running;
+    fn deref(&self) -> &support::Running {
+        &self.0
+    }
 }
 
 async fn dq(store: Arc<dyn Store>) -> Dq {
-    let running = support::serve(store, ServerConfig::default()).await;
-    Dq {
-        base: running.base.clone(),
-        http: reqwest::Client::new(),
-        _running: running,
-    }
+    Dq(support::serve(store, ServerConfig::default()).await)
 }
 
 impl Dq {
-    async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-        let mut r = self.http.request(method, format!("{}{path}", self.base));
-        if !body.is_null() {
-            r = r.json(&body);
-        }
-        let r = r.send().await.unwrap();
-        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
-    }
-
     async fn topic(&self, topic: &str, body: Value) -> (u16, Value) {
         self.call(reqwest::Method::PUT, &format!("/v1/topics/{topic}"), body)
             .await
@@ -63,17 +52,6 @@ impl Dq {
                 .await;
             assert_eq!(s, 200, "{v}");
         }
-    }
-
-    async fn stats(&self, topic: &str) -> Value {
-        self.call(
-            reqwest::Method::GET,
-            &format!("/v1/topics/{topic}"),
-            Value::Null,
-        )
-        .await
-        .1["stats"]
-            .clone()
     }
 }
 

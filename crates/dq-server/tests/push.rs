@@ -81,10 +81,15 @@ impl Receiver {
 }
 
 struct Dq {
-    base: String,
-    http: reqwest::Client,
-    _running: support::Running,
+    running: support::Running,
     _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Dq {
+    type Target = support::Running;
+    fn deref(&self) -> &support::Running {
+        &self.running
+    }
 }
 
 async fn dq(deny_private: bool) -> Dq {
@@ -97,26 +102,10 @@ async fn dq(deny_private: bool) -> Dq {
         },
     )
     .await;
-    Dq {
-        base: running.base.clone(),
-        http: reqwest::Client::new(),
-        _running: running,
-        _dir: dir,
-    }
+    Dq { running, _dir: dir }
 }
 
 impl Dq {
-    async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-        let r = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
-    }
-
     async fn push_topic(&self, topic: &str, delivery: Value, extra: Value) -> (u16, Value) {
         let mut body = json!({"delivery": delivery});
         for (k, v) in extra.as_object().unwrap() {
@@ -124,17 +113,6 @@ impl Dq {
         }
         self.call(reqwest::Method::PUT, &format!("/v1/topics/{topic}"), body)
             .await
-    }
-
-    async fn stats(&self, topic: &str) -> Value {
-        self.call(
-            reqwest::Method::GET,
-            &format!("/v1/topics/{topic}"),
-            Value::Null,
-        )
-        .await
-        .1["stats"]
-            .clone()
     }
 
     async fn wait_for(&self, topic: &str, what: &str, pred: impl Fn(&Value) -> bool) {
@@ -215,8 +193,7 @@ async fn delivers_signed_and_acks_after_2xx() {
     let want = "dq_push_delivery_duration_seconds_count{topic=\"orders\",outcome=\"acked\"} 2\n";
     let mut metrics = String::new();
     for _ in 0..100 {
-        metrics = d
-            .http
+        metrics = reqwest::Client::new()
             .get(format!("{}/metrics", d.base))
             .send()
             .await
@@ -635,12 +612,7 @@ async fn push_retry_schedule_is_exact_with_a_test_clock() {
     let clock = dq_core::ManualClock::new(t0);
     let running = support::serve_on(store, ServerConfig::default(), Arc::new(clock.clone())).await;
     let st = running.state.clone();
-    let d = Dq {
-        base: running.base.clone(),
-        http: reqwest::Client::new(),
-        _running: running,
-        _dir: dir,
-    };
+    let d = Dq { running, _dir: dir };
     d.push_topic("sched", json!({"mode": "push", "url": url}), json!({}))
         .await;
     d.call(

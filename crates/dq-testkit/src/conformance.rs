@@ -26,6 +26,16 @@ async fn put(s: &dyn Store, t: &Topic, j: NewJob, now: u64) -> Enqueued {
     s.enqueue(t, &[j], now).await.unwrap().remove(0)
 }
 
+/// Reserves the next job of `t` (there must be one).
+async fn one(s: &dyn Store, t: &Topic, lease_ms: Option<u64>, now: u64) -> Lease {
+    s.reserve(t, 1, lease_ms, now)
+        .await
+        .unwrap()
+        .leases
+        .pop()
+        .expect("a job to reserve")
+}
+
 fn ids(c: &Reservation) -> Vec<String> {
     c.leases.iter().map(|l| l.id.to_string()).collect()
 }
@@ -242,12 +252,7 @@ pub async fn ack_nack_touch_refuse_a_stale_token(s: &dyn Store) {
     let t = topic("fence");
     strict_topic(s, &t).await;
     put(s, &t, job("j", When::DelayMs(0)), T0).await;
-    let first = s
-        .reserve(&t, 1, Some(1000), T0)
-        .await
-        .unwrap()
-        .leases
-        .remove(0);
+    let first = one(s, &t, Some(1000), T0).await;
     s.requeue_expired(&t, 10, T0 + 1001).await.unwrap();
 
     // While the job waits for its retry, the old token is stale.
@@ -255,12 +260,7 @@ pub async fn ack_nack_touch_refuse_a_stale_token(s: &dyn Store) {
         s.ack(&t, &id("j"), &first.token).await,
         Err(StoreError::LeaseMismatch)
     ));
-    let second = s
-        .reserve(&t, 1, Some(1000), T0 + 2000)
-        .await
-        .unwrap()
-        .leases
-        .remove(0);
+    let second = one(s, &t, Some(1000), T0 + 2000).await;
     assert_ne!(first.token, second.token);
     let j = id("j");
     assert!(matches!(
@@ -299,12 +299,7 @@ pub async fn ack_nack_touch_refuse_a_stale_token(s: &dyn Store) {
 pub async fn touch_extends_lease(s: &dyn Store) {
     let t = topic("touch");
     put(s, &t, job("j", When::DelayMs(0)), T0).await;
-    let l = s
-        .reserve(&t, 1, Some(1000), T0)
-        .await
-        .unwrap()
-        .leases
-        .remove(0);
+    let l = one(s, &t, Some(1000), T0).await;
     let d = s
         .touch(&t, &id("j"), &l.token, Some(5000), T0 + 900)
         .await
@@ -344,7 +339,7 @@ pub async fn nack_backs_off_then_goes_dead(s: &dyn Store) {
     put(s, &t, job("j", When::DelayMs(0)), T0).await;
     let mut now = T0;
     for (attempt, wait) in [(1u32, 100u64), (2, 300), (3, 700)] {
-        let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
+        let l = one(s, &t, None, now).await;
         assert_eq!(l.attempt, attempt);
         let out = s
             .nack(
@@ -371,7 +366,7 @@ pub async fn nack_backs_off_then_goes_dead(s: &dyn Store) {
         );
         now += 1 + wait;
     }
-    let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
+    let l = one(s, &t, None, now).await;
     assert_eq!(l.attempt, 4);
     let out = s
         .nack(&t, &id("j"), Nack::retry(&l.token, "final"), now + 5)
@@ -418,7 +413,7 @@ pub async fn nack_retry_overrides(s: &dyn Store) {
     put(s, &t, j, T0).await;
     let mut now = T0;
     for attempt in 1..=4u32 {
-        let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
+        let l = one(s, &t, None, now).await;
         let out = s
             .nack(&t, &id("e"), Nack::retry(&l.token, "x"), now)
             .await
@@ -434,7 +429,7 @@ pub async fn nack_retry_overrides(s: &dyn Store) {
         );
         now += want;
     }
-    let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
+    let l = one(s, &t, None, now).await;
     assert_eq!(l.attempt, 5);
     let out = s
         .nack(&t, &id("e"), Nack::retry(&l.token, "x").retry_in(1), now)
@@ -447,7 +442,7 @@ pub async fn nack_retry_overrides(s: &dyn Store) {
     );
 
     put(s, &t, job("r", When::DelayMs(0)), T0).await;
-    let l = s.reserve(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    let l = one(s, &t, None, T0).await;
     let out = s
         .nack(
             &t,
@@ -464,12 +459,7 @@ pub async fn nack_retry_overrides(s: &dyn Store) {
             attempt: 1
         }
     );
-    let l = s
-        .reserve(&t, 1, None, T0 + 43)
-        .await
-        .unwrap()
-        .leases
-        .remove(0);
+    let l = one(s, &t, None, T0 + 43).await;
     let out = s
         .nack(
             &t,
@@ -574,7 +564,7 @@ pub async fn nack_past_dead_cap_drops_oldest(s: &dyn Store) {
     .unwrap();
     for (i, name) in ["d1", "d2", "d3"].iter().enumerate() {
         put(s, &t, job(name, When::DelayMs(0)), T0).await;
-        let l = s.reserve(&t, 1, None, T0).await.unwrap().leases.remove(0);
+        let l = one(s, &t, None, T0).await;
         s.nack(&t, &l.id, Nack::retry(&l.token, "x"), T0 + i as u64)
             .await
             .unwrap();
@@ -603,16 +593,11 @@ pub async fn cancel_in_every_state(s: &dyn Store) {
     dj.max_attempts = Some(1);
     dj.priority = 0;
     put(s, &t, dj, T0).await;
-    let l = s.reserve(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    let l = one(s, &t, None, T0).await;
     s.nack(&t, &l.id, Nack::retry(&l.token, "x"), T0)
         .await
         .unwrap();
-    let held = s
-        .reserve(&t, 1, Some(1000), T0)
-        .await
-        .unwrap()
-        .leases
-        .remove(0);
+    let held = one(s, &t, Some(1000), T0).await;
     assert_eq!(held.id.as_str(), "ready");
     // "ready" is now held; enqueue order put "held" behind it.
     let got = s.get(&t, &id("held")).await.unwrap().unwrap();
@@ -699,12 +684,7 @@ pub async fn reschedule_only_while_waiting(s: &dyn Store) {
         s.get(&t, &id("b")).await.unwrap().unwrap().state,
         JobState::Scheduled
     );
-    let l = s
-        .reserve(&t, 1, None, T0 + 3000)
-        .await
-        .unwrap()
-        .leases
-        .remove(0);
+    let l = one(s, &t, None, T0 + 3000).await;
     assert!(matches!(
         s.reschedule(&t, &id("b"), T0, T0 + 3000).await,
         Err(StoreError::NotInState(JobState::Reserved))
@@ -737,12 +717,7 @@ pub async fn get_reports_job_and_bodies_round_trip(s: &dyn Store) {
         (info.attempts, info.lease_ms, info.created_at_ms),
         (0, 2500, T0)
     );
-    let l = s
-        .reserve(&t, 1, None, T0 + 7)
-        .await
-        .unwrap()
-        .leases
-        .remove(0);
+    let l = one(s, &t, None, T0 + 7).await;
     assert_eq!(l.lease_deadline_ms, T0 + 7 + 2500, "job's own lease");
     assert_eq!(l.body, Body::Bytes(vec![0, 159, 255, b'\n']));
     let info = s.get(&t, &id("bin")).await.unwrap().unwrap();
@@ -830,12 +805,7 @@ pub async fn configure_topic_and_list_topics(s: &dyn Store) {
         "listed with the limits in effect"
     );
     s.cancel(&t, &id("own")).await.unwrap();
-    let l = s
-        .reserve(&t, 1, None, T0 + 777)
-        .await
-        .unwrap()
-        .leases
-        .remove(0);
+    let l = one(s, &t, None, T0 + 777).await;
     assert_eq!(l.lease_deadline_ms, T0 + 777 + 1234, "topic lease");
 
     put(s, &t, job("x", When::DelayMs(5)), T0).await;
@@ -869,7 +839,7 @@ pub async fn stats_count_states(s: &dyn Store) {
     for (i, d) in [0u64, 0, 0, 100, 5000].iter().enumerate() {
         put(s, &t, job(&format!("j{i}"), When::DelayMs(*d)), T0).await;
     }
-    let l = s.reserve(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    let l = one(s, &t, None, T0).await;
     s.ack(&t, &l.id, &l.token).await.unwrap();
     s.reserve(&t, 1, None, T0).await.unwrap();
     let st = s.stats(&t, T0 + 300).await.unwrap();
@@ -895,7 +865,7 @@ pub async fn stats_count_states(s: &dyn Store) {
 pub async fn nack_dead_goes_dead_at_once(s: &dyn Store) {
     let t = topic("bury");
     put(s, &t, job("j", When::DelayMs(0)), T0).await;
-    let l = s.reserve(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    let l = one(s, &t, None, T0).await;
     assert!(matches!(
         s.nack(&t, &id("j"), Nack::dead("stale", "x"), T0).await,
         Err(StoreError::LeaseMismatch)
@@ -929,7 +899,7 @@ pub async fn release_does_not_count_the_attempt(s: &dyn Store) {
     put(s, &t, j, T0).await;
     for round in 0..3u64 {
         let now = T0 + round * 1000;
-        let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
+        let l = one(s, &t, None, now).await;
         assert_eq!(l.attempt, 1, "released attempts are not counted");
         let due = s
             .release(&t, &id("j"), &l.token, 500, now + 10)
@@ -950,12 +920,7 @@ pub async fn release_does_not_count_the_attempt(s: &dyn Store) {
     }
     let st = s.stats(&t, T0).await.unwrap();
     assert_eq!((st.scheduled, st.reserved, st.counters.failed), (1, 0, 0));
-    let l = s
-        .reserve(&t, 1, None, T0 + 5000)
-        .await
-        .unwrap()
-        .leases
-        .remove(0);
+    let l = one(s, &t, None, T0 + 5000).await;
     let now_due = s
         .release(&t, &id("j"), &l.token, 0, T0 + 5000)
         .await
@@ -1389,7 +1354,7 @@ pub async fn ack_and_write_elsewhere_does_nothing(s: &dyn Store) {
     use dq_core::forward::{AckWrite, StreamFields, StreamTarget, Target};
     let t = topic("fwd");
     put(s, &t, job("a", When::DelayMs(0)), T0).await;
-    let l = s.reserve(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    let l = one(s, &t, None, T0).await;
     let target = StreamTarget {
         url: "redis://192.0.2.1:1/0".into(),
         stream: "s".into(),
@@ -1423,7 +1388,7 @@ pub async fn nack_with_a_priority_keeps_it(s: &dyn Store) {
     let mut b = job("b", When::DelayMs(0));
     b.priority = 20;
     s.enqueue(&t, &[a, b], T0).await.unwrap();
-    let l = s.reserve(&t, 1, None, T0).await.unwrap().leases.remove(0);
+    let l = one(s, &t, None, T0).await;
     assert_eq!(l.id.as_str(), "a");
     let out = s
         .nack(
@@ -1455,25 +1420,20 @@ pub async fn get_counts_what_happened_to_a_job(s: &dyn Store) {
     let fresh = s.get(&t, &id("j")).await.unwrap().unwrap();
     assert_eq!(fresh.counts, JobCounts::default());
     // A lease of 1 s that runs out.
-    let l = s
-        .reserve(&t, 1, Some(1000), T0)
-        .await
-        .unwrap()
-        .leases
-        .remove(0);
+    let l = one(s, &t, Some(1000), T0).await;
     let r = s.requeue_expired(&t, 10, T0 + 1001).await.unwrap();
     assert_eq!(r.retried, 1);
     let mut now = T0 + 1001 + 100;
     drop(l);
     // Given back by a nack, then by a release.
-    let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
+    let l = one(s, &t, None, now).await;
     s.nack(&t, &l.id, Nack::retry(&l.token, "x").retry_in(0), now)
         .await
         .unwrap();
-    let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
+    let l = one(s, &t, None, now).await;
     s.release(&t, &l.id, &l.token, 0, now).await.unwrap();
     // Dead at once, then replayed.
-    let l = s.reserve(&t, 1, None, now).await.unwrap().leases.remove(0);
+    let l = one(s, &t, None, now).await;
     s.nack(&t, &l.id, Nack::dead(&l.token, "x"), now)
         .await
         .unwrap();

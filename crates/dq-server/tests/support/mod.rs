@@ -89,7 +89,41 @@ pub(crate) struct Running {
     pub(crate) base: String,
     /// The server's state (its service, metrics).
     pub(crate) state: AppState,
+    http: reqwest::Client,
     _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Running {
+    /// `method path` with a JSON `body` (none when `Null`): the status and
+    /// the JSON reply (`Null` when there is none).
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let mut r = self.http.request(method, format!("{}{path}", self.base));
+        if !body.is_null() {
+            r = r.json(&body);
+        }
+        let r = r.send().await.unwrap();
+        (
+            r.status().as_u16(),
+            r.json().await.unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    /// The `stats` of `GET /v1/topics/{topic}`.
+    pub(crate) async fn stats(&self, topic: &str) -> serde_json::Value {
+        self.call(
+            reqwest::Method::GET,
+            &format!("/v1/topics/{topic}"),
+            serde_json::Value::Null,
+        )
+        .await
+        .1["stats"]
+            .clone()
+    }
 }
 
 /// Starts `dq_server::Server` over `store` with `config` (its `listen` is
@@ -123,6 +157,7 @@ pub(crate) async fn serve_on(
     Running {
         base,
         state,
+        http: reqwest::Client::new(),
         _stop: tx,
     }
 }
