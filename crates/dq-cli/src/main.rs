@@ -27,7 +27,7 @@ struct Cli {
 enum Cmd {
     /// Run the server (HTTP API, dispatcher)
     Serve(Box<ServeArgs>),
-    /// Measure a running server: enqueue, drain, steady, backlog, push, storage
+    /// Measure a running server: enqueue, drain, steady, backlog, push, forward, storage
     Bench(bench::BenchArgs),
     #[command(flatten)]
     Client(ClientCmd),
