@@ -27,6 +27,9 @@ pub(crate) struct Conn {
     /// Print the server's JSON instead of a table
     #[arg(long, global = true)]
     json: bool,
+    /// Trust this CA (or self-signed) certificate, PEM, for an https:// server
+    #[arg(long, env = "DQ_CACERT", global = true)]
+    cacert: Option<std::path::PathBuf>,
 }
 
 impl Conn {
@@ -42,7 +45,15 @@ impl Conn {
         } else {
             format!("http://{server}")
         };
-        let mut c = Client::new(base).context("cannot build HTTP client")?;
+        let mut c = match &self.cacert {
+            Some(path) => {
+                let pem =
+                    std::fs::read(path).with_context(|| format!("--cacert {}", path.display()))?;
+                Client::with_root_certificate(base, &pem)
+                    .with_context(|| format!("--cacert {}", path.display()))?
+            }
+            None => Client::new(base).context("cannot build HTTP client")?,
+        };
         if let Some(t) = &self.token {
             c = c.token(t.clone());
         }

@@ -25,6 +25,12 @@ pub(crate) struct ServeArgs {
     /// Largest job body the beanstalkd listener takes, in bytes [default: 65535]
     #[arg(long, env = "DQ_BEANSTALKD_MAX_JOB_SIZE")]
     pub(crate) beanstalkd_max_job_size: Option<usize>,
+    /// HTTPS: the certificate chain (PEM), with --tls-key; read again on SIGHUP [default: plain HTTP]
+    #[arg(long, env = "DQ_TLS_CERT")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// HTTPS: the certificate's private key (PEM)
+    #[arg(long, env = "DQ_TLS_KEY")]
+    pub(crate) tls_key: Option<PathBuf>,
     /// Directory of the embedded store, used when no Redis is configured [default: ./dq-data]
     #[arg(long, env = "DQ_DATA_DIR")]
     pub(crate) data_dir: Option<PathBuf>,
@@ -115,6 +121,8 @@ struct FileConfig {
     listen: Option<String>,
     beanstalkd_listen: Option<String>,
     beanstalkd_max_job_size: Option<usize>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
     data_dir: Option<PathBuf>,
     disk_reserve_bytes: Option<u64>,
     redis: Option<String>,
@@ -249,6 +257,16 @@ impl ServeArgs {
             });
         } else if bs_size.is_some() {
             bail!("beanstalkd_max_job_size is set but beanstalkd_listen (--beanstalkd) is not");
+        }
+        match (
+            self.tls_cert.or(file.tls_cert),
+            self.tls_key.or(file.tls_key),
+        ) {
+            (Some(cert), Some(key)) => {
+                server.tls = Some(dq_server::tls::TlsFiles { cert, key });
+            }
+            (None, None) => {}
+            _ => bail!("tls_cert and tls_key go together: give both (or neither, for plain HTTP)"),
         }
         if let Some(b) = self.max_body_bytes.or(file.max_body_bytes) {
             server.limits.max_body_bytes = b;

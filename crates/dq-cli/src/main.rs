@@ -142,7 +142,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", settings.server.listen))?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, store = %what, "dq serving HTTP API on http://{addr}; store: {what}; admin page: http://{addr}/");
+    let scheme = if settings.server.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    tracing::info!(%addr, store = %what, "dq serving HTTP API on {scheme}://{addr}; store: {what}; admin page: {scheme}://{addr}/");
     server.run(listener, shutdown_signal()).await?;
     Ok(())
 }

@@ -184,7 +184,25 @@ impl Client {
     /// # Errors
     /// When the HTTP client cannot be built (no TLS provider installed).
     pub fn new(base: impl Into<String>) -> Result<Self> {
-        let http = reqwest::Client::builder()
+        Ok(Self::with_http(base, Self::http_builder().build()?))
+    }
+
+    /// As [`Client::new`], trusting the certificate authority (or the
+    /// self-signed certificate) in `pem` for an `https://` server, besides
+    /// the system's roots.
+    ///
+    /// # Errors
+    /// `pem` holds no certificate; the HTTP client cannot be built.
+    pub fn with_root_certificate(base: impl Into<String>, pem: &[u8]) -> Result<Self> {
+        let certs = reqwest::Certificate::from_pem_bundle(pem)?;
+        Ok(Self::with_http(
+            base,
+            Self::http_builder().tls_certs_merge(certs).build()?,
+        ))
+    }
+
+    fn http_builder() -> reqwest::ClientBuilder {
+        reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .connect_timeout(Duration::from_secs(5))
             .pool_max_idle_per_host(64)
@@ -192,8 +210,6 @@ impl Client {
             // 30 s), so a pooled connection is not reused just as the
             // server closes it.
             .pool_idle_timeout(Duration::from_secs(20))
-            .build()?;
-        Ok(Self::with_http(base, http))
     }
 
     /// A client using your own `reqwest::Client` (timeouts, TLS, proxies).

@@ -33,6 +33,7 @@ pub mod push_guard;
 mod reserve;
 pub mod service;
 mod state;
+pub mod tls;
 pub mod wakers;
 
 use std::future::Future;
@@ -180,6 +181,9 @@ pub struct ServerConfig {
     pub http: listener::HttpLimits,
     /// The beanstalkd protocol listener (off by default).
     pub beanstalkd: Option<beanstalkd::BeanstalkdConfig>,
+    /// TLS for the HTTP listener (off by default): read at start, again on
+    /// SIGHUP.
+    pub tls: Option<tls::TlsFiles>,
 }
 
 impl Default for ServerConfig {
@@ -196,6 +200,7 @@ impl Default for ServerConfig {
             store_name: "store".into(),
             http: listener::HttpLimits::default(),
             beanstalkd: None,
+            tls: None,
         }
     }
 }
@@ -276,6 +281,13 @@ impl Server {
         let loops = CancellationToken::new();
         let state = self.state.clone();
         let svc = state.service.clone();
+        // A certificate that cannot be read stops the start, with the reason.
+        let tls = match &self.config.tls {
+            Some(files) => Some(Arc::new(
+                tls::Tls::load(files.clone()).map_err(std::io::Error::other)?,
+            )),
+            None => None,
+        };
 
         // The store's time before the first call (a store that does not
         // answer yet is measured again by the loop).
@@ -362,6 +374,24 @@ impl Server {
                 "listening beyond loopback without admin_token: anyone who can reach this port may change jobs and topics; the admin page answers on loopback only"
             );
         }
+        #[cfg(unix)]
+        if let Some(tls) = &tls {
+            // SIGHUP reads the certificate again (a renewal); connections
+            // open keep theirs, a failed read keeps the one in use.
+            let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+            let (tls, stop) = (tls.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = hup.recv() => match tls.reload() {
+                            Ok(()) => tracing::info!("SIGHUP: TLS certificate reloaded"),
+                            Err(e) => tracing::error!(error = %e, "SIGHUP: cannot reload the TLS certificate; keeping the one in use"),
+                        },
+                        () = stop.cancelled() => return,
+                    }
+                }
+            });
+        }
         // Until the signal, then in-flight requests get the grace period.
         listener::serve(
             listener,
@@ -369,6 +399,7 @@ impl Server {
             self.config.http,
             shutdown.clone(),
             self.config.shutdown_grace,
+            tls,
         )
         .await;
         let grace = self.config.shutdown_grace;

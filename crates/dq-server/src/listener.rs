@@ -12,6 +12,11 @@
 //!   beyond it new connections are closed at once (and logged, at most once
 //!   a second), so descriptors and memory stay bounded.
 //!
+//! - **TLS** (with [`crate::tls::Tls`]): the handshake must finish within
+//!   the header timeout too; every answer then carries
+//!   `Strict-Transport-Security` (a year), so browsers on the admin page
+//!   keep to https.
+//!
 //! Shutdown: stop accepting, let every connection finish its request in
 //! flight (idle ones close at once) within the grace period.
 
@@ -59,6 +64,7 @@ pub(crate) async fn serve(
     limits: HttpLimits,
     stop: CancellationToken,
     grace: Duration,
+    tls: Option<Arc<crate::tls::Tls>>,
 ) {
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -95,12 +101,23 @@ pub(crate) async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
+        let secure = tls.is_some();
         let svc = service
             .clone()
             .map_request(move |mut req: axum::http::Request<_>| {
                 req.extensions_mut().insert(ConnectInfo::<SocketAddr>(peer));
                 req
+            })
+            .map_response(move |mut res: axum::response::Response| {
+                if secure {
+                    res.headers_mut().insert(
+                        axum::http::header::STRICT_TRANSPORT_SECURITY,
+                        axum::http::HeaderValue::from_static("max-age=31536000"),
+                    );
+                }
+                res
             });
+        let acceptor = tls.as_ref().map(|t| t.acceptor());
         let (builder, watcher, header_timeout) =
             (builder.clone(), graceful.watcher(), limits.header_timeout);
         tokio::spawn(async move {
@@ -113,10 +130,30 @@ pub(crate) async fn serve(
                 Ok(Ok(n)) if n > 0 => {}
                 _ => return,
             }
-            let conn = builder
-                .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(svc))
-                .into_owned();
-            let _ = watcher.watch(conn).await;
+            let svc = TowerToHyperService::new(svc);
+            match acceptor {
+                None => {
+                    let conn = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                        .into_owned();
+                    let _ = watcher.watch(conn).await;
+                }
+                Some(acceptor) => {
+                    let stream =
+                        match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => return,
+                        };
+                    let conn = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                        .into_owned();
+                    let _ = watcher.watch(conn).await;
+                }
+            }
             drop(slot);
         });
     }
