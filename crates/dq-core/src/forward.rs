@@ -122,6 +122,11 @@ pub enum Write {
     },
 }
 
+/// The [`crate::StoreError::Storage`] code of an item whose write the
+/// target refused in [`crate::Store::ack_and_write`] (the job stays
+/// reserved, not acked).
+pub const TARGET_REFUSED: &str = "target_refused";
+
 /// One reserved job to ack and write in one step ([`crate::Store::ack_and_write`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AckWrite<'a> {
@@ -335,7 +340,16 @@ pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    // The userinfo ends at the last `@` (a password may hold `/`, `?`, `#`
+    // unencoded); without one, there is nothing to hide.
+    let Some(at) = rest.rfind('@') else {
+        return url.to_string();
+    };
+    let end = at
+        + 1
+        + rest[at + 1..]
+            .find(['/', '?', '#'])
+            .unwrap_or(rest.len() - at - 1);
     let (authority, tail) = rest.split_at(end);
     match authority.rsplit_once('@') {
         Some((userinfo, host)) => {
@@ -378,6 +392,8 @@ mod tests {
         assert_eq!(redact_url("rediss://:pw@h/1"), "rediss://:…@h/1");
         assert_eq!(redact_url("redis://pw@h"), "redis://…@h");
         assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact_url("redis://u:pa/s?s#@h:1/0"), "redis://u:…@h:1/0");
+        assert_eq!(redact_url("http://u:pa/ss@h"), "http://u:…@h");
         let t = StreamTarget {
             url: "redis://u:hunter2hunter2@h".into(),
             stream: "s".into(),

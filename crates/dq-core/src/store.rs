@@ -149,7 +149,9 @@ pub trait Store: Send + Sync + 'static {
     /// per item, in order: `None` when this store cannot do both at once
     /// for it (another server, a Cluster, not Redis: the caller writes,
     /// then acks), else the ack's result — an item whose write the target
-    /// refused is not acked and answers [`StoreError::Unavailable`].
+    /// refused is not acked and answers [`StoreError::Storage`] with code
+    /// [`crate::forward::TARGET_REFUSED`]; [`StoreError::Unavailable`] means
+    /// the store did not answer (the item may or may not be done).
     /// Default: `None` for every item.
     async fn ack_and_write(
         &self,
@@ -277,10 +279,12 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Calls `on_wake(topic)` whenever a job of `topic` became due earlier
-    /// than before through *another* process (or this one), so waiting
-    /// consumers and the dispatcher can wake up. Runs until dropped,
-    /// reconnecting as needed. Stores used by one process only need not
-    /// implement it: the default waits forever.
+    /// than before, through this process or another one, so waiting
+    /// consumers and the dispatcher can wake up: the only source of
+    /// wake-ups (the service wakes nobody itself), so every store must
+    /// implement it (`watch_wakes_announces_what_became_due` checks). Runs
+    /// until dropped, reconnecting as needed. The default announces
+    /// nothing: waiters then see new jobs only at their next timeout.
     async fn watch_wakes(&self, on_wake: WakeFn) {
         let _ = on_wake;
         std::future::pending::<()>().await

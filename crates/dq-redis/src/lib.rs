@@ -633,10 +633,13 @@ impl Store for RedisStore {
                             Value::SimpleString(s) => s.clone(),
                             other => format!("{other:?}"),
                         });
-                        Err(StoreError::Unavailable(format!(
-                            "the target refused the write: {}",
-                            why.unwrap_or_default()
-                        )))
+                        Err(StoreError::Storage {
+                            code: dq_core::forward::TARGET_REFUSED,
+                            message: format!(
+                                "the target refused the write: {}",
+                                why.unwrap_or_default()
+                            ),
+                        })
                     }
                     other => status(other).map(|_| ()),
                 })
@@ -961,12 +964,17 @@ impl Store for RedisStore {
             .await
             .map_err(unavailable)?;
         // Waiters sleeping until the pause's end (or the old one) look again.
-        redis::cmd("PUBLISH")
+        // The pause holds either way: a lost announcement is not an error
+        // (waiters look again at their next wake-up or timeout).
+        if let Err(e) = redis::cmd("PUBLISH")
             .arg(self.keys.wake_channel())
             .arg(topic.as_str())
             .query_async::<()>(&mut conn)
             .await
-            .map_err(unavailable)
+        {
+            tracing::warn!(topic = %topic, error = %e, "pause set, its wake-up not announced");
+        }
+        Ok(())
     }
 
     async fn size_bytes(&self) -> StoreResult<Option<u64>> {

@@ -408,7 +408,7 @@ async fn ack_and_write_acks_and_writes_together_or_not_at_all() {
         .await
         .unwrap();
     assert!(
-        matches!(&r[0], Some(Err(StoreError::Unavailable(m))) if m.contains("WRONGTYPE")),
+        matches!(&r[0], Some(Err(StoreError::Storage { code: "target_refused", message })) if message.contains("WRONGTYPE")),
         "{r:?}"
     );
     let a = s.get(&t, &leases[0].id).await.unwrap().unwrap();

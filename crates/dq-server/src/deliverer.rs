@@ -178,10 +178,19 @@ impl TopicDelivery {
                 }
                 continue;
             }
-            let leases = tokio::select! {
-                r = this.svc.reserve_push(&this.topic, free, lease_ms, 1000) => r,
-                _ = stop.cancelled() => return,
-            };
+            // Not dropped midway when the topic's settings change (its
+            // leases would be lost for their whole length): it waits at most
+            // a second, and what it got then goes back unattempted.
+            let leases = this
+                .svc
+                .reserve_push(&this.topic, free, lease_ms, 1000)
+                .await;
+            if stop.is_cancelled() {
+                if let Ok(l) = leases {
+                    this.svc.give_back(&l).await;
+                }
+                return;
+            }
             let leases = match leases {
                 Ok(l) => {
                     failures = 0;

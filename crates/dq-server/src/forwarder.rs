@@ -93,10 +93,17 @@ impl TopicForward {
     async fn run(self, stop: CancellationToken) {
         let mut failures = 0u32;
         while !stop.is_cancelled() && !self.svc.shutdown().is_cancelled() {
-            let leases = tokio::select! {
-                r = self.svc.reserve_push(&self.topic, BATCH, LEASE_MS, 1000) => r,
-                _ = stop.cancelled() => return,
-            };
+            // As the deliverer's: never dropped midway; a second at most.
+            let leases = self
+                .svc
+                .reserve_push(&self.topic, BATCH, LEASE_MS, 1000)
+                .await;
+            if stop.is_cancelled() {
+                if let Ok(l) = leases {
+                    self.svc.give_back(&l).await;
+                }
+                return;
+            }
             match leases {
                 Ok(l) if l.is_empty() => {}
                 Ok(l) => {
@@ -146,12 +153,22 @@ impl TopicForward {
         };
         let mut written = 0u64;
         let mut lost = 0u64;
+        let mut unknown = 0u64;
         let mut refused: Vec<(usize, String)> = Vec::new();
         let mut rest: Vec<usize> = Vec::new();
         for (i, d) in done.into_iter().enumerate() {
             match d {
                 Some(Ok(())) => written += 1,
-                Some(Err(StoreError::Unavailable(why))) => refused.push((i, why)),
+                Some(Err(StoreError::Storage { code, message }))
+                    if code == dq_core::forward::TARGET_REFUSED =>
+                {
+                    refused.push((i, message));
+                }
+                Some(Err(StoreError::Unavailable(e))) => {
+                    // Unknown whether the script ran: the lease decides.
+                    unknown += 1;
+                    tracing::debug!(topic = %t, id = %leases[i].id, error = %e, "forwarding store did not answer; the job comes back after its lease unless it was written");
+                }
                 Some(Err(e)) => {
                     lost += 1;
                     tracing::debug!(topic = %t, id = %leases[i].id, error = %e, "forwarded job's lease was lost");
@@ -206,12 +223,13 @@ impl TopicForward {
             ("retry", retried),
             ("dead", dead),
             ("lost", lost),
+            ("unknown", unknown),
         ] {
             self.metrics.observe_forward(t.as_str(), outcome, n);
         }
         let took_ms = started.elapsed().as_millis() as u64;
         if refused.is_empty() {
-            tracing::debug!(target: "dq::delivery", topic = %t, written, lost, took_ms, "batch forwarded");
+            tracing::debug!(target: "dq::delivery", topic = %t, written, lost, unknown, took_ms, "batch forwarded");
         } else {
             let error = &refused[0].1;
             tracing::warn!(target: "dq::delivery", topic = %t, written, retried, dead, lost, took_ms, error = %error, "target refused forwarded jobs; they are retried");

@@ -316,7 +316,7 @@ impl Metrics {
                 ),
             );
         }
-        out.push_str("# HELP dq_forwarded_jobs_total Jobs of forwarding topics (redis_stream, redis_list) by outcome on this instance: written (into the target and acked), retry and dead (the target refused or was unreachable: a failed attempt), lost (the lease had passed to another holder).\n# TYPE dq_forwarded_jobs_total counter\n");
+        out.push_str("# HELP dq_forwarded_jobs_total Jobs of forwarding topics (redis_stream, redis_list) by outcome on this instance: written (into the target and acked), retry and dead (the target refused or was unreachable: a failed attempt), lost (the lease had passed to another holder, or written and not acked), unknown (the store did not answer the one-script write: written, or back after its lease).\n# TYPE dq_forwarded_jobs_total counter\n");
         for ((t, o), n) in self.forwarded.lock().expect("poisoned").iter() {
             let _ = writeln!(
                 out,

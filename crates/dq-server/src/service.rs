@@ -119,6 +119,9 @@ pub struct Service {
     modes: Mutex<HashMap<Topic, (Instant, bool)>>,
     /// The last read of the topics dq delivers itself, and when.
     delivered: Mutex<Option<(Instant, HashMap<Topic, Delivery>)>>,
+    /// Bumped by every settings change here: a read that began before one
+    /// is not kept.
+    delivered_gen: std::sync::atomic::AtomicU64,
     /// Stops the wake listener when the service goes.
     _listener: tokio_util::sync::DropGuard,
 }
@@ -140,9 +143,25 @@ impl Service {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let (store, w, stop) = (store.clone(), wakers.clone(), stop.clone());
             rt.spawn(async move {
-                tokio::select! {
-                    () = store.watch_wakes(Arc::new(move |t: &str| w.wake(t))) => {}
-                    () = stop.cancelled() => {}
+                // Supervised: should the listener end or panic, it starts
+                // again (and wakes every waiter, who may have missed one).
+                while !stop.is_cancelled() {
+                    let (store, w2) = (store.clone(), w.clone());
+                    let listen = tokio::spawn(async move {
+                        let on_wake = w2.clone();
+                        store
+                            .watch_wakes(Arc::new(move |t: &str| on_wake.wake(t)))
+                            .await;
+                    });
+                    let abort = listen.abort_handle();
+                    tokio::select! {
+                        r = listen => {
+                            tracing::error!(outcome = ?r.err(), "the wake-up listener stopped; starting it again");
+                            w.wake("");
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                        () = stop.cancelled() => abort.abort(),
+                    }
                 }
             });
         }
@@ -158,6 +177,7 @@ impl Service {
             topics_changed: Notify::new(),
             modes: Mutex::new(HashMap::new()),
             delivered: Mutex::new(None),
+            delivered_gen: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -610,6 +630,8 @@ impl Service {
 
     fn forget_mode(&self, t: &Topic) {
         self.modes.lock().expect("poisoned").remove(t);
+        self.delivered_gen
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         *self.delivered.lock().expect("poisoned") = None;
     }
 
@@ -627,6 +649,7 @@ impl Service {
         {
             return Ok(d.clone());
         }
+        let generation = self.delivered_gen.load(std::sync::atomic::Ordering::SeqCst);
         let mut out = HashMap::new();
         for t in self.store.topics().await? {
             if let Some(cfg) = self.store.topic_config(&t).await?
@@ -635,8 +658,22 @@ impl Service {
                 out.insert(t, cfg.delivery);
             }
         }
-        *self.delivered.lock().expect("poisoned") = Some((Instant::now(), out.clone()));
+        let mut cache = self.delivered.lock().expect("poisoned");
+        if self.delivered_gen.load(std::sync::atomic::Ordering::SeqCst) == generation {
+            *cache = Some((Instant::now(), out.clone()));
+        }
         Ok(out)
+    }
+
+    /// Gives leases back at once without counting their attempts (the
+    /// deliverer or forwarder of a topic whose settings changed under it);
+    /// one that cannot be given back returns after its lease.
+    pub(crate) async fn give_back(&self, leases: &[Lease]) {
+        for l in leases {
+            if let Err(e) = self.release(&l.topic, &l.id, &l.token, 0).await {
+                tracing::debug!(topic = %l.topic, id = %l.id, error = %e, "cannot give a lease back; the job returns after its lease");
+            }
+        }
     }
 
     /// Acks reserved jobs of a forwarding topic and writes them into its
