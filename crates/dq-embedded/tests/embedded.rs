@@ -35,22 +35,7 @@ async fn one_owner_per_data_directory() {
     first.ping().await.unwrap();
     drop(first);
     // The lock goes with the store (after its writer thread closed the file).
-    let mut reopened = None;
-    for _ in 0..100 {
-        match EmbeddedStore::open(dir.path()) {
-            Ok(s) => {
-                reopened = Some(s);
-                break;
-            }
-            Err(OpenError::Locked { .. }) => tokio::time::sleep(Duration::from_millis(10)).await,
-            Err(e) => panic!("{e}"),
-        }
-    }
-    reopened
-        .expect("reopens after the first store is dropped")
-        .ping()
-        .await
-        .unwrap();
+    open_when_free(dir.path()).await.ping().await.unwrap();
 }
 
 #[tokio::test]

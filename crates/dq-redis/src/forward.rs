@@ -81,6 +81,13 @@ impl Sink {
     }
 }
 
+/// A stream entry's field-value pairs, flat.
+fn pairs<'a>(fields: &'a [(&'static str, Vec<u8>)]) -> impl Iterator<Item = Vec<u8>> + 'a {
+    fields
+        .iter()
+        .flat_map(|(k, v)| [k.as_bytes().to_vec(), v.clone()])
+}
+
 /// The Redis command of a write and its arguments.
 fn command(w: &Write) -> (&'static str, Vec<Vec<u8>>) {
     match w {
@@ -98,10 +105,7 @@ fn command(w: &Write) -> (&'static str, Vec<Vec<u8>>) {
                 ]);
             }
             a.push(b"*".to_vec());
-            for (k, v) in fields {
-                a.push(k.as_bytes().to_vec());
-                a.push(v.clone());
-            }
+            a.extend(pairs(fields));
             ("XADD", a)
         }
         Write::Push { key, left, value } => (
@@ -129,10 +133,7 @@ pub(crate) fn args(w: &Write) -> Vec<Vec<u8>> {
                     .into_bytes(),
                 fields.len().to_string().into_bytes(),
             ];
-            for (k, v) in fields {
-                a.push(k.as_bytes().to_vec());
-                a.push(v.clone());
-            }
+            a.extend(pairs(fields));
             a
         }
         Write::Push { key, left, value } => vec![
