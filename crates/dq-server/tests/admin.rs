@@ -665,3 +665,63 @@ async fn a_forwarding_topic_keeps_its_target_and_never_shows_the_password() {
     assert_eq!(cfg["delivery"]["mode"], json!("redis_stream"), "{cfg}");
     assert_eq!(cfg["delivery"]["stream"], json!("due"));
 }
+
+/// Pause and resume from the topic page: while paused nothing is handed
+/// out (the page says until when), a bad duration is refused and changes
+/// nothing, resume hands out again.
+#[tokio::test]
+async fn pause_and_resume_a_topic_from_its_page() {
+    let a = embedded();
+    let r = a
+        .api(
+            "POST",
+            "/v1/topics/shop/jobs",
+            Some(json!({"id": "j", "body": 1})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let page = "/admin/topics/shop";
+    assert!(
+        a.get(page)
+            .await
+            .doc()
+            .select(&scraper::Selector::parse("#pause").unwrap())
+            .next()
+            .is_some()
+    );
+    let r = a
+        .submit(page, "/admin/topics/shop/pause", &[("for", "soon")])
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.text.contains("invalid_delay"), "{}", r.text);
+    let paused = |v: serde_json::Value| v["paused_until_ms"].as_u64().unwrap_or(0);
+    assert_eq!(paused(a.stats().await), 0, "refused: not paused");
+    let r = a
+        .submit(page, "/admin/topics/shop/pause", &[("for", "10m")])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(r.location(), "/admin/topics/shop?done=paused");
+    assert!(paused(a.stats().await) > 0);
+    let doc = a.get(&format!("{page}?done=paused")).await.doc();
+    assert!(
+        text_of(&doc, "#paused").unwrap().contains("Paused until"),
+        "paused shown"
+    );
+    let got = a
+        .api("POST", "/v1/reserve", Some(json!({"topics": ["shop"]})))
+        .await
+        .json();
+    assert_eq!(got["jobs"], json!([]), "nothing handed out while paused");
+    let r = a
+        .submit(page, "/admin/topics/shop/pause", &[("resume", "1")])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let doc = a.get(&format!("{page}?done=resumed")).await.doc();
+    assert_eq!(text_of(&doc, "#flash").unwrap(), "Topic resumed.");
+    assert_eq!(paused(a.stats().await), 0);
+    let got = a
+        .api("POST", "/v1/reserve", Some(json!({"topics": ["shop"]})))
+        .await
+        .json();
+    assert_eq!(got["jobs"][0]["id"], "j", "handed out again");
+}

@@ -46,6 +46,49 @@ pub(super) async fn create_topic(
     }
 }
 
+/// `POST /admin/topics/{topic}/pause` (`for`: a duration such as 10m; or
+/// `resume`): pauses the topic's hand-outs, through every front-end, or
+/// ends the pause.
+pub(super) async fn pause(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Response {
+    let v = Viewer::of(&st, &headers);
+    let base = topic_href(&name);
+    let r = async {
+        let f = checked(&st, &v, &body)?;
+        let t = Topic::new(name.clone())?;
+        st.service.known_topic(&t).await?;
+        if f.get("resume").is_some() {
+            st.service.pause_topic(&t, 0).await?;
+            return Ok::<_, ApiError>("resumed");
+        }
+        let text = f.get("for").unwrap_or("");
+        let d = humantime::parse_duration(text).map_err(|e| {
+            ApiError::bad_request(
+                "invalid_delay",
+                format!("pause for {text:?}: {e} (e.g. 10m, 2h)"),
+            )
+        })?;
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        if ms == 0 {
+            return Err(ApiError::bad_request(
+                "invalid_delay",
+                "pause for longer than 0",
+            ));
+        }
+        st.service.pause_topic(&t, ms).await?;
+        Ok("paused")
+    }
+    .await;
+    match r {
+        Ok(done) => see_other(&format!("{base}?done={done}")),
+        Err(e) => error_page(&v, &e, &base),
+    }
+}
+
 /// `POST /admin/topics/{topic}/settings`.
 pub(super) async fn save_settings(
     State(st): State<AppState>,

@@ -4,8 +4,9 @@
 //!
 //! - `/` — every topic with counts, enqueue/ack rates, oldest overdue age and
 //!   lateness; the store's health; a form registering a topic.
-//! - `/admin/topics/{t}` — counts, settings (editable, push callback
-//!   included), the next due jobs, job lookup (`?job=ID`) with cancel /
+//! - `/admin/topics/{t}` — counts (and which store parts did not answer),
+//!   pause for a duration / resume, settings (editable, push callback
+//!   included; a forwarding target is shown and kept), the next due jobs, job lookup (`?job=ID`) with cancel /
 //!   reschedule / run now, and dead letters (newest first, `?died=1h|24h|7d`)
 //!   with replay one / selected / all and purge, each confirmed on a second
 //!   page before anything changes.
@@ -55,6 +56,7 @@ pub(crate) fn routes() -> Router<AppState> {
             "/admin/topics/{topic}/settings",
             post(actions::save_settings),
         )
+        .route("/admin/topics/{topic}/pause", post(actions::pause))
         .route(
             "/admin/topics/{topic}/jobs/{id}/{action}",
             post(actions::job_action),

@@ -88,6 +88,8 @@ pub(super) fn done_text(code: &str, n: u64) -> Option<String> {
         "run" => "Job made due now.".into(),
         "replayed" => format!("{n} dead letter(s) replayed: due now, attempts reset."),
         "purged" => format!("{n} dead letter(s) deleted."),
+        "paused" => "Topic paused: nothing is handed out until the pause ends.".into(),
+        "resumed" => "Topic resumed.".into(),
         _ => return None,
     })
 }
@@ -292,6 +294,10 @@ pub(super) struct TopicPage<'a> {
     flash: Option<String>,
     counts: Vec<Count>,
     overdue: String,
+    /// "until <time> (<in>)" while the topic is paused.
+    paused: Option<String>,
+    /// Store parts that did not answer (the counts leave their jobs out).
+    missing: Vec<String>,
     lookup: Lookup,
     dead: DeadLetters,
     upcoming: Vec<Upcoming>,
@@ -366,6 +372,18 @@ impl<'a> TopicPage<'a> {
             flash: p.done.and_then(|(code, n)| done_text(&code, n)),
             counts,
             overdue: overdue(s.oldest_overdue_ms),
+            paused: (s.paused_until_ms > p.now).then(|| {
+                format!(
+                    "until {} ({})",
+                    at(s.paused_until_ms),
+                    relative(s.paused_until_ms, p.now)
+                )
+            }),
+            missing: if s.partial {
+                s.missing.clone()
+            } else {
+                Vec::new()
+            },
             lookup,
             dead,
             upcoming: p
