@@ -36,6 +36,9 @@ const WAIT_SLICE_MS: u64 = 10_000;
 /// Ready jobs looked at to count the urgent ones of a tube (`stats-tube`
 /// reports at most this many).
 const URGENT_SCAN: usize = 1000;
+/// How far the store's clock and this instance's may disagree when telling
+/// the last second of a TTR (`DEADLINE_SOON`).
+const DEADLINE_SOON_SLACK_MS: u64 = 50;
 /// beanstalkd's urgent: a priority below this.
 const URGENT_BELOW: u32 = 1024;
 
@@ -599,11 +602,12 @@ impl Conn {
             if first {
                 first = false;
                 let now = self.svc.clock().now_ms();
-                if self
-                    .held
-                    .values()
-                    .any(|h| h.deadline_ms > now && h.deadline_ms - now <= 1000)
-                {
+                // The deadline is the store's time, `now` this instance's
+                // (kept to the store's within a few ms): the slack keeps a
+                // TTR of exactly 1 s wholly in its last second.
+                if self.held.values().any(|h| {
+                    h.deadline_ms > now && h.deadline_ms - now <= 1000 + DEADLINE_SOON_SLACK_MS
+                }) {
                     return line("DEADLINE_SOON");
                 }
             }
