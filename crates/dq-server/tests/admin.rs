@@ -725,3 +725,49 @@ async fn pause_and_resume_a_topic_from_its_page() {
         .json();
     assert_eq!(got["jobs"][0]["id"], "j", "handed out again");
 }
+
+/// Deleting a topic from its page asks first (nothing changes until
+/// "yes"), then the topic and its jobs are gone and the overview says so.
+#[tokio::test]
+async fn delete_a_topic_from_its_page_after_confirming() {
+    let a = embedded();
+    let r = a
+        .api(
+            "POST",
+            "/v1/topics/shop/jobs",
+            Some(json!({"id": "j", "delay_ms": 60000})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let page = "/admin/topics/shop";
+    let r = a.submit(page, "/admin/topics/shop/delete", &[]).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let doc = r.doc();
+    assert_eq!(
+        text_of(&doc, "#question").unwrap(),
+        "Delete topic shop and its 1 job(s) for good? Reserved jobs' holders will find them gone."
+    );
+    assert_eq!(
+        a.api("GET", "/v1/topics/shop", None).await.status,
+        StatusCode::OK,
+        "asked only"
+    );
+    // The confirm form posts the same fields again with confirm=yes.
+    let r = a
+        .submit(page, "/admin/topics/shop/delete", &[("confirm", "yes")])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(r.location(), "/?done=deleted&n=1");
+    assert_eq!(
+        a.api("GET", "/v1/topics/shop", None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let doc = a.get("/?done=deleted&n=1").await.doc();
+    assert_eq!(
+        text_of(&doc, "#flash").unwrap(),
+        "Topic deleted, with its 1 job(s)."
+    );
+    // An unknown topic: 404, nothing asked.
+    let r = a.submit("/", "/admin/topics/nosuch/delete", &[]).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+}

@@ -89,6 +89,48 @@ pub(super) async fn pause(
     }
 }
 
+/// `POST /admin/topics/{topic}/delete`: asks first, then deletes the topic
+/// and every job in it.
+pub(super) async fn delete_topic(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Response {
+    let v = Viewer::of(&st, &headers);
+    let base = topic_href(&name);
+    let f = match checked(&st, &v, &body) {
+        Ok(f) => f,
+        Err(e) => return error_page(&v, &e, &base),
+    };
+    let r = async {
+        let t = Topic::new(name.clone())?;
+        st.service.known_topic(&t).await?;
+        if f.get("confirm") != Some("yes") {
+            let s = st.service.stats(&t).await?;
+            let jobs = s.scheduled + s.ready + s.reserved + s.dead;
+            return Ok(Err(format!(
+                "Delete topic {} and its {jobs} job(s) for good? Reserved jobs' holders will find them gone.",
+                t.as_str()
+            )));
+        }
+        Ok(Ok(st.service.delete_topic(&t).await?))
+    }
+    .await;
+    match r {
+        Ok(Ok(n)) => see_other(&format!("/?done=deleted&n={n}")),
+        Ok(Err(question)) => render(&ConfirmPage::new(
+            &v,
+            question,
+            &base,
+            format!("{base}/delete"),
+            f.resubmitted(),
+            "delete it",
+        )),
+        Err(e) => error_page(&v, &e, &base),
+    }
+}
+
 /// `POST /admin/topics/{topic}/settings`.
 pub(super) async fn save_settings(
     State(st): State<AppState>,
@@ -261,8 +303,13 @@ pub(super) async fn dead_action(
             &v,
             question,
             &base,
-            &action,
+            format!("{base}/dead/{action}"),
             f.resubmitted(),
+            if action == "purge" {
+                "delete them"
+            } else {
+                "replay"
+            },
         )),
         Err(e) => error_page(&v, &e, &base),
     }

@@ -5,7 +5,7 @@
 //! - `/` — every topic with counts, enqueue/ack rates, oldest overdue age and
 //!   lateness; the store's health; a form registering a topic.
 //! - `/admin/topics/{t}` — counts (and which store parts did not answer),
-//!   pause for a duration / resume, settings (editable, push callback
+//!   pause for a duration / resume, delete the topic (confirmed), settings (editable, push callback
 //!   included; a forwarding target is shown and kept), the next due jobs, job lookup (`?job=ID`) with cancel /
 //!   reschedule / run now, and dead letters (newest first, `?died=1h|24h|7d`)
 //!   with replay one / selected / all and purge, each confirmed on a second
@@ -57,6 +57,7 @@ pub(crate) fn routes() -> Router<AppState> {
             post(actions::save_settings),
         )
         .route("/admin/topics/{topic}/pause", post(actions::pause))
+        .route("/admin/topics/{topic}/delete", post(actions::delete_topic))
         .route(
             "/admin/topics/{topic}/jobs/{id}/{action}",
             post(actions::job_action),

@@ -24,7 +24,11 @@ const UPCOMING: usize = 20;
 
 /// `GET /`: every topic with its counts, rates and lateness; store health;
 /// a form registering a topic.
-pub(super) async fn overview(State(st): State<AppState>, headers: HeaderMap) -> Response {
+pub(super) async fn overview(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<OverviewQuery>,
+) -> Response {
     let v = Viewer::of(&st, &headers);
     let svc = &st.service;
     let now = svc.clock().now_ms();
@@ -62,7 +66,14 @@ pub(super) async fn overview(State(st): State<AppState>, headers: HeaderMap) -> 
         let lateness = st.metrics.lateness_quantiles(t.as_str());
         rows.push(TopicRow::new(t, mode, s, rates, lateness));
     }
-    render(&OverviewPage::new(&v, stores, rows))
+    let done = q.done.map(|d| (d, q.n.unwrap_or(0)));
+    render(&OverviewPage::new(&v, done, stores, rows))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct OverviewQuery {
+    done: Option<String>,
+    n: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

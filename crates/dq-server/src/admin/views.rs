@@ -90,6 +90,7 @@ pub(super) fn done_text(code: &str, n: u64) -> Option<String> {
         "purged" => format!("{n} dead letter(s) deleted."),
         "paused" => "Topic paused: nothing is handed out until the pause ends.".into(),
         "resumed" => "Topic resumed.".into(),
+        "deleted" => format!("Topic deleted, with its {n} job(s)."),
         _ => return None,
     })
 }
@@ -181,24 +182,23 @@ pub(super) struct ConfirmPage<'a> {
 }
 
 impl<'a> ConfirmPage<'a> {
+    /// Asks `question`; "yes" posts `fields` again to `action` with
+    /// `confirm=yes`, "no" goes back to `back`.
     pub(super) fn new(
         v: &'a Viewer,
         question: String,
         back: &'a str,
-        action: &str,
+        action: String,
         fields: Vec<(&'a str, &'a str)>,
+        yes: &'static str,
     ) -> Self {
         Self {
             page: Layout::new(v, "Confirm", false),
             question,
             back,
-            action: format!("{back}/dead/{action}"),
+            action,
             fields,
-            yes: if action == "purge" {
-                "delete them"
-            } else {
-                "replay"
-            },
+            yes,
         }
     }
 }
@@ -208,14 +208,22 @@ impl<'a> ConfirmPage<'a> {
 #[template(path = "overview.html")]
 pub(super) struct OverviewPage<'a> {
     page: Layout<'a>,
+    /// What the last action did.
+    flash: Option<String>,
     stores: Vec<StoreRow>,
     topics: Vec<TopicRow>,
 }
 
 impl<'a> OverviewPage<'a> {
-    pub(super) fn new(v: &'a Viewer, stores: Vec<StoreRow>, topics: Vec<TopicRow>) -> Self {
+    pub(super) fn new(
+        v: &'a Viewer,
+        done: Option<(String, u64)>,
+        stores: Vec<StoreRow>,
+        topics: Vec<TopicRow>,
+    ) -> Self {
         Self {
             page: Layout::new(v, "Topics", true),
+            flash: done.and_then(|(code, n)| done_text(&code, n)),
             stores,
             topics,
         }
