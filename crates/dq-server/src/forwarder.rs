@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::metrics::Metrics;
-use crate::service::{Error, Service};
+use crate::service::{AckItem, Error, Service};
 
 /// Most jobs reserved and written at once.
 pub const BATCH: usize = 100;
@@ -184,11 +184,15 @@ impl TopicForward {
             };
             match wrote {
                 Ok(()) => {
-                    let acks = rest.iter().map(|&i| {
-                        let l = &leases[i];
-                        self.svc.ack(&l.topic, &l.id, &l.token)
-                    });
-                    for (r, &i) in futures::future::join_all(acks).await.iter().zip(&rest) {
+                    let acks: Vec<AckItem> = rest
+                        .iter()
+                        .map(|&i| AckItem {
+                            topic: leases[i].topic.clone(),
+                            id: leases[i].id.clone(),
+                            token: leases[i].token.clone(),
+                        })
+                        .collect();
+                    for (r, &i) in self.svc.ack_batch(&acks).await.iter().zip(&rest) {
                         match r {
                             Ok(()) => written += 1,
                             Err(e) => {

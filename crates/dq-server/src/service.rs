@@ -32,6 +32,7 @@ use dq_core::{
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::metrics::Metrics;
 use crate::push_guard::PushGuard;
@@ -140,28 +141,19 @@ impl Service {
     ) -> Self {
         let wakers = Arc::new(Wakers::default());
         let stop = CancellationToken::new();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let (store, w, stop) = (store.clone(), wakers.clone(), stop.clone());
-            rt.spawn(async move {
-                // Supervised: should the listener end or panic, it starts
-                // again (and wakes every waiter, who may have missed one).
-                while !stop.is_cancelled() {
-                    let (store, w2) = (store.clone(), w.clone());
-                    let listen = tokio::spawn(async move {
-                        let on_wake = w2.clone();
-                        store
-                            .watch_wakes(Arc::new(move |t: &str| on_wake.wake(t)))
-                            .await;
-                    });
-                    let abort = listen.abort_handle();
-                    tokio::select! {
-                        r = listen => {
-                            tracing::error!(outcome = ?r.err(), "the wake-up listener stopped; starting it again");
-                            w.wake("");
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                        }
-                        () = stop.cancelled() => abort.abort(),
-                    }
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let (store, w) = (store.clone(), wakers.clone());
+            // Supervised like the Server's loops: a listener that panics
+            // starts again, waking every waiter first (one may have missed
+            // a wake-up meanwhile).
+            crate::supervise(&TaskTracker::new(), &stop, "wake-listener", move || {
+                let (store, w) = (store.clone(), w.clone());
+                async move {
+                    w.wake("");
+                    let on_wake = w.clone();
+                    store
+                        .watch_wakes(Arc::new(move |t: &str| on_wake.wake(t)))
+                        .await;
                 }
             });
         }

@@ -65,14 +65,7 @@ pub(super) async fn pause(
             st.service.pause_topic(&t, 0).await?;
             return Ok::<_, ApiError>("resumed");
         }
-        let text = f.get("for").unwrap_or("");
-        let d = humantime::parse_duration(text).map_err(|e| {
-            ApiError::bad_request(
-                "invalid_delay",
-                format!("pause for {text:?}: {e} (e.g. 10m, 2h)"),
-            )
-        })?;
-        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let ms = f.duration_ms("for", "pause")?;
         if ms == 0 {
             return Err(ApiError::bad_request(
                 "invalid_delay",
@@ -204,13 +197,7 @@ pub(super) async fn job_action(
                 let due = if action == "run" {
                     now
                 } else {
-                    let text = f.get("delay").ok_or_else(|| {
-                        ApiError::bad_request("invalid_delay", "give a delay such as 10m or 2h")
-                    })?;
-                    let d = humantime::parse_duration(text).map_err(|e| {
-                        ApiError::bad_request("invalid_delay", format!("delay {text:?}: {e}"))
-                    })?;
-                    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+                    let ms = f.duration_ms("delay", "delay")?;
                     st.service.limits().check_delay(ms)?;
                     now + ms
                 };

@@ -48,6 +48,21 @@ impl Form {
             .collect()
     }
 
+    /// `name` as a duration such as `10m` or `2h`, in ms; `what` names it
+    /// in the messages ("delay", "pause").
+    ///
+    /// # Errors
+    ///
+    /// `invalid_delay` when it is missing or not a duration.
+    pub(super) fn duration_ms(&self, name: &str, what: &str) -> Result<u64, ApiError> {
+        let text = self.get(name).ok_or_else(|| {
+            ApiError::bad_request("invalid_delay", format!("give a {what} such as 10m or 2h"))
+        })?;
+        let d = humantime::parse_duration(text)
+            .map_err(|e| ApiError::bad_request("invalid_delay", format!("{what} {text:?}: {e}")))?;
+        Ok(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
     /// `name` as a number, if given.
     ///
     /// # Errors
