@@ -116,6 +116,11 @@ pub struct EnqueueRequest {
     /// Rewrite a job with this id that is still waiting.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replace: bool,
+    /// Dedup window: for this long after the job ended (acked, cancelled,
+    /// dead), enqueueing its id again stores nothing. Default: the topic's
+    /// `dedup_ms`; 0: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup_ms: Option<u64>,
 }
 
 /// What an enqueue did (the answer to one job).
@@ -128,10 +133,16 @@ pub struct Enqueued {
     /// A waiting job was replaced.
     #[serde(default)]
     pub replaced: bool,
+    /// Nothing was stored: a job with this id ended within its dedup
+    /// window (`due_at_ms` and `state` are then left out: there is no job).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deduplicated: bool,
     /// When it is due.
-    pub due_at_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at_ms: Option<u64>,
     /// Its state now.
-    pub state: JobState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<JobState>,
 }
 
 /// `POST /v1/topics/{topic}/jobs:batch`. The server reads each job on its

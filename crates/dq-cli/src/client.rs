@@ -500,15 +500,17 @@ impl ClientCmd {
                         "created"
                     } else if e.replaced {
                         "replaced"
+                    } else if e.deduplicated {
+                        "deduplicated (a job with this id ended within its dedup window; nothing stored)"
                     } else {
                         "exists (unchanged)"
                     };
-                    println!(
-                        "{} {what}; due {} ({})",
-                        e.id,
-                        rfc3339(Some(e.due_at_ms)),
-                        e.state
-                    );
+                    match (e.due_at_ms, e.state) {
+                        (Some(due), Some(state)) => {
+                            println!("{} {what}; due {} ({state})", e.id, rfc3339(Some(due)))
+                        }
+                        _ => println!("{} {what}", e.id),
+                    }
                 }
             }
             ClientCmd::Get { conn, topic, id } => {

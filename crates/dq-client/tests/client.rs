@@ -22,7 +22,7 @@ async fn every_call_and_typed_errors() {
         .await
         .unwrap();
     assert!(e.created);
-    assert_eq!(e.state, JobState::Scheduled);
+    assert_eq!(e.state, Some(JobState::Scheduled));
     let again = c
         .enqueue("orders", &NewJob::json(json!({})).id("o1"))
         .await

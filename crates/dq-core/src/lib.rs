@@ -23,5 +23,5 @@ pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use limits::{InvalidInput, Limits};
 pub use model::*;
 pub use retry::RetryPolicy;
-pub use store::{Store, StoreError, StoreResult, WakeFn};
+pub use store::{MAX_RECORD_BYTES, Record, Store, StoreError, StoreResult, WakeFn};
 pub use topic::{Delivery, PushConfig, PushMethod, TopicConfig, TopicConfigPatch};

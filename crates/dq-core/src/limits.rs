@@ -152,6 +152,28 @@ pub fn human_ms(ms: u64) -> String {
     parts.join(" ")
 }
 
+/// Checks a dedup window.
+///
+/// # Errors
+/// `invalid_dedup` above [`MAX_DEDUP_MS`].
+pub fn check_dedup(dedup_ms: u64) -> Result<(), InvalidInput> {
+    if dedup_ms > MAX_DEDUP_MS {
+        return Err(InvalidInput::new(
+            "invalid_dedup",
+            format!(
+                "a dedup window must be at most {}, got {}",
+                human_ms(MAX_DEDUP_MS),
+                human_ms(dedup_ms)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Longest dedup window: 30 days. Each id in a window costs a small
+/// record (≈ 60 bytes on Redis), kept until the window ends.
+pub const MAX_DEDUP_MS: u64 = 30 * 24 * 3_600_000;
+
 /// Checks a lease length.
 ///
 /// # Errors

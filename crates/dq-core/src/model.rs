@@ -252,6 +252,10 @@ pub struct NewJob {
     pub retry: Option<RetryPolicy>,
     /// Replace an existing job with this id if it is still waiting.
     pub replace: bool,
+    /// The dedup window: for this long after the job is acked, cancelled
+    /// or dead, enqueueing its id again stores nothing and answers
+    /// [`Enqueued::deduplicated`]. `None`: the topic's `dedup_ms`; 0: none.
+    pub dedup_ms: Option<u64>,
 }
 
 /// The default priority.
@@ -277,6 +281,7 @@ impl NewJob {
             lease_ms: None,
             retry: None,
             replace: false,
+            dedup_ms: None,
         }
     }
 }
@@ -322,6 +327,11 @@ pub struct Enqueued {
     pub created: bool,
     /// True when an existing waiting job was replaced.
     pub replaced: bool,
+    /// True when nothing was written because a job with this id ended
+    /// within its dedup window (see [`NewJob::dedup_ms`]). There is no job
+    /// then: `due_at_ms` is 0 and `state` means nothing (front-ends leave
+    /// both out).
+    pub deduplicated: bool,
     /// The job's due time (the existing job's when not created).
     pub due_at_ms: u64,
     /// The job's state after the call.

@@ -54,7 +54,10 @@ pub trait Store: Send + Sync + 'static {
     /// Enqueues up to [`MAX_BATCH`](crate::limits::MAX_BATCH) jobs on one topic,
     /// in order, in one atomic step. An existing id is left as it is
     /// (`created: false`) unless the job asks to `replace` and the existing
-    /// job is still waiting (scheduled or ready).
+    /// job is still waiting (scheduled or ready). An id whose job ended
+    /// (acked, cancelled, went dead) less than its dedup window ago
+    /// ([`NewJob::dedup_ms`], else the topic's) writes nothing and answers
+    /// `deduplicated` — `replace` included.
     async fn enqueue(
         &self,
         topic: &Topic,
@@ -67,8 +70,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Removes a job in any state. Returns the state it was in, or `None` if
     /// there was no such job. A cancelled reserved job is not retried, and its
-    /// holder's ack reports [`StoreError::NotFound`].
-    async fn cancel(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobState>>;
+    /// holder's ack reports [`StoreError::NotFound`]. Starts the job's dedup
+    /// window at `now_ms`.
+    async fn cancel(&self, topic: &Topic, id: &JobId, now_ms: u64)
+    -> StoreResult<Option<JobState>>;
 
     /// Moves a waiting (scheduled or ready) job to a new due time.
     ///
@@ -108,11 +113,11 @@ pub trait Store: Send + Sync + 'static {
         now_ms: u64,
     ) -> StoreResult<u64>;
 
-    /// Completes a job: it is gone.
+    /// Completes a job: it is gone; its dedup window starts at `now_ms`.
     ///
     /// # Errors
     /// As [`Store::touch`].
-    async fn ack(&self, topic: &Topic, id: &JobId, token: &str) -> StoreResult<()>;
+    async fn ack(&self, topic: &Topic, id: &JobId, token: &str, now_ms: u64) -> StoreResult<()>;
 
     /// Fails an attempt: the job is retried after `nack.retry_in_ms` (or the
     /// retry policy's wait), or goes dead when it was the last attempt or
@@ -158,8 +163,9 @@ pub trait Store: Send + Sync + 'static {
         topic: &Topic,
         url: &str,
         items: &[crate::forward::AckWrite<'_>],
+        now_ms: u64,
     ) -> StoreResult<Vec<Option<StoreResult<()>>>> {
-        let _ = (topic, url);
+        let _ = (topic, url, now_ms);
         Ok(vec![None; items.len()])
     }
 
@@ -273,6 +279,27 @@ pub trait Store: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Writes the named record `name` of `kind` (e.g. `schedule`): its
+    /// `value` (opaque text, at most [`MAX_RECORD_BYTES`]) and its `mark`,
+    /// replacing both if it exists. Returns whether it was created. Every
+    /// process sharing the store sees the same records.
+    async fn put_record(&self, kind: &str, name: &str, value: &str, mark: u64)
+    -> StoreResult<bool>;
+
+    /// Reads one record; `None` if there is none.
+    async fn get_record(&self, kind: &str, name: &str) -> StoreResult<Option<Record>>;
+
+    /// Every record of `kind`, sorted by name.
+    async fn list_records(&self, kind: &str) -> StoreResult<Vec<(String, Record)>>;
+
+    /// Deletes a record; returns whether there was one.
+    async fn delete_record(&self, kind: &str, name: &str) -> StoreResult<bool>;
+
+    /// Raises a record's mark to `mark` if it is lower, atomically (two
+    /// processes raising at once keep the higher). Returns the mark after
+    /// the call, or `None` if there is no such record (nothing is created).
+    async fn raise_mark(&self, kind: &str, name: &str, mark: u64) -> StoreResult<Option<u64>>;
+
     /// Each part of the store (one per Redis shard) and whether it answers.
     async fn health(&self) -> Vec<(String, StoreResult<()>)> {
         vec![("store".to_string(), self.ping().await)]
@@ -289,6 +316,19 @@ pub trait Store: Send + Sync + 'static {
         let _ = on_wake;
         std::future::pending::<()>().await
     }
+}
+
+/// Longest [`Record::value`], in bytes.
+pub const MAX_RECORD_BYTES: usize = 1 << 20;
+
+/// A named record kept in the store ([`Store::put_record`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// What the owner wrote (a schedule's settings as JSON).
+    pub value: String,
+    /// A number only ever raised by [`Store::raise_mark`] (a schedule's
+    /// progress: every slot up to it is dealt with).
+    pub mark: u64,
 }
 
 /// Callback for [`Store::watch_wakes`].

@@ -262,6 +262,11 @@ pub struct TopicConfig {
     /// spreads over nodes). Order holds within a partition.
     #[serde(default = "one")]
     pub partitions: u32,
+    /// Dedup window of the topic's jobs that name none ([`crate::NewJob::dedup_ms`]):
+    /// for this long after a job ended (acked, cancelled, dead) its id is
+    /// refused as a duplicate. 0: no window.
+    #[serde(default)]
+    pub dedup_ms: u64,
 }
 
 fn one() -> u32 {
@@ -292,6 +297,7 @@ impl Default for TopicConfig {
             retry: RetryPolicy::default(),
             delivery: Delivery::Pull,
             partitions: 1,
+            dedup_ms: 0,
         }
     }
 }
@@ -319,6 +325,9 @@ pub struct TopicConfigPatch {
     /// no jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions: Option<u32>,
+    /// See [`TopicConfig::dedup_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup_ms: Option<u64>,
 }
 
 impl TopicConfigPatch {
@@ -352,6 +361,9 @@ impl TopicConfigPatch {
             Some(Delivery::RedisStream(s)) => s.validate()?,
             Some(Delivery::RedisList(l)) => l.validate()?,
             Some(Delivery::Pull) | None => {}
+        }
+        if let Some(ms) = self.dedup_ms {
+            limits::check_dedup(ms)?;
         }
         if let Some(n) = self.partitions
             && !(1..=MAX_PARTITIONS).contains(&n)
@@ -417,6 +429,9 @@ impl TopicConfigPatch {
         }
         if let Some(v) = self.partitions {
             base.partitions = v;
+        }
+        if let Some(v) = self.dedup_ms {
+            base.dedup_ms = v;
         }
         base
     }

@@ -197,10 +197,15 @@ impl Store for EmbeddedStore {
         self.writer.read(move |cx| ops::get(cx, &topic, &id)).await
     }
 
-    async fn cancel(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobState>> {
+    async fn cancel(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        now_ms: u64,
+    ) -> StoreResult<Option<JobState>> {
         let (topic, id) = (topic.clone(), id.clone());
         self.writer
-            .exec(move |cx| ops::cancel(cx, &topic, &id))
+            .exec(move |cx| ops::cancel(cx, &topic, &id, now_ms))
             .await
     }
 
@@ -245,10 +250,10 @@ impl Store for EmbeddedStore {
             .await
     }
 
-    async fn ack(&self, topic: &Topic, id: &JobId, token: &str) -> StoreResult<()> {
+    async fn ack(&self, topic: &Topic, id: &JobId, token: &str, now_ms: u64) -> StoreResult<()> {
         let (topic, id, token) = (topic.clone(), id.clone(), token.to_string());
         self.writer
-            .exec(move |cx| ops::ack(cx, &topic, &id, &token))
+            .exec(move |cx| ops::ack(cx, &topic, &id, &token, now_ms))
             .await
     }
 
@@ -420,6 +425,47 @@ impl Store for EmbeddedStore {
             .map(|m| m.len())
             .sum();
         Ok(Some(bytes))
+    }
+
+    async fn put_record(
+        &self,
+        kind: &str,
+        name: &str,
+        value: &str,
+        mark: u64,
+    ) -> StoreResult<bool> {
+        let (kind, name, value) = (kind.to_string(), name.to_string(), value.to_string());
+        self.writer
+            .exec(move |cx| ops::put_record(cx, &kind, &name, &value, mark))
+            .await
+    }
+
+    async fn get_record(&self, kind: &str, name: &str) -> StoreResult<Option<Record>> {
+        let (kind, name) = (kind.to_string(), name.to_string());
+        self.writer
+            .read(move |cx| ops::get_record(cx, &kind, &name))
+            .await
+    }
+
+    async fn list_records(&self, kind: &str) -> StoreResult<Vec<(String, Record)>> {
+        let kind = kind.to_string();
+        self.writer
+            .read(move |cx| ops::list_records(cx, &kind))
+            .await
+    }
+
+    async fn delete_record(&self, kind: &str, name: &str) -> StoreResult<bool> {
+        let (kind, name) = (kind.to_string(), name.to_string());
+        self.writer
+            .exec(move |cx| ops::delete_record(cx, &kind, &name))
+            .await
+    }
+
+    async fn raise_mark(&self, kind: &str, name: &str, mark: u64) -> StoreResult<Option<u64>> {
+        let (kind, name) = (kind.to_string(), name.to_string());
+        self.writer
+            .exec(move |cx| ops::raise_mark(cx, &kind, &name, mark))
+            .await
     }
 
     async fn next_seq(&self, name: &str) -> StoreResult<u64> {

@@ -63,7 +63,7 @@ fn config(cx: &Ctx, tid: i64) -> OpResult<TopicConfig> {
     let c = cx
         .conn
         .prepare_cached(
-            "SELECT max_attempts, lease_ms, dead_cap, default_delay_ms, retry, delivery FROM topics WHERE tid = ?1",
+            "SELECT max_attempts, lease_ms, dead_cap, default_delay_ms, retry, delivery, dedup_ms FROM topics WHERE tid = ?1",
         )?
         .query_row([tid], |r| {
             Ok(TopicConfig {
@@ -80,6 +80,7 @@ fn config(cx: &Ctx, tid: i64) -> OpResult<TopicConfig> {
                     .and_then(|s| serde_json::from_str(&s).ok())
                     .unwrap_or(d.delivery.clone()),
                 partitions: 1,
+                dedup_ms: r.get::<_, Option<u64>>(6)?.unwrap_or(d.dedup_ms),
             })
         })?;
     Ok(c)
@@ -164,7 +165,21 @@ pub(crate) fn enqueue(
     now: u64,
 ) -> OpResult<Vec<Enqueued>> {
     let tid = ensure_tid(cx, topic)?;
-    let mut default_delay: Option<u64> = None;
+    let mut cfg: Option<TopicConfig> = None;
+    // Ids in an open dedup window: looked up only when the topic has any,
+    // after dropping the windows that ended.
+    let dedup = cx
+        .conn
+        .prepare_cached("SELECT 1 FROM dedup WHERE tid = ?1 LIMIT 1")?
+        .exists([tid])?
+        && {
+            cx.conn
+                .prepare_cached("DELETE FROM dedup WHERE tid = ?1 AND until_ms <= ?2")?
+                .execute(params![tid, now as i64])?;
+            cx.conn
+                .prepare_cached("SELECT 1 FROM dedup WHERE tid = ?1 LIMIT 1")?
+                .exists([tid])?
+        };
     // The schedule's head, kept up to date in memory over the batch, decides
     // the wake-up the same way `place` does, without a query per job.
     let mut head = sched_head(cx, tid)?;
@@ -174,24 +189,43 @@ pub(crate) fn enqueue(
     let mut out = Vec::with_capacity(jobs.len());
     for j in jobs {
         let id = j.id.clone().unwrap_or_else(JobId::generate);
+        if dedup
+            && cx
+                .conn
+                .prepare_cached("SELECT 1 FROM dedup WHERE tid = ?1 AND id = ?2")?
+                .exists(params![tid, id.as_str()])?
+        {
+            out.push(Enqueued {
+                id,
+                created: false,
+                replaced: false,
+                deduplicated: true,
+                due_at_ms: 0,
+                state: JobState::Scheduled,
+            });
+            continue;
+        }
+        if cfg.is_none() && (j.dedup_ms.is_none() || j.when == When::TopicDefault) {
+            cfg = Some(config(cx, tid)?);
+        }
         let due = match j.when {
             When::DelayMs(ms) => now + ms,
             // A due time in the past is now: lateness counts from the enqueue.
             When::DueAtMs(t) => t.max(now),
-            When::TopicDefault => {
-                if default_delay.is_none() {
-                    default_delay = Some(config(cx, tid)?.default_delay_ms);
-                }
-                now + default_delay.unwrap_or(0)
-            }
+            When::TopicDefault => now + cfg.as_ref().map_or(0, |c| c.default_delay_ms),
         };
+        let dedup_ms = j
+            .dedup_ms
+            .or(cfg.as_ref().map(|c| c.dedup_ms))
+            .filter(|ms| *ms > 0)
+            .map(|ms| ms as i64);
         let state = if due <= now { READY } else { SCHEDULED };
         let insert = |cx: &Ctx| -> OpResult<usize> {
             Ok(cx
                 .conn
                 .prepare_cached(
-                    "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                    "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body, dedup_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
                      ON CONFLICT (tid, id) DO NOTHING",
                 )?
                 .execute(params![
@@ -206,6 +240,7 @@ pub(crate) fn enqueue(
                     now as i64,
                     j.body.is_json(),
                     j.body.as_bytes(),
+                    dedup_ms,
                 ])?)
         };
         let mut replaced = false;
@@ -221,6 +256,7 @@ pub(crate) fn enqueue(
                     id,
                     created: false,
                     replaced: false,
+                    deduplicated: false,
                     due_at_ms: old_due,
                     state: state_of(old),
                 });
@@ -252,6 +288,7 @@ pub(crate) fn enqueue(
             id,
             created: !replaced,
             replaced,
+            deduplicated: false,
             due_at_ms: due,
             state: state_of(state),
         });
@@ -342,7 +379,25 @@ fn held(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str) -> OpResult<(i64, 
     Ok((tid, seq))
 }
 
-pub(crate) fn cancel(cx: &mut Ctx, topic: &Topic, id: &JobId) -> OpResult<Option<JobState>> {
+/// Starts the dedup window of job `seq` (if it has one) at `now`: call it
+/// before the job's row goes or dies.
+fn remember(cx: &Ctx, seq: i64, now: u64) -> OpResult<()> {
+    cx.conn
+        .prepare_cached(
+            "INSERT INTO dedup (tid, id, until_ms)
+             SELECT tid, id, ?2 + dedup_ms FROM jobs WHERE seq = ?1 AND dedup_ms > 0
+             ON CONFLICT (tid, id) DO UPDATE SET until_ms = excluded.until_ms",
+        )?
+        .execute(params![seq, now as i64])?;
+    Ok(())
+}
+
+pub(crate) fn cancel(
+    cx: &mut Ctx,
+    topic: &Topic,
+    id: &JobId,
+    now: u64,
+) -> OpResult<Option<JobState>> {
     let Some(tid) = tid(cx, topic)? else {
         return Ok(None);
     };
@@ -354,6 +409,7 @@ pub(crate) fn cancel(cx: &mut Ctx, topic: &Topic, id: &JobId) -> OpResult<Option
     let Some((seq, state)) = row else {
         return Ok(None);
     };
+    remember(cx, seq, now)?;
     cx.conn
         .prepare_cached("DELETE FROM jobs WHERE seq = ?1")?
         .execute([seq])?;
@@ -484,8 +540,9 @@ pub(crate) fn touch(
     Ok(deadline)
 }
 
-pub(crate) fn ack(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str) -> OpResult<()> {
+pub(crate) fn ack(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> OpResult<()> {
     let (tid, seq) = held(cx, topic, id, token)?;
+    remember(cx, seq, now)?;
     cx.conn
         .prepare_cached("DELETE FROM jobs WHERE seq = ?1")?
         .execute([seq])?;
@@ -541,6 +598,7 @@ fn fail(
                 "UPDATE jobs SET state = 3, died_ms = ?1, buries = buries + 1 WHERE seq = ?2",
             )?
             .execute(params![now as i64, seq])?;
+        remember(cx, seq, now)?;
         counts(cx, tid, [0, 0, -1, 1])?;
         bump(cx, tid, "dead", 1)?;
         trim_dead(cx, tid, cfg.dead_cap)?;
@@ -841,7 +899,8 @@ pub(crate) fn configure_topic(
                dead_cap = coalesce(?3, dead_cap),
                default_delay_ms = coalesce(?4, default_delay_ms),
                retry = coalesce(?5, retry),
-               delivery = coalesce(?6, delivery)
+               delivery = coalesce(?6, delivery),
+               dedup_ms = coalesce(?8, dedup_ms)
              WHERE tid = ?7",
         )?
         .execute(params![
@@ -853,7 +912,8 @@ pub(crate) fn configure_topic(
             p.delivery
                 .as_ref()
                 .map(|d| serde_json::to_string(d).expect("delivery serializes")),
-            tid
+            tid,
+            p.dedup_ms.map(|v| v as i64)
         ])?;
     config(cx, tid)
 }
@@ -887,6 +947,9 @@ pub(crate) fn delete_topic(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<
     if rest {
         return Ok((deleted as u64, false));
     }
+    cx.conn
+        .prepare_cached("DELETE FROM dedup WHERE tid = ?1")?
+        .execute([tid])?;
     cx.conn
         .prepare_cached("DELETE FROM topics WHERE tid = ?1")?
         .execute([tid])?;
@@ -1053,6 +1116,74 @@ pub(crate) fn next_seq(cx: &mut Ctx, name: &str) -> OpResult<u64> {
         )?
         .query_row([name], |r| r.get(0))?;
     Ok(v as u64)
+}
+
+pub(crate) fn put_record(
+    cx: &mut Ctx,
+    kind: &str,
+    name: &str,
+    value: &str,
+    mark: u64,
+) -> OpResult<bool> {
+    let existed = cx
+        .conn
+        .prepare_cached("SELECT 1 FROM records WHERE kind = ?1 AND name = ?2")?
+        .exists(params![kind, name])?;
+    cx.conn
+        .prepare_cached(
+            "INSERT INTO records (kind, name, value, mark) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (kind, name) DO UPDATE SET value = excluded.value, mark = excluded.mark",
+        )?
+        .execute(params![kind, name, value, mark as i64])?;
+    Ok(!existed)
+}
+
+pub(crate) fn get_record(cx: &mut Ctx, kind: &str, name: &str) -> OpResult<Option<Record>> {
+    Ok(cx
+        .conn
+        .prepare_cached("SELECT value, mark FROM records WHERE kind = ?1 AND name = ?2")?
+        .query_row(params![kind, name], |r| {
+            Ok(Record {
+                value: r.get(0)?,
+                mark: r.get::<_, i64>(1)? as u64,
+            })
+        })
+        .optional()?)
+}
+
+pub(crate) fn list_records(cx: &mut Ctx, kind: &str) -> OpResult<Vec<(String, Record)>> {
+    let mut st = cx
+        .conn
+        .prepare_cached("SELECT name, value, mark FROM records WHERE kind = ?1 ORDER BY name")?;
+    let rows = st.query_map([kind], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            Record {
+                value: r.get(1)?,
+                mark: r.get::<_, i64>(2)? as u64,
+            },
+        ))
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub(crate) fn delete_record(cx: &mut Ctx, kind: &str, name: &str) -> OpResult<bool> {
+    Ok(cx
+        .conn
+        .prepare_cached("DELETE FROM records WHERE kind = ?1 AND name = ?2")?
+        .execute(params![kind, name])?
+        > 0)
+}
+
+pub(crate) fn raise_mark(cx: &mut Ctx, kind: &str, name: &str, mark: u64) -> OpResult<Option<u64>> {
+    Ok(cx
+        .conn
+        .prepare_cached(
+            "UPDATE records SET mark = max(mark, ?3) WHERE kind = ?1 AND name = ?2 RETURNING mark",
+        )?
+        .query_row(params![kind, name, mark as i64], |r| r.get::<_, i64>(0))
+        .optional()?
+        .map(|m| m as u64))
 }
 
 /// Reads a row; after a failed fsync, also writes a probe (the file's

@@ -23,7 +23,25 @@ use crate::OpenError;
 pub(crate) const APPLICATION_ID: i64 = 0x6471_0001;
 /// `PRAGMA user_version`: the schema version. Version 1 (dq before the
 /// counts were named) is migrated when opened; a later version is refused.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+pub(crate) const SCHEMA_VERSION: i64 = 3;
+
+/// What version 3 added: dedup windows (a topic's default, a job's own,
+/// and the ids whose window is open) and named records (schedules and
+/// their progress, see `Store::put_record`).
+const V3: &str = "
+ALTER TABLE topics ADD COLUMN dedup_ms INTEGER;
+ALTER TABLE jobs ADD COLUMN dedup_ms INTEGER;
+CREATE TABLE dedup (
+  tid INTEGER NOT NULL, id TEXT NOT NULL, until_ms INTEGER NOT NULL,
+  PRIMARY KEY (tid, id)
+) WITHOUT ROWID;
+CREATE INDEX dedup_until ON dedup(tid, until_ms);
+CREATE TABLE records (
+  kind TEXT NOT NULL, name TEXT NOT NULL, value TEXT NOT NULL,
+  mark INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (kind, name)
+) WITHOUT ROWID;
+";
 
 const SCHEMA: &str = "
 CREATE TABLE topics (
@@ -101,7 +119,7 @@ pub(crate) fn open(path: &Path, max_pages: Option<u64>) -> Result<Connection, Op
     }
     if tables == 0 {
         conn.execute_batch(&format!(
-            "BEGIN IMMEDIATE; {SCHEMA} PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            "BEGIN IMMEDIATE; {SCHEMA} {V3} PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
         ))
         .map_err(corrupt)?;
     } else {
@@ -124,6 +142,12 @@ pub(crate) fn open(path: &Path, max_pages: Option<u64>) -> Result<Connection, Op
                  PRAGMA user_version = 2;
                  COMMIT;",
             )
+            .map_err(corrupt)?;
+        }
+        if version == 1 || version == 2 {
+            conn.execute_batch(&format!(
+                "BEGIN IMMEDIATE; {V3} PRAGMA user_version = 3; COMMIT;"
+            ))
             .map_err(corrupt)?;
         } else if version != SCHEMA_VERSION {
             return Err(OpenError::Foreign {

@@ -198,7 +198,7 @@ async fn failed_call_in_a_group_is_undone_alone() {
     let bad_acks = (0..50).map(|_| {
         let s = &s;
         let topic = &topic;
-        async move { s.ack(topic, &JobId::new("held").unwrap(), "stale").await }
+        async move { s.ack(topic, &JobId::new("held").unwrap(), "stale", 0).await }
     });
     let (ok, bad) = tokio::join!(join_all(enqueues), join_all(bad_acks));
     assert!(ok.iter().all(Result::is_ok));
@@ -208,7 +208,7 @@ async fn failed_call_in_a_group_is_undone_alone() {
     );
     let st = s.stats(&topic, T0).await.unwrap();
     assert_eq!((st.ready, st.reserved), (50, 1));
-    s.ack(&topic, &lease.id, &lease.token).await.unwrap();
+    s.ack(&topic, &lease.id, &lease.token, 0).await.unwrap();
 }
 
 /// Wake-ups reach watchers after the commit, for due-now jobs and new heads only.
@@ -339,7 +339,8 @@ async fn open_when_free(dir: &std::path::Path) -> EmbeddedStore {
 }
 
 /// A file of schema version 1 (per-state counts named n0..n3, no per-job
-/// counts) opens with its jobs and counts kept, as version 2; a version this dq does not know is
+/// counts, no dedup windows or records) opens with its jobs and counts
+/// kept, as version 3; a version this dq does not know is
 /// refused at start, file untouched.
 #[tokio::test]
 async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
@@ -367,6 +368,10 @@ async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
          ALTER TABLE jobs DROP COLUMN releases;
          ALTER TABLE jobs DROP COLUMN buries;
          ALTER TABLE jobs DROP COLUMN kicks;
+         ALTER TABLE topics DROP COLUMN dedup_ms;
+         ALTER TABLE jobs DROP COLUMN dedup_ms;
+         DROP TABLE dedup;
+         DROP TABLE records;
          PRAGMA user_version = 1;",
     );
     let s = open_when_free(dir.path()).await;
@@ -377,7 +382,7 @@ async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
     assert_eq!(s.stats(&topic, T0).await.unwrap().reserved, 1, "counted on");
     drop(s);
     drop(open_when_free(dir.path()).await);
-    downgrade("PRAGMA user_version = 3;");
+    downgrade("PRAGMA user_version = 4;");
     let err = loop {
         match EmbeddedStore::open(dir.path()) {
             Err(OpenError::Locked { .. }) => tokio::time::sleep(Duration::from_millis(10)).await,
@@ -387,7 +392,7 @@ async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
     };
     assert!(
         err.to_string()
-            .contains("schema version 3, this dq reads version 2"),
+            .contains("schema version 4, this dq reads version 3"),
         "{err}"
     );
 }

@@ -133,6 +133,7 @@ pub(crate) fn decode_enqueued(v: Value, ids: Vec<JobId>) -> StoreResult<Vec<Enqu
                 id,
                 created: outcome == 1,
                 replaced: outcome == 2,
+                deduplicated: outcome == 3,
                 due_at_ms: int(&c[1])? as u64,
                 state: state_of(&string(&c[2])?)?,
             })
@@ -226,6 +227,7 @@ pub(crate) fn decode_config(fields: &[(String, String)]) -> TopicConfig {
             "dead_cap" => c.dead_cap = v.parse().unwrap_or(c.dead_cap),
             "default_delay_ms" => c.default_delay_ms = v.parse().unwrap_or(c.default_delay_ms),
             "partitions" => c.partitions = v.parse().unwrap_or(c.partitions),
+            "dedup_ms" => c.dedup_ms = v.parse().unwrap_or(c.dedup_ms),
             "retry" => {
                 if let Some(r) = RetryPolicy::decode(v) {
                     c.retry = r;

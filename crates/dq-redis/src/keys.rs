@@ -15,7 +15,7 @@ pub struct Keys {
 /// The keys of one topic, in the order every script receives them in KEYS.
 #[derive(Debug, Clone)]
 pub(crate) struct TopicKeys {
-    pub(crate) all: [String; 9],
+    pub(crate) all: [String; 10],
 }
 
 impl TopicKeys {
@@ -57,6 +57,13 @@ impl Keys {
         format!("{}:seq:{name}", self.prefix)
     }
 
+    /// The HASH of the named records of `kind` (`Store::put_record`; not
+    /// hash-tagged: one key): field `v:<name>` holds a record's value,
+    /// `m:<name>` its mark.
+    pub fn records(&self, kind: &str) -> String {
+        format!("{}:records:{kind}", self.prefix)
+    }
+
     /// The ZSET of live dispatchers (member: instance id, score: last seen ms).
     pub fn members(&self) -> String {
         format!("{}:dispatchers", self.prefix)
@@ -68,7 +75,8 @@ impl Keys {
     }
 
     /// The keys of one topic: sched, ready, lease, dead, ctr, cfg, jobs,
-    /// wheel, and the prefix of the wheel's bucket lists (`w:<bucket ms>`).
+    /// wheel, the prefix of the wheel's bucket lists (`w:<bucket ms>`), and
+    /// the ids in a dedup window (`dedup`).
     pub(crate) fn topic(&self, topic: &Topic) -> TopicKeys {
         let base = format!("{}:{{{}}}:", self.prefix, topic.as_str());
         TopicKeys {
@@ -82,6 +90,7 @@ impl Keys {
                 format!("{base}jobs"),
                 format!("{base}wheel"),
                 format!("{base}w:"),
+                format!("{base}dedup"),
             ],
         }
     }

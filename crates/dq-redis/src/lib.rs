@@ -27,7 +27,7 @@ pub mod keys;
 mod scripts;
 pub mod sharded;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -457,7 +457,7 @@ impl Store for RedisStore {
             .iter()
             .map(|j| j.id.clone().unwrap_or_else(JobId::generate))
             .collect();
-        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 10);
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 11);
         args.push(self.now_arg(now_ms));
         for (j, id) in jobs.iter().zip(&ids) {
             let (kind, value) = match j.when {
@@ -483,6 +483,7 @@ impl Store for RedisStore {
             } else {
                 b"0".to_vec()
             });
+            args.push(opt(j.dedup_ms));
         }
         let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         let v = self.enqueue_durably(topic, &refs).await?;
@@ -496,9 +497,18 @@ impl Store for RedisStore {
         Ok(decode_jobs(v)?.pop())
     }
 
-    async fn cancel(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobState>> {
+    async fn cancel(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        now_ms: u64,
+    ) -> StoreResult<Option<JobState>> {
         let v = self
-            .run(&self.scripts.cancel, topic, &[id.as_str().as_bytes()])
+            .run(
+                &self.scripts.cancel,
+                topic,
+                &[id.as_str().as_bytes(), &self.now_arg(now_ms)],
+            )
             .await?;
         match v {
             Value::Nil => Ok(None),
@@ -588,12 +598,16 @@ impl Store for RedisStore {
         .await
     }
 
-    async fn ack(&self, topic: &Topic, id: &JobId, token: &str) -> StoreResult<()> {
+    async fn ack(&self, topic: &Topic, id: &JobId, token: &str, now_ms: u64) -> StoreResult<()> {
         let v = self
             .run(
                 &self.scripts.ack,
                 topic,
-                &[id.as_str().as_bytes(), token.as_bytes()],
+                &[
+                    id.as_str().as_bytes(),
+                    token.as_bytes(),
+                    &self.now_arg(now_ms),
+                ],
             )
             .await?;
         status(&v).map(|_| ())
@@ -604,6 +618,7 @@ impl Store for RedisStore {
         topic: &Topic,
         url: &str,
         items: &[dq_core::forward::AckWrite<'_>],
+        now_ms: u64,
     ) -> StoreResult<Vec<Option<StoreResult<()>>>> {
         if items.is_empty()
             || self.conn.is_cluster()
@@ -611,7 +626,8 @@ impl Store for RedisStore {
         {
             return Ok(vec![None; items.len()]);
         }
-        let mut args: Vec<Vec<u8>> = Vec::with_capacity(items.len() * 12);
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + items.len() * 12);
+        args.push(self.now_arg(now_ms));
         for it in items {
             args.push(it.id.as_str().as_bytes().to_vec());
             args.push(it.token.as_bytes().to_vec());
@@ -850,6 +866,9 @@ impl Store for RedisStore {
         if let Some(v) = patch.partitions {
             fields.push(("partitions", v.to_string()));
         }
+        if let Some(v) = patch.dedup_ms {
+            fields.push(("dedup_ms", v.to_string()));
+        }
         if let Some(v) = &patch.retry {
             fields.push(("retry", v.encode()));
         }
@@ -992,6 +1011,96 @@ impl Store for RedisStore {
             .lines()
             .find_map(|l| l.strip_prefix("used_memory:"))
             .and_then(|v| v.trim().parse().ok()))
+    }
+
+    async fn put_record(
+        &self,
+        kind: &str,
+        name: &str,
+        value: &str,
+        mark: u64,
+    ) -> StoreResult<bool> {
+        let mut conn = self.conn.clone();
+        // One HSET of both fields: atomic; it counts the fields it added.
+        let added: u64 = redis::cmd("HSET")
+            .arg(self.keys.records(kind))
+            .arg(format!("v:{name}"))
+            .arg(value)
+            .arg(format!("m:{name}"))
+            .arg(mark)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(added > 0)
+    }
+
+    async fn get_record(&self, kind: &str, name: &str) -> StoreResult<Option<Record>> {
+        let mut conn = self.conn.clone();
+        let (value, mark): (Option<String>, Option<u64>) = redis::cmd("HMGET")
+            .arg(self.keys.records(kind))
+            .arg(format!("v:{name}"))
+            .arg(format!("m:{name}"))
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(value.map(|value| Record {
+            value,
+            mark: mark.unwrap_or(0),
+        }))
+    }
+
+    async fn list_records(&self, kind: &str) -> StoreResult<Vec<(String, Record)>> {
+        let mut conn = self.conn.clone();
+        let all: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(self.keys.records(kind))
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        let mut out: Vec<(String, Record)> = all
+            .iter()
+            .filter_map(|(k, v)| {
+                let name = k.strip_prefix("v:")?;
+                let mark = all
+                    .get(&format!("m:{name}"))
+                    .and_then(|m| m.parse().ok())
+                    .unwrap_or(0);
+                Some((
+                    name.to_string(),
+                    Record {
+                        value: v.clone(),
+                        mark,
+                    },
+                ))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    async fn delete_record(&self, kind: &str, name: &str) -> StoreResult<bool> {
+        let mut conn = self.conn.clone();
+        let n: u64 = redis::cmd("HDEL")
+            .arg(self.keys.records(kind))
+            .arg(format!("v:{name}"))
+            .arg(format!("m:{name}"))
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(n > 0)
+    }
+
+    async fn raise_mark(&self, kind: &str, name: &str, mark: u64) -> StoreResult<Option<u64>> {
+        let mut conn = self.conn.clone();
+        let v: i64 = self
+            .scripts
+            .raise_mark
+            .key(self.keys.records(kind))
+            .arg(name)
+            .arg(mark)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        Ok(u64::try_from(v).ok())
     }
 
     async fn next_seq(&self, name: &str) -> StoreResult<u64> {

@@ -36,6 +36,8 @@ pub(crate) struct Scripts {
     pub(crate) delete_topic: Script,
     pub(crate) get: Script,
     pub(crate) forward: Script,
+    /// Not a topic script: no prelude, one key (the records hash).
+    pub(crate) raise_mark: Script,
 }
 
 impl Scripts {
@@ -71,10 +73,11 @@ impl Scripts {
             delete_topic: s(include_str!("lua/delete_topic.lua")),
             get: s(include_str!("lua/get.lua")),
             forward: s(include_str!("lua/forward.lua")),
+            raise_mark: Script::new(include_str!("lua/raise_mark.lua")),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 14] {
+    pub(crate) fn all(&self) -> [&Script; 15] {
         [
             &self.get,
             &self.release,
@@ -90,6 +93,7 @@ impl Scripts {
             &self.replay_dead,
             &self.purge_dead,
             &self.delete_topic,
+            &self.raise_mark,
         ]
     }
 }

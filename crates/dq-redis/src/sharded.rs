@@ -480,9 +480,18 @@ impl Store for ShardedStore {
         }))
     }
 
-    async fn cancel(&self, topic: &Topic, id: &JobId) -> StoreResult<Option<JobState>> {
-        self.on_job(topic, id, |s, p| async move { s.cancel(&p, id).await })
-            .await
+    async fn cancel(
+        &self,
+        topic: &Topic,
+        id: &JobId,
+        now_ms: u64,
+    ) -> StoreResult<Option<JobState>> {
+        self.on_job(
+            topic,
+            id,
+            |s, p| async move { s.cancel(&p, id, now_ms).await },
+        )
+        .await
     }
 
     async fn reschedule(
@@ -569,9 +578,11 @@ impl Store for ShardedStore {
         .await
     }
 
-    async fn ack(&self, topic: &Topic, id: &JobId, token: &str) -> StoreResult<()> {
-        self.on_job(topic, id, |s, p| async move { s.ack(&p, id, token).await })
-            .await
+    async fn ack(&self, topic: &Topic, id: &JobId, token: &str, now_ms: u64) -> StoreResult<()> {
+        self.on_job(topic, id, |s, p| async move {
+            s.ack(&p, id, token, now_ms).await
+        })
+        .await
     }
 
     async fn ack_and_write(
@@ -579,6 +590,7 @@ impl Store for ShardedStore {
         topic: &Topic,
         url: &str,
         items: &[dq_core::forward::AckWrite<'_>],
+        now_ms: u64,
     ) -> StoreResult<Vec<Option<StoreResult<()>>>> {
         let n = self.partition_count(topic).await?;
         // Each partition's shard does its own items (in their order), if
@@ -593,7 +605,10 @@ impl Store for ShardedStore {
         let calls = groups.into_iter().map(|(p, idx)| async move {
             let part = topic.partition(p);
             let batch: Vec<_> = idx.iter().map(|&i| items[i]).collect();
-            let r = self.store(&part).ack_and_write(&part, url, &batch).await;
+            let r = self
+                .store(&part)
+                .ack_and_write(&part, url, &batch, now_ms)
+                .await;
             self.note(&part, &r);
             (idx, r)
         });
@@ -856,6 +871,7 @@ impl Store for ShardedStore {
             retry: Some(result.retry.clone()),
             delivery: Some(result.delivery.clone()),
             partitions: Some(new_n),
+            dedup_ms: Some(result.dedup_ms),
         };
         // Partition 0 last: it holds the count the others are found by.
         for p in (1..new_n).chain([0]) {
@@ -955,6 +971,36 @@ impl Store for ShardedStore {
     /// Counters live on the first shard (while it is down, they cannot move).
     async fn next_seq(&self, name: &str) -> StoreResult<u64> {
         self.shards[0].store.next_seq(name).await
+    }
+
+    // Named records (schedules) live on the first shard, as the counters do.
+    async fn put_record(
+        &self,
+        kind: &str,
+        name: &str,
+        value: &str,
+        mark: u64,
+    ) -> StoreResult<bool> {
+        self.shards[0]
+            .store
+            .put_record(kind, name, value, mark)
+            .await
+    }
+
+    async fn get_record(&self, kind: &str, name: &str) -> StoreResult<Option<Record>> {
+        self.shards[0].store.get_record(kind, name).await
+    }
+
+    async fn list_records(&self, kind: &str) -> StoreResult<Vec<(String, Record)>> {
+        self.shards[0].store.list_records(kind).await
+    }
+
+    async fn delete_record(&self, kind: &str, name: &str) -> StoreResult<bool> {
+        self.shards[0].store.delete_record(kind, name).await
+    }
+
+    async fn raise_mark(&self, kind: &str, name: &str, mark: u64) -> StoreResult<Option<u64>> {
+        self.shards[0].store.raise_mark(kind, name, mark).await
     }
 
     /// The first answering shard's clock (each shard decides its own

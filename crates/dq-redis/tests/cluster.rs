@@ -228,7 +228,7 @@ async fn a_resharding_under_load_loses_nothing() {
                         }
                         for l in c.leases {
                             *got.lock().unwrap().entry(l.id.to_string()).or_default() += 1;
-                            if let Err(e) = store.ack(&t, &l.id, &l.token).await {
+                            if let Err(e) = store.ack(&t, &l.id, &l.token, 0).await {
                                 errors.lock().unwrap().push(format!("ack: {e}"));
                             }
                         }

@@ -77,8 +77,8 @@ async fn keyspace_holds_ids_and_frees_bodies() {
     let c = leases.pop().unwrap();
     let b = leases.pop().unwrap();
     let a = leases.pop().unwrap();
-    s.ack(&t, &a.id, &a.token).await.unwrap();
-    s.cancel(&t, &b.id).await.unwrap();
+    s.ack(&t, &a.id, &a.token, 0).await.unwrap();
+    s.cancel(&t, &b.id, 0).await.unwrap();
     s.configure_topic(
         &t,
         &TopicConfigPatch {
@@ -92,7 +92,9 @@ async fn keyspace_holds_ids_and_frees_bodies() {
         .await
         .unwrap();
     assert_eq!(s.purge_dead(&t, 10).await.unwrap(), 1);
-    s.cancel(&t, &JobId::new("later").unwrap()).await.unwrap();
+    s.cancel(&t, &JobId::new("later").unwrap(), 0)
+        .await
+        .unwrap();
     assert_eq!(
         keys(&mut conn),
         vec!["dq:topics", "dq:{keys}:cfg", "dq:{keys}:ctr"],
@@ -208,7 +210,7 @@ async fn far_jobs_wait_in_the_wheel() {
     s.enqueue(&t, &[job("far", day), job("cancelled", day)], T0)
         .await
         .unwrap();
-    s.cancel(&t, &JobId::new("cancelled").unwrap())
+    s.cancel(&t, &JobId::new("cancelled").unwrap(), 0)
         .await
         .unwrap();
     let mut conn = server.connection();
@@ -307,7 +309,7 @@ async fn the_servers_clock_decides_whatever_the_callers_say() {
         "lease cut short: {held:?}"
     );
     assert!(
-        s.ack(&t, &reserved.id, &reserved.token).await.is_err(),
+        s.ack(&t, &reserved.id, &reserved.token, 0).await.is_err(),
         "the expired lease's token is stale once the job is requeued"
     );
 
@@ -378,13 +380,13 @@ async fn ack_and_write_acks_and_writes_together_or_not_at_all() {
     };
     // Another server: nothing done here.
     let none = s
-        .ack_and_write(&t, &other.url(), &[item(0, "")])
+        .ack_and_write(&t, &other.url(), &[item(0, "")], 0)
         .await
         .unwrap();
     assert!(matches!(none.as_slice(), [None]), "{none:?}");
     // A stale token beside a good one.
     let r = s
-        .ack_and_write(&t, &server.url(), &[item(0, "stale"), item(1, "")])
+        .ack_and_write(&t, &server.url(), &[item(0, "stale"), item(1, "")], 0)
         .await
         .unwrap();
     assert!(
@@ -404,7 +406,7 @@ async fn ack_and_write_acks_and_writes_together_or_not_at_all() {
     let _: () = conn.del("out").unwrap();
     let _: () = conn.set("out", "not a list").unwrap();
     let r = s
-        .ack_and_write(&t, &server.url(), &[item(0, "")])
+        .ack_and_write(&t, &server.url(), &[item(0, "")], 0)
         .await
         .unwrap();
     assert!(

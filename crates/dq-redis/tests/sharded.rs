@@ -114,7 +114,7 @@ async fn a_partitioned_topic_spreads_over_shards() {
     );
     let gen_id = JobId::new(ids.iter().find(|i| i.contains("~p")).unwrap().clone()).unwrap();
     assert!(s.get(&t, &gen_id).await.unwrap().is_some());
-    assert_eq!(s.cancel(&t, &u7).await.unwrap(), Some(JobState::Ready));
+    assert_eq!(s.cancel(&t, &u7, 0).await.unwrap(), Some(JobState::Ready));
 
     // Four reservers take everything, each job once.
     let mut handles = Vec::new();
@@ -154,7 +154,7 @@ async fn a_partitioned_topic_spreads_over_shards() {
             .await
             .unwrap();
         } else {
-            s.ack(&t, &l.id, &l.token).await.unwrap();
+            s.ack(&t, &l.id, &l.token, 0).await.unwrap();
         }
     }
     let dead = s.list_dead(&t, 0, 10).await.unwrap();
@@ -282,7 +282,7 @@ async fn a_dead_shard_delays_only_its_own_jobs() {
         }
         for l in c.leases {
             *got.entry(l.id.to_string()).or_default() += 1;
-            s.ack(&t, &l.id, &l.token).await.unwrap();
+            s.ack(&t, &l.id, &l.token, 0).await.unwrap();
         }
     }
     let before = got.len();
@@ -305,7 +305,7 @@ async fn a_dead_shard_delays_only_its_own_jobs() {
         if let Ok(c) = c {
             for l in c.leases {
                 *got.entry(l.id.to_string()).or_default() += 1;
-                s.ack(&t, &l.id, &l.token).await.unwrap();
+                s.ack(&t, &l.id, &l.token, 0).await.unwrap();
             }
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

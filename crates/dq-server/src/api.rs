@@ -98,6 +98,9 @@ fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<Ne
     if let Some(r) = &req.retry {
         r.validate()?;
     }
+    if let Some(ms) = req.dedup_ms {
+        limits::check_dedup(ms)?;
+    }
     Ok(NewJob {
         id,
         body,
@@ -107,6 +110,7 @@ fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<Ne
         lease_ms: req.lease_ms,
         retry: req.retry,
         replace: req.replace,
+        dedup_ms: req.dedup_ms,
     })
 }
 
@@ -115,8 +119,9 @@ fn enqueued(e: &Enqueued) -> wire::Enqueued {
         id: e.id.to_string(),
         created: e.created,
         replaced: e.replaced,
-        due_at_ms: e.due_at_ms,
-        state: e.state,
+        deduplicated: e.deduplicated,
+        due_at_ms: (!e.deduplicated).then_some(e.due_at_ms),
+        state: (!e.deduplicated).then_some(e.state),
     }
 }
 

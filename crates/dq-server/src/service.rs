@@ -262,7 +262,7 @@ impl Service {
     pub async fn cancel(&self, t: &Topic, id: &JobId) -> Result<JobState> {
         let was = self
             .store
-            .cancel(t, id)
+            .cancel(t, id, self.now())
             .await?
             .ok_or(StoreError::NotFound)?;
         tracing::info!(topic = %t, id = %id, state = %was, "job cancelled");
@@ -370,7 +370,7 @@ impl Service {
     /// [`StoreError::NotFound`], [`StoreError::LeaseMismatch`] for a stale
     /// token, [`StoreError::NotInState`].
     pub async fn ack(&self, t: &Topic, id: &JobId, token: &str) -> Result<()> {
-        self.store.ack(t, id, token).await?;
+        self.store.ack(t, id, token, self.now()).await?;
         tracing::debug!(topic = %t, id = %id, "job acked");
         Ok(())
     }
@@ -680,7 +680,7 @@ impl Service {
         url: &str,
         items: &[dq_core::forward::AckWrite<'_>],
     ) -> Result<Vec<Option<StoreResult<()>>>> {
-        Ok(self.store.ack_and_write(t, url, items).await?)
+        Ok(self.store.ack_and_write(t, url, items, self.now()).await?)
     }
 
     // ---- dead letters and listings ------------------------------------------

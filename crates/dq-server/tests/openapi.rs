@@ -39,6 +39,7 @@ fn enqueue_request() -> EnqueueRequest {
         lease_ms: Some(1000),
         retry: Some(RetryPolicy::FixedMs(1)),
         replace: true,
+        dedup_ms: Some(1),
     }
 }
 
@@ -47,8 +48,9 @@ fn enqueued() -> Enqueued {
         id: "a".into(),
         created: true,
         replaced: false,
-        due_at_ms: 1,
-        state: JobState::Scheduled,
+        deduplicated: true,
+        due_at_ms: Some(1),
+        state: Some(JobState::Scheduled),
     }
 }
 
@@ -114,6 +116,7 @@ fn config() -> TopicConfig {
         retry: RetryPolicy::FixedMs(1),
         delivery: push(),
         partitions: 1,
+        dedup_ms: 1,
     }
 }
 
@@ -126,6 +129,7 @@ fn patch() -> TopicConfigPatch {
         retry: Some(RetryPolicy::FixedMs(1)),
         delivery: Some(push()),
         partitions: Some(1),
+        dedup_ms: Some(1),
     }
 }
 

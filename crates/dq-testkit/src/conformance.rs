@@ -185,7 +185,7 @@ pub async fn enqueue_is_idempotent_or_replaces(s: &dyn Store) {
     assert_eq!(e.state, JobState::Reserved);
     let got = s.get(&t, &id("k")).await.unwrap().unwrap();
     assert_eq!(got.body, Body::Json("\"new\"".into()));
-    s.ack(&t, &id("k"), &c.leases[0].token).await.unwrap();
+    s.ack(&t, &id("k"), &c.leases[0].token, 0).await.unwrap();
 }
 
 /// Among many concurrent reservers each job has one holder.
@@ -257,14 +257,14 @@ pub async fn ack_nack_touch_refuse_a_stale_token(s: &dyn Store) {
 
     // While the job waits for its retry, the old token is stale.
     assert!(matches!(
-        s.ack(&t, &id("j"), &first.token).await,
+        s.ack(&t, &id("j"), &first.token, 0).await,
         Err(StoreError::LeaseMismatch)
     ));
     let second = one(s, &t, Some(1000), T0 + 2000).await;
     assert_ne!(first.token, second.token);
     let j = id("j");
     assert!(matches!(
-        s.ack(&t, &j, &first.token).await,
+        s.ack(&t, &j, &first.token, 0).await,
         Err(StoreError::LeaseMismatch)
     ));
     assert!(matches!(
@@ -277,20 +277,20 @@ pub async fn ack_nack_touch_refuse_a_stale_token(s: &dyn Store) {
         Err(StoreError::LeaseMismatch)
     ));
     assert!(matches!(
-        s.ack(&t, &j, "").await,
+        s.ack(&t, &j, "", 0).await,
         Err(StoreError::LeaseMismatch)
     ));
     let info = s.get(&t, &j).await.unwrap().unwrap();
     assert_eq!((info.state, info.attempts), (JobState::Reserved, 2));
     assert_eq!(info.lease_deadline_ms, Some(T0 + 3000));
-    s.ack(&t, &j, &second.token).await.unwrap();
+    s.ack(&t, &j, &second.token, 0).await.unwrap();
     assert!(s.get(&t, &j).await.unwrap().is_none(), "acked job is gone");
     assert!(matches!(
-        s.ack(&t, &j, &second.token).await,
+        s.ack(&t, &j, &second.token, 0).await,
         Err(StoreError::NotFound)
     ));
     assert!(matches!(
-        s.ack(&t, &id("never"), "tok").await,
+        s.ack(&t, &id("never"), "tok", 0).await,
         Err(StoreError::NotFound)
     ));
 }
@@ -604,24 +604,24 @@ pub async fn cancel_in_every_state(s: &dyn Store) {
     assert_eq!(got.state, JobState::Ready);
 
     assert_eq!(
-        s.cancel(&t, &id("sched")).await.unwrap(),
+        s.cancel(&t, &id("sched"), 0).await.unwrap(),
         Some(JobState::Scheduled)
     );
     assert_eq!(
-        s.cancel(&t, &id("held")).await.unwrap(),
+        s.cancel(&t, &id("held"), 0).await.unwrap(),
         Some(JobState::Ready)
     );
     assert_eq!(
-        s.cancel(&t, &id("ready")).await.unwrap(),
+        s.cancel(&t, &id("ready"), 0).await.unwrap(),
         Some(JobState::Reserved)
     );
     assert_eq!(
-        s.cancel(&t, &id("dead")).await.unwrap(),
+        s.cancel(&t, &id("dead"), 0).await.unwrap(),
         Some(JobState::Dead)
     );
-    assert_eq!(s.cancel(&t, &id("dead")).await.unwrap(), None);
+    assert_eq!(s.cancel(&t, &id("dead"), 0).await.unwrap(), None);
     assert!(matches!(
-        s.ack(&t, &id("ready"), &held.token).await,
+        s.ack(&t, &id("ready"), &held.token, 0).await,
         Err(StoreError::NotFound)
     ));
     let r = s.requeue_expired(&t, 10, T0 + 5000).await.unwrap();
@@ -689,7 +689,7 @@ pub async fn reschedule_only_while_waiting(s: &dyn Store) {
         s.reschedule(&t, &id("b"), T0, T0 + 3000).await,
         Err(StoreError::NotInState(JobState::Reserved))
     ));
-    s.ack(&t, &id("b"), &l.token).await.unwrap();
+    s.ack(&t, &id("b"), &l.token, 0).await.unwrap();
     assert!(matches!(
         s.reschedule(&t, &id("b"), T0, T0).await,
         Err(StoreError::NotFound)
@@ -804,7 +804,7 @@ pub async fn configure_topic_and_list_topics(s: &dyn Store) {
         vec![("d".into(), 9, 1234), ("own".into(), 2, 1234)],
         "listed with the limits in effect"
     );
-    s.cancel(&t, &id("own")).await.unwrap();
+    s.cancel(&t, &id("own"), 0).await.unwrap();
     let l = one(s, &t, None, T0 + 777).await;
     assert_eq!(l.lease_deadline_ms, T0 + 777 + 1234, "topic lease");
 
@@ -840,7 +840,7 @@ pub async fn stats_count_states(s: &dyn Store) {
         put(s, &t, job(&format!("j{i}"), When::DelayMs(*d)), T0).await;
     }
     let l = one(s, &t, None, T0).await;
-    s.ack(&t, &l.id, &l.token).await.unwrap();
+    s.ack(&t, &l.id, &l.token, 0).await.unwrap();
     s.reserve(&t, 1, None, T0).await.unwrap();
     let st = s.stats(&t, T0 + 300).await.unwrap();
     assert_eq!((st.scheduled, st.ready, st.reserved, st.dead), (2, 1, 1, 0));
@@ -907,7 +907,7 @@ pub async fn release_does_not_count_the_attempt(s: &dyn Store) {
             .unwrap();
         assert_eq!(due, now + 510);
         assert!(matches!(
-            s.ack(&t, &id("j"), &l.token).await,
+            s.ack(&t, &id("j"), &l.token, 0).await,
             Err(StoreError::LeaseMismatch)
         ));
         assert!(
@@ -944,7 +944,7 @@ pub async fn enqueue_far_future(s: &dyn Store) {
     put(s, &t, job("moved", When::DelayMs(5 * DAY)), T0).await;
     assert_eq!(s.stats(&t, T0).await.unwrap().scheduled, 4);
     assert_eq!(
-        s.cancel(&t, &id("gone")).await.unwrap(),
+        s.cancel(&t, &id("gone"), 0).await.unwrap(),
         Some(JobState::Scheduled)
     );
     s.reschedule(&t, &id("moved"), T0 + 3 * DAY + 2, T0)
@@ -1030,7 +1030,7 @@ pub async fn list_scheduled_earliest_first(s: &dyn Store) {
     put(s, &t, job("now", When::DelayMs(0)), T0).await;
     put(s, &t, job("held", When::DelayMs(0)), T0).await;
     assert_eq!(ids(&s.reserve(&t, 1, None, T0).await.unwrap()), vec!["now"]);
-    s.cancel(&t, &id("gone")).await.unwrap();
+    s.cancel(&t, &id("gone"), 0).await.unwrap();
     let names = |v: Vec<JobInfo>| v.into_iter().map(|j| j.id.to_string()).collect::<Vec<_>>();
     let all = s.list_scheduled(&t, 100).await.unwrap();
     assert!(all.iter().all(|j| j.state == JobState::Scheduled));
@@ -1050,6 +1050,154 @@ pub async fn list_scheduled_earliest_first(s: &dyn Store) {
     assert_eq!(
         names(s.list_scheduled(&t, 100).await.unwrap()),
         vec!["d3", "s1", "d1", "d2", "s5", "d1b"]
+    );
+}
+
+/// Dedup windows: for `dedup_ms` after a job ended — acked, cancelled or
+/// dead (its dead letter purged too) — its id is refused as a duplicate and
+/// nothing is stored, `replace` included; the window ends exactly at
+/// end + `dedup_ms`; the topic's `dedup_ms` applies to jobs naming none, a
+/// job's own 0 turns it off; without a window an ended id is new again.
+pub async fn dedup_window_refuses_ended_ids(s: &dyn Store) {
+    let t = topic("dedup");
+    let dd = |i: &str, ms: Option<u64>| NewJob {
+        dedup_ms: ms,
+        ..job(i, When::DelayMs(0))
+    };
+    // No window: an acked id is new again.
+    put(s, &t, dd("plain", None), T0).await;
+    let l = one(s, &t, None, T0).await;
+    s.ack(&t, &l.id, &l.token, T0).await.unwrap();
+    assert!(put(s, &t, dd("plain", None), T0 + 1).await.created);
+    s.cancel(&t, &id("plain"), T0 + 1).await.unwrap();
+
+    // Acked at T0 + 10 with a 1 s window: refused until T0 + 1010.
+    put(s, &t, dd("a", Some(1000)), T0).await;
+    let l = one(s, &t, None, T0).await;
+    s.ack(&t, &l.id, &l.token, T0 + 10).await.unwrap();
+    for (at, replace) in [(T0 + 10, false), (T0 + 500, true), (T0 + 1009, false)] {
+        let e = put(
+            s,
+            &t,
+            NewJob {
+                replace,
+                ..dd("a", Some(1000))
+            },
+            at,
+        )
+        .await;
+        assert!(
+            e.deduplicated && !e.created && !e.replaced,
+            "at +{}: {e:?}",
+            at - T0
+        );
+        assert_eq!(s.get(&t, &id("a")).await.unwrap(), None, "nothing stored");
+    }
+    assert_eq!(s.stats(&t, T0 + 1009).await.unwrap().ready, 0);
+    let e = put(s, &t, dd("a", Some(1000)), T0 + 1010).await;
+    assert!(e.created && !e.deduplicated, "the window ended: {e:?}");
+
+    // A batch: the refused id and a new one, each answered on its own.
+    s.cancel(&t, &id("a"), T0 + 2000).await.unwrap();
+    let r = s
+        .enqueue(&t, &[dd("a", Some(1000)), dd("b", Some(1000))], T0 + 2001)
+        .await
+        .unwrap();
+    assert!(r[0].deduplicated && !r[0].created, "cancelled: {:?}", r[0]);
+    assert!(r[1].created && !r[1].deduplicated, "{:?}", r[1]);
+
+    // Dead, then purged: still in its window (from its death).
+    let l = one(s, &t, None, T0 + 2001).await;
+    assert_eq!(l.id, id("b"));
+    s.nack(&t, &l.id, Nack::dead(&l.token, "no"), T0 + 2002)
+        .await
+        .unwrap();
+    assert_eq!(s.purge_dead(&t, 10).await.unwrap(), 1);
+    assert!(
+        put(s, &t, dd("b", Some(1000)), T0 + 3001)
+            .await
+            .deduplicated
+    );
+    assert!(put(s, &t, dd("b", Some(1000)), T0 + 3002).await.created);
+
+    // The topic's window for jobs naming none; a job's own 0 is none.
+    let t2 = topic("dedup-default");
+    s.configure_topic(
+        &t2,
+        &TopicConfigPatch {
+            dedup_ms: Some(60_000),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.topic_config(&t2).await.unwrap().unwrap().dedup_ms, 60_000);
+    put(s, &t2, dd("x", None), T0).await;
+    put(s, &t2, dd("y", Some(0)), T0).await;
+    for _ in 0..2 {
+        let l = one(s, &t2, None, T0).await;
+        s.ack(&t2, &l.id, &l.token, T0).await.unwrap();
+    }
+    assert!(put(s, &t2, dd("x", None), T0 + 59_999).await.deduplicated);
+    assert!(
+        put(s, &t2, dd("y", None), T0 + 1).await.created,
+        "its own 0: no window"
+    );
+    // Another topic's ids are not affected.
+    assert!(put(s, &t, dd("x", None), T0 + 1).await.created);
+}
+
+/// Named records: put creates then replaces (value and mark), get and list
+/// (sorted, per kind) read them, the mark only rises, delete forgets.
+pub async fn records_keep_values_and_raise_marks(s: &dyn Store) {
+    assert!(
+        s.put_record("schedule", "b", "{\"x\":1}", 10)
+            .await
+            .unwrap()
+    );
+    assert!(s.put_record("schedule", "a", "one", 5).await.unwrap());
+    assert!(s.put_record("other", "a", "elsewhere", 0).await.unwrap());
+    assert!(
+        !s.put_record("schedule", "a", "two", 7).await.unwrap(),
+        "replaced"
+    );
+    let rec = |v: &str, mark| Record {
+        value: v.into(),
+        mark,
+    };
+    assert_eq!(
+        s.get_record("schedule", "a").await.unwrap(),
+        Some(rec("two", 7))
+    );
+    assert_eq!(s.get_record("schedule", "zz").await.unwrap(), None);
+    assert_eq!(
+        s.list_records("schedule").await.unwrap(),
+        vec![
+            ("a".into(), rec("two", 7)),
+            ("b".into(), rec("{\"x\":1}", 10))
+        ]
+    );
+    // Raised, never lowered; concurrent raises keep the highest.
+    assert_eq!(s.raise_mark("schedule", "a", 3).await.unwrap(), Some(7));
+    let raises = (0..20u64).map(|i| s.raise_mark("schedule", "a", T0 + i));
+    let after = futures::future::join_all(raises).await;
+    assert!(after.iter().all(|r| r.is_ok()));
+    assert_eq!(
+        s.get_record("schedule", "a").await.unwrap().unwrap().mark,
+        T0 + 19
+    );
+    assert_eq!(
+        s.raise_mark("schedule", "zz", 1).await.unwrap(),
+        None,
+        "not created"
+    );
+    assert_eq!(s.get_record("schedule", "zz").await.unwrap(), None);
+    assert!(s.delete_record("schedule", "a").await.unwrap());
+    assert!(!s.delete_record("schedule", "a").await.unwrap());
+    assert_eq!(s.list_records("schedule").await.unwrap().len(), 1);
+    assert_eq!(
+        s.list_records("other").await.unwrap(),
+        vec![("a".into(), rec("elsewhere", 0))]
     );
 }
 
@@ -1099,7 +1247,7 @@ pub async fn reserve_job_in_any_waiting_or_dead_state(s: &dyn Store) {
                 .is_none(),
             "{name}: a reserved job is its holder's"
         );
-        s.ack(&t, &id(name), &l.token).await.unwrap();
+        s.ack(&t, &id(name), &l.token, 0).await.unwrap();
     }
     assert!(
         s.reserve_job(&t, &id("none"), None, T0)
@@ -1371,6 +1519,7 @@ pub async fn ack_and_write_elsewhere_does_nothing(s: &dyn Store) {
                 token: &l.token,
                 write: &w,
             }],
+            0,
         )
         .await
         .unwrap();
@@ -1492,7 +1641,9 @@ macro_rules! conformance_tests {
             watch_wakes_announces_what_became_due,
             ack_and_write_elsewhere_does_nothing,
             nack_with_a_priority_keeps_it,
-            get_counts_what_happened_to_a_job
+            get_counts_what_happened_to_a_job,
+            dedup_window_refuses_ended_ids,
+            records_keep_values_and_raise_marks
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {

@@ -1,12 +1,14 @@
 -- ack: completes a reserved job; its record (and body) is deleted.
 -- KEYS: the topic's keys (see common.lua).
--- ARGV: topic, id, token
+-- ARGV: topic, id, token, now
 -- Returns: {1} | {-1} not found | {-2} token mismatch | {-3, DEAD} dead
--- Side effects: HDEL job record, ZREM lease, ctr.acked + 1.
+-- Side effects: HDEL job record, ZREM lease, ctr.acked + 1, the id's dedup
+--   window (if it has one) from now.
 local id = ARGV[2]
 local j, err = held(id, ARGV[3])
 if not j then return err end
 redis.call('HDEL', K.jobs, id)
+remember(K, id, j, clock_ms(ARGV[4]))
 redis.call('ZREM', K.lease, id)
 redis.call('HINCRBY', K.ctr, 'acked', 1)
 return {1}

@@ -1,8 +1,9 @@
 -- cancel: removes a job in any state; a reserved job's holder will find it gone.
 -- KEYS: the topic's keys (see common.lua).
--- ARGV: topic, id
+-- ARGV: topic, id, now
 -- Returns: the state letter it had, or false (nil) if there was no job.
--- Side effects: HDEL job record; ZREM from sched/ready/lease/dead; ctr.cancelled + 1.
+-- Side effects: HDEL job record; ZREM from sched/ready/lease/dead; ctr.cancelled + 1;
+--   the id's dedup window (if it has one) from now.
 local id = ARGV[2]
 local j = load(id)
 if not j then return false end
@@ -10,5 +11,6 @@ unplace(K, id, j)
 if j.s == RESERVED then redis.call('ZREM', K.lease, id) end
 if j.s == DEAD then redis.call('ZREM', K.dead, id) end
 redis.call('HDEL', K.jobs, id)
+remember(K, id, j, clock_ms(ARGV[3]))
 redis.call('HINCRBY', K.ctr, 'cancelled', 1)
 return j.s

@@ -14,6 +14,9 @@
 --   K.wheel  ZSET  score = bucket start ms, member = the same as text:
 --                  buckets (WHEEL_MS wide) holding jobs not due soon
 --   K.wp     prefix of the bucket lists: K.wp .. bucket = LIST of ids
+--   K.dedup  ZSET  score = end of the id's dedup window (ms), member = id:
+--                  ids of jobs that ended (acked, cancelled, dead) whose
+--                  enqueue is refused as a duplicate until then
 -- The timing wheel: a job due later than the next bucket waits as one LIST
 -- entry (~15 bytes) in its bucket instead of a schedule ZSET entry (~110);
 -- a bucket is moved ("rolled") into the schedule one bucket ahead of time
@@ -22,8 +25,8 @@
 -- or moved jobs leave stale list entries, skipped when rolled (an entry is
 -- live when its record is scheduled, in the wheel, and due in that bucket).
 -- ctr.far counts the jobs in the wheel.
--- A job record is one MessagePack string of 16 values, or 20 once one of
--- the job's counts is set, in this order (nil when absent), read by load()
+-- A job record is one MessagePack string of 16 values, 20 once one of
+-- the job's counts is set, 21 when it has a dedup window, in this order (nil when absent), read by load()
 -- into a table with these fields:
 --   d due ms, p priority, q seq, a attempts handed out,
 --   s state (s scheduled | y ready | r reserved | d dead), c created ms,
@@ -31,7 +34,8 @@
 --   L lease override, r retry override (encoded), e last error,
 --   t lease token, u lease deadline, x died-at ms, w true while in the wheel,
 --   and the job's counts: to leases expired, rl attempts given back by the
---   holder (nack to retry, release), bu times dead, ki times replayed.
+--   holder (nack to retry, release), bu times dead, ki times replayed,
+--   and dd its dedup window in ms (nil: none).
 -- One string per job in one hash per topic keeps a job at ~150 bytes of
 -- Redis memory (a hash per job with a 64-byte body is several times that).
 -- Time: every script takes "now" from clock_ms(ARGV[...]): the Redis server's
@@ -47,6 +51,7 @@ local SCHEDULED, READY, RESERVED, DEAD = 's', 'y', 'r', 'd'
 local K = {
   sched = KEYS[1], ready = KEYS[2], lease = KEYS[3], dead = KEYS[4],
   ctr = KEYS[5], cfg = KEYS[6], jobs = KEYS[7], wheel = KEYS[8], wp = KEYS[9],
+  dedup = KEYS[10],
 }
 
 -- Now in ms: the caller's time when it passes one, else the server's clock.
@@ -70,13 +75,14 @@ end
 
 -- The topic's config, with defaults for fields never set.
 local function topic_cfg(K)
-  local v = redis.call('HMGET', K.cfg, 'max_attempts', 'lease_ms', 'dead_cap', 'default_delay_ms', 'retry')
+  local v = redis.call('HMGET', K.cfg, 'max_attempts', 'lease_ms', 'dead_cap', 'default_delay_ms', 'retry', 'dedup_ms')
   return {
     max_attempts = num(v[1], DEFAULTS.max_attempts),
     lease_ms = num(v[2], DEFAULTS.lease_ms),
     dead_cap = num(v[3], DEFAULTS.dead_cap),
     default_delay_ms = num(v[4], DEFAULTS.default_delay_ms),
     retry = v[5] or DEFAULTS.retry,
+    dedup_ms = num(v[6], 0),
   }
 end
 
@@ -124,16 +130,20 @@ end
 local function load(id)
   local raw = redis.call('HGET', K.jobs, id)
   if not raw then return nil end
-  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki = cmsgpack.unpack(raw)
+  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd = cmsgpack.unpack(raw)
   return {d = d, p = p, q = q, a = a, s = s, c = c, k = k, b = b,
           m = m, L = L, r = r, e = e, t = t, u = u, x = x, w = w,
-          to = to, rl = rl, bu = bu, ki = ki}
+          to = to, rl = rl, bu = bu, ki = ki, dd = dd}
 end
 
 -- The stored form of record `j`.
 local function pack(j)
   -- The counts only once one of them is set: most jobs never need them,
   -- and four nils would make every record (and its allocation) larger.
+  if j.dd then
+    return cmsgpack.pack(j.d, j.p, j.q, j.a, j.s, j.c, j.k, j.b,
+      j.m, j.L, j.r, j.e, j.t, j.u, j.x, j.w, j.to, j.rl, j.bu, j.ki, j.dd)
+  end
   if j.to or j.rl or j.bu or j.ki then
     return cmsgpack.pack(j.d, j.p, j.q, j.a, j.s, j.c, j.k, j.b,
       j.m, j.L, j.r, j.e, j.t, j.u, j.x, j.w, j.to, j.rl, j.bu, j.ki)
@@ -267,6 +277,11 @@ local function promote(K, now, max)
   return moved + rolled
 end
 
+-- Starts the dedup window of job `id` (record `j`) that ended at `now`.
+local function remember(K, id, j, now)
+  if j.dd then redis.call('ZADD', K.dedup, now + j.dd, id) end
+end
+
 -- Drops the oldest dead letters over the cap, at most MAX_BATCH per call.
 local function trim_dead(K, cap)
   local over = redis.call('ZCARD', K.dead) - cap
@@ -294,6 +309,7 @@ local function fail(K, cfg, id, j, now, err, retry_in, rand, bury)
     j.bu = (j.bu or 0) + 1
     save(id, j)
     redis.call('ZADD', K.dead, now, id)
+    remember(K, id, j, now)
     redis.call('HINCRBY', K.ctr, 'dead', 1)
     trim_dead(K, cfg.dead_cap)
     return -1, false, attempts

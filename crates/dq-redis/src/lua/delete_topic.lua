@@ -45,7 +45,7 @@ end
 local rest = redis.call('ZCARD', K.sched) + redis.call('ZCARD', K.ready)
   + redis.call('ZCARD', K.lease) + redis.call('ZCARD', K.dead) + redis.call('ZCARD', K.wheel)
 if rest == 0 then
-  redis.call('DEL', K.cfg, K.ctr, K.jobs)
+  redis.call('DEL', K.cfg, K.ctr, K.jobs, K.dedup)
   return {deleted, 1}
 end
 return {deleted, 0}

@@ -1,11 +1,14 @@
 -- enqueue: writes up to MAX_BATCH new jobs of one topic.
 -- KEYS: the topic's keys (see common.lua).
--- ARGV: topic, now, then 10 per job:
+-- ARGV: topic, now, then 11 per job:
 --   id, when-kind (d delay | a absolute | t topic default), when-value (ms),
 --   priority, max_attempts or '', lease_ms or '', retry (encoded) or '',
---   kind (j | b), body, replace (1 | 0)
--- Returns: 3 per job: outcome (1 created | 2 replaced | 0 exists),
+--   kind (j | b), body, replace (1 | 0), dedup window ms or '' (the topic's)
+-- Returns: 3 per job: outcome (1 created | 2 replaced | 0 exists |
+--   3 deduplicated: the id is in its dedup window, nothing written),
 --   due ms, state letter (s | y | r | d).
+-- The dedup set is trimmed of ended windows once per call, and only read
+-- when it exists: a topic that never uses dedup pays nothing for it.
 -- Side effects: job records (HSETNX for a new id, HSET when replacing),
 --   sched/ready/wheel, ctr.enqueued, ctr.seq (once per call) and ctr.far;
 --   one PUBLISH on WAKE_CHANNEL when a job is due now or makes the next
@@ -24,12 +27,22 @@ local wheel, buckets = {}, {}
 -- Enqueue order within the topic: read once, written back once.
 local seq = tonumber(redis.call('HGET', K.ctr, 'seq') or '0')
 local seq0 = seq
-for i = 3, #ARGV, 10 do
+local dedup = redis.call('EXISTS', K.dedup) == 1
+if dedup then
+  redis.call('ZREMRANGEBYSCORE', K.dedup, '-inf', now)
+  dedup = redis.call('EXISTS', K.dedup) == 1
+end
+for i = 3, #ARGV, 11 do
   local id = ARGV[i]
   local wk, wv = ARGV[i + 1], tonumber(ARGV[i + 2])
   local replace = ARGV[i + 9] == '1'
   local outcome = 1
-  if replace then
+  if dedup and redis.call('ZSCORE', K.dedup, id) then
+    out[#out + 1] = 3
+    out[#out + 1] = 0
+    out[#out + 1] = SCHEDULED
+    outcome = 0
+  elseif replace then
     local old = load(id)
     if old then
       if old.s == SCHEDULED or old.s == READY then
@@ -60,6 +73,12 @@ for i = 3, #ARGV, 10 do
                a = 0, c = now, k = ARGV[i + 7], b = ARGV[i + 8],
                m = tonumber(ARGV[i + 4]), L = tonumber(ARGV[i + 5])}
     if ARGV[i + 6] ~= '' then j.r = ARGV[i + 6] end
+    local dd = tonumber(ARGV[i + 10])
+    if dd == nil then
+      if cfg == nil then cfg = topic_cfg(K) end
+      dd = cfg.dedup_ms
+    end
+    if dd > 0 then j.dd = dd end
     -- Where it goes, decided before anything is written.
     local near_due = due > now and near(due, now)
     if due <= now then

@@ -3,7 +3,7 @@
 -- own Redis): nothing acked goes unwritten, nothing is written twice.
 -- KEYS: the topic's keys (see common.lua). The target keys are not among
 -- them: dq runs this on one server only, never on a Cluster.
--- ARGV: topic, then per job: id, token, kind (x XADD | l LPUSH | r RPUSH),
+-- ARGV: topic, now, then per job: id, token, kind (x XADD | l LPUSH | r RPUSH),
 --   target key, then for x: maxlen or '', number of field-value pairs, the
 --   pairs; for l and r: the element.
 -- Returns: per job a status: {1} written and acked | {-1} not found |
@@ -11,7 +11,8 @@
 --   the write (the job stays reserved, not acked).
 -- Side effects: per job written as ack.lua's, plus the write.
 local out = {}
-local i = 2
+local now = clock_ms(ARGV[2])
+local i = 3
 while i <= #ARGV do
   local id, token, kind, key = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   i = i + 4
@@ -40,6 +41,7 @@ while i <= #ARGV do
       out[#out + 1] = { -4, r.err }
     else
       redis.call('HDEL', K.jobs, id)
+      remember(K, id, j, now)
       redis.call('ZREM', K.lease, id)
       redis.call('HINCRBY', K.ctr, 'acked', 1)
       out[#out + 1] = { 1 }

@@ -155,6 +155,7 @@ pub(super) async fn save_settings(
             dead_cap: f.number("dead_cap")?,
             default_delay_ms: f.number("default_delay_ms")?,
             partitions: f.number("partitions")?,
+            dedup_ms: f.number("dedup_ms")?,
             retry,
             delivery: Some(match f.get("mode") {
                 Some("push") => Delivery::Push(push_config(&f, old_push)?),
