@@ -517,6 +517,65 @@ pub(crate) async fn delete_topic(State(st): State<AppState>, Path(t): Path<Strin
     })
 }
 
+/// `PUT /v1/schedules/{name}` — 201 created, 200 replaced; the reply
+/// shows the next slots.
+pub(crate) async fn put_schedule(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    JsonBody(spec): JsonBody<wire::ScheduleSpec>,
+) -> ApiResult {
+    let (created, info) = st.service.put_schedule(&name, spec).await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(info)).into_response())
+}
+
+/// `GET /v1/schedules`
+pub(crate) async fn list_schedules(State(st): State<AppState>) -> ApiResult {
+    reply(wire::ScheduleList {
+        schedules: st.service.schedules().await?,
+    })
+}
+
+/// `GET /v1/schedules/{name}`
+pub(crate) async fn get_schedule(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult {
+    reply(st.service.schedule(&name).await?)
+}
+
+/// `DELETE /v1/schedules/{name}`
+pub(crate) async fn delete_schedule(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult {
+    let cancelled_jobs = st.service.delete_schedule(&name).await?;
+    reply(wire::ScheduleDeleted {
+        name,
+        cancelled_jobs,
+    })
+}
+
+/// `POST /v1/schedules/{name}/pause`
+pub(crate) async fn pause_schedule(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult {
+    reply(st.service.pause_schedule(&name, true).await?)
+}
+
+/// `POST /v1/schedules/{name}/resume`
+pub(crate) async fn resume_schedule(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult {
+    reply(st.service.pause_schedule(&name, false).await?)
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct DeadQuery {

@@ -113,6 +113,11 @@ impl From<crate::service::Error> for ApiError {
                 format!("topic {t:?} exists already; change it on its page"),
             ),
             Error::ShuttingDown => Self::shutting_down(),
+            Error::ScheduleNotFound(n) => Self::new(
+                StatusCode::NOT_FOUND,
+                "schedule_not_found",
+                format!("no schedule named {n:?}"),
+            ),
         }
     }
 }

@@ -31,6 +31,7 @@ pub mod metrics;
 mod openapi;
 pub mod push_guard;
 mod reserve;
+pub mod schedule;
 pub mod service;
 mod state;
 pub mod tls;
@@ -73,6 +74,13 @@ pub fn app(state: AppState, max_request_bytes: usize) -> Router {
         .route("/v1/topics/{topic}/jobs/{id}/release", post(release))
         .route("/v1/topics/{topic}/dead", get(list_dead).delete(purge_dead))
         .route("/v1/topics/{topic}/dead/replay", post(replay_dead))
+        .route("/v1/schedules", get(list_schedules))
+        .route(
+            "/v1/schedules/{name}",
+            get(get_schedule).put(put_schedule).delete(delete_schedule),
+        )
+        .route("/v1/schedules/{name}/pause", post(pause_schedule))
+        .route("/v1/schedules/{name}/resume", post(resume_schedule))
         .route("/v1/reserve", post(reserve))
         .route("/v1/ack:batch", post(ack_batch))
         .route("/healthz", get(healthz))
@@ -340,6 +348,14 @@ impl Server {
             supervise(&tracker, &loops, "forwarder", move || {
                 let f = forwarder::Forwarder::new(svc.clone(), metrics.clone(), deliveries.clone());
                 f.run(cancel.clone())
+            });
+        }
+
+        {
+            let svc = svc.clone();
+            let cancel = loops.clone();
+            supervise(&tracker, &loops, "scheduler", move || {
+                schedule::Scheduler::new(svc.clone()).run(cancel.clone())
             });
         }
 

@@ -60,6 +60,9 @@ pub enum Error {
     /// This process is shutting down and takes no new reservations.
     #[error("this dq instance is shutting down; retry on another")]
     ShuttingDown,
+    /// No schedule of that name.
+    #[error("no schedule named {0:?}")]
+    ScheduleNotFound(String),
 }
 
 impl From<InvalidInput> for Error {
@@ -681,6 +684,186 @@ impl Service {
         items: &[dq_core::forward::AckWrite<'_>],
     ) -> Result<Vec<Option<StoreResult<()>>>> {
         Ok(self.store.ack_and_write(t, url, items, self.now()).await?)
+    }
+
+    // ---- schedules ----------------------------------------------------------
+
+    /// Creates or replaces a schedule; returns whether it was created and
+    /// how it stands. Its progress starts now: slots before now are not
+    /// fired (a replaced schedule's coming slots already enqueued stay, and
+    /// one enqueued again under the new rule is the same job).
+    ///
+    /// # Errors
+    /// Bad settings (see [`crate::schedule::Schedule::new`]); a store error.
+    pub async fn put_schedule(
+        &self,
+        name: &str,
+        spec: dq_api::ScheduleSpec,
+    ) -> Result<(bool, dq_api::ScheduleInfo)> {
+        use crate::schedule::{KIND, Schedule};
+        let sched = Schedule::new(name, spec, &self.limits)?;
+        let now = self.now();
+        let created = self
+            .store
+            .put_record(KIND, name, &sched.to_record(), now)
+            .await?;
+        tracing::info!(
+            schedule = %name,
+            topic = %sched.topic,
+            rule = %sched.describe(),
+            paused = sched.paused(),
+            created,
+            "schedule saved"
+        );
+        let info = self.schedule_info(&sched, now, now).await;
+        Ok((created, info))
+    }
+
+    /// Every schedule, by name. One whose stored settings this dq cannot
+    /// read is left out (and logged).
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn schedules(&self) -> Result<Vec<dq_api::ScheduleInfo>> {
+        use crate::schedule::{KIND, Schedule};
+        let now = self.now();
+        let mut out = Vec::new();
+        for (name, rec) in self.store.list_records(KIND).await? {
+            match Schedule::from_record(&name, &rec.value, &self.limits) {
+                Ok(s) => out.push(self.schedule_info(&s, rec.mark, now).await),
+                Err(e) => {
+                    tracing::warn!(schedule = %name, error = %e.message, "stored schedule is not valid")
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One schedule.
+    ///
+    /// # Errors
+    /// [`Error::ScheduleNotFound`]; a store error.
+    pub async fn schedule(&self, name: &str) -> Result<dq_api::ScheduleInfo> {
+        let (sched, mark) = self.load_schedule(name).await?;
+        Ok(self.schedule_info(&sched, mark, self.now()).await)
+    }
+
+    /// Pauses (`true`) or resumes a schedule. Pausing cancels the jobs
+    /// already enqueued for its coming slots; resuming starts from now
+    /// (slots passed while paused are not fired).
+    ///
+    /// # Errors
+    /// [`Error::ScheduleNotFound`]; a store error.
+    pub async fn pause_schedule(&self, name: &str, paused: bool) -> Result<dq_api::ScheduleInfo> {
+        use crate::schedule::{KIND, Schedule};
+        let (sched, mark) = self.load_schedule(name).await?;
+        let now = self.now();
+        let spec = dq_api::ScheduleSpec {
+            paused,
+            ..sched.spec.clone()
+        };
+        let sched = Schedule::new(name, spec, &self.limits)?;
+        let mark = if paused {
+            self.cancel_coming(&sched, mark, now).await;
+            mark.max(now)
+        } else {
+            now
+        };
+        self.store
+            .put_record(KIND, name, &sched.to_record(), mark)
+            .await?;
+        tracing::info!(schedule = %name, paused, "schedule {}", if paused { "paused" } else { "resumed" });
+        Ok(self.schedule_info(&sched, mark, now).await)
+    }
+
+    /// Deletes a schedule and cancels the jobs already enqueued for its
+    /// coming slots; returns how many were cancelled.
+    ///
+    /// # Errors
+    /// [`Error::ScheduleNotFound`]; a store error.
+    pub async fn delete_schedule(&self, name: &str) -> Result<u64> {
+        let (sched, mark) = self.load_schedule(name).await?;
+        if !self
+            .store
+            .delete_record(crate::schedule::KIND, name)
+            .await?
+        {
+            return Err(Error::ScheduleNotFound(name.to_string()));
+        }
+        let cancelled = self.cancel_coming(&sched, mark, self.now()).await;
+        tracing::info!(schedule = %name, cancelled, "schedule deleted");
+        Ok(cancelled)
+    }
+
+    async fn load_schedule(&self, name: &str) -> Result<(crate::schedule::Schedule, u64)> {
+        use crate::schedule::{KIND, Schedule};
+        crate::schedule::check_name(name)?;
+        let rec = self
+            .store
+            .get_record(KIND, name)
+            .await?
+            .ok_or_else(|| Error::ScheduleNotFound(name.to_string()))?;
+        let sched = Schedule::from_record(name, &rec.value, &self.limits)?;
+        Ok((sched, rec.mark))
+    }
+
+    /// Cancels the waiting jobs of `sched`'s slots in (now, mark]: enqueued
+    /// ahead, not yet due. Returns how many.
+    async fn cancel_coming(&self, sched: &crate::schedule::Schedule, mark: u64, now: u64) -> u64 {
+        let mut n = 0;
+        let mut at = now;
+        while let Some(s) = sched.next_after(at).filter(|s| *s <= mark) {
+            if let Ok(Some(JobState::Scheduled | JobState::Ready)) =
+                self.store.cancel(&sched.topic, &sched.job_id(s), now).await
+            {
+                n += 1;
+            }
+            at = s;
+        }
+        n
+    }
+
+    async fn schedule_info(
+        &self,
+        sched: &crate::schedule::Schedule,
+        mark: u64,
+        now: u64,
+    ) -> dq_api::ScheduleInfo {
+        let last = sched.prev_before(mark.min(now) + 1);
+        let last_job = match last {
+            Some(s) if !sched.paused() => {
+                let id = sched.job_id(s);
+                let state = self
+                    .store
+                    .get(&sched.topic, &id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|j| j.state);
+                Some(dq_api::LastJob {
+                    id: id.to_string(),
+                    state,
+                })
+            }
+            _ => None,
+        };
+        let next = if sched.paused() {
+            Vec::new()
+        } else {
+            sched
+                .next_n(now, crate::schedule::NEXT_SHOWN)
+                .into_iter()
+                .map(|s| sched.slot(s))
+                .collect()
+        };
+        dq_api::ScheduleInfo {
+            name: sched.name.clone(),
+            spec: sched.spec.clone(),
+            rule: sched.describe(),
+            last: last.map(|s| sched.slot(s)),
+            last_job,
+            next,
+        }
     }
 
     // ---- dead letters and listings ------------------------------------------
