@@ -739,6 +739,10 @@ async fn openapi_document_names_every_route(fresh: FreshApi) {
         "/v1/topics/{topic}/jobs/{id}/release",
         "/v1/topics/{topic}/dead",
         "/v1/topics/{topic}/dead/replay",
+        "/v1/schedules",
+        "/v1/schedules/{name}",
+        "/v1/schedules/{name}/pause",
+        "/v1/schedules/{name}/resume",
         "/v1/reserve",
         "/v1/ack:batch",
         "/healthz",
@@ -752,7 +756,10 @@ async fn openapi_document_names_every_route(fresh: FreshApi) {
     assert_eq!(paths, want);
     // Each route answers something other than route_not_found.
     for p in &want {
-        let uri = p.replace("{topic}", "t").replace("{id}", "i");
+        let uri = p
+            .replace("{topic}", "t")
+            .replace("{id}", "i")
+            .replace("{name}", "n");
         let (s, v) = a.call("GET", &uri, None).await;
         assert_ne!(v["error"]["code"], json!("route_not_found"), "{uri}: {s}");
     }

@@ -147,6 +147,39 @@ fn leased() -> Leased {
     }
 }
 
+fn schedule_spec() -> ScheduleSpec {
+    ScheduleSpec {
+        topic: "t".into(),
+        cron: Some("0 9 * * *".into()),
+        every: Some("1m".into()),
+        timezone: Some("Europe/Berlin".into()),
+        body: Some(raw(json!({"x": 1}))),
+        priority: Some(1),
+        catch_up: Some(CatchUp::All),
+        paused: true,
+        start_at: Some("2026-12-01T00:00:00Z".into()),
+        end_at: Some("2026-12-02T00:00:00+01:00".into()),
+    }
+}
+
+fn schedule_info() -> ScheduleInfo {
+    let slot = || Slot {
+        at: "2026-12-01T09:00:00+01:00".into(),
+        at_ms: 1,
+    };
+    ScheduleInfo {
+        name: "n".into(),
+        spec: schedule_spec(),
+        rule: "At 09:00".into(),
+        last: Some(slot()),
+        last_job: Some(LastJob {
+            id: "n@1".into(),
+            state: Some(JobState::Ready),
+        }),
+        next: vec![slot()],
+    }
+}
+
 fn to<T: serde::Serialize>(v: T) -> Value {
     serde_json::to_value(v).unwrap()
 }
@@ -163,6 +196,57 @@ type Route = (
 fn routes() -> Vec<Route> {
     let e = || ("400", to(error()));
     vec![
+        (
+            "get",
+            "/v1/schedules",
+            None,
+            vec![(
+                "200",
+                to(ScheduleList {
+                    schedules: vec![schedule_info()],
+                }),
+            )],
+        ),
+        (
+            "put",
+            "/v1/schedules/{name}",
+            Some(to(schedule_spec())),
+            vec![
+                ("201", to(schedule_info())),
+                ("200", to(schedule_info())),
+                e(),
+            ],
+        ),
+        (
+            "get",
+            "/v1/schedules/{name}",
+            None,
+            vec![("200", to(schedule_info())), ("404", to(error()))],
+        ),
+        (
+            "delete",
+            "/v1/schedules/{name}",
+            None,
+            vec![(
+                "200",
+                to(ScheduleDeleted {
+                    name: "n".into(),
+                    cancelled_jobs: 1,
+                }),
+            )],
+        ),
+        (
+            "post",
+            "/v1/schedules/{name}/pause",
+            None,
+            vec![("200", to(schedule_info()))],
+        ),
+        (
+            "post",
+            "/v1/schedules/{name}/resume",
+            None,
+            vec![("200", to(schedule_info()))],
+        ),
         (
             "post",
             "/v1/topics/{topic}/jobs",
