@@ -92,6 +92,9 @@ pub(crate) enum ClientCmd {
         /// Replace an existing job with this id if it is still waiting
         #[arg(long)]
         replace: bool,
+        /// Dedup window, e.g. 1h: for this long after the job ended, pushing its id again stores nothing [default: the topic's]
+        #[arg(long)]
+        dedup: Option<String>,
     },
     /// Show a job
     Get {
@@ -188,12 +191,83 @@ pub(crate) enum ClientCmd {
         #[command(subcommand)]
         cmd: Option<TopicsCmd>,
     },
+    /// Recurring schedules: list, show, put, pause, resume, delete
+    Schedules {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        cmd: Option<SchedulesCmd>,
+    },
     /// Dead letters: list, replay, purge
     Dead {
         #[command(flatten)]
         conn: Conn,
         #[command(subcommand)]
         cmd: DeadCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SchedulesCmd {
+    /// List schedules with their next slot
+    List,
+    /// Show a schedule: settings, last slot and its job, next slots
+    Get {
+        /// The schedule
+        name: String,
+    },
+    /// Create or replace a schedule (every setting given anew)
+    Put {
+        /// The schedule's name (its jobs' ids are <name>@<slot ms>)
+        name: String,
+        /// The topic its jobs go to
+        #[arg(long)]
+        topic: String,
+        /// A cron rule: 5 fields, or 6 with seconds first, e.g. '0 9 * * MON-FRI'
+        #[arg(long, conflicts_with = "every", required_unless_present = "every")]
+        cron: Option<String>,
+        /// A fixed interval instead, e.g. 90s, 15m (at least 1s)
+        #[arg(long)]
+        every: Option<String>,
+        /// IANA time zone of the cron rule [default: UTC]
+        #[arg(long)]
+        timezone: Option<String>,
+        /// Each job's body, JSON [default: null]
+        #[arg(long)]
+        body: Option<String>,
+        /// Each job's priority [default: 1024]
+        #[arg(long)]
+        priority: Option<u32>,
+        /// Slots missed while no dq ran: skip, one, all [default: one]
+        #[arg(long)]
+        catch_up: Option<String>,
+        /// Create it paused
+        #[arg(long)]
+        paused: bool,
+        /// No slot before, RFC 3339
+        #[arg(long)]
+        start_at: Option<String>,
+        /// No slot after, RFC 3339
+        #[arg(long)]
+        end_at: Option<String>,
+    },
+    /// Fire nothing until resumed
+    Pause {
+        /// The schedule
+        name: String,
+    },
+    /// Fire again from now on
+    Resume {
+        /// The schedule
+        name: String,
+    },
+    /// Delete a schedule (asks first, unless --yes)
+    Delete {
+        /// The schedule
+        name: String,
+        /// Do not ask
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -248,6 +322,9 @@ pub(crate) enum TopicsCmd {
         /// Split the topic into this many partitions (Redis; only while it holds no jobs)
         #[arg(long)]
         partitions: Option<u32>,
+        /// Dedup window of jobs that name none, e.g. 1h (0 for none)
+        #[arg(long)]
+        dedup: Option<String>,
     },
     /// Delete a topic and all its jobs (asks first, unless --yes)
     Delete {
@@ -348,6 +425,51 @@ async fn print_topics(api: &Client, json: bool, stamp: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A schedule's last job as the tables show it.
+fn last_job(s: &wire::ScheduleInfo) -> String {
+    match &s.last_job {
+        Some(j) => format!(
+            "{} ({})",
+            j.id,
+            j.state
+                .map_or("done or cancelled".into(), |st| st.to_string())
+        ),
+        None => "-".into(),
+    }
+}
+
+fn print_schedule(s: &wire::ScheduleInfo, json: bool) {
+    if json {
+        print_json(s);
+        return;
+    }
+    let next: Vec<String> = s.next.iter().map(|n| n.at.clone()).collect();
+    let t = kv_table(&[
+        ("name", s.name.clone()),
+        ("topic", s.spec.topic.clone()),
+        ("rule", s.rule.clone()),
+        (
+            "catch up",
+            s.spec.catch_up.unwrap_or_default().as_str().to_string(),
+        ),
+        ("paused", s.spec.paused.to_string()),
+        (
+            "last slot",
+            s.last.as_ref().map_or("-".into(), |l| l.at.clone()),
+        ),
+        ("last job", last_job(s)),
+        (
+            "next",
+            if next.is_empty() {
+                "-".into()
+            } else {
+                next.join("\n")
+            },
+        ),
+    ]);
+    println!("{t}");
 }
 
 fn print_json<T: serde::Serialize>(v: &T) {
@@ -471,6 +593,7 @@ impl ClientCmd {
                 max_attempts,
                 replace,
                 raw,
+                dedup,
             } => {
                 let api = conn.client()?;
                 let mut job = push_body(body, raw)?;
@@ -491,6 +614,9 @@ impl ClientCmd {
                 }
                 if replace {
                     job = job.replace();
+                }
+                if let Some(d) = dedup {
+                    job = job.dedup(Duration::from_millis(ms(&d, "--dedup")?));
                 }
                 let e = api.enqueue(&topic, &job).await?;
                 if conn.json {
@@ -672,6 +798,95 @@ impl ClientCmd {
                     }
                 }
             }
+            ClientCmd::Schedules { conn, cmd } => {
+                let api = conn.client()?;
+                match cmd.unwrap_or(SchedulesCmd::List) {
+                    SchedulesCmd::List => {
+                        let schedules = api.schedules().await?;
+                        if conn.json {
+                            print_json(&wire::ScheduleList { schedules });
+                        } else {
+                            let mut t = bordered(vec!["name", "topic", "rule", "next", "last job"]);
+                            for s in &schedules {
+                                t.add_row(vec![
+                                    s.name.clone(),
+                                    s.spec.topic.clone(),
+                                    s.rule.clone(),
+                                    if s.spec.paused {
+                                        "paused".to_string()
+                                    } else {
+                                        s.next.first().map_or("-".into(), |n| n.at.clone())
+                                    },
+                                    last_job(s),
+                                ]);
+                            }
+                            println!("{t}");
+                        }
+                    }
+                    SchedulesCmd::Get { name } => {
+                        print_schedule(&api.schedule(&name).await?, conn.json)
+                    }
+                    SchedulesCmd::Put {
+                        name,
+                        topic,
+                        cron,
+                        every,
+                        timezone,
+                        body,
+                        priority,
+                        catch_up,
+                        paused,
+                        start_at,
+                        end_at,
+                    } => {
+                        let body = body
+                            .map(|b| {
+                                serde_json::from_str::<dq_client::RawJson>(&b)
+                                    .map_err(|e| anyhow!("--body is not JSON: {e}"))
+                            })
+                            .transpose()?;
+                        let catch_up = catch_up
+                            .map(|c| {
+                                serde_json::from_value::<wire::CatchUp>(json!(c))
+                                    .map_err(|_| anyhow!("--catch-up {c:?}: skip, one or all"))
+                            })
+                            .transpose()?;
+                        let spec = wire::ScheduleSpec {
+                            topic,
+                            cron,
+                            every,
+                            timezone,
+                            body,
+                            priority,
+                            catch_up,
+                            paused,
+                            start_at,
+                            end_at,
+                        };
+                        print_schedule(&api.put_schedule(&name, &spec).await?, conn.json);
+                    }
+                    SchedulesCmd::Pause { name } => {
+                        print_schedule(&api.pause_schedule(&name, true).await?, conn.json)
+                    }
+                    SchedulesCmd::Resume { name } => {
+                        print_schedule(&api.pause_schedule(&name, false).await?, conn.json)
+                    }
+                    SchedulesCmd::Delete { name, yes } => {
+                        confirm(&format!("Delete schedule {name:?}?"), yes)?;
+                        let cancelled_jobs = api.delete_schedule(&name).await?;
+                        if conn.json {
+                            print_json(&wire::ScheduleDeleted {
+                                name,
+                                cancelled_jobs,
+                            });
+                        } else {
+                            println!(
+                                "{name} deleted; {cancelled_jobs} job(s) enqueued ahead for coming slots cancelled"
+                            );
+                        }
+                    }
+                }
+            }
             ClientCmd::Topics { conn, cmd } => {
                 let api = conn.client()?;
                 match cmd.unwrap_or(TopicsCmd::List) {
@@ -691,6 +906,7 @@ impl ClientCmd {
                         pull,
                         delivery,
                         partitions,
+                        dedup,
                     } => {
                         let mut patch = TopicConfigPatch {
                             partitions,
@@ -703,6 +919,9 @@ impl ClientCmd {
                         }
                         if let Some(d) = default_delay {
                             patch.default_delay_ms = Some(ms(&d, "--default-delay")?);
+                        }
+                        if let Some(d) = dedup {
+                            patch.dedup_ms = Some(ms(&d, "--dedup")?);
                         }
                         if let Some(r) = retry {
                             patch.retry = Some(

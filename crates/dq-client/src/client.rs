@@ -102,6 +102,13 @@ impl NewJob {
         self
     }
 
+    /// Dedup window: for this long after the job ended (acked, cancelled,
+    /// dead), enqueueing its id again stores nothing (default: the topic's).
+    pub fn dedup(mut self, window: Duration) -> Self {
+        self.0.dedup_ms = Some(u64::try_from(window.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
     /// The request as it goes on the wire.
     pub fn request(&self) -> &wire::EnqueueRequest {
         &self.0
@@ -610,6 +617,87 @@ impl Client {
             )
             .await?;
         Ok(r.config)
+    }
+
+    /// Creates or replaces a schedule; returns how it stands (its next slots).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad rule, time zone, name or topic.
+    pub async fn put_schedule(
+        &self,
+        name: &str,
+        spec: &wire::ScheduleSpec,
+    ) -> Result<wire::ScheduleInfo> {
+        let body = serde_json::to_value(spec).map_err(|e| Error::Decode(e.to_string()))?;
+        self.call(
+            Method::PUT,
+            format!("{}/v1/schedules/{}", self.base, encode_segment(name)),
+            Some(&body),
+            true,
+        )
+        .await
+    }
+
+    /// Every schedule, by name.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`], [`Error::Transport`].
+    pub async fn schedules(&self) -> Result<Vec<wire::ScheduleInfo>> {
+        let r: wire::ScheduleList = self
+            .call(
+                Method::GET,
+                format!("{}/v1/schedules", self.base),
+                NONE,
+                true,
+            )
+            .await?;
+        Ok(r.schedules)
+    }
+
+    /// One schedule: settings, last slot and its job, next slots.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for an unknown schedule.
+    pub async fn schedule(&self, name: &str) -> Result<wire::ScheduleInfo> {
+        self.call(
+            Method::GET,
+            format!("{}/v1/schedules/{}", self.base, encode_segment(name)),
+            NONE,
+            true,
+        )
+        .await
+    }
+
+    /// Pauses (`true`) or resumes a schedule.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for an unknown schedule.
+    pub async fn pause_schedule(&self, name: &str, paused: bool) -> Result<wire::ScheduleInfo> {
+        let verb = if paused { "pause" } else { "resume" };
+        self.call(
+            Method::POST,
+            format!("{}/v1/schedules/{}/{verb}", self.base, encode_segment(name)),
+            NONE,
+            true,
+        )
+        .await
+    }
+
+    /// Deletes a schedule; returns how many jobs enqueued ahead for its
+    /// coming slots were cancelled with it.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for an unknown schedule.
+    pub async fn delete_schedule(&self, name: &str) -> Result<u64> {
+        let r: wire::ScheduleDeleted = self
+            .call(
+                Method::DELETE,
+                format!("{}/v1/schedules/{}", self.base, encode_segment(name)),
+                NONE,
+                false,
+            )
+            .await?;
+        Ok(r.cancelled_jobs)
     }
 
     /// Deletes a topic and all its jobs; returns how many jobs.
