@@ -56,6 +56,17 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// 503 while draining.
+    pub fn draining() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "this dq instance is draining (taken out for a restart); reserve on another",
+        )
+    }
+}
+
 impl From<InvalidInput> for ApiError {
     fn from(e: InvalidInput) -> Self {
         let status = if e.too_large {
@@ -113,6 +124,7 @@ impl From<crate::service::Error> for ApiError {
                 format!("topic {t:?} exists already; change it on its page"),
             ),
             Error::ShuttingDown => Self::shutting_down(),
+            Error::Draining => Self::draining(),
         }
     }
 }
