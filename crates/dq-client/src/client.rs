@@ -701,6 +701,17 @@ impl Client {
         .await
     }
 
+    /// Whether the server is ready (`GET /readyz` answers 200): its store
+    /// answers and it is not draining.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] with the server's code (`store_unavailable`,
+    /// `draining`, …) when it is not; [`Error::Transport`].
+    pub async fn ready(&self) -> Result<wire::Health> {
+        self.call(Method::GET, format!("{}/readyz", self.base), NONE, false)
+            .await
+    }
+
     /// Has the server back up its embedded store into `path`, a new file on
     /// the server's machine (`POST /v1/admin/backup`). Not retried.
     ///
