@@ -716,7 +716,7 @@ impl Client {
     /// the server's machine (`POST /v1/admin/backup`). Not retried.
     ///
     /// # Errors
-    /// `backup_exists`, `invalid_path`, `backup_unsupported` (a Redis
+    /// `backup_exists`, `invalid_backup_path`, `backup_unsupported` (a Redis
     /// store), `backup_in_progress`, `backup_failed`; [`Error::Transport`].
     pub async fn backup(&self, path: &str) -> Result<wire::BackupDone> {
         let body = wire::BackupRequest {

@@ -89,7 +89,7 @@ pub(crate) async fn backup(
 
 /// A backup's destination: absolute, new, in a directory that exists.
 fn check_path(path: &Path) -> Result<(), ApiError> {
-    let invalid = |m: String| ApiError::bad_request("invalid_path", m);
+    let invalid = |m: String| ApiError::bad_request("invalid_backup_path", m);
     if !path.is_absolute() {
         return Err(invalid(format!(
             "path must be absolute (a file on the server's machine), got {:?}",

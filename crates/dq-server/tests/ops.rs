@@ -251,18 +251,22 @@ async fn a_backup_through_the_api_restores_and_each_refusal_has_its_code() {
         (
             json!({"path": "relative/file"}),
             StatusCode::BAD_REQUEST,
-            "invalid_path",
+            "invalid_backup_path",
         ),
-        (json!({"path": ""}), StatusCode::BAD_REQUEST, "invalid_path"),
+        (
+            json!({"path": ""}),
+            StatusCode::BAD_REQUEST,
+            "invalid_backup_path",
+        ),
         (
             json!({"path": root.join("no/such/dir/f").to_str().unwrap()}),
             StatusCode::BAD_REQUEST,
-            "invalid_path",
+            "invalid_backup_path",
         ),
         (
             json!({"path": "/"}),
             StatusCode::BAD_REQUEST,
-            "invalid_path",
+            "invalid_backup_path",
         ),
         (
             json!({"path": taken.to_str().unwrap()}),
