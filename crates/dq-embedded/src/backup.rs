@@ -17,6 +17,7 @@
 //! data directory that is not empty unless forced, and one in use always.
 
 use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -130,7 +131,14 @@ pub(crate) fn copy(
         });
     }
     let tmp = temp_beside(dest);
-    File::create_new(&tmp).map_err(io(&tmp))?;
+    // Jobs are the business's data: readable by dq's user alone, whatever
+    // the umask (SQLite gives its journal the same mode).
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io(&tmp))?;
     let result = copy_into(src, &tmp, progress).and_then(|pages| {
         File::open(&tmp)
             .and_then(|f| f.sync_all())

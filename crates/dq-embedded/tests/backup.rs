@@ -402,6 +402,9 @@ async fn backup_and_restore_refuse_what_they_must() {
 
     let out = dir.path().join("good");
     backup::backup(&data, &out, &mut |_| {}).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&out).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "readable by its owner alone: {mode:o}");
 
     // Into the live directory: not empty, and in use even with --force.
     let err = backup::restore(&out, &data, false, &mut |_| {}).unwrap_err();
