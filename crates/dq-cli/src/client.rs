@@ -33,9 +33,14 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// Whether to print the server's JSON.
+    pub(crate) fn json(&self) -> bool {
+        self.json
+    }
+
     /// The API client for this server and token. A server given without a
     /// scheme (`127.0.0.1:7070`) means `http://`.
-    fn client(&self) -> Result<Client> {
+    pub(crate) fn client(&self) -> Result<Client> {
         let server = self.server.trim_end_matches('/');
         let base = if server.contains("://") {
             if !(server.starts_with("http://") || server.starts_with("https://")) {

@@ -1,11 +1,14 @@
 //! `dq`: the delay-queue server and its command-line client.
 //!
-//! A thin shim: `serve` runs [`dq_server::Server`] over a store; every other
+//! A thin shim: `serve` runs [`dq_server::Server`] over a store; `backup`
+//! and `restore` work on an embedded data directory; every other
 //! subcommand calls the HTTP API of a running server (`--server`).
 
 mod bench;
 mod client;
 mod config;
+mod notify;
+mod ops;
 
 use std::sync::Arc;
 
@@ -31,6 +34,8 @@ enum Cmd {
     Bench(bench::BenchArgs),
     #[command(flatten)]
     Client(ClientCmd),
+    #[command(flatten)]
+    Ops(ops::OpsCmd),
 }
 
 fn main() -> std::process::ExitCode {
@@ -48,6 +53,7 @@ fn main() -> std::process::ExitCode {
             Cmd::Serve(args) => serve(*args).await,
             Cmd::Bench(args) => args.run().await,
             Cmd::Client(cmd) => cmd.run().await,
+            Cmd::Ops(cmd) => cmd.run().await,
         }
     });
     // Whatever is still running (a blocking call stuck on a dead peer) must
@@ -90,11 +96,13 @@ fn init_logs(
 async fn serve(args: ServeArgs) -> Result<()> {
     let settings = args.resolve()?;
     let _logs = init_logs(settings.log_format, &settings.log_level)?;
+    let mut data_dir = None;
     let (store, what): (Arc<dyn dq_core::Store>, String) = match &settings.store {
         StoreChoice::Embedded(dir, options) => {
             let store = dq_embedded::EmbeddedStore::open_with(dir, options)?;
             let shown = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
             let what = format!("embedded, data in {}", shown.display());
+            data_dir = Some(shown);
             (Arc::new(store), what)
         }
         StoreChoice::Redis(configs) => {
@@ -119,7 +127,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
                 shards.push((name.clone(), dq_redis::RedisStore::new(config)?));
                 names.push(name);
             }
-            let store = dq_redis::ShardedStore::new(shards);
+            let store = Arc::new(dq_redis::ShardedStore::new(shards));
             let what = format!("redis at {}", names.join("; "));
             match store.load_scripts().await {
                 Ok(()) => tracing::info!(redis = %what, "Redis reachable, scripts loaded"),
@@ -127,11 +135,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
                     tracing::warn!(redis = %what, error = %e, "Redis not reachable yet; serving anyway and retrying (requests get 503 until it answers)")
                 }
             }
-            (Arc::new(store), what)
+            check_layout(store.clone()).await?;
+            (store, what)
         }
     };
     let mut config = settings.server.clone();
     config.store_name.clone_from(&what);
+    config.data_dir = data_dir;
     let server = dq_server::Server::new(config, store, Arc::new(dq_core::MonotonicClock::new()));
     server
         .apply_topics(&settings.topics)
@@ -148,7 +158,95 @@ async fn serve(args: ServeArgs) -> Result<()> {
         "http"
     };
     tracing::info!(%addr, store = %what, "dq serving HTTP API on {scheme}://{addr}; store: {what}; admin page: {scheme}://{addr}/");
-    server.run(listener, shutdown_signal()).await?;
+    let notifier = notify::Notifier::from_env();
+    let svc = server.state().service.clone();
+    drain_on_sigusr1(svc.clone(), settings.server.shutdown_grace);
+    {
+        // Whoever asked for it (SIGUSR1 or POST /v1/admin/drain), the
+        // service manager hears of a drain.
+        let (svc, notifier) = (svc.clone(), notifier.clone());
+        tokio::spawn(async move {
+            svc.intake().cancelled().await;
+            if !svc.shutdown().is_cancelled() {
+                notifier.notify("STATUS=draining: no new reservations; /readyz answers 503");
+            }
+        });
+    }
+    // The listener is bound: connections queue from now on.
+    notifier.notify("READY=1\nSTATUS=serving");
+    let stopping = notifier.clone();
+    let signal = async move {
+        shutdown_signal().await;
+        stopping.notify("STOPPING=1");
+    };
+    server.run(listener, signal).await?;
+    Ok(())
+}
+
+/// SIGUSR1 drains this instance ([`dq_server::Service::drain`]): no more
+/// jobs handed out, `/readyz` 503 `draining`; deliveries in flight get
+/// `grace` to finish before it logs how many remain. The process keeps
+/// running until SIGTERM.
+fn drain_on_sigusr1(svc: Arc<dq_server::Service>, grace: std::time::Duration) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut usr1) = signal(SignalKind::user_defined1()) else {
+        tracing::warn!("cannot listen for SIGUSR1; drain with dq drain (POST /v1/admin/drain)");
+        return;
+    };
+    tokio::spawn(async move {
+        while usr1.recv().await.is_some() {
+            tracing::info!("SIGUSR1 received: draining");
+            let state = svc.drain(grace).await;
+            if !state.drained {
+                tracing::warn!(
+                    in_flight = state.in_flight,
+                    ?grace,
+                    "still draining: deliveries in flight after the grace period"
+                );
+            }
+        }
+    });
+}
+
+/// Checks the layout version of every Redis shard before serving: a layout
+/// of a newer dq stops the start. Shards that do not answer yet are checked
+/// again every second in the background; one found newer then stops the
+/// process (it has served nothing from that shard meanwhile: it was down).
+async fn check_layout(store: Arc<dq_redis::ShardedStore>) -> Result<()> {
+    use dq_redis::layout::Layout;
+    let report = |check: &dq_redis::layout::LayoutCheck| {
+        for (name, layout) in &check.checked {
+            if *layout == Layout::Written {
+                tracing::info!(redis = %name, version = dq_redis::layout::LAYOUT_VERSION, "recorded the Redis layout version");
+            }
+        }
+    };
+    let check = store
+        .check_layout()
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    report(&check);
+    if check.unreachable.is_empty() {
+        return Ok(());
+    }
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            match store.check_layout().await {
+                Ok(check) => {
+                    report(&check);
+                    if check.unreachable.is_empty() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "refusing this Redis layout; stopping");
+                    eprintln!("error: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+    });
     Ok(())
 }
 

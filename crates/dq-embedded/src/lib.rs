@@ -12,11 +12,19 @@
 //! - `schema`: tables, indexes, the file's identity checks.
 //! - `ops`: each state change as SQL, mirroring `dq-redis`'s Lua scripts.
 //! - [`space`]: the disk reserve that keeps a full store drainable.
+//! - [`backup`]: consistent copies of a live store (SQLite's online backup
+//!   API) and restoring one.
+//!
+//! Upgrades: the file's schema version is [`SCHEMA_VERSION`]; an older file
+//! is migrated when opened, in one transaction, after a backup beside it
+//! (`dq.sqlite3.v<old>.bak`); a newer file is refused
+//! ([`OpenError::NewerSchema`]).
 //!
 //! A data directory has one owner: `dq.lock` is locked for the life of the
 //! store, and a second process opening the same directory gets
 //! [`OpenError::Locked`].
 
+pub mod backup;
 mod ops;
 mod schema;
 pub mod space;
@@ -83,6 +91,33 @@ pub enum OpenError {
         /// What was found.
         reason: String,
     },
+    /// The file was written by a newer dq: its schema version is one this dq
+    /// does not know.
+    #[error(
+        "{file} has schema version {found}, written by a newer dq; this dq reads schema versions up to {supported}: run the newer dq, or restore a backup taken before the upgrade"
+    )]
+    NewerSchema {
+        /// The file.
+        file: PathBuf,
+        /// Its schema version.
+        found: i64,
+        /// The newest version this dq reads.
+        supported: i64,
+    },
+    /// An older file could not be migrated; it is left as it was.
+    #[error(
+        "{file} has schema version {from} and could not be migrated to version {to}: {reason}; the file is unchanged"
+    )]
+    Upgrade {
+        /// The file.
+        file: PathBuf,
+        /// Its schema version.
+        from: i64,
+        /// The version this dq writes.
+        to: i64,
+        /// Why.
+        reason: String,
+    },
     /// The database file is damaged or not SQLite at all.
     #[error("{file} cannot be opened as a dq data file: {reason}")]
     Corrupt {
@@ -111,6 +146,34 @@ impl std::fmt::Debug for EmbeddedStore {
 /// The database file's name inside the data directory.
 pub const DB_FILE: &str = "dq.sqlite3";
 
+/// The schema version of the files this dq writes (see [`OpenError::NewerSchema`]).
+pub const SCHEMA_VERSION: i64 = schema::SCHEMA_VERSION;
+
+pub use schema::migration_backup_path;
+
+/// Creates `dir` if needed and locks its `dq.lock` for as long as the
+/// returned file is kept.
+fn lock_dir(dir: &Path) -> Result<File, OpenError> {
+    let io = |source| OpenError::Io {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("dq.lock"))
+        .map_err(io)?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(std::fs::TryLockError::WouldBlock) => Err(OpenError::Locked {
+            dir: dir.to_path_buf(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(io(e)),
+    }
+}
+
 impl EmbeddedStore {
     /// Opens (creating if needed) the store in `dir`.
     ///
@@ -126,22 +189,7 @@ impl EmbeddedStore {
     /// See [`OpenError`].
     pub fn open_with(dir: impl AsRef<Path>, options: &Options) -> Result<Self, OpenError> {
         let dir = dir.as_ref().to_path_buf();
-        let io = |source| OpenError::Io {
-            dir: dir.clone(),
-            source,
-        };
-        std::fs::create_dir_all(&dir).map_err(io)?;
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join("dq.lock"))
-            .map_err(io)?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(OpenError::Locked { dir }),
-            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
-        }
+        let lock = lock_dir(&dir)?;
         let db = dir.join(DB_FILE);
         let conn = schema::open(&db, options.max_pages)?;
         let files = writer::Files {

@@ -382,7 +382,8 @@ async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
     assert_eq!(s.stats(&topic, T0).await.unwrap().reserved, 1, "counted on");
     drop(s);
     drop(open_when_free(dir.path()).await);
-    downgrade("PRAGMA user_version = 4;");
+    let newer = dq_embedded::SCHEMA_VERSION + 1;
+    downgrade(&format!("PRAGMA user_version = {newer};"));
     let err = loop {
         match EmbeddedStore::open(dir.path()) {
             Err(OpenError::Locked { .. }) => tokio::time::sleep(Duration::from_millis(10)).await,
@@ -391,8 +392,10 @@ async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
         }
     };
     assert!(
-        err.to_string()
-            .contains("schema version 4, this dq reads version 3"),
+        err.to_string().contains(&format!(
+            "schema version {newer}, written by a newer dq; this dq reads schema versions up to {}",
+            dq_embedded::SCHEMA_VERSION
+        )),
         "{err}"
     );
 }

@@ -52,6 +52,11 @@ impl Keys {
         format!("{}:topics", self.prefix)
     }
 
+    /// The layout version (see [`crate::layout`]; not hash-tagged: one key).
+    pub fn layout(&self) -> String {
+        format!("{}:layout", self.prefix)
+    }
+
     /// The counter `name` (`Store::next_seq`; not hash-tagged: one key).
     pub fn seq(&self, name: &str) -> String {
         format!("{}:seq:{name}", self.prefix)

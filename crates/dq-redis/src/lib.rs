@@ -6,6 +6,7 @@
 //! - `scripts`: the Lua scripts (`src/lua/*.lua`), one per state change.
 //! - `decode`: turns script replies into dq types and errors, in one place.
 //! - [`forward`]: writing a forwarding topic's due jobs into a target Redis.
+//! - [`layout`]: the layout version key, checked at start.
 //!
 //! Layout: a topic's schedule is a ZSET of ids scored by due time; due jobs
 //! move to a ready ZSET ordered by (priority, due, enqueue sequence); leases
@@ -24,6 +25,7 @@ mod conn;
 mod decode;
 pub mod forward;
 pub mod keys;
+pub mod layout;
 mod scripts;
 pub mod sharded;
 

@@ -143,6 +143,11 @@ impl ShardedStore {
         Ok(())
     }
 
+    /// Each shard's name and store.
+    pub(crate) fn shards(&self) -> impl Iterator<Item = (&str, &RedisStore)> {
+        self.shards.iter().map(|s| (s.name.as_str(), &s.store))
+    }
+
     fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
     }

@@ -638,8 +638,8 @@ pub(crate) async fn healthz() -> ApiResult {
     })
 }
 
-/// `GET /readyz` — the store answers (with shards: any of them), with the
-/// health of each part of the store.
+/// `GET /readyz` — the store answers (with shards: any of them) and the
+/// instance is not draining, with the health of each part of the store.
 pub(crate) async fn readyz(State(st): State<AppState>) -> ApiResult {
     let health = tokio::time::timeout(Duration::from_secs(2), st.service.health()).await;
     let Ok(health) = health else {
@@ -655,6 +655,21 @@ pub(crate) async fn readyz(State(st): State<AppState>) -> ApiResult {
         .collect();
     let clock_offset_ms =
         Some(st.service.clock().now_ms() as i64 - dq_core::SystemClock.now_ms() as i64);
+    if st.service.is_draining() {
+        // A load balancer moves away; the store's health is still shown.
+        let body = wire::NotReady {
+            status: "draining".into(),
+            stores: parts,
+            clock_offset_ms,
+            error: ApiError::draining().body().error,
+        };
+        return Ok((
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(axum::http::header::RETRY_AFTER, "1")],
+            Json(body),
+        )
+            .into_response());
+    }
     if health.iter().any(|(_, r)| r.is_ok()) {
         return reply(wire::Health {
             status: "ready".into(),

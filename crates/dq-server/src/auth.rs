@@ -6,6 +6,10 @@
 //!   <admin_token>`. Reads, `/metrics` and the health checks stay open.
 //! - Without it: the admin page answers only to peers on loopback (and says
 //!   so); the API is open, as it always was.
+//! - Operations on the instance (`/v1/admin/…`: backup, drain) are the
+//!   admin's alone: with `admin_token` they need the bearer token like every
+//!   change; without one they answer only to peers on loopback (403
+//!   `admin_loopback_only`), as the admin page does.
 //! - Always: the page's forms carry a CSRF token, and mutating requests a
 //!   browser marks as cross-site (`Sec-Fetch-Site: cross-site`, or an
 //!   `Origin` that is not this host) are refused, so a web page the operator
@@ -224,7 +228,17 @@ pub(crate) async fn guard(
             )
             .into_response();
         }
-    } else if api_write && st.admin.has_token() {
+    } else if path.starts_with("/v1/admin/")
+        && !st.admin.has_token()
+        && !peer.is_ok_and(|c| c.0.ip().is_loopback())
+    {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "admin_loopback_only",
+            "operations on the instance answer only on loopback when no admin_token is configured; set admin_token to use them from another host",
+        )
+        .into_response();
+    } else if (api_write || path.starts_with("/v1/admin/")) && st.admin.has_token() {
         let bearer = req
             .headers()
             .get(header::AUTHORIZATION)

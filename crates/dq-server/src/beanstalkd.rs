@@ -148,7 +148,7 @@ fn failed(e: &Error) -> Reply {
         Error::Store(StoreError::NotFound | StoreError::LeaseMismatch)
         | Error::Store(StoreError::NotInState(_)) => not_found(),
         Error::Store(StoreError::Invalid(_)) => bad_format(),
-        Error::ShuttingDown => line("DRAINING"),
+        Error::ShuttingDown | Error::Draining => line("DRAINING"),
         other => {
             tracing::warn!(error = %other, "beanstalkd command failed");
             line("INTERNAL_ERROR")
@@ -1026,7 +1026,7 @@ impl Conn {
             ("version", format!("\"dq {}\"", env!("CARGO_PKG_VERSION"))),
             ("uptime", self.started.elapsed().as_secs().to_string()),
             ("max-job-size", self.config.max_job_size.to_string()),
-            ("draining", self.svc.shutdown().is_cancelled().to_string()),
+            ("draining", self.svc.is_draining().to_string()),
         ]))
     }
 }

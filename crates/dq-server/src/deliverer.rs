@@ -169,7 +169,7 @@ impl TopicDelivery {
         let lease_ms = self.cfg.timeout_ms + 5_000;
         let this = Arc::new(self);
         let mut failures = 0u32;
-        while !stop.is_cancelled() && !this.svc.shutdown().is_cancelled() {
+        while !stop.is_cancelled() && !this.svc.is_draining() {
             let free = slots.available_permits();
             if free == 0 {
                 tokio::select! {
@@ -181,11 +181,13 @@ impl TopicDelivery {
             // Not dropped midway when the topic's settings change (its
             // leases would be lost for their whole length): it waits at most
             // a second, and what it got then goes back unattempted.
+            // A claim counts as in flight: a drain waits for what it gets.
+            let _claim = this.tracker.token();
             let leases = this
                 .svc
                 .reserve_push(&this.topic, free, lease_ms, 1000)
                 .await;
-            if stop.is_cancelled() {
+            if stop.is_cancelled() || this.svc.is_draining() {
                 if let Ok(l) = leases {
                     this.svc.give_back(&l).await;
                 }
@@ -195,6 +197,9 @@ impl TopicDelivery {
                 Ok(l) => {
                     failures = 0;
                     l
+                }
+                Err(crate::service::Error::Draining | crate::service::Error::ShuttingDown) => {
+                    return;
                 }
                 Err(e) => {
                     failures += 1;

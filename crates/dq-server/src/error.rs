@@ -56,6 +56,17 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// 503 while draining.
+    pub fn draining() -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "this dq instance is draining (taken out for a restart); reserve on another",
+        )
+    }
+}
+
 impl From<InvalidInput> for ApiError {
     fn from(e: InvalidInput) -> Self {
         let status = if e.too_large {
@@ -118,6 +129,7 @@ impl From<crate::service::Error> for ApiError {
                 "schedule_not_found",
                 format!("no schedule named {n:?}"),
             ),
+            Error::Draining => Self::draining(),
         }
     }
 }

@@ -16,8 +16,9 @@
 //!   topic's backoff; out of attempts, the job is dead as any other.
 //!
 //! Each topic has its own task; one batch (up to 100 jobs) at a time. Its
-//! tasks run in the tracker shutdown waits for, so a batch being written
-//! finishes (write and ack) before the process exits.
+//! tasks run in the tracker drain and shutdown wait for, so a batch being
+//! written finishes (write and ack) before the process exits; a drain stops
+//! each task after its batch.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,13 +93,13 @@ impl TopicForward {
 
     async fn run(self, stop: CancellationToken) {
         let mut failures = 0u32;
-        while !stop.is_cancelled() && !self.svc.shutdown().is_cancelled() {
+        while !stop.is_cancelled() && !self.svc.is_draining() {
             // As the deliverer's: never dropped midway; a second at most.
             let leases = self
                 .svc
                 .reserve_push(&self.topic, BATCH, LEASE_MS, 1000)
                 .await;
-            if stop.is_cancelled() {
+            if stop.is_cancelled() || self.svc.is_draining() {
                 if let Ok(l) = leases {
                     self.svc.give_back(&l).await;
                 }
@@ -112,7 +113,7 @@ impl TopicForward {
                     // its ack (or nack).
                     self.forward(l).await;
                 }
-                Err(Error::ShuttingDown) => return,
+                Err(Error::ShuttingDown | Error::Draining) => return,
                 Err(e) => {
                     failures += 1;
                     if failures == 1 || failures.is_multiple_of(30) {

@@ -12,7 +12,8 @@
 //!   render, and never call the store themselves.
 //! - [`AppState`] (`state.rs`): what the HTTP front-ends share.
 //! - Other modules: [`error`] (`ApiError`), `extract` (JSON bodies),
-//!   `reserve` (the long-poll), [`dispatcher`], [`wakers`], [`auth`],
+//!   `reserve` (the long-poll), [`ops`] (backup, drain), [`dispatcher`],
+//!   [`wakers`], [`auth`],
 //!   [`metrics`], [`alerts`], [`push_guard`], `openapi`.
 
 mod admin;
@@ -29,6 +30,7 @@ pub mod forwarder;
 pub mod listener;
 pub mod metrics;
 mod openapi;
+pub mod ops;
 pub mod push_guard;
 mod reserve;
 pub mod schedule;
@@ -83,6 +85,8 @@ pub fn app(state: AppState, max_request_bytes: usize) -> Router {
         .route("/v1/schedules/{name}/resume", post(resume_schedule))
         .route("/v1/reserve", post(reserve))
         .route("/v1/ack:batch", post(ack_batch))
+        .route("/v1/admin/backup", post(ops::backup))
+        .route("/v1/admin/drain", post(ops::drain))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi::document))
@@ -192,6 +196,9 @@ pub struct ServerConfig {
     /// TLS for the HTTP listener (off by default): read at start, again on
     /// SIGHUP.
     pub tls: Option<tls::TlsFiles>,
+    /// The embedded store's data directory, for `POST /v1/admin/backup`
+    /// (None on Redis).
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -209,6 +216,7 @@ impl Default for ServerConfig {
             http: listener::HttpLimits::default(),
             beanstalkd: None,
             tls: None,
+            data_dir: None,
         }
     }
 }
@@ -232,6 +240,7 @@ impl Server {
         let mut state = AppState::with_guard(store, clock.clone(), config.limits, guard);
         state.admin = Arc::new(auth::AdminAuth::new(config.admin_token.clone()));
         state.store_name = config.store_name.clone();
+        state.data_dir.clone_from(&config.data_dir);
         Self {
             config,
             state,
@@ -329,7 +338,7 @@ impl Server {
 
         // Push deliveries and forwarded batches in flight are tracked apart,
         // so shutdown can let them finish within the grace period.
-        let deliveries = TaskTracker::new();
+        let deliveries = svc.deliveries().clone();
         {
             let svc = svc.clone();
             let metrics = state.metrics.clone();

@@ -3,7 +3,8 @@
 //! Reserves from each topic; when nothing is due, sleeps until the earliest
 //! next due time any reserve reported, until a wake-up for one of the topics
 //! (a local enqueue, or another process via the store), or until the wait
-//! ends — never on a fixed polling interval.
+//! ends — never on a fixed polling interval. A drain or shutdown ends the
+//! wait with what it has.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -68,7 +69,7 @@ pub(crate) async fn reserve(
                 }
             }
         }
-        if !leases.is_empty() || Instant::now() >= deadline || svc.shutdown().is_cancelled() {
+        if !leases.is_empty() || Instant::now() >= deadline || svc.intake().is_cancelled() {
             return Ok(leases);
         }
         let mut wake_at = deadline;
@@ -79,7 +80,7 @@ pub(crate) async fn reserve(
         tokio::select! {
             _ = futures::future::select_all(notified) => {}
             _ = tokio::time::sleep_until(wake_at) => {}
-            _ = svc.shutdown().cancelled() => return Ok(Vec::new()),
+            _ = svc.intake().cancelled() => return Ok(Vec::new()),
         }
     }
 }

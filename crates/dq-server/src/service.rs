@@ -63,6 +63,10 @@ pub enum Error {
     /// No schedule of that name.
     #[error("no schedule named {0:?}")]
     ScheduleNotFound(String),
+    /// This process is draining ([`Service::drain`]): it hands out no job
+    /// any more, so a load balancer can move its consumers elsewhere.
+    #[error("this dq instance is draining (taken out for a restart); reserve on another")]
+    Draining,
 }
 
 impl From<InvalidInput> for Error {
@@ -82,6 +86,15 @@ pub struct JobView {
     pub topic: Topic,
     /// The job.
     pub job: JobInfo,
+}
+
+/// Where a drain is ([`Service::drain`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainState {
+    /// Deliveries and forwarding tasks still running.
+    pub in_flight: u64,
+    /// None is running: the process may be stopped.
+    pub drained: bool,
 }
 
 /// One ack of a batch.
@@ -117,6 +130,12 @@ pub struct Service {
     metrics: Arc<Metrics>,
     push_guard: PushGuard,
     shutdown: CancellationToken,
+    /// Fires at drain and at shutdown (a child of `shutdown`): no job is
+    /// handed out from then on.
+    intake: CancellationToken,
+    /// Push deliveries and forwarding tasks in flight (drain and shutdown
+    /// wait for them).
+    deliveries: TaskTracker,
     topics_changed: Notify,
     /// Whether each recently reserved topic is delivered by push, and when
     /// that was read.
@@ -160,6 +179,7 @@ impl Service {
                 }
             });
         }
+        let shutdown = CancellationToken::new();
         Self {
             store,
             clock,
@@ -168,7 +188,9 @@ impl Service {
             wakers,
             metrics,
             push_guard,
-            shutdown: CancellationToken::new(),
+            intake: shutdown.child_token(),
+            deliveries: TaskTracker::new(),
+            shutdown,
             topics_changed: Notify::new(),
             modes: Mutex::new(HashMap::new()),
             delivered: Mutex::new(None),
@@ -200,6 +222,52 @@ impl Service {
     /// Fires at shutdown: reserves stop taking jobs.
     pub fn shutdown(&self) -> &CancellationToken {
         &self.shutdown
+    }
+
+    /// Fires when this instance stops handing out jobs: at
+    /// [`Service::drain`] and at shutdown. Reserves waiting then return what
+    /// they have; push and forwarding loops stop claiming.
+    pub fn intake(&self) -> &CancellationToken {
+        &self.intake
+    }
+
+    /// Whether this instance was asked to drain (or is shutting down).
+    pub fn is_draining(&self) -> bool {
+        self.intake.is_cancelled()
+    }
+
+    /// Push deliveries and forwarding tasks of this instance: the server
+    /// spawns them here, so a drain and a shutdown can wait for them.
+    pub fn deliveries(&self) -> &TaskTracker {
+        &self.deliveries
+    }
+
+    /// Drains this instance for a rolling restart: from now on it hands out
+    /// no job (reserves get [`Error::Draining`], push and forwarding stop
+    /// claiming, `/readyz` answers 503 `draining`); then waits up to `wait`
+    /// for the deliveries in flight. Jobs already leased by pull consumers
+    /// stay theirs (ack, nack and touch go on working here and on every
+    /// instance). There is no undoing it: restart the process.
+    pub async fn drain(&self, wait: Duration) -> DrainState {
+        if !self.intake.is_cancelled() {
+            tracing::info!(
+                in_flight = self.deliveries.len(),
+                "draining: no new reservations or push claims on this instance; /readyz answers 503"
+            );
+            self.intake.cancel();
+        }
+        self.deliveries.close();
+        let drained = tokio::time::timeout(wait, self.deliveries.wait())
+            .await
+            .is_ok();
+        let in_flight = self.deliveries.len() as u64;
+        if drained || in_flight == 0 {
+            tracing::info!("drained: no delivery in flight; stop the process when ready");
+        }
+        DrainState {
+            in_flight,
+            drained: drained || in_flight == 0,
+        }
     }
 
     /// Notified when this process changed a topic's settings (the
@@ -290,7 +358,7 @@ impl Service {
     /// each job handed out.
     ///
     /// # Errors
-    /// [`Error::ShuttingDown`]; [`Error::TopicIsPush`]; a store error when
+    /// [`Error::ShuttingDown`], [`Error::Draining`]; [`Error::TopicIsPush`]; a store error when
     /// nothing was reserved.
     pub async fn reserve(
         &self,
@@ -299,9 +367,7 @@ impl Service {
         lease_ms: Option<u64>,
         wait_ms: u64,
     ) -> Result<Vec<Lease>> {
-        if self.shutdown.is_cancelled() {
-            return Err(Error::ShuttingDown);
-        }
+        self.check_intake()?;
         for t in topics {
             if self.is_delivered(t).await? {
                 return Err(Error::TopicIsPush(t.to_string()));
@@ -322,8 +388,20 @@ impl Service {
         lease_ms: u64,
         wait_ms: u64,
     ) -> Result<Vec<Lease>> {
+        self.check_intake()?;
         self.hand_out(std::slice::from_ref(t), max, Some(lease_ms), wait_ms)
             .await
+    }
+
+    /// Refuses a hand-out once this instance shuts down or drains.
+    fn check_intake(&self) -> Result<()> {
+        if self.shutdown.is_cancelled() {
+            return Err(Error::ShuttingDown);
+        }
+        if self.intake.is_cancelled() {
+            return Err(Error::Draining);
+        }
+        Ok(())
     }
 
     async fn hand_out(
@@ -449,11 +527,9 @@ impl Service {
     /// (beanstalkd's `reserve-job`); `None` when it is missing or reserved.
     ///
     /// # Errors
-    /// [`Error::ShuttingDown`]; a store error.
+    /// [`Error::ShuttingDown`], [`Error::Draining`]; a store error.
     pub async fn reserve_job(&self, t: &Topic, id: &JobId) -> Result<Option<Lease>> {
-        if self.shutdown.is_cancelled() {
-            return Err(Error::ShuttingDown);
-        }
+        self.check_intake()?;
         let lease = self.store.reserve_job(t, id, None, self.now()).await?;
         if lease.is_some() {
             tracing::debug!(topic = %t, id = %id, "job reserved by id");

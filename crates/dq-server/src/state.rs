@@ -24,6 +24,11 @@ pub struct AppState {
     pub(crate) rates: Arc<crate::admin::Rates>,
     /// What the admin page calls the store (e.g. `redis redis://host:6379/0`).
     pub store_name: String,
+    /// The embedded store's data directory (None on Redis): what
+    /// `POST /v1/admin/backup` copies.
+    pub data_dir: Option<std::path::PathBuf>,
+    /// Held while a backup is written: one at a time.
+    pub(crate) backup_lock: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl AppState {
@@ -46,6 +51,8 @@ impl AppState {
             admin: Arc::new(AdminAuth::new(None)),
             rates: Arc::default(),
             store_name: "store".into(),
+            data_dir: None,
+            backup_lock: Arc::default(),
         }
     }
 }

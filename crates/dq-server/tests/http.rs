@@ -745,6 +745,8 @@ async fn openapi_document_names_every_route(fresh: FreshApi) {
         "/v1/schedules/{name}/resume",
         "/v1/reserve",
         "/v1/ack:batch",
+        "/v1/admin/backup",
+        "/v1/admin/drain",
         "/healthz",
         "/readyz",
         "/openapi.json",

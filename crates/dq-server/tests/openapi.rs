@@ -473,6 +473,44 @@ fn routes() -> Vec<Route> {
             vec![("200", to(Replayed { replayed: 1 }))],
         ),
         (
+            "post",
+            "/v1/admin/backup",
+            Some(to(BackupRequest {
+                path: "/var/backups/dq/1.db".into(),
+            })),
+            vec![
+                (
+                    "200",
+                    to(BackupDone {
+                        path: "/var/backups/dq/1.db".into(),
+                        bytes: 1,
+                        pages: 1,
+                        schema_version: 2,
+                        took_ms: 1,
+                    }),
+                ),
+                e(),
+                ("409", to(error())),
+                ("500", to(error())),
+            ],
+        ),
+        (
+            "post",
+            "/v1/admin/drain",
+            Some(to(DrainRequest { wait_ms: Some(1) })),
+            vec![
+                (
+                    "200",
+                    to(DrainStatus {
+                        draining: true,
+                        in_flight: 1,
+                        drained: false,
+                    }),
+                ),
+                e(),
+            ],
+        ),
+        (
             "get",
             "/healthz",
             None,

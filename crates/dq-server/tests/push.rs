@@ -668,3 +668,63 @@ async fn push_retry_schedule_is_exact_with_a_test_clock() {
     d.wait_for("sched", "the ack", |s| s["counters"]["acked"] == json!(1))
         .await;
 }
+
+/// A drain (`POST /v1/admin/drain`) waits for the delivery in flight, which
+/// is acked, and claims nothing more: the next due job stays ready for
+/// another instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_waits_for_the_delivery_in_flight_and_claims_no_more() {
+    let slow = Receiver::default();
+    *slow.delay.lock().unwrap() = Duration::from_millis(1000);
+    let url = slow.start().await;
+    let d = dq(false).await;
+    d.push_topic(
+        "slow",
+        json!({"mode": "push", "url": url, "concurrency": 1, "timeout_ms": 5000}),
+        json!({}),
+    )
+    .await;
+    d.call(
+        reqwest::Method::POST,
+        "/v1/topics/slow/jobs:batch",
+        json!({"jobs": [{"id": "first"}, {"id": "second", "delay_ms": 300}]}),
+    )
+    .await;
+    let t0 = Instant::now();
+    while slow.got().is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "first delivery");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let asked = Instant::now();
+    let (s, v) = d
+        .call(
+            reqwest::Method::POST,
+            "/v1/admin/drain",
+            json!({"wait_ms": 10000}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v,
+        json!({"draining": true, "in_flight": 0, "drained": true})
+    );
+    assert!(
+        asked.elapsed() >= Duration::from_millis(500),
+        "it waited for the delivery: {:?}",
+        asked.elapsed()
+    );
+    let st = d.stats("slow").await;
+    assert_eq!(st["counters"]["acked"], json!(1), "{st}");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(slow.got().len(), 1, "nothing claimed after the drain");
+    let (_, job) = d
+        .call(
+            reqwest::Method::GET,
+            "/v1/topics/slow/jobs/second",
+            Value::Null,
+        )
+        .await;
+    assert_ne!(job["state"], json!("reserved"), "{job}");
+    let (s, v) = d.call(reqwest::Method::GET, "/readyz", Value::Null).await;
+    assert_eq!((s, v["status"].clone()), (503, json!("draining")));
+}

@@ -1,0 +1,96 @@
+//! The layout version key: written on a fresh Redis, accepted when it is
+//! this dq's, a newer one refused naming both versions — on every shard.
+
+use dq_redis::layout::{LAYOUT_VERSION, Layout, LayoutError};
+use dq_redis::{RedisConfig, RedisStore, ShardedStore};
+use dq_testkit::RedisServer;
+use redis::Commands;
+
+fn store(s: &RedisServer) -> RedisStore {
+    RedisStore::new(&RedisConfig {
+        url: s.url(),
+        response_timeout: std::time::Duration::from_millis(500),
+        connect_timeout: std::time::Duration::from_millis(200),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_version_is_written_once_and_a_newer_one_refused() {
+    let server = RedisServer::start();
+    let s = store(&server);
+    assert_eq!(s.check_layout("r").await.unwrap(), Ok(Layout::Written));
+    let mut c = server.connection();
+    let v: String = c.get("dq:layout").unwrap();
+    assert_eq!(v, LAYOUT_VERSION.to_string());
+    assert_eq!(s.check_layout("r").await.unwrap(), Ok(Layout::Current));
+
+    let newer = LAYOUT_VERSION + 1;
+    let _: () = c.set("dq:layout", newer).unwrap();
+    let err = s.check_layout("redis://x").await.unwrap().unwrap_err();
+    assert!(matches!(err, LayoutError::Newer { found, .. } if found == newer));
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("redis://x: key dq:layout says dq layout version 2, written by a newer dq; this dq uses layout version 1"),
+        "{msg}"
+    );
+    let v: String = c.get("dq:layout").unwrap();
+    assert_eq!(v, newer.to_string(), "left as it was");
+
+    let _: () = c.set("dq:layout", "not-a-number").unwrap();
+    let err = s.check_layout("r").await.unwrap().unwrap_err();
+    assert!(matches!(err, LayoutError::Foreign { .. }), "{err}");
+
+    // Another prefix is another layout.
+    let other = RedisStore::new(&RedisConfig {
+        url: server.url(),
+        prefix: "other".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(other.check_layout("r").await.unwrap(), Ok(Layout::Written));
+}
+
+#[tokio::test]
+async fn every_shard_is_checked() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let sharded = |servers: &[RedisServer]| {
+        ShardedStore::new(
+            servers
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (format!("shard {i}"), store(s)))
+                .collect(),
+        )
+    };
+    let all = sharded(&servers);
+    let check = all.check_layout().await.unwrap();
+    assert_eq!(check.checked.len(), 3);
+    assert!(check.unreachable.is_empty());
+    assert!(check.checked.iter().all(|(_, l)| *l == Layout::Written));
+    for s in &servers {
+        let v: String = s.connection().get("dq:layout").unwrap();
+        assert_eq!(v, "1");
+    }
+
+    // A newer layout on one shard refuses the whole store, naming it.
+    let _: () = servers[2]
+        .connection()
+        .set("dq:layout", LAYOUT_VERSION + 1)
+        .unwrap();
+    let err = all.check_layout().await.unwrap_err();
+    assert!(err.to_string().starts_with("shard 2: "), "{err}");
+
+    // A shard that does not answer is reported, the others checked.
+    let _: () = servers[2]
+        .connection()
+        .set("dq:layout", LAYOUT_VERSION)
+        .unwrap();
+    let mut servers = servers;
+    servers[1].stop();
+    let check = all.check_layout().await.unwrap();
+    assert_eq!(check.checked.len(), 2);
+    assert_eq!(check.unreachable.len(), 1);
+    assert_eq!(check.unreachable[0].0, "shard 1");
+}
