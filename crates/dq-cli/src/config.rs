@@ -154,6 +154,9 @@ struct FileConfig {
     alert_interval: Option<String>,
     #[serde(default)]
     topics: std::collections::BTreeMap<String, dq_core::TopicConfigPatch>,
+    /// Read as TOML, then as the API's JSON (a schedule's body is JSON).
+    #[serde(default)]
+    schedules: std::collections::BTreeMap<String, toml::Value>,
     log_format: Option<String>,
     log_level: Option<String>,
 }
@@ -183,6 +186,15 @@ pub(crate) struct Settings {
     pub(crate) log_level: String,
     /// Topic settings from the file's `[topics.<name>]` tables.
     pub(crate) topics: std::collections::BTreeMap<String, dq_core::TopicConfigPatch>,
+    /// Schedules from the file's `[schedules.<name>]` tables (the fields
+    /// of `PUT /v1/schedules/{name}`).
+    pub(crate) schedules: std::collections::BTreeMap<String, dq_api::ScheduleSpec>,
+}
+
+/// A `[schedules.<name>]` table as the API's schedule settings.
+fn schedule_spec(name: &str, table: toml::Value) -> Result<dq_api::ScheduleSpec> {
+    let json = serde_json::to_string(&table).context("schedule as JSON")?;
+    serde_json::from_str(&json).with_context(|| format!("[schedules.{name}]"))
 }
 
 fn duration(key: &str, text: &str) -> Result<Duration> {
@@ -419,8 +431,14 @@ impl ServeArgs {
         if disk_reserve.is_some() && matches!(store, StoreChoice::Redis(_)) {
             bail!("disk_reserve_bytes applies to the embedded store (data_dir), not to Redis");
         }
+        let schedules = file
+            .schedules
+            .into_iter()
+            .map(|(name, table)| Ok((name.clone(), schedule_spec(&name, table)?)))
+            .collect::<Result<_>>()?;
         Ok(Settings {
             topics: file.topics,
+            schedules,
             server,
             store,
             log_format,
@@ -561,6 +579,43 @@ mod tests {
             .unwrap_err();
             assert!(format!("{e:#}").contains(needle), "{e:#}");
         }
+    }
+
+    #[test]
+    fn schedules_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dq.toml");
+        std::fs::write(
+            &path,
+            "[schedules.daily-report]\ntopic = \"reports\"\ncron = \"0 9 * * MON-FRI\"\ntimezone = \"Europe/Berlin\"\nbody = { report = \"daily\", n = 3 }\ncatch_up = \"all\"\n\n[schedules.tick]\ntopic = \"t\"\nevery = \"90s\"\n",
+        )
+        .unwrap();
+        let s = ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        let d = &s.schedules["daily-report"];
+        assert_eq!(d.cron.as_deref(), Some("0 9 * * MON-FRI"));
+        assert_eq!(d.catch_up, Some(dq_api::CatchUp::All));
+        assert_eq!(
+            d.body.as_ref().unwrap().get(),
+            r#"{"n":3,"report":"daily"}"#
+        );
+        assert_eq!(s.schedules["tick"].every.as_deref(), Some("90s"));
+        // A key the API does not know is refused, with the schedule named.
+        std::fs::write(&path, "[schedules.x]\ntopic = \"t\"\nevry = \"1s\"\n").unwrap();
+        let err = ServeArgs {
+            config: Some(path),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("[schedules.x]") && format!("{err:#}").contains("evry"),
+            "{err:#}"
+        );
     }
 
     #[test]

@@ -147,6 +147,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .apply_topics(&settings.topics)
         .await
         .map_err(|e| anyhow::anyhow!("config file: {e}"))?;
+    server
+        .apply_schedules(&settings.schedules)
+        .await
+        .map_err(|e| anyhow::anyhow!("config file: {e}"))?;
     let listener = server
         .bind()
         .await

@@ -275,6 +275,30 @@ impl Server {
         Ok(())
     }
 
+    /// Applies schedules (from the config file) before serving, each as
+    /// `PUT /v1/schedules/{name}`: one that is stored with the same
+    /// settings keeps its progress (a restart catches up as its
+    /// `catch_up` says).
+    ///
+    /// # Errors
+    /// The first schedule refused, or a store error.
+    pub async fn apply_schedules(
+        &self,
+        schedules: &std::collections::BTreeMap<String, dq_api::ScheduleSpec>,
+    ) -> Result<(), String> {
+        for (name, spec) in schedules {
+            self.state
+                .service
+                .put_schedule(name, spec.clone())
+                .await
+                .map_err(|e| {
+                    let e = ApiError::from(e);
+                    format!("schedule {name:?}: {} ({})", e.message, e.code)
+                })?;
+        }
+        Ok(())
+    }
+
     /// Binds the listen address (port 0 picks a free port).
     ///
     /// # Errors

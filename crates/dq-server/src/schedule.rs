@@ -617,7 +617,12 @@ async fn pass_with(svc: &Service, now: u64, parsed: &Parsed) -> crate::service::
 
 /// Enqueues what `sched` owes at `now`, then raises its mark. A failure
 /// leaves the mark: the next pass enqueues the same ids again.
-async fn fire(svc: &Service, sched: &Schedule, mark: u64, now: u64) -> crate::service::Result<u64> {
+pub(crate) async fn fire(
+    svc: &Service,
+    sched: &Schedule,
+    mark: u64,
+    now: u64,
+) -> crate::service::Result<u64> {
     let (slots, new_mark) = sched.due(mark, now, LEAD_MS);
     if new_mark <= mark {
         return Ok(0);

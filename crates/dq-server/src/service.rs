@@ -765,9 +765,10 @@ impl Service {
     // ---- schedules ----------------------------------------------------------
 
     /// Creates or replaces a schedule; returns whether it was created and
-    /// how it stands. Its progress starts now: slots before now are not
-    /// fired (a replaced schedule's coming slots already enqueued stay, and
-    /// one enqueued again under the new rule is the same job).
+    /// how it stands. New or changed, its progress starts now: slots before
+    /// now are not fired (a replaced schedule's coming slots already
+    /// enqueued stay, and one enqueued again under the new rule is the same
+    /// job). The same settings as stored change nothing.
     ///
     /// # Errors
     /// Bad settings (see [`crate::schedule::Schedule::new`]); a store error.
@@ -779,10 +780,22 @@ impl Service {
         use crate::schedule::{KIND, Schedule};
         let sched = Schedule::new(name, spec, &self.limits)?;
         let now = self.now();
-        let created = self
-            .store
-            .put_record(KIND, name, &sched.to_record(), now)
-            .await?;
+        let value = sched.to_record();
+        // The same settings again (a restart applying dq.toml): nothing
+        // changes, progress included — slots missed meanwhile are caught up
+        // as `catch_up` says.
+        if let Some(rec) = self.store.get_record(KIND, name).await?
+            && rec.value == value
+        {
+            return Ok((false, self.schedule_info(&sched, rec.mark, now).await));
+        }
+        let created = self.store.put_record(KIND, name, &value, now).await?;
+        // Its first slots at once, not at the next pass.
+        if !sched.paused()
+            && let Err(e) = crate::schedule::fire(self, &sched, now, now).await
+        {
+            tracing::warn!(schedule = %name, error = %e, "schedule saved; its first slots are enqueued at the next pass");
+        }
         tracing::info!(
             schedule = %name,
             topic = %sched.topic,
@@ -848,6 +861,9 @@ impl Service {
         self.store
             .put_record(KIND, name, &sched.to_record(), mark)
             .await?;
+        if !paused && let Err(e) = crate::schedule::fire(self, &sched, mark, now).await {
+            tracing::warn!(schedule = %name, error = %e, "schedule resumed; its next slots are enqueued at the next pass");
+        }
         tracing::info!(schedule = %name, paused, "schedule {}", if paused { "paused" } else { "resumed" });
         Ok(self.schedule_info(&sched, mark, now).await)
     }
