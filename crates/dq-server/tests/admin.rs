@@ -771,3 +771,76 @@ async fn delete_a_topic_from_its_page_after_confirming() {
     let r = a.submit("/", "/admin/topics/nosuch/delete", &[]).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
 }
+
+#[tokio::test]
+async fn schedules_page_lists_pauses_resumes_and_deletes_after_confirming() {
+    let a = embedded();
+    let r = a
+        .api(
+            "PUT",
+            "/v1/schedules/nightly",
+            Some(json!({"topic": "shop", "cron": "30 2 * * *", "timezone": "Europe/Berlin"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let page = "/admin/schedules";
+    let doc = a.get(page).await.doc();
+    let rows = cells(&doc, "schedules");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0][0], "nightly");
+    assert_eq!(rows[0][1], "shop");
+    assert_eq!(rows[0][2], "At 02:30 (Europe/Berlin)");
+    assert_eq!(rows[0][3], "Europe/Berlin");
+    assert!(
+        rows[0][4].contains("T02:30:00+0"),
+        "next runs in the zone: {rows:?}"
+    );
+    assert_eq!(rows[0][6], "one");
+    let r = a.submit(page, "/admin/schedules/nightly/pause", &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let doc = a.get(r.location()).await.doc();
+    assert!(
+        text_of(&doc, "#flash")
+            .unwrap()
+            .starts_with("Schedule paused")
+    );
+    assert_eq!(cells(&doc, "schedules")[0][4], "paused");
+    let v = a.api("GET", "/v1/schedules/nightly", None).await.json();
+    assert_eq!(v["spec"]["paused"], true);
+    let r = a.submit(page, "/admin/schedules/nightly/resume", &[]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let v = a.api("GET", "/v1/schedules/nightly", None).await.json();
+    assert_eq!(v["spec"]["paused"], Value::Null, "not paused: left out");
+    assert_eq!(v["next"].as_array().unwrap().len(), 5);
+    // Delete asks first.
+    let r = a.submit(page, "/admin/schedules/nightly/delete", &[]).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(
+        text_of(&r.doc(), "#question")
+            .unwrap()
+            .starts_with("Delete schedule nightly (At 02:30 (Europe/Berlin) on topic shop)?")
+    );
+    assert_eq!(
+        a.api("GET", "/v1/schedules/nightly", None).await.status,
+        StatusCode::OK
+    );
+    let r = a
+        .submit(
+            page,
+            "/admin/schedules/nightly/delete",
+            &[("confirm", "yes")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(
+        a.api("GET", "/v1/schedules/nightly", None).await.status,
+        StatusCode::NOT_FOUND
+    );
+    let doc = a.get(page).await.doc();
+    assert!(cells(&doc, "schedules").is_empty());
+    // Unknown schedule or action: 404.
+    let r = a.submit("/", "/admin/schedules/nosuch/pause", &[]).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    let r = a.submit("/", "/admin/schedules/nightly/explode", &[]).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+}

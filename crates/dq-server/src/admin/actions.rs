@@ -82,6 +82,62 @@ pub(super) async fn pause(
     }
 }
 
+/// `POST /admin/schedules/{name}/{pause|resume|delete}`; delete asks first.
+pub(super) async fn schedule_action(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((name, action)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let v = Viewer::of(&st, &headers);
+    let back = "/admin/schedules";
+    let f = match checked(&st, &v, &body) {
+        Ok(f) => f,
+        Err(e) => return error_page(&v, &e, back),
+    };
+    let svc = &st.service;
+    let r: Result<Result<(&str, u64), String>, ApiError> = async {
+        match action.as_str() {
+            "pause" => {
+                svc.pause_schedule(&name, true).await?;
+                Ok(Ok(("schedule-paused", 0)))
+            }
+            "resume" => {
+                svc.pause_schedule(&name, false).await?;
+                Ok(Ok(("schedule-resumed", 0)))
+            }
+            "delete" if f.get("confirm") == Some("yes") => {
+                Ok(Ok(("schedule-deleted", svc.delete_schedule(&name).await?)))
+            }
+            "delete" => {
+                let s = svc.schedule(&name).await?;
+                Ok(Err(format!(
+                    "Delete schedule {} ({} on topic {})? Jobs it enqueued ahead for coming slots are cancelled; jobs already due stay.",
+                    s.name, s.rule, s.spec.topic
+                )))
+            }
+            other => Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "route_not_found",
+                format!("no schedule action {other:?}: pause, resume or delete"),
+            )),
+        }
+    }
+    .await;
+    match r {
+        Ok(Ok((done, n))) => see_other(&format!("{back}?done={done}&n={n}")),
+        Ok(Err(question)) => render(&ConfirmPage::new(
+            &v,
+            question,
+            back,
+            format!("{back}/{}/delete", enc(&name)),
+            f.resubmitted(),
+            "delete it",
+        )),
+        Err(e) => error_page(&v, &e, back),
+    }
+}
+
 /// `POST /admin/topics/{topic}/delete`: asks first, then deletes the topic
 /// and every job in it.
 pub(super) async fn delete_topic(

@@ -51,6 +51,11 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/admin/login", get(pages::login_page).post(actions::login))
         .route("/admin/logout", post(actions::logout))
         .route("/admin/topics", post(actions::create_topic))
+        .route("/admin/schedules", get(pages::schedules_page))
+        .route(
+            "/admin/schedules/{name}/{action}",
+            post(actions::schedule_action),
+        )
         .route("/admin/topics/{topic}", get(pages::topic_page))
         .route(
             "/admin/topics/{topic}/settings",

@@ -70,6 +70,23 @@ pub(super) async fn overview(
     render(&OverviewPage::new(&v, done, stores, rows))
 }
 
+/// `GET /admin/schedules`: every schedule with its next and last runs.
+pub(super) async fn schedules_page(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<OverviewQuery>,
+) -> Response {
+    let v = Viewer::of(&st, &headers);
+    match st.service.schedules().await {
+        Ok(list) => render(&super::views::SchedulesPage::new(
+            &v,
+            q.done.map(|d| (d, q.n.unwrap_or(0))),
+            &list,
+        )),
+        Err(e) => error_page(&v, &ApiError::from(e), "/"),
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub(super) struct OverviewQuery {
     done: Option<String>,

@@ -91,6 +91,9 @@ pub(super) fn done_text(code: &str, n: u64) -> Option<String> {
         "paused" => "Topic paused: nothing is handed out until the pause ends.".into(),
         "resumed" => "Topic resumed.".into(),
         "deleted" => format!("Topic deleted, with its {n} job(s)."),
+        "schedule-paused" => "Schedule paused: it fires nothing until resumed (jobs it had enqueued ahead are cancelled).".into(),
+        "schedule-resumed" => "Schedule resumed: it fires from now on.".into(),
+        "schedule-deleted" => format!("Schedule deleted; {n} job(s) enqueued ahead cancelled."),
         _ => return None,
     })
 }
@@ -199,6 +202,71 @@ impl<'a> ConfirmPage<'a> {
             action,
             fields,
             yes,
+        }
+    }
+}
+
+/// `/admin/schedules`: every schedule, its next and last runs.
+#[derive(Template)]
+#[template(path = "schedules.html")]
+pub(super) struct SchedulesPage<'a> {
+    page: Layout<'a>,
+    flash: Option<String>,
+    schedules: Vec<ScheduleRow>,
+}
+
+impl<'a> SchedulesPage<'a> {
+    pub(super) fn new(
+        v: &'a Viewer,
+        done: Option<(String, u64)>,
+        schedules: &[dq_api::ScheduleInfo],
+    ) -> Self {
+        Self {
+            page: Layout::new(v, "Schedules", true),
+            flash: done.and_then(|(code, n)| done_text(&code, n)),
+            schedules: schedules.iter().map(ScheduleRow::new).collect(),
+        }
+    }
+}
+
+/// One schedule as the page shows it.
+pub(super) struct ScheduleRow {
+    name: String,
+    topic: String,
+    topic_href: String,
+    action_href: String,
+    rule: String,
+    timezone: String,
+    paused: bool,
+    /// The next three runs.
+    next: Vec<String>,
+    last: String,
+    /// The last run's job and its state.
+    last_job: Option<String>,
+    catch_up: &'static str,
+}
+
+impl ScheduleRow {
+    fn new(s: &dq_api::ScheduleInfo) -> Self {
+        Self {
+            name: s.name.clone(),
+            topic: s.spec.topic.clone(),
+            topic_href: topic_href(&s.spec.topic),
+            action_href: format!("/admin/schedules/{}", enc(&s.name)),
+            rule: s.rule.clone(),
+            timezone: s.spec.timezone.clone().unwrap_or_else(|| "UTC".into()),
+            paused: s.spec.paused,
+            next: s.next.iter().take(3).map(|n| n.at.clone()).collect(),
+            last: s.last.as_ref().map_or_else(|| "-".into(), |l| l.at.clone()),
+            last_job: s.last_job.as_ref().map(|j| {
+                format!(
+                    "{} {}",
+                    j.id,
+                    j.state
+                        .map_or_else(|| "done or cancelled".to_string(), |st| st.to_string())
+                )
+            }),
+            catch_up: s.spec.catch_up.unwrap_or_default().as_str(),
         }
     }
 }
