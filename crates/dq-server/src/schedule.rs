@@ -24,8 +24,8 @@
 //! latest missed slot, due now), `all` (every missed slot, the latest
 //! [`MAX_CATCH_UP`] at most, due now).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{LocalResult, NaiveDateTime, TimeZone, Timelike, Utc};
@@ -53,6 +53,8 @@ pub const FIRING_DEDUP_MS: u64 = 3_600_000;
 pub const MAX_NAME_LEN: usize = 200;
 /// Smallest `every`.
 pub const MIN_EVERY_MS: u64 = 1_000;
+/// Largest `every` (about ten years: slot arithmetic stays far from overflow).
+pub const MAX_EVERY_MS: u64 = 3660 * 86_400_000;
 /// Slots shown in a schedule's reply.
 pub const NEXT_SHOWN: usize = 5;
 
@@ -223,10 +225,10 @@ impl Schedule {
                     )
                 })?;
                 let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-                if ms < MIN_EVERY_MS {
+                if !(MIN_EVERY_MS..=MAX_EVERY_MS).contains(&ms) {
                     return Err(bad(
                         "invalid_every",
-                        format!("every must be at least 1s, got {e:?}"),
+                        format!("every must be between 1s and 3660d, got {e:?}"),
                     ));
                 }
                 if d.subsec_nanos() % 1_000_000 != 0 {
@@ -542,8 +544,15 @@ pub struct Pass {
     pub failed: u64,
 }
 
-/// Parsed schedules by their stored text, so a pass parses each once.
-type Parsed = Mutex<HashMap<String, (String, Arc<Schedule>)>>;
+/// What passes remember: each schedule parsed once per stored text, and
+/// what failed last time, so a failure is logged when it starts and when it
+/// ends, not at every pass.
+#[derive(Default)]
+struct Memory {
+    parsed: HashMap<String, (String, Arc<Schedule>)>,
+    failing: HashSet<String>,
+    list_failing: bool,
+}
 
 impl Scheduler {
     /// A scheduler over `svc`.
@@ -553,11 +562,19 @@ impl Scheduler {
 
     /// Runs passes until `cancel` fires.
     pub async fn run(self, cancel: CancellationToken) {
-        let parsed = Parsed::default();
+        let mut mem = Memory::default();
         loop {
             let now = self.svc.clock().now_ms();
-            if let Err(e) = pass_with(&self.svc, now, &parsed).await {
-                tracing::warn!(error = %e, "schedules could not be read; trying again");
+            match pass_with(&self.svc, now, &mut mem).await {
+                Err(e) if !mem.list_failing => {
+                    mem.list_failing = true;
+                    tracing::warn!(error = %e, "schedules cannot be read; trying again every {TICK:?}");
+                }
+                Ok(_) if mem.list_failing => {
+                    mem.list_failing = false;
+                    tracing::info!("schedules can be read again");
+                }
+                _ => {}
             }
             tokio::select! {
                 () = cancel.cancelled() => return,
@@ -573,29 +590,31 @@ impl Scheduler {
 /// # Errors
 /// When the schedules cannot be listed.
 pub async fn pass(svc: &Service, now: u64) -> crate::service::Result<Pass> {
-    pass_with(svc, now, &Parsed::default()).await
+    pass_with(svc, now, &mut Memory::default()).await
 }
 
-async fn pass_with(svc: &Service, now: u64, parsed: &Parsed) -> crate::service::Result<Pass> {
+async fn pass_with(svc: &Service, now: u64, mem: &mut Memory) -> crate::service::Result<Pass> {
     let records = svc.store().list_records(KIND).await?;
+    mem.parsed
+        .retain(|name, _| records.iter().any(|(n, _)| n == name));
     let mut out = Pass::default();
     for (name, rec) in records {
-        let sched = {
-            let mut cache = parsed.lock().expect("poisoned");
-            match cache.get(&name) {
-                Some((v, s)) if *v == rec.value => Some(s.clone()),
-                _ => match Schedule::from_record(&name, &rec.value, svc.limits()) {
-                    Ok(s) => {
-                        let s = Arc::new(s);
-                        cache.insert(name.clone(), (rec.value.clone(), s.clone()));
-                        Some(s)
-                    }
-                    Err(e) => {
+        let sched = match mem.parsed.get(&name) {
+            Some((v, s)) if *v == rec.value => Some(s.clone()),
+            _ => match Schedule::from_record(&name, &rec.value, svc.limits()) {
+                Ok(s) => {
+                    let s = Arc::new(s);
+                    mem.parsed
+                        .insert(name.clone(), (rec.value.clone(), s.clone()));
+                    Some(s)
+                }
+                Err(e) => {
+                    if mem.failing.insert(name.clone()) {
                         tracing::warn!(schedule = %name, error = %e.message, "stored schedule is not valid; skipped");
-                        None
                     }
-                },
-            }
+                    None
+                }
+            },
         };
         let Some(sched) = sched else {
             out.failed += 1;
@@ -605,10 +624,17 @@ async fn pass_with(svc: &Service, now: u64, parsed: &Parsed) -> crate::service::
             continue;
         }
         match fire(svc, &sched, rec.mark, now).await {
-            Ok(n) => out.created += n,
+            Ok(n) => {
+                out.created += n;
+                if mem.failing.remove(&name) {
+                    tracing::info!(schedule = %name, "schedule fires again");
+                }
+            }
             Err(e) => {
                 out.failed += 1;
-                tracing::warn!(schedule = %name, error = %e, "schedule not fired; trying again");
+                if mem.failing.insert(name.clone()) {
+                    tracing::warn!(schedule = %name, error = %e, "schedule not fired; trying again at each pass");
+                }
             }
         }
     }
@@ -876,6 +902,8 @@ mod tests {
             })
         };
         assert_eq!(every("999ms").code, "invalid_every");
+        assert_eq!(every("3661d").code, "invalid_every");
+        assert_eq!(every("584942417355y").code, "invalid_every");
         assert_eq!(every("soon").code, "invalid_every");
         let e = err(|s| {
             s.start_at = Some("2026-12-02T00:00:00Z".into());
