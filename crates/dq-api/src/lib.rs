@@ -590,8 +590,8 @@ pub struct ScheduleList {
 pub struct ScheduleDeleted {
     /// The schedule.
     pub name: String,
-    /// Jobs already enqueued for coming slots that were cancelled with it.
-    pub cancelled_jobs: u64,
+    /// Always true (an unknown schedule is 404).
+    pub deleted: bool,
 }
 
 // ---- topics -----------------------------------------------------------------

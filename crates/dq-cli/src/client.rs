@@ -878,15 +878,15 @@ impl ClientCmd {
                     }
                     SchedulesCmd::Delete { name, yes } => {
                         confirm(&format!("Delete schedule {name:?}?"), yes)?;
-                        let cancelled_jobs = api.delete_schedule(&name).await?;
+                        api.delete_schedule(&name).await?;
                         if conn.json {
                             print_json(&wire::ScheduleDeleted {
                                 name,
-                                cancelled_jobs,
+                                deleted: true,
                             });
                         } else {
                             println!(
-                                "{name} deleted; {cancelled_jobs} job(s) enqueued ahead for coming slots cancelled"
+                                "{name} deleted (jobs it enqueued ahead, due within 2 s, still run)"
                             );
                         }
                     }

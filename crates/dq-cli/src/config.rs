@@ -192,7 +192,17 @@ pub(crate) struct Settings {
 }
 
 /// A `[schedules.<name>]` table as the API's schedule settings.
-fn schedule_spec(name: &str, table: toml::Value) -> Result<dq_api::ScheduleSpec> {
+fn schedule_spec(name: &str, mut table: toml::Value) -> Result<dq_api::ScheduleSpec> {
+    // A TOML date-time (start_at = 2026-12-01T09:00:00Z, unquoted) is the
+    // API's RFC 3339 string.
+    if let Some(t) = table.as_table_mut() {
+        for key in ["start_at", "end_at"] {
+            if let Some(toml::Value::Datetime(d)) = t.get(key) {
+                let text = d.to_string();
+                t.insert(key.into(), toml::Value::String(text));
+            }
+        }
+    }
     let json = serde_json::to_string(&table).context("schedule as JSON")?;
     serde_json::from_str(&json).with_context(|| format!("[schedules.{name}]"))
 }
@@ -587,7 +597,7 @@ mod tests {
         let path = dir.path().join("dq.toml");
         std::fs::write(
             &path,
-            "[schedules.daily-report]\ntopic = \"reports\"\ncron = \"0 9 * * MON-FRI\"\ntimezone = \"Europe/Berlin\"\nbody = { report = \"daily\", n = 3 }\ncatch_up = \"all\"\n\n[schedules.tick]\ntopic = \"t\"\nevery = \"90s\"\n",
+            "[schedules.daily-report]\ntopic = \"reports\"\ncron = \"0 9 * * MON-FRI\"\ntimezone = \"Europe/Berlin\"\nbody = { report = \"daily\", n = 3 }\ncatch_up = \"all\"\nstart_at = 2026-12-01T09:00:00+01:00\n\n[schedules.tick]\ntopic = \"t\"\nevery = \"90s\"\nend_at = \"2027-01-01T00:00:00Z\"\n",
         )
         .unwrap();
         let s = ServeArgs {
@@ -604,6 +614,11 @@ mod tests {
             r#"{"n":3,"report":"daily"}"#
         );
         assert_eq!(s.schedules["tick"].every.as_deref(), Some("90s"));
+        assert_eq!(d.start_at.as_deref(), Some("2026-12-01T09:00:00+01:00"));
+        assert_eq!(
+            s.schedules["tick"].end_at.as_deref(),
+            Some("2027-01-01T00:00:00Z")
+        );
         // A key the API does not know is refused, with the schedule named.
         std::fs::write(&path, "[schedules.x]\ntopic = \"t\"\nevry = \"1s\"\n").unwrap();
         let err = ServeArgs {

@@ -683,13 +683,13 @@ impl Client {
         .await
     }
 
-    /// Deletes a schedule; returns how many jobs enqueued ahead for its
-    /// coming slots were cancelled with it.
+    /// Deletes a schedule (the jobs it enqueued ahead, due within 2 s, still
+    /// run).
     ///
     /// # Errors
     /// [`Error::NotFound`] for an unknown schedule.
-    pub async fn delete_schedule(&self, name: &str) -> Result<u64> {
-        let r: wire::ScheduleDeleted = self
+    pub async fn delete_schedule(&self, name: &str) -> Result<()> {
+        let _: wire::ScheduleDeleted = self
             .call(
                 Method::DELETE,
                 format!("{}/v1/schedules/{}", self.base, encode_segment(name)),
@@ -697,7 +697,7 @@ impl Client {
                 false,
             )
             .await?;
-        Ok(r.cancelled_jobs)
+        Ok(())
     }
 
     /// Deletes a topic and all its jobs; returns how many jobs.

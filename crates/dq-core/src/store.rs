@@ -326,8 +326,8 @@ pub const MAX_RECORD_BYTES: usize = 1 << 20;
 pub struct Record {
     /// What the owner wrote (a schedule's settings as JSON).
     pub value: String,
-    /// A number only ever raised by [`Store::raise_mark`] (a schedule's
-    /// progress: every slot up to it is dealt with).
+    /// A number [`Store::raise_mark`] only raises, and [`Store::put_record`]
+    /// sets (a schedule's progress: every slot up to it is dealt with).
     pub mark: u64,
 }
 

@@ -192,7 +192,10 @@ pub(crate) fn enqueue(
         if dedup
             && cx
                 .conn
-                .prepare_cached("SELECT 1 FROM dedup WHERE tid = ?1 AND id = ?2")?
+                .prepare_cached(
+                    "SELECT 1 FROM dedup WHERE tid = ?1 AND id = ?2
+                     AND NOT EXISTS (SELECT 1 FROM jobs WHERE tid = ?1 AND id = ?2)",
+                )?
                 .exists(params![tid, id.as_str()])?
         {
             out.push(Enqueued {

@@ -553,10 +553,10 @@ pub(crate) async fn delete_schedule(
     State(st): State<AppState>,
     Path(name): Path<String>,
 ) -> ApiResult {
-    let cancelled_jobs = st.service.delete_schedule(&name).await?;
+    st.service.delete_schedule(&name).await?;
     reply(wire::ScheduleDeleted {
         name,
-        cancelled_jobs,
+        deleted: true,
     })
 }
 

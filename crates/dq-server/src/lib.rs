@@ -278,7 +278,7 @@ impl Server {
     /// Applies schedules (from the config file) before serving, each as
     /// `PUT /v1/schedules/{name}`: one that is stored with the same
     /// settings keeps its progress (a restart catches up as its
-    /// `catch_up` says).
+    /// `catch_up` says), and one paused through the API stays paused.
     ///
     /// # Errors
     /// The first schedule refused, or a store error.
@@ -289,7 +289,7 @@ impl Server {
         for (name, spec) in schedules {
             self.state
                 .service
-                .put_schedule(name, spec.clone())
+                .apply_schedule(name, spec.clone())
                 .await
                 .map_err(|e| {
                     let e = ApiError::from(e);

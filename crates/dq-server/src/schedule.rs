@@ -57,6 +57,15 @@ pub const MIN_EVERY_MS: u64 = 1_000;
 pub const MAX_EVERY_MS: u64 = 3660 * 86_400_000;
 /// Slots shown in a schedule's reply.
 pub const NEXT_SHOWN: usize = 5;
+/// Most schedules a store keeps (every instance reads them all each pass).
+pub const MAX_SCHEDULES: usize = 10_000;
+/// A slot is missed (and `catch_up` decides) once it is this far behind
+/// the pass that finds it not enqueued: no pass ran from `LEAD_MS` before
+/// it to this after it. A slot found less late is fired as it is.
+pub const MISSED_AFTER_MS: u64 = 500;
+/// Most cron candidates looked at to find one slot (a per-second rule
+/// steps through a whole repeated hour at a fall-back).
+const CRON_STEPS: usize = 100_000;
 
 /// A rule's moments.
 #[derive(Debug, Clone)]
@@ -318,6 +327,38 @@ impl Schedule {
         self.spec.paused
     }
 
+    /// The same schedule, paused or not.
+    ///
+    /// # Errors
+    /// As [`Schedule::new`] (the settings were valid: none in practice).
+    pub fn with_paused(&self, paused: bool, limits: &Limits) -> Result<Self, InvalidInput> {
+        let spec = wire::ScheduleSpec {
+            paused,
+            ..self.spec.clone()
+        };
+        Self::new(&self.name, spec, limits)
+    }
+
+    /// Refuses a cron rule that never fires (`0 0 30 2 *`: 30 February):
+    /// looking for its slots would search centuries at every pass.
+    ///
+    /// # Errors
+    /// `invalid_cron`.
+    pub fn check_fires(&self, now: u64) -> Result<(), InvalidInput> {
+        if let Rule::Cron(c) = &self.rule
+            && self.cron_after(c, now).is_none()
+        {
+            return Err(bad(
+                "invalid_cron",
+                format!(
+                    "cron expression {:?} never fires",
+                    self.spec.cron.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// What `catch_up` says.
     pub fn catch_up(&self) -> CatchUp {
         self.catch_up
@@ -464,7 +505,7 @@ impl Schedule {
         let mut local = self.local(t - t % 1000)?;
         // A fold shows a wall-clock hour twice; its slots fire at their
         // first occurrence only, so one seen before t is passed over.
-        for _ in 0..10_000 {
+        for _ in 0..CRON_STEPS {
             let next = c.find_next_occurrence(&local, false).ok()?;
             let at = self.instant(next)?;
             if at > t {
@@ -477,9 +518,16 @@ impl Schedule {
 
     fn cron_before(&self, c: &Cron, t: u64) -> Option<u64> {
         // The second after the one holding t - 1: slots strictly before t.
-        let ceil = (t - 1) - (t - 1) % 1000 + 1000;
+        let t1 = t.checked_sub(1)?;
+        let ceil = t1 - t1 % 1000 + 1000;
         let mut local = self.local(ceil)?;
-        for _ in 0..10_000 {
+        // In the second pass of a repeated hour, slots of the first pass
+        // with a later wall-clock time are earlier instants: start from the
+        // end of the fold.
+        if let LocalResult::Ambiguous(first, second) = self.tz.from_local_datetime(&local) {
+            local += second.naive_utc() - first.naive_utc();
+        }
+        for _ in 0..CRON_STEPS {
             let prev = c.find_previous_occurrence(&local, false).ok()?;
             let at = self.instant(prev)?;
             if at < t {
@@ -499,15 +547,17 @@ impl Schedule {
             return (Vec::new(), mark);
         }
         let mut slots = Vec::new();
+        // Missed: before `late`; from there on, fired as they are.
+        let late = now.saturating_sub(MISSED_AFTER_MS);
         match self.catch_up {
             CatchUp::Skip => {}
             CatchUp::One => {
-                if let Some(s) = self.prev_before(now).filter(|s| *s > mark) {
+                if let Some(s) = self.prev_before(late).filter(|s| *s > mark) {
                     slots.push(s);
                 }
             }
             CatchUp::All => {
-                let mut at = now;
+                let mut at = late;
                 while slots.len() < MAX_CATCH_UP {
                     match self.prev_before(at).filter(|s| *s > mark) {
                         Some(s) => {
@@ -520,7 +570,7 @@ impl Schedule {
                 slots.reverse();
             }
         }
-        let mut at = mark.max(now.saturating_sub(1));
+        let mut at = mark.max(late.saturating_sub(1));
         while let Some(s) = self.next_after(at).filter(|s| *s <= horizon) {
             slots.push(s);
             at = s;
@@ -564,8 +614,8 @@ impl Scheduler {
     pub async fn run(self, cancel: CancellationToken) {
         let mut mem = Memory::default();
         loop {
-            let now = self.svc.clock().now_ms();
-            match pass_with(&self.svc, now, &mut mem).await {
+            let clock = self.svc.clock().clone();
+            match pass_with(&self.svc, &|| clock.now_ms(), &mut mem).await {
                 Err(e) if !mem.list_failing => {
                     mem.list_failing = true;
                     tracing::warn!(error = %e, "schedules cannot be read; trying again every {TICK:?}");
@@ -590,13 +640,20 @@ impl Scheduler {
 /// # Errors
 /// When the schedules cannot be listed.
 pub async fn pass(svc: &Service, now: u64) -> crate::service::Result<Pass> {
-    pass_with(svc, now, &mut Memory::default()).await
+    pass_with(svc, &|| now, &mut Memory::default()).await
 }
 
-async fn pass_with(svc: &Service, now: u64, mem: &mut Memory) -> crate::service::Result<Pass> {
+/// A pass; `now` is read for each schedule, so a slow one does not make
+/// the next ones' slots look missed.
+async fn pass_with(
+    svc: &Service,
+    now: &(dyn Fn() -> u64 + Sync),
+    mem: &mut Memory,
+) -> crate::service::Result<Pass> {
     let records = svc.store().list_records(KIND).await?;
-    mem.parsed
-        .retain(|name, _| records.iter().any(|(n, _)| n == name));
+    let names: HashSet<&str> = records.iter().map(|(n, _)| n.as_str()).collect();
+    mem.parsed.retain(|name, _| names.contains(name.as_str()));
+    mem.failing.retain(|name| names.contains(name.as_str()));
     let mut out = Pass::default();
     for (name, rec) in records {
         let sched = match mem.parsed.get(&name) {
@@ -623,7 +680,7 @@ async fn pass_with(svc: &Service, now: u64, mem: &mut Memory) -> crate::service:
         if sched.paused() {
             continue;
         }
-        match fire(svc, &sched, rec.mark, now).await {
+        match fire(svc, &sched, rec.mark, now()).await {
             Ok(n) => {
                 out.created += n;
                 if mem.failing.remove(&name) {
@@ -650,7 +707,9 @@ pub(crate) async fn fire(
     now: u64,
 ) -> crate::service::Result<u64> {
     let (slots, new_mark) = sched.due(mark, now, LEAD_MS);
-    if new_mark <= mark {
+    // Nothing due: the mark may stay (no slot lies between it and the
+    // horizon), which saves a store call per idle schedule and pass.
+    if new_mark <= mark || slots.is_empty() {
         return Ok(0);
     }
     let missed = slots.iter().filter(|s| **s < now).count();
@@ -811,6 +870,16 @@ mod tests {
             ]
         );
         assert_eq!(s.prev_before(got[1]), Some(got[0]));
+        // Within the second pass of the repeated hour, the last slot before
+        // is the first pass's latest one (01:45 EDT), not 01:00 EDT.
+        let s = cron("*/15 * * * *", "America/New_York");
+        assert_eq!(
+            s.prev_before(at("2026-11-01T06:10:00Z")),
+            Some(at("2026-11-01T05:45:00Z"))
+        );
+        let (slots, _) = s.due(at("2026-11-01T05:37:00Z"), at("2026-11-01T06:10:00Z"), 0);
+        assert_eq!(slots, [at("2026-11-01T05:45:00Z")], "catch-up one finds it");
+        assert_eq!(s.prev_before(0), None);
     }
 
     #[test]
@@ -844,8 +913,9 @@ mod tests {
             })
         };
         let t0 = 1_000_000;
-        // Down from t0 (mark t0) to t0 + 5.5 s, lead 2 s.
-        let now = t0 + 5_500;
+        // Down from t0 (mark t0) to t0 + 5.6 s, lead 2 s: slot 5 is more
+        // than MISSED_AFTER_MS late.
+        let now = t0 + 5_600;
         let upcoming = vec![t0 + 6_000, t0 + 7_000];
         let (s, m) = every(CatchUp::Skip).due(t0, now, 2_000);
         assert_eq!((s, m), (upcoming.clone(), now + 2_000));

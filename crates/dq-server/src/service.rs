@@ -771,23 +771,75 @@ impl Service {
     /// job). The same settings as stored change nothing.
     ///
     /// # Errors
-    /// Bad settings (see [`crate::schedule::Schedule::new`]); a store error.
+    /// Bad settings (see [`crate::schedule::Schedule::new`]; a cron rule
+    /// that never fires is `invalid_cron`); `too_many_schedules`; a store
+    /// error.
     pub async fn put_schedule(
         &self,
         name: &str,
         spec: dq_api::ScheduleSpec,
     ) -> Result<(bool, dq_api::ScheduleInfo)> {
-        use crate::schedule::{KIND, Schedule};
-        let sched = Schedule::new(name, spec, &self.limits)?;
+        self.save_schedule(name, spec, false).await
+    }
+
+    /// As [`Service::put_schedule`] for the config file at start: a schedule
+    /// stored with the same settings but paused (through the API) stays
+    /// paused, with its progress.
+    ///
+    /// # Errors
+    /// As [`Service::put_schedule`].
+    pub async fn apply_schedule(
+        &self,
+        name: &str,
+        spec: dq_api::ScheduleSpec,
+    ) -> Result<(bool, dq_api::ScheduleInfo)> {
+        self.save_schedule(name, spec, true).await
+    }
+
+    async fn save_schedule(
+        &self,
+        name: &str,
+        spec: dq_api::ScheduleSpec,
+        keep_pause: bool,
+    ) -> Result<(bool, dq_api::ScheduleInfo)> {
+        use crate::schedule::{KIND, MAX_SCHEDULES, Schedule};
+        let mut sched = Schedule::new(name, spec, &self.limits)?;
         let now = self.now();
+        sched.check_fires(now)?;
+        let stored = self.store.get_record(KIND, name).await?;
+        if let Some(rec) = &stored {
+            let old = Schedule::from_record(name, &rec.value, &self.limits).ok();
+            if keep_pause
+                && let Some(old) = &old
+                && old.paused()
+                && !sched.paused()
+            {
+                sched = sched.with_paused(true, &self.limits)?;
+            }
+            // The same settings again (a restart applying dq.toml): nothing
+            // changes, progress included — slots missed meanwhile are
+            // caught up as `catch_up` says.
+            if rec.value == sched.to_record() {
+                return Ok((false, self.schedule_info(&sched, rec.mark, now).await));
+            }
+        } else if self.store.list_records(KIND).await?.len() >= MAX_SCHEDULES {
+            return Err(InvalidInput::new(
+                "too_many_schedules",
+                format!("at most {MAX_SCHEDULES} schedules; delete one first"),
+            )
+            .into());
+        }
         let value = sched.to_record();
-        // The same settings again (a restart applying dq.toml): nothing
-        // changes, progress included — slots missed meanwhile are caught up
-        // as `catch_up` says.
-        if let Some(rec) = self.store.get_record(KIND, name).await?
-            && rec.value == value
-        {
-            return Ok((false, self.schedule_info(&sched, rec.mark, now).await));
+        if value.len() > dq_core::MAX_RECORD_BYTES {
+            return Err(InvalidInput::new(
+                "body_too_large",
+                format!(
+                    "a schedule's settings are at most {} bytes, got {}",
+                    dq_core::MAX_RECORD_BYTES,
+                    value.len()
+                ),
+            )
+            .into());
         }
         let created = self.store.put_record(KIND, name, &value, now).await?;
         // Its first slots at once, not at the next pass.
@@ -809,7 +861,7 @@ impl Service {
     }
 
     /// Every schedule, by name. One whose stored settings this dq cannot
-    /// read is left out (and logged).
+    /// read is left out (and logged; it can still be deleted).
     ///
     /// # Errors
     /// A store error.
@@ -837,27 +889,19 @@ impl Service {
         Ok(self.schedule_info(&sched, mark, self.now()).await)
     }
 
-    /// Pauses (`true`) or resumes a schedule. Pausing cancels the jobs
-    /// already enqueued for its coming slots; resuming starts from now
+    /// Pauses (`true`) or resumes a schedule. A pause stops the slots not
+    /// enqueued yet: the jobs already enqueued ahead (due within
+    /// [`crate::schedule::LEAD_MS`]) still run. Resuming starts from now
     /// (slots passed while paused are not fired).
     ///
     /// # Errors
     /// [`Error::ScheduleNotFound`]; a store error.
     pub async fn pause_schedule(&self, name: &str, paused: bool) -> Result<dq_api::ScheduleInfo> {
-        use crate::schedule::{KIND, Schedule};
+        use crate::schedule::KIND;
         let (sched, mark) = self.load_schedule(name).await?;
         let now = self.now();
-        let spec = dq_api::ScheduleSpec {
-            paused,
-            ..sched.spec.clone()
-        };
-        let sched = Schedule::new(name, spec, &self.limits)?;
-        let mark = if paused {
-            self.cancel_coming(&sched, mark, now).await;
-            mark.max(now)
-        } else {
-            now
-        };
+        let sched = sched.with_paused(paused, &self.limits)?;
+        let mark = if paused { mark.max(now) } else { now };
         self.store
             .put_record(KIND, name, &sched.to_record(), mark)
             .await?;
@@ -868,13 +912,15 @@ impl Service {
         Ok(self.schedule_info(&sched, mark, now).await)
     }
 
-    /// Deletes a schedule and cancels the jobs already enqueued for its
-    /// coming slots; returns how many were cancelled.
+    /// Deletes a schedule (one this dq cannot read too). The jobs already
+    /// enqueued ahead for its coming slots (due within
+    /// [`crate::schedule::LEAD_MS`]) still run: a schedule put again under
+    /// the same name finds them, one job per slot.
     ///
     /// # Errors
     /// [`Error::ScheduleNotFound`]; a store error.
-    pub async fn delete_schedule(&self, name: &str) -> Result<u64> {
-        let (sched, mark) = self.load_schedule(name).await?;
+    pub async fn delete_schedule(&self, name: &str) -> Result<()> {
+        crate::schedule::check_name(name)?;
         if !self
             .store
             .delete_record(crate::schedule::KIND, name)
@@ -882,9 +928,8 @@ impl Service {
         {
             return Err(Error::ScheduleNotFound(name.to_string()));
         }
-        let cancelled = self.cancel_coming(&sched, mark, self.now()).await;
-        tracing::info!(schedule = %name, cancelled, "schedule deleted");
-        Ok(cancelled)
+        tracing::info!(schedule = %name, "schedule deleted");
+        Ok(())
     }
 
     async fn load_schedule(&self, name: &str) -> Result<(crate::schedule::Schedule, u64)> {
@@ -897,22 +942,6 @@ impl Service {
             .ok_or_else(|| Error::ScheduleNotFound(name.to_string()))?;
         let sched = Schedule::from_record(name, &rec.value, &self.limits)?;
         Ok((sched, rec.mark))
-    }
-
-    /// Cancels the waiting jobs of `sched`'s slots in (now, mark]: enqueued
-    /// ahead, not yet due. Returns how many.
-    async fn cancel_coming(&self, sched: &crate::schedule::Schedule, mark: u64, now: u64) -> u64 {
-        let mut n = 0;
-        let mut at = now;
-        while let Some(s) = sched.next_after(at).filter(|s| *s <= mark) {
-            if let Ok(Some(JobState::Scheduled | JobState::Ready)) =
-                self.store.cancel(&sched.topic, &sched.job_id(s), now).await
-            {
-                n += 1;
-            }
-            at = s;
-        }
-        n
     }
 
     async fn schedule_info(

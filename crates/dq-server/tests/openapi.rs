@@ -231,7 +231,7 @@ fn routes() -> Vec<Route> {
                 "200",
                 to(ScheduleDeleted {
                     name: "n".into(),
-                    cancelled_jobs: 1,
+                    deleted: true,
                 }),
             )],
         ),

@@ -177,6 +177,11 @@ async fn put_get_list_delete_and_refusals(fresh: Fresh) {
         ("bad", with("every", json!("often")), "invalid_every"),
         (
             "bad",
+            json!({"topic": "t", "cron": "0 0 30 2 *"}),
+            "invalid_cron",
+        ),
+        (
+            "bad",
             with("timezone", json!("Europe/Atlantis")),
             "invalid_timezone",
         ),
@@ -238,7 +243,7 @@ async fn put_get_list_delete_and_refusals(fresh: Fresh) {
         (s, v),
         (
             StatusCode::OK,
-            json!({"name": "daily-report", "cancelled_jobs": 0})
+            json!({"name": "daily-report", "deleted": true})
         )
     );
     for (method, path) in [
@@ -354,17 +359,28 @@ async fn pause_resume_end_at(fresh: Fresh) {
     )
     .await;
     w.pass_at(t0 + 500).await;
-    // Pausing cancels what was enqueued ahead (slots 1, 2).
+    // A pause stops what is not enqueued yet; slots 1 and 2 (enqueued
+    // ahead, due within the lead) still run.
     let (s, v) = w.api.call("POST", "/v1/schedules/p/pause", None).await;
     assert_eq!(s, StatusCode::OK, "{v}");
     assert_eq!(
         (v["spec"]["paused"].clone(), v["next"].clone()),
         (json!(true), json!([]))
     );
-    assert_eq!(w.jobs("p").await, []);
     for dt in [1_000, 3_000, 9_000] {
         assert_eq!(w.pass_at(t0 + dt).await, 0, "paused");
     }
+    assert_eq!(w.jobs("p").await, slot_ids("p", &[t0 + 1_000, t0 + 2_000]));
+    // A start with the config file's settings keeps the pause.
+    let spec =
+        json!({"topic": "p", "every": "1s", "end_at": "2026-12-01T10:00:20Z", "catch_up": "all"});
+    let (created, info) = w
+        .state
+        .service
+        .apply_schedule("p", serde_json::from_value(spec).unwrap())
+        .await
+        .unwrap();
+    assert!(!created && info.spec.paused, "{info:?}");
     // Resumed at +10.2 s: from then on, nothing of the pause caught up.
     w.clock.set(t0 + 10_200);
     let (s, v) = w.api.call("POST", "/v1/schedules/p/resume", None).await;
@@ -384,12 +400,25 @@ async fn pause_resume_end_at(fresh: Fresh) {
     assert_eq!(got.len(), 8, "13..=20: {got:?}");
     let (_, v) = w.api.call("GET", "/v1/schedules/p", None).await;
     assert_eq!(v["next"], json!([]), "over");
-    // Deleting cancels the coming slots' jobs.
-    w.put("d", json!({"topic": "d", "every": "1s"})).await;
-    w.pass().await;
-    let (_, v) = w.api.call("DELETE", "/v1/schedules/d", None).await;
-    assert_eq!(v["cancelled_jobs"], 2, "{v}");
-    assert_eq!(w.jobs("d").await, []);
+
+    // Pause and resume within the lead, delete and put again: each slot
+    // once, none lost.
+    let t1 = t0 + 60_000;
+    w.clock.set(t1);
+    w.put("q", json!({"topic": "q", "every": "1s"})).await;
+    w.clock.set(t1 + 200);
+    w.api.call("POST", "/v1/schedules/q/pause", None).await;
+    w.clock.set(t1 + 400);
+    w.api.call("POST", "/v1/schedules/q/resume", None).await;
+    w.clock.set(t1 + 600);
+    let (_, v) = w.api.call("DELETE", "/v1/schedules/q", None).await;
+    assert_eq!(v, json!({"name": "q", "deleted": true}));
+    w.put("q", json!({"topic": "q", "every": "1s"})).await;
+    w.pass_at(t1 + 1_100).await;
+    assert_eq!(
+        w.jobs("q").await,
+        slot_ids("q", &[t1 + 1_000, t1 + 2_000, t1 + 3_000])
+    );
 }
 
 async fn two_instances_give_one_job_per_slot(fresh: Fresh) {

@@ -1112,6 +1112,12 @@ pub async fn dedup_window_refuses_ended_ids(s: &dyn Store) {
     s.nack(&t, &l.id, Nack::dead(&l.token, "no"), T0 + 2002)
         .await
         .unwrap();
+    // While its dead letter exists, the id is answered as existing.
+    let e = put(s, &t, dd("b", Some(1000)), T0 + 2003).await;
+    assert!(
+        !e.deduplicated && !e.created && e.state == JobState::Dead,
+        "{e:?}"
+    );
     assert_eq!(s.purge_dead(&t, 10).await.unwrap(), 1);
     assert!(
         put(s, &t, dd("b", Some(1000)), T0 + 3001)

@@ -8,7 +8,9 @@
 --   3 deduplicated: the id is in its dedup window, nothing written),
 --   due ms, state letter (s | y | r | d).
 -- The dedup set is trimmed of ended windows once per call, and only read
--- when it exists: a topic that never uses dedup pays nothing for it.
+-- when it exists (one EXISTS per call otherwise); the topic's default window
+-- is one HGET per call. A job that exists is answered as existing, in its
+-- window or not (a replayed dead letter is live again).
 -- Side effects: job records (HSETNX for a new id, HSET when replacing),
 --   sched/ready/wheel, ctr.enqueued, ctr.seq (once per call) and ctr.far;
 --   one PUBLISH on WAKE_CHANNEL when a job is due now or makes the next
@@ -17,6 +19,7 @@
 -- the wake-up exactly as place() does, without a read per job).
 local now = clock_ms(ARGV[2])
 local cfg = nil
+local topic_dd = nil
 local out = {}
 local woke = false
 local created = 0
@@ -37,7 +40,7 @@ for i = 3, #ARGV, 11 do
   local wk, wv = ARGV[i + 1], tonumber(ARGV[i + 2])
   local replace = ARGV[i + 9] == '1'
   local outcome = 1
-  if dedup and redis.call('ZSCORE', K.dedup, id) then
+  if dedup and redis.call('ZSCORE', K.dedup, id) and redis.call('HEXISTS', K.jobs, id) == 0 then
     out[#out + 1] = 3
     out[#out + 1] = 0
     out[#out + 1] = SCHEDULED
@@ -75,8 +78,8 @@ for i = 3, #ARGV, 11 do
     if ARGV[i + 6] ~= '' then j.r = ARGV[i + 6] end
     local dd = tonumber(ARGV[i + 10])
     if dd == nil then
-      if cfg == nil then cfg = topic_cfg(K) end
-      dd = cfg.dedup_ms
+      if topic_dd == nil then topic_dd = num(redis.call('HGET', K.cfg, 'dedup_ms'), 0) end
+      dd = topic_dd
     end
     if dd > 0 then j.dd = dd end
     -- Where it goes, decided before anything is written.

@@ -107,12 +107,13 @@ pub(super) async fn schedule_action(
                 Ok(Ok(("schedule-resumed", 0)))
             }
             "delete" if f.get("confirm") == Some("yes") => {
-                Ok(Ok(("schedule-deleted", svc.delete_schedule(&name).await?)))
+                svc.delete_schedule(&name).await?;
+                Ok(Ok(("schedule-deleted", 0)))
             }
             "delete" => {
                 let s = svc.schedule(&name).await?;
                 Ok(Err(format!(
-                    "Delete schedule {} ({} on topic {})? Jobs it enqueued ahead for coming slots are cancelled; jobs already due stay.",
+                    "Delete schedule {} ({} on topic {})? Its jobs already enqueued (due within 2 s) still run.",
                     s.name, s.rule, s.spec.topic
                 )))
             }

@@ -91,9 +91,9 @@ pub(super) fn done_text(code: &str, n: u64) -> Option<String> {
         "paused" => "Topic paused: nothing is handed out until the pause ends.".into(),
         "resumed" => "Topic resumed.".into(),
         "deleted" => format!("Topic deleted, with its {n} job(s)."),
-        "schedule-paused" => "Schedule paused: it fires nothing until resumed (jobs it had enqueued ahead are cancelled).".into(),
+        "schedule-paused" => "Schedule paused: it fires nothing more until resumed (jobs already enqueued, due within 2 s, still run).".into(),
         "schedule-resumed" => "Schedule resumed: it fires from now on.".into(),
-        "schedule-deleted" => format!("Schedule deleted; {n} job(s) enqueued ahead cancelled."),
+        "schedule-deleted" => "Schedule deleted.".into(),
         _ => return None,
     })
 }
