@@ -591,20 +591,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn schedules_from_the_file() {
+    /// `dq serve --config` of a file holding `text`.
+    fn resolve_file(text: &str) -> Result<Settings> {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dq.toml");
-        std::fs::write(
-            &path,
-            "[schedules.daily-report]\ntopic = \"reports\"\ncron = \"0 9 * * MON-FRI\"\ntimezone = \"Europe/Berlin\"\nbody = { report = \"daily\", n = 3 }\ncatch_up = \"all\"\nstart_at = 2026-12-01T09:00:00+01:00\n\n[schedules.tick]\ntopic = \"t\"\nevery = \"90s\"\nend_at = \"2027-01-01T00:00:00Z\"\n",
-        )
-        .unwrap();
-        let s = ServeArgs {
-            config: Some(path.clone()),
+        std::fs::write(&path, text).unwrap();
+        ServeArgs {
+            config: Some(path),
             ..Default::default()
         }
         .resolve()
+    }
+
+    #[test]
+    fn schedules_from_the_file() {
+        let s = resolve_file(
+            "[schedules.daily-report]\ntopic = \"reports\"\ncron = \"0 9 * * MON-FRI\"\ntimezone = \"Europe/Berlin\"\nbody = { report = \"daily\", n = 3 }\ncatch_up = \"all\"\nstart_at = 2026-12-01T09:00:00+01:00\n\n[schedules.tick]\ntopic = \"t\"\nevery = \"90s\"\nend_at = \"2027-01-01T00:00:00Z\"\n",
+        )
         .unwrap();
         let d = &s.schedules["daily-report"];
         assert_eq!(d.cron.as_deref(), Some("0 9 * * MON-FRI"));
@@ -620,13 +623,7 @@ mod tests {
             Some("2027-01-01T00:00:00Z")
         );
         // A key the API does not know is refused, with the schedule named.
-        std::fs::write(&path, "[schedules.x]\ntopic = \"t\"\nevry = \"1s\"\n").unwrap();
-        let err = ServeArgs {
-            config: Some(path),
-            ..Default::default()
-        }
-        .resolve()
-        .unwrap_err();
+        let err = resolve_file("[schedules.x]\ntopic = \"t\"\nevry = \"1s\"\n").unwrap_err();
         assert!(
             format!("{err:#}").contains("[schedules.x]") && format!("{err:#}").contains("evry"),
             "{err:#}"
