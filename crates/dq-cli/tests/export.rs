@@ -187,6 +187,10 @@ async fn embedded_to_redis_keeps_every_job_and_a_second_import_changes_nothing()
     )
     .await;
 
+    // The recipe: drain the old server (it hands nothing out any more),
+    // then export.
+    let out = dq(&["drain", "--server", &src.base, "--wait", "1s"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
     let file = dir.path().join("export.jsonl");
     let said = export(&src.base, &file, &[]);
     let first = lines(&file);
@@ -288,6 +292,17 @@ async fn embedded_to_redis_keeps_every_job_and_a_second_import_changes_nothing()
             .map(|t| (t["name"].as_str().unwrap().to_string(), t["config"].clone()))
             .collect()
     };
+    // The comparison docs/operations.md gives, where jq is installed.
+    if Command::new("jq").arg("--version").output().is_ok() {
+        let norm = r#"select(.kind=="job") | .job + {topic: .topic} | .state |= (if . == "dead" then . else "waiting" end)"#;
+        let script = format!(
+            "diff <(jq -cS '{norm}' {a} | sort) <(jq -cS '{norm}' {b} | sort) && echo same",
+            a = file.display(),
+            b = again.display()
+        );
+        let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+        assert_eq!(text(&out.stdout).trim(), "same", "{}", text(&out.stderr));
+    }
     let (a, b) = (topics(&first), topics(&second));
     assert_eq!(a["orders"], b["orders"], "settings kept");
     assert_eq!(
