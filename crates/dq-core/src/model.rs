@@ -635,9 +635,30 @@ impl ImportJob {
     /// the store it was taken from: export it as ready at its deadline),
     /// `invalid_died_at` for a dead job without `died_at_ms` or a waiting
     /// one with it, the body, lease, attempts and dedup checks of an
-    /// enqueue, `invalid_attempts` over [`crate::limits::MAX_ATTEMPTS`].
-    pub fn check(&self, limits: &crate::Limits) -> Result<(), InvalidInput> {
+    /// enqueue, `invalid_due_at` for a waiting job due further ahead than
+    /// an enqueue may ask (`max_delay`), `invalid_time` for a time past
+    /// 2^53 ms (no store keeps it exactly), `invalid_attempts` over
+    /// [`crate::limits::MAX_ATTEMPTS`], `invalid_error` for a `last_error`
+    /// over [`crate::limits::MAX_ERROR_BYTES`].
+    pub fn check(&self, limits: &crate::Limits, now_ms: u64) -> Result<(), InvalidInput> {
         use crate::limits;
+        /// The largest integer a double (a Lua number) holds exactly.
+        const MAX_TIME_MS: u64 = (1 << 53) - 1;
+        for (name, t) in [
+            ("due_at_ms", Some(self.due_at_ms)),
+            ("created_at_ms", Some(self.created_at_ms)),
+            ("died_at_ms", self.died_at_ms),
+        ] {
+            if t.is_some_and(|t| t > MAX_TIME_MS) {
+                return Err(InvalidInput::new(
+                    "invalid_time",
+                    format!("job {}: {name} must be at most {MAX_TIME_MS}", self.id),
+                ));
+            }
+        }
+        if self.state != JobState::Dead {
+            limits.check_due_at(self.due_at_ms, now_ms)?;
+        }
         match (self.state, self.died_at_ms) {
             (JobState::Reserved, _) => {
                 return Err(InvalidInput::new(

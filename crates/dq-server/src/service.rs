@@ -1039,13 +1039,14 @@ impl Service {
             )
             .into());
         }
+        let now = self.now();
         for (i, j) in jobs.iter().enumerate() {
-            j.check(&self.limits).map_err(|e| InvalidInput {
+            j.check(&self.limits, now).map_err(|e| InvalidInput {
                 message: format!("jobs[{i}]: {}", e.message),
                 ..e
             })?;
         }
-        let out = self.store.import_jobs(t, &jobs, self.now()).await?;
+        let out = self.store.import_jobs(t, &jobs, now).await?;
         let created = out.iter().filter(|i| i.created).count();
         tracing::info!(topic = %t, jobs = out.len(), created, "jobs imported");
         Ok(out)

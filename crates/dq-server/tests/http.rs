@@ -1593,6 +1593,30 @@ async fn export_listing_and_import(fresh: FreshApi) {
         (json!({"jobs": []}), "invalid_batch"),
         (
             bad(
+                json!({"id": "r", "state": "scheduled", "due_at_ms": now + 20 * 365 * 86_400_000u64, "priority": 1, "attempts": 0}),
+            ),
+            "invalid_due_at",
+        ),
+        (
+            bad(
+                json!({"id": "r", "state": "dead", "due_at_ms": 1, "priority": 1, "attempts": 0, "died_at_ms": 1u64 << 60}),
+            ),
+            "invalid_time",
+        ),
+        (
+            bad(
+                json!({"id": "r", "state": "dead", "due_at_ms": 1, "priority": 1, "attempts": 0, "died_at_ms": 1, "last_error": "x".repeat(5000)}),
+            ),
+            "invalid_error",
+        ),
+        (
+            bad(
+                json!({"id": "r", "state": "ready", "due_at_ms": 1, "priority": 1, "attempts": 0, "retry": {"delays_ms": []}}),
+            ),
+            "invalid_retry",
+        ),
+        (
+            bad(
                 json!({"id": "r", "state": "ready", "due_at_ms": now, "priority": 1, "attempts": 1, "shiny": 1}),
             ),
             "invalid_json",
