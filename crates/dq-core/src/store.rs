@@ -231,8 +231,9 @@ pub trait Store: Send + Sync + 'static {
     /// in one atomic step: due time, priority, attempts, overrides, last
     /// error and dead letters kept; a waiting job is ready if its due time
     /// has passed at `now_ms`, else scheduled. Idempotent by id: an
-    /// existing id is left as it is (`created: false`), and an id in its
-    /// dedup window writes nothing (`deduplicated`). Dead letters over the
+    /// existing job is left as it is (`created: false`), and the id of a
+    /// job that ended within its dedup window writes nothing
+    /// (`deduplicated`). Dead letters over the
     /// topic's `dead_cap` are dropped, oldest first, as when jobs die.
     /// Counts created jobs as enqueued.
     async fn import_jobs(

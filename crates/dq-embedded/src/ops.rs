@@ -1278,10 +1278,16 @@ pub(crate) fn import_jobs(
     let mut out = Vec::with_capacity(jobs.len());
     let (mut created, mut dead) = (0, 0);
     for j in jobs {
-        if cx
+        // A live job first (a replayed dead letter may still be in its window).
+        let live = cx
             .conn
-            .prepare_cached("SELECT 1 FROM dedup WHERE tid = ?1 AND id = ?2")?
-            .exists(params![tid, j.id.as_str()])?
+            .prepare_cached("SELECT 1 FROM jobs WHERE tid = ?1 AND id = ?2")?
+            .exists(params![tid, j.id.as_str()])?;
+        if !live
+            && cx
+                .conn
+                .prepare_cached("SELECT 1 FROM dedup WHERE tid = ?1 AND id = ?2")?
+                .exists(params![tid, j.id.as_str()])?
         {
             out.push(Imported {
                 id: j.id.clone(),

@@ -1975,9 +1975,10 @@ pub async fn import_jobs_keeps_due_attempts_and_dead_letters(s: &dyn Store) {
             .unwrap(),
         NackOutcome::Dead { attempt: 3 }
     );
-    // Its dedup window (1 s) is open: importing it again writes nothing.
+    // A dead letter is still a job: importing it again finds it.
     let r = s.import_jobs(&t, &jobs[..1], now + 10).await.unwrap();
-    assert!(r[0].deduplicated && !r[0].created);
+    assert!(!r[0].created && !r[0].deduplicated, "{r:?}");
+    assert_eq!(r[0].state, JobState::Dead);
     // The imported far and near jobs come out at their due times, not before.
     assert!(
         s.reserve(&t, 10, None, now + 999)
@@ -1995,6 +1996,30 @@ pub async fn import_jobs_keeps_due_attempts_and_dead_letters(s: &dyn Store) {
             .unwrap(),
         1
     );
+    // Replayed, still in its dedup window (1 s from its death): it is a
+    // live job, and an import finds it.
+    assert_eq!(
+        s.replay_dead(&t, Some(&[id("tried")]), 10, now + 1_000)
+            .await
+            .unwrap(),
+        1
+    );
+    let r = s.import_jobs(&t, &jobs[..1], now + 1_000).await.unwrap();
+    assert!(!r[0].created && !r[0].deduplicated, "{r:?}");
+    assert_eq!(r[0].state, JobState::Ready);
+
+    // A job that ended (acked) within its dedup window is not written again.
+    let t2 = topic("import-dedup");
+    let mut once = import("once", JobState::Ready, now - 1);
+    once.dedup_ms = Some(3_600_000);
+    s.import_jobs(&t2, std::slice::from_ref(&once), now)
+        .await
+        .unwrap();
+    let l = one(s, &t2, None, now).await;
+    s.ack(&t2, &l.id, &l.token, now + 5).await.unwrap();
+    let r = s.import_jobs(&t2, &[once], now + 10).await.unwrap();
+    assert!(r[0].deduplicated && !r[0].created, "{r:?}");
+    assert!(s.get(&t2, &id("once")).await.unwrap().is_none());
 }
 
 /// Imported dead letters over the topic's `dead_cap` drop the oldest.

@@ -26,36 +26,35 @@ if dedup then
 end
 for i = 3, #ARGV, 15 do
   local id = ARGV[i]
-  if dedup and redis.call('ZSCORE', K.dedup, id) then
+  -- A live job first (a replayed dead letter may still be in its window).
+  local old = load(id)
+  if old then
+    out[#out + 1] = 0
+    out[#out + 1] = old.s
+  elseif dedup and redis.call('ZSCORE', K.dedup, id) then
     out[#out + 1] = 3
     out[#out + 1] = SCHEDULED
   else
-    local old = load(id)
-    if old then
-      out[#out + 1] = 0
-      out[#out + 1] = old.s
-    else
-      seq = seq + 1
-      local j = {p = tonumber(ARGV[i + 3]), q = seq, a = tonumber(ARGV[i + 4]),
-                 m = tonumber(ARGV[i + 5]), L = tonumber(ARGV[i + 6]),
-                 k = ARGV[i + 9], b = ARGV[i + 10], c = tonumber(ARGV[i + 12])}
-      if ARGV[i + 7] ~= '' then j.r = ARGV[i + 7] end
-      local dd = tonumber(ARGV[i + 8])
-      if dd and dd > 0 then j.dd = dd end
-      if ARGV[i + 14] == '1' then j.e = ARGV[i + 11] end
-      local due = tonumber(ARGV[i + 2])
-      if ARGV[i + 1] == 'd' then
-        j.d, j.s, j.x = due, DEAD, tonumber(ARGV[i + 13])
-        redis.call('ZADD', K.dead, j.x, id)
-        dead = dead + 1
-      elseif place(K, id, j, due, now) then
-        woke = true
-      end
-      save(id, j)
-      created = created + 1
-      out[#out + 1] = 1
-      out[#out + 1] = j.s
+    seq = seq + 1
+    local j = {p = tonumber(ARGV[i + 3]), q = seq, a = tonumber(ARGV[i + 4]),
+               m = tonumber(ARGV[i + 5]), L = tonumber(ARGV[i + 6]),
+               k = ARGV[i + 9], b = ARGV[i + 10], c = tonumber(ARGV[i + 12])}
+    if ARGV[i + 7] ~= '' then j.r = ARGV[i + 7] end
+    local dd = tonumber(ARGV[i + 8])
+    if dd and dd > 0 then j.dd = dd end
+    if ARGV[i + 14] == '1' then j.e = ARGV[i + 11] end
+    local due = tonumber(ARGV[i + 2])
+    if ARGV[i + 1] == 'd' then
+      j.d, j.s, j.x = due, DEAD, tonumber(ARGV[i + 13])
+      redis.call('ZADD', K.dead, j.x, id)
+      dead = dead + 1
+    elseif place(K, id, j, due, now) then
+      woke = true
     end
+    save(id, j)
+    created = created + 1
+    out[#out + 1] = 1
+    out[#out + 1] = j.s
   end
 end
 if seq ~= seq0 then redis.call('HSET', K.ctr, 'seq', seq) end
