@@ -2,13 +2,15 @@
 //!
 //! A thin shim: `serve` runs [`dq_server::Server`] over a store; `backup`
 //! and `restore` work on an embedded data directory; every other
-//! subcommand calls the HTTP API of a running server (`--server`).
+//! subcommand calls the HTTP API of a running server (`--server`), `export`
+//! and `import` ([`transfer`]) included.
 
 mod bench;
 mod client;
 mod config;
 mod notify;
 mod ops;
+mod transfer;
 
 use std::sync::Arc;
 
@@ -36,6 +38,8 @@ enum Cmd {
     Client(ClientCmd),
     #[command(flatten)]
     Ops(ops::OpsCmd),
+    #[command(flatten)]
+    Transfer(transfer::TransferCmd),
 }
 
 fn main() -> std::process::ExitCode {
@@ -54,6 +58,7 @@ fn main() -> std::process::ExitCode {
             Cmd::Bench(args) => args.run().await,
             Cmd::Client(cmd) => cmd.run().await,
             Cmd::Ops(cmd) => cmd.run().await,
+            Cmd::Transfer(cmd) => cmd.run().await,
         }
     });
     // Whatever is still running (a blocking call stuck on a dead peer) must

@@ -196,6 +196,53 @@ pub trait Store: Send + Sync + 'static {
     /// enqueue order). For peeks and an admin view: `limit` is small.
     async fn list_ready(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>>;
 
+    /// One page of every job of `topic` (or of those in `state`), for an
+    /// export: start with `cursor` `None`, go on with each page's cursor
+    /// until it is `None`. A call looks at about `limit` jobs (at most
+    /// [`MAX_BATCH`](crate::limits::MAX_BATCH); Redis answers a small
+    /// topic's whole table at once: up to its `hash-max-listpack-entries`,
+    /// 512 by default) and returns those in
+    /// `state`, so a page may be short or empty while more follow.
+    ///
+    /// The order is the store's own (by id on the embedded store, the job
+    /// table's on Redis), not a state's index, so a job that changes state
+    /// or due time during the listing keeps its place: every job present
+    /// from the first page to the last is listed once, in the state it had
+    /// when its page was read (a job listed before it changed state is not
+    /// listed again; with `state`, a job that moved into or out of it may
+    /// be listed or not). Jobs created during the listing may or may not be
+    /// listed. On Redis a job may be listed twice if Redis shrinks the
+    /// topic's job table meanwhile (most of its jobs removed during the
+    /// listing); an import by id absorbs that.
+    ///
+    /// # Errors
+    /// `invalid_cursor` ([`StoreError::Invalid`]) for a cursor this store
+    /// did not hand out.
+    async fn list_jobs(
+        &self,
+        topic: &Topic,
+        state: Option<JobState>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> StoreResult<JobPage>;
+
+    /// Writes up to [`MAX_BATCH`](crate::limits::MAX_BATCH) jobs as they
+    /// were in another store (checked with [`ImportJob::check`]), in order,
+    /// in one atomic step: due time, priority, attempts, overrides, last
+    /// error and dead letters kept; a waiting job is ready if its due time
+    /// has passed at `now_ms`, else scheduled. Idempotent by id: an
+    /// existing job is left as it is (`created: false`), and the id of a
+    /// job that ended within its dedup window writes nothing
+    /// (`deduplicated`). Dead letters over the
+    /// topic's `dead_cap` are dropped, oldest first, as when jobs die.
+    /// Counts created jobs as enqueued.
+    async fn import_jobs(
+        &self,
+        topic: &Topic,
+        jobs: &[ImportJob],
+        now_ms: u64,
+    ) -> StoreResult<Vec<Imported>>;
+
     /// Makes dead letters due now with a fresh attempt count: the named ones,
     /// or (with `None`) up to `max` of the oldest. Returns how many.
     async fn replay_dead(

@@ -388,6 +388,34 @@ impl Store for EmbeddedStore {
             .await
     }
 
+    async fn list_jobs(
+        &self,
+        topic: &Topic,
+        state: Option<JobState>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> StoreResult<JobPage> {
+        let (topic, cursor) = (topic.clone(), cursor.map(str::to_string));
+        self.writer
+            .read(move |cx| ops::list_jobs(cx, &topic, state, cursor.as_deref(), limit))
+            .await
+    }
+
+    async fn import_jobs(
+        &self,
+        topic: &Topic,
+        jobs: &[ImportJob],
+        now_ms: u64,
+    ) -> StoreResult<Vec<Imported>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (topic, jobs) = (topic.clone(), jobs.to_vec());
+        self.writer
+            .grow(move |cx| ops::import_jobs(cx, &topic, &jobs, now_ms))
+            .await
+    }
+
     async fn replay_dead(
         &self,
         topic: &Topic,

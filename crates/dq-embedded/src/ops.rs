@@ -1203,3 +1203,167 @@ pub(crate) fn ping(cx: &mut Ctx) -> OpResult<()> {
     }
     Ok(())
 }
+
+/// One page of a topic's jobs in id order: the window is the next `limit`
+/// ids after the cursor (found on the `(tid, id)` index alone), and the
+/// page the jobs of that window in `state`. The cursor is the window's last
+/// id, so a job keeps its place whatever happens to it.
+pub(crate) fn list_jobs(
+    cx: &mut Ctx,
+    topic: &Topic,
+    state: Option<JobState>,
+    cursor: Option<&str>,
+    limit: usize,
+) -> OpResult<JobPage> {
+    let after = match cursor {
+        None => String::new(),
+        Some(c) => JobId::new(c)
+            .map_err(|_| {
+                StoreError::Invalid(InvalidInput::new(
+                    "invalid_cursor",
+                    "cursor is not one this store handed out: start again without one",
+                ))
+            })?
+            .as_str()
+            .to_string(),
+    };
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok(JobPage::default());
+    };
+    let limit = limit.clamp(1, BATCH as usize) as i64;
+    let end: Option<String> = cx
+        .conn
+        .prepare_cached(
+            "SELECT id FROM jobs WHERE tid = ?1 AND id > ?2 ORDER BY id LIMIT 1 OFFSET ?3",
+        )?
+        .query_row(params![tid, after, limit - 1], |r| r.get(0))
+        .optional()?;
+    let code = state.map(|s| match s {
+        JobState::Scheduled => SCHEDULED,
+        JobState::Ready => READY,
+        JobState::Reserved => RESERVED,
+        JobState::Dead => DEAD,
+    });
+    let cfg = config(cx, tid)?;
+    let jobs = cx
+        .conn
+        .prepare_cached(&format!(
+            "SELECT {JOB_COLUMNS}, dedup_ms FROM jobs WHERE tid = ?1 AND id > ?2
+             AND (?3 IS NULL OR id <= ?3) AND (?4 IS NULL OR state = ?4) ORDER BY id"
+        ))?
+        .query_map(params![tid, after, end, code], |r| {
+            let (_, info) = job_row(r, &cfg)?;
+            Ok(ListedJob {
+                info,
+                max_attempts: r.get(6)?,
+                lease_ms: r.get(7)?,
+                retry: r
+                    .get::<_, Option<String>>(8)?
+                    .and_then(|s| RetryPolicy::decode(&s)),
+                dedup_ms: r.get::<_, Option<u64>>(20)?.filter(|ms| *ms > 0),
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(JobPage { jobs, cursor: end })
+}
+
+/// Writes jobs as they were in another store (see `Store::import_jobs`).
+pub(crate) fn import_jobs(
+    cx: &mut Ctx,
+    topic: &Topic,
+    jobs: &[ImportJob],
+    now: u64,
+) -> OpResult<Vec<Imported>> {
+    let tid = ensure_tid(cx, topic)?;
+    cx.conn
+        .prepare_cached("DELETE FROM dedup WHERE tid = ?1 AND until_ms <= ?2")?
+        .execute(params![tid, now as i64])?;
+    let mut out = Vec::with_capacity(jobs.len());
+    let (mut created, mut dead) = (0, 0);
+    for j in jobs {
+        // A live job first (a replayed dead letter may still be in its window).
+        let live = cx
+            .conn
+            .prepare_cached("SELECT 1 FROM jobs WHERE tid = ?1 AND id = ?2")?
+            .exists(params![tid, j.id.as_str()])?;
+        if !live
+            && cx
+                .conn
+                .prepare_cached("SELECT 1 FROM dedup WHERE tid = ?1 AND id = ?2")?
+                .exists(params![tid, j.id.as_str()])?
+        {
+            out.push(Imported {
+                id: j.id.clone(),
+                created: false,
+                deduplicated: true,
+                state: JobState::Scheduled,
+            });
+            continue;
+        }
+        let state = match j.state {
+            JobState::Dead => DEAD,
+            _ if j.due_at_ms <= now => READY,
+            _ => SCHEDULED,
+        };
+        let written = cx
+            .conn
+            .prepare_cached(
+                "INSERT INTO jobs (tid, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry,
+                   last_error, created_ms, died_ms, is_json, body, dedup_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                 ON CONFLICT (tid, id) DO NOTHING",
+            )?
+            .execute(params![
+                tid,
+                j.id.as_str(),
+                state,
+                j.due_at_ms as i64,
+                j.priority,
+                j.attempts,
+                j.max_attempts,
+                j.lease_ms.map(|v| v as i64),
+                j.retry.as_ref().map(RetryPolicy::encode),
+                j.last_error.as_deref(),
+                j.created_at_ms as i64,
+                j.died_at_ms.filter(|_| state == DEAD).map(|v| v as i64),
+                j.body.is_json(),
+                j.body.as_bytes(),
+                j.dedup_ms.filter(|ms| *ms > 0).map(|v| v as i64),
+            ])?
+            == 1;
+        if !written {
+            let old: i64 = cx
+                .conn
+                .prepare_cached("SELECT state FROM jobs WHERE tid = ?1 AND id = ?2")?
+                .query_row(params![tid, j.id.as_str()], |r| r.get(0))?;
+            out.push(Imported {
+                id: j.id.clone(),
+                created: false,
+                deduplicated: false,
+                state: state_of(old),
+            });
+            continue;
+        }
+        created += 1;
+        if state == DEAD {
+            dead += 1;
+            counts(cx, tid, [0, 0, 0, 1])?;
+        } else {
+            // Counted and woken as any job arriving in that state.
+            let seq = cx.conn.last_insert_rowid();
+            place(cx, topic, tid, seq, None, j.due_at_ms, now)?;
+        }
+        out.push(Imported {
+            id: j.id.clone(),
+            created: true,
+            deduplicated: false,
+            state: state_of(state),
+        });
+    }
+    bump(cx, tid, "enqueued", created)?;
+    if dead > 0 {
+        let cap = config(cx, tid)?.dead_cap;
+        trim_dead(cx, tid, cap)?;
+    }
+    Ok(out)
+}

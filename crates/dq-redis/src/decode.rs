@@ -183,35 +183,83 @@ pub(crate) fn decode_jobs(v: Value) -> StoreResult<Vec<JobInfo>> {
     if !items.len().is_multiple_of(18) {
         return Err(protocol("get reply length"));
     }
+    items.chunks(18).map(job_info).collect()
+}
+
+/// The 18 values of one job in get's (and list_jobs's) reply.
+fn job_info(c: &[Value]) -> StoreResult<JobInfo> {
     let opt = |v: &Value| -> StoreResult<Option<u64>> { Ok(opt_time(int(v)?)) };
-    items
-        .chunks(18)
+    let id = JobId::new(string(&c[0])?).map_err(|_| protocol("bad id"))?;
+    let kind = string(&c[6])?;
+    Ok(JobInfo {
+        id,
+        state: state_of(&string(&c[1])?)?,
+        due_at_ms: int(&c[2])? as u64,
+        priority: int(&c[3])? as u32,
+        attempts: int(&c[4])? as u32,
+        created_at_ms: int(&c[5])? as u64,
+        body: Body::from_stored(bytes(c[7].clone())?, kind == "j"),
+        max_attempts: int(&c[8])? as u32,
+        lease_ms: int(&c[9])? as u64,
+        lease_deadline_ms: opt(&c[10])?,
+        died_at_ms: opt(&c[11])?,
+        last_error: if int(&c[12])? == 1 {
+            Some(String::from_utf8_lossy(&bytes(c[13].clone())?).into_owned())
+        } else {
+            None
+        },
+        counts: JobCounts {
+            timeouts: int(&c[14])? as u32,
+            releases: int(&c[15])? as u32,
+            buries: int(&c[16])? as u32,
+            kicks: int(&c[17])? as u32,
+        },
+    })
+}
+
+/// list_jobs's `{cursor, (22 per job)*}`: the jobs and the next HSCAN
+/// cursor (`None` when the scan is complete).
+pub(crate) fn decode_page(v: Value) -> StoreResult<(Vec<ListedJob>, Option<String>)> {
+    let mut items = array(v)?;
+    if items.is_empty() || !(items.len() - 1).is_multiple_of(22) {
+        return Err(protocol("list_jobs reply length"));
+    }
+    let cursor = string(&items[0])?;
+    let rest = items.split_off(1);
+    let jobs = rest
+        .chunks(22)
         .map(|c| {
-            let id = JobId::new(string(&c[0])?).map_err(|_| protocol("bad id"))?;
-            let kind = string(&c[6])?;
-            Ok(JobInfo {
-                id,
+            let retry = string(&c[20])?;
+            Ok(ListedJob {
+                info: job_info(&c[..18])?,
+                max_attempts: opt_time(int(&c[18])?).map(|n| n as u32),
+                lease_ms: opt_time(int(&c[19])?),
+                retry: (!retry.is_empty())
+                    .then(|| RetryPolicy::decode(&retry))
+                    .flatten(),
+                dedup_ms: opt_time(int(&c[21])?),
+            })
+        })
+        .collect::<StoreResult<_>>()?;
+    Ok((jobs, (cursor != "0").then_some(cursor)))
+}
+
+/// import_jobs's `{outcome, state}` per job.
+pub(crate) fn decode_imported(v: Value, ids: &[JobId]) -> StoreResult<Vec<Imported>> {
+    let items = array(v)?;
+    if items.len() != ids.len() * 2 {
+        return Err(protocol("import_jobs reply length"));
+    }
+    items
+        .chunks(2)
+        .zip(ids)
+        .map(|(c, id)| {
+            let outcome = int(&c[0])?;
+            Ok(Imported {
+                id: id.clone(),
+                created: outcome == 1,
+                deduplicated: outcome == 3,
                 state: state_of(&string(&c[1])?)?,
-                due_at_ms: int(&c[2])? as u64,
-                priority: int(&c[3])? as u32,
-                attempts: int(&c[4])? as u32,
-                created_at_ms: int(&c[5])? as u64,
-                body: Body::from_stored(bytes(c[7].clone())?, kind == "j"),
-                max_attempts: int(&c[8])? as u32,
-                lease_ms: int(&c[9])? as u64,
-                lease_deadline_ms: opt(&c[10])?,
-                died_at_ms: opt(&c[11])?,
-                last_error: if int(&c[12])? == 1 {
-                    Some(String::from_utf8_lossy(&bytes(c[13].clone())?).into_owned())
-                } else {
-                    None
-                },
-                counts: JobCounts {
-                    timeouts: int(&c[14])? as u32,
-                    releases: int(&c[15])? as u32,
-                    buries: int(&c[16])? as u32,
-                    kicks: int(&c[17])? as u32,
-                },
             })
         })
         .collect()

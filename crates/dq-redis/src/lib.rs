@@ -376,12 +376,22 @@ impl RedisStore {
     /// many replicas to have it (WAIT on the same connection, at the master
     /// of the topic's slot).
     async fn enqueue_durably(&self, topic: &Topic, args: &[&[u8]]) -> StoreResult<Value> {
+        self.enqueue_durably_with(&self.scripts.enqueue, topic, args)
+            .await
+    }
+
+    /// Runs `script` (enqueue or import_jobs: it writes new jobs) as
+    /// [`Self::enqueue_durably`] does.
+    async fn enqueue_durably_with(
+        &self,
+        script: &redis::Script,
+        topic: &Topic,
+        args: &[&[u8]],
+    ) -> StoreResult<Value> {
         let Some((conn, replicas, timeout)) = &self.durable else {
-            return self.run(&self.scripts.enqueue, topic, args).await;
+            return self.run(script, topic, args).await;
         };
-        let v = self
-            .run_on(conn.clone(), &self.scripts.enqueue, topic, args)
-            .await?;
+        let v = self.run_on(conn.clone(), script, topic, args).await?;
         let mut wait = redis::cmd("WAIT");
         wait.arg(*replicas).arg(timeout.as_millis() as u64);
         let acked: i64 = match conn.clone() {
@@ -780,6 +790,95 @@ impl Store for RedisStore {
             .run(&self.scripts.get, topic, &[b"u", &n(limit.max(1) as u64)])
             .await?;
         decode_jobs(v)
+    }
+
+    async fn list_jobs(
+        &self,
+        topic: &Topic,
+        state: Option<JobState>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> StoreResult<JobPage> {
+        let cursor = match cursor {
+            None => "0".to_string(),
+            Some(c) if !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()) && c != "0" => {
+                c.to_string()
+            }
+            Some(_) => {
+                return Err(StoreError::Invalid(InvalidInput::new(
+                    "invalid_cursor",
+                    "cursor is not one this store handed out: start again without one",
+                )));
+            }
+        };
+        let letter: &[u8] = match state {
+            None => b"",
+            Some(JobState::Scheduled) => b"s",
+            Some(JobState::Ready) => b"y",
+            Some(JobState::Reserved) => b"r",
+            Some(JobState::Dead) => b"d",
+        };
+        let count = limit.clamp(1, dq_core::limits::MAX_BATCH) as u64;
+        let v = self
+            .run(
+                &self.scripts.list_jobs,
+                topic,
+                &[cursor.as_bytes(), &n(count), letter],
+            )
+            .await?;
+        let (jobs, cursor) = decode_page(v)?;
+        Ok(JobPage { jobs, cursor })
+    }
+
+    async fn import_jobs(
+        &self,
+        topic: &Topic,
+        jobs: &[ImportJob],
+        now_ms: u64,
+    ) -> StoreResult<Vec<Imported>> {
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.register(topic).await?;
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 15);
+        args.push(self.now_arg(now_ms));
+        for j in jobs {
+            let dead = j.state == JobState::Dead;
+            args.push(j.id.as_str().as_bytes().to_vec());
+            args.push(if dead { b"d".to_vec() } else { b"w".to_vec() });
+            args.push(n(j.due_at_ms));
+            args.push(n(u64::from(j.priority)));
+            args.push(n(u64::from(j.attempts)));
+            args.push(opt(j.max_attempts));
+            args.push(opt(j.lease_ms));
+            args.push(opt(j.retry.as_ref().map(RetryPolicy::encode)));
+            args.push(opt(j.dedup_ms));
+            args.push(if j.body.is_json() {
+                b"j".to_vec()
+            } else {
+                b"b".to_vec()
+            });
+            args.push(j.body.as_bytes().to_vec());
+            args.push(
+                j.last_error
+                    .as_deref()
+                    .map(|e| clip_error(e).as_bytes().to_vec())
+                    .unwrap_or_default(),
+            );
+            args.push(n(j.created_at_ms));
+            args.push(opt(j.died_at_ms.filter(|_| dead)));
+            args.push(if j.last_error.is_some() {
+                b"1".to_vec()
+            } else {
+                b"0".to_vec()
+            });
+        }
+        let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let v = self
+            .enqueue_durably_with(&self.scripts.import_jobs, topic, &refs)
+            .await?;
+        let ids: Vec<JobId> = jobs.iter().map(|j| j.id.clone()).collect();
+        decode_imported(v, &ids)
     }
 
     async fn replay_dead(

@@ -36,6 +36,8 @@ pub(crate) struct Scripts {
     pub(crate) delete_topic: Script,
     pub(crate) get: Script,
     pub(crate) forward: Script,
+    pub(crate) list_jobs: Script,
+    pub(crate) import_jobs: Script,
     /// Not a topic script: no prelude, one key (the records hash).
     pub(crate) raise_mark: Script,
 }
@@ -73,12 +75,16 @@ impl Scripts {
             delete_topic: s(include_str!("lua/delete_topic.lua")),
             get: s(include_str!("lua/get.lua")),
             forward: s(include_str!("lua/forward.lua")),
+            list_jobs: s(include_str!("lua/list_jobs.lua")),
+            import_jobs: s(include_str!("lua/import_jobs.lua")),
             raise_mark: Script::new(include_str!("lua/raise_mark.lua")),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 15] {
+    pub(crate) fn all(&self) -> [&Script; 17] {
         [
+            &self.list_jobs,
+            &self.import_jobs,
             &self.get,
             &self.release,
             &self.enqueue,

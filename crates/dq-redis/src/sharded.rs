@@ -758,6 +758,84 @@ impl Store for ShardedStore {
         )
     }
 
+    /// Partition by partition: the cursor is `<partition>.<that
+    /// partition's cursor>`, and a partition's end goes on to the next.
+    async fn list_jobs(
+        &self,
+        topic: &Topic,
+        state: Option<JobState>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> StoreResult<JobPage> {
+        let n = self.partition_count(topic).await?;
+        let bad = || {
+            StoreError::Invalid(InvalidInput::new(
+                "invalid_cursor",
+                "cursor is not one this store handed out: start again without one",
+            ))
+        };
+        let (p, inner) = match cursor {
+            None => (0, None),
+            Some(c) => {
+                let (p, rest) = c.split_once('.').ok_or_else(bad)?;
+                let p: u32 = p.parse().map_err(|_| bad())?;
+                (p, Some(rest).filter(|r| !r.is_empty()))
+            }
+        };
+        if p >= n {
+            return Err(bad());
+        }
+        let part = topic.partition(p);
+        let r = self
+            .store(&part)
+            .list_jobs(&part, state, inner, limit)
+            .await;
+        self.note(&part, &r);
+        let page = r?;
+        let cursor = match page.cursor {
+            Some(c) => Some(format!("{p}.{c}")),
+            None if p + 1 < n => Some(format!("{}.", p + 1)),
+            None => None,
+        };
+        Ok(JobPage {
+            jobs: page.jobs,
+            cursor,
+        })
+    }
+
+    async fn import_jobs(
+        &self,
+        topic: &Topic,
+        jobs: &[ImportJob],
+        now_ms: u64,
+    ) -> StoreResult<Vec<Imported>> {
+        let n = self.partition_count(topic).await?;
+        let mut groups: HashMap<u32, Vec<usize>> = HashMap::new();
+        for (i, j) in jobs.iter().enumerate() {
+            groups
+                .entry(partition_of(j.id.as_str(), n))
+                .or_default()
+                .push(i);
+        }
+        let calls = groups.into_iter().map(|(p, idx)| async move {
+            let part = topic.partition(p);
+            let batch: Vec<ImportJob> = idx.iter().map(|i| jobs[*i].clone()).collect();
+            let r = self.store(&part).import_jobs(&part, &batch, now_ms).await;
+            self.note(&part, &r);
+            (idx, r)
+        });
+        let mut results: Vec<Option<Imported>> = vec![None; jobs.len()];
+        for (idx, r) in join_all(calls).await {
+            for (i, done) in idx.into_iter().zip(r?) {
+                results[i] = Some(done);
+            }
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every job imported"))
+            .collect())
+    }
+
     async fn replay_dead(
         &self,
         topic: &Topic,

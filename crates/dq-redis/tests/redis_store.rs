@@ -419,3 +419,102 @@ async fn ack_and_write_acks_and_writes_together_or_not_at_all() {
     let mut oc = other.connection();
     assert!(keys(&mut oc).is_empty());
 }
+
+fn imported(id: &str, state: JobState, due: u64) -> ImportJob {
+    ImportJob {
+        id: JobId::new(id).unwrap(),
+        state,
+        due_at_ms: due,
+        priority: 9,
+        attempts: 2,
+        max_attempts: None,
+        lease_ms: None,
+        retry: None,
+        dedup_ms: None,
+        body: Body::Json("{}".into()),
+        last_error: None,
+        created_at_ms: T0,
+        died_at_ms: None,
+    }
+}
+
+/// import_jobs.lua writes each job where the scripts look for it: a far
+/// one into its wheel bucket (ctr.far counted, not the schedule ZSET), a
+/// near one into the schedule, a due one into the ready set with its
+/// priority, a dead one into the dead ZSET at its died-at; ctr.seq and
+/// ctr.enqueued move once per new job. list_jobs.lua writes nothing.
+#[tokio::test]
+async fn import_places_jobs_in_every_index() {
+    let server = RedisServer::start();
+    let s = store(server.url());
+    let t = Topic::new("imp").unwrap();
+    let day = 86_400_000;
+    let mut dead = imported("dead", JobState::Dead, T0 - 10);
+    dead.died_at_ms = Some(T0 - 5);
+    dead.last_error = Some("x".into());
+    let jobs = [
+        imported("far", JobState::Scheduled, T0 + day),
+        imported("near", JobState::Scheduled, T0 + 1_000),
+        imported("due", JobState::Ready, T0 - 1),
+        dead,
+    ];
+    s.import_jobs(&t, &jobs, T0).await.unwrap();
+    let mut conn = server.connection();
+    let due = T0 + day;
+    let bucket = due - due % 60_000;
+    let list: Vec<String> = conn
+        .lrange(format!("dq:{{imp}}:w:{bucket}"), 0, -1)
+        .unwrap();
+    assert_eq!(list, vec!["far"]);
+    let wheel: Vec<String> = conn.zrange("dq:{imp}:wheel", 0, -1).unwrap();
+    assert_eq!(wheel, vec![bucket.to_string()]);
+    let sched: Vec<(String, u64)> = conn.zrange_withscores("dq:{imp}:sched", 0, -1).unwrap();
+    assert_eq!(sched, vec![("near".to_string(), T0 + 1_000)]);
+    let ready: Vec<(String, u64)> = conn.zrange_withscores("dq:{imp}:ready", 0, -1).unwrap();
+    assert_eq!(ready.len(), 1);
+    assert!(ready[0].0.ends_with("due") && ready[0].1 == 9, "{ready:?}");
+    let deadz: Vec<(String, u64)> = conn.zrange_withscores("dq:{imp}:dead", 0, -1).unwrap();
+    assert_eq!(deadz, vec![("dead".to_string(), T0 - 5)]);
+    let ctr: std::collections::HashMap<String, i64> = conn.hgetall("dq:{imp}:ctr").unwrap();
+    assert_eq!((ctr["far"], ctr["seq"], ctr["enqueued"]), (1, 4, 4));
+    let lease: i64 = conn.zcard("dq:{imp}:lease").unwrap();
+    assert_eq!(lease, 0);
+
+    let before = keys(&mut conn);
+    let page = s.list_jobs(&t, None, None, 10).await.unwrap();
+    assert_eq!(page.jobs.len(), 4);
+    assert_eq!(keys(&mut conn), before, "listing writes nothing");
+    // A second import: every key as it was.
+    let snapshot: Vec<(String, String)> = before
+        .iter()
+        .map(|k| {
+            (
+                k.clone(),
+                format!(
+                    "{:?}",
+                    redis::cmd("DUMP")
+                        .arg(k)
+                        .query::<Vec<u8>>(&mut conn)
+                        .unwrap()
+                ),
+            )
+        })
+        .collect();
+    s.import_jobs(&t, &jobs, T0 + 1).await.unwrap();
+    let after: Vec<(String, String)> = keys(&mut conn)
+        .iter()
+        .map(|k| {
+            (
+                k.clone(),
+                format!(
+                    "{:?}",
+                    redis::cmd("DUMP")
+                        .arg(k)
+                        .query::<Vec<u8>>(&mut conn)
+                        .unwrap()
+                ),
+            )
+        })
+        .collect();
+    assert_eq!(after, snapshot, "a second import changes no key");
+}

@@ -381,3 +381,73 @@ async fn the_shard_of_partition_zero_down_delays_only_its_own_jobs() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// Export and import over a partitioned topic: an import spreads the jobs
+/// over their partitions (each on its shard), and a listing walks every
+/// partition in turn, each job once; a cursor naming a partition the topic
+/// does not have is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_import_cross_every_partition() {
+    let (s, _servers) = fresh().await;
+    let t = Topic::new("parted").unwrap();
+    partitioned(&s, &t, 5).await;
+    let jobs: Vec<ImportJob> = (0..200u64)
+        .map(|i| ImportJob {
+            id: JobId::new(format!("imp-{i}")).unwrap(),
+            state: if i % 10 == 0 {
+                JobState::Dead
+            } else {
+                JobState::Scheduled
+            },
+            due_at_ms: T0 + i * 1000,
+            priority: 7,
+            attempts: (i % 3) as u32,
+            max_attempts: None,
+            lease_ms: None,
+            retry: None,
+            dedup_ms: None,
+            body: Body::Bytes(vec![i as u8]),
+            last_error: (i % 10 == 0).then(|| "gone".to_string()),
+            created_at_ms: T0 - 1,
+            died_at_ms: (i % 10 == 0).then_some(T0),
+        })
+        .collect();
+    let out = s.import_jobs(&t, &jobs, T0).await.unwrap();
+    assert!(
+        out.iter()
+            .zip(&jobs)
+            .all(|(o, j)| o.created && o.id == j.id)
+    );
+    let st = s.stats(&t, T0).await.unwrap();
+    assert_eq!((st.scheduled, st.ready, st.dead), (180, 0, 20));
+
+    let mut seen = HashMap::new();
+    let mut partitions = HashSet::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let p = s.list_jobs(&t, None, cursor.as_deref(), 7).await.unwrap();
+        for j in p.jobs {
+            *seen.entry(j.info.id.to_string()).or_insert(0) += 1;
+        }
+        match p.cursor {
+            Some(c) => {
+                partitions.insert(c.split_once('.').unwrap().0.to_string());
+                cursor = Some(c);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), 200);
+    assert!(seen.values().all(|n| *n == 1));
+    // Each of the small partitions is one page: the cursors name the next ones.
+    assert_eq!(
+        partitions.len(),
+        4,
+        "went on to every partition after the first"
+    );
+    let again = s.import_jobs(&t, &jobs, T0 + 5).await.unwrap();
+    assert!(again.iter().all(|o| !o.created));
+    assert_eq!(s.stats(&t, T0).await.unwrap().dead, 20);
+    let e = s.list_jobs(&t, None, Some("5.0"), 7).await.unwrap_err();
+    assert!(matches!(&e, StoreError::Invalid(i) if i.code == "invalid_cursor"));
+}

@@ -238,6 +238,141 @@ pub(crate) async fn enqueue_batch(
     })
 }
 
+/// A job as an export lists it.
+fn record(j: &ListedJob) -> wire::JobRecord {
+    let i = &j.info;
+    let (body, body_base64) = wire_body(&i.body);
+    wire::JobRecord {
+        id: i.id.to_string(),
+        state: i.state,
+        due_at_ms: i.due_at_ms,
+        priority: i.priority,
+        attempts: i.attempts,
+        max_attempts: j.max_attempts,
+        lease_ms: j.lease_ms,
+        retry: j.retry.clone(),
+        dedup_ms: j.dedup_ms,
+        last_error: i.last_error.clone(),
+        created_at_ms: Some(i.created_at_ms),
+        lease_deadline_ms: i.lease_deadline_ms,
+        died_at_ms: i.died_at_ms,
+        body,
+        body_base64,
+    }
+}
+
+/// A job to import as a client sent it, its body decoded (the checks of
+/// its values are [`ImportJob::check`], in the service).
+fn import_job(r: wire::JobRecord, i: usize, now_ms: u64) -> Result<ImportJob, ApiError> {
+    let at = |code: &'static str, what: String| {
+        ApiError::bad_request(code, format!("jobs[{i}] ({}): {what}", r.id))
+    };
+    let id = JobId::new(r.id.clone()).map_err(|e| at(e.code, e.message))?;
+    if r.lease_deadline_ms.is_some() {
+        return Err(at(
+            "invalid_lease_deadline",
+            "lease_deadline_ms is not imported: import a reserved job as ready, due at its lease deadline".into(),
+        ));
+    }
+    let body = match (r.body, r.body_base64) {
+        (Some(_), Some(_)) => {
+            return Err(at(
+                "invalid_body",
+                "give body or body_base64, not both".into(),
+            ));
+        }
+        (Some(raw), None) => {
+            limits::check_json_depth(raw.get()).map_err(|e| at(e.code, e.message))?;
+            Body::Json(raw.get().to_string())
+        }
+        (None, Some(b64)) => Body::Bytes(
+            B64.decode(b64.as_bytes())
+                .map_err(|e| at("invalid_body", format!("body_base64 is not base64: {e}")))?,
+        ),
+        (None, None) => Body::Json("null".into()),
+    };
+    Ok(ImportJob {
+        id,
+        state: r.state,
+        due_at_ms: r.due_at_ms,
+        priority: r.priority,
+        attempts: r.attempts,
+        max_attempts: r.max_attempts,
+        lease_ms: r.lease_ms,
+        retry: r.retry,
+        dedup_ms: r.dedup_ms,
+        body,
+        last_error: r.last_error,
+        created_at_ms: r.created_at_ms.unwrap_or(now_ms),
+        died_at_ms: r.died_at_ms,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct JobsQuery {
+    state: Option<JobState>,
+    cursor: Option<String>,
+    limit: Option<usize>,
+}
+
+/// `GET /v1/topics/{topic}/jobs?state=&limit=&cursor=` — one page of every
+/// job of a topic (or of one state), for an export.
+pub(crate) async fn list_jobs(
+    State(st): State<AppState>,
+    Path(t): Path<String>,
+    Query(q): Query<JobsQuery>,
+) -> ApiResult {
+    let t = topic(t)?;
+    let page = st
+        .service
+        .list_jobs(&t, q.state, q.cursor.as_deref(), q.limit.unwrap_or(100))
+        .await?;
+    reply(wire::JobPage {
+        jobs: page.jobs.iter().map(record).collect(),
+        cursor: page.cursor,
+    })
+}
+
+/// `POST /v1/topics/{topic}/jobs:import` — jobs as another store had them;
+/// one bad job refuses the batch (nothing written).
+pub(crate) async fn import_jobs(
+    State(st): State<AppState>,
+    Path(t): Path<String>,
+    JsonBody(req): JsonBody<wire::ImportRequest>,
+) -> ApiResult {
+    let t = topic(t)?;
+    let svc = &st.service;
+    let now = svc.clock().now_ms();
+    if req.jobs.is_empty() || req.jobs.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(
+            "invalid_batch",
+            format!(
+                "jobs must hold 1 to {MAX_BATCH} jobs, got {}",
+                req.jobs.len()
+            ),
+        ));
+    }
+    let jobs = req
+        .jobs
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| import_job(r, i, now))
+        .collect::<Result<Vec<_>, _>>()?;
+    let out = svc.import_jobs(&t, jobs).await?;
+    reply(wire::ImportResponse {
+        results: out
+            .iter()
+            .map(|i| wire::ImportResult {
+                id: i.id.to_string(),
+                created: i.created,
+                deduplicated: i.deduplicated,
+                state: (!i.deduplicated).then_some(i.state),
+            })
+            .collect(),
+    })
+}
+
 /// `GET /v1/topics/{topic}/jobs/{id}`
 pub(crate) async fn get_job(
     State(st): State<AppState>,

@@ -64,8 +64,9 @@ pub fn app(state: AppState, max_request_bytes: usize) -> Router {
             "/v1/topics/{topic}",
             get(get_topic).put(put_topic).delete(delete_topic),
         )
-        .route("/v1/topics/{topic}/jobs", post(enqueue))
+        .route("/v1/topics/{topic}/jobs", post(enqueue).get(list_jobs))
         .route("/v1/topics/{topic}/jobs:batch", post(enqueue_batch))
+        .route("/v1/topics/{topic}/jobs:import", post(import_jobs))
         .route(
             "/v1/topics/{topic}/jobs/{id}",
             get(get_job).delete(cancel_job).patch(reschedule_job),

@@ -1022,6 +1022,65 @@ impl Service {
         Ok(self.store.list_ready(t, limit.min(1000)).await?)
     }
 
+    /// One page of a topic's jobs (or those in `state`) for an export; see
+    /// [`Store::list_jobs`] for the cursor and what happens to jobs that
+    /// change meanwhile.
+    ///
+    /// # Errors
+    /// `invalid_limit` outside 1–[`MAX_BATCH`]; `invalid_cursor`;
+    /// [`Error::TopicNotFound`]; a store error.
+    pub async fn list_jobs(
+        &self,
+        t: &Topic,
+        state: Option<JobState>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<dq_core::JobPage> {
+        if !(1..=MAX_BATCH).contains(&limit) {
+            return Err(InvalidInput::new(
+                "invalid_limit",
+                format!("limit must be between 1 and {MAX_BATCH}, got {limit}"),
+            )
+            .into());
+        }
+        self.known_topic(t).await?;
+        Ok(self.store.list_jobs(t, state, cursor, limit).await?)
+    }
+
+    /// Writes up to [`MAX_BATCH`] jobs as another store had them (an
+    /// import): idempotent by id, due times, attempts and dead letters
+    /// kept; a result per job, in order. Every job is checked first: one
+    /// bad job refuses the whole batch, nothing written.
+    ///
+    /// # Errors
+    /// `invalid_batch` for an empty or oversized batch; the first bad job's
+    /// error ([`dq_core::ImportJob::check`]), its index in the message; a
+    /// store error.
+    pub async fn import_jobs(
+        &self,
+        t: &Topic,
+        jobs: Vec<dq_core::ImportJob>,
+    ) -> Result<Vec<dq_core::Imported>> {
+        if jobs.is_empty() || jobs.len() > MAX_BATCH {
+            return Err(InvalidInput::new(
+                "invalid_batch",
+                format!("a batch holds 1 to {MAX_BATCH} jobs, got {}", jobs.len()),
+            )
+            .into());
+        }
+        let now = self.now();
+        for (i, j) in jobs.iter().enumerate() {
+            j.check(&self.limits, now).map_err(|e| InvalidInput {
+                message: format!("jobs[{i}]: {}", e.message),
+                ..e
+            })?;
+        }
+        let out = self.store.import_jobs(t, &jobs, now).await?;
+        let created = out.iter().filter(|i| i.created).count();
+        tracing::info!(topic = %t, jobs = out.len(), created, "jobs imported");
+        Ok(out)
+    }
+
     /// Replays the named dead letters, or all of them (as many as were dead
     /// when it began: a job that dies again meanwhile is not replayed twice);
     /// each is due now with a fresh attempt count. Returns how many.

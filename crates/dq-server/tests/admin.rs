@@ -537,6 +537,20 @@ async fn with_a_token_sign_in_and_bearer_are_required() {
         StatusCode::NOT_FOUND,
         "refused: nothing written"
     );
+    // An import is a change like any other.
+    let r = a
+        .api(
+            "POST",
+            "/v1/topics/shop/jobs:import",
+            Some(json!({"jobs": [{"id": "1", "state": "ready", "due_at_ms": 1, "priority": 1, "attempts": 0}]})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.text);
+    assert_eq!(
+        a.api("GET", "/v1/topics/shop", None).await.status,
+        StatusCode::NOT_FOUND,
+        "refused: nothing imported"
+    );
     for bearer in [
         "Bearer wrong-token-entirely",
         "Basic abc",

@@ -37,6 +37,7 @@ dq_testkit::router_tests! {
         a_json_body_comes_back_as_it_was_sent,
         dead_letter_calls_name_a_known_topic_and_dot_names_are_refused,
         every_v1_error_is_json,
+        export_listing_and_import,
     ],
 }
 
@@ -732,6 +733,7 @@ async fn openapi_document_names_every_route(fresh: FreshApi) {
         "/v1/topics/{topic}",
         "/v1/topics/{topic}/jobs",
         "/v1/topics/{topic}/jobs:batch",
+        "/v1/topics/{topic}/jobs:import",
         "/v1/topics/{topic}/jobs/{id}",
         "/v1/topics/{topic}/jobs/{id}/ack",
         "/v1/topics/{topic}/jobs/{id}/nack",
@@ -1395,5 +1397,249 @@ async fn metrics_show_store_size_waiting_reserves_and_deliveries() {
             .filter(|l| l.contains("route=\"/v1/reserve\""))
             .count();
         assert_eq!(buckets, 9, "{store}: 8 bounds and +Inf per HTTP histogram");
+    }
+}
+
+/// Every page of `GET /v1/topics/{t}/jobs?{query}` from the start.
+async fn all_pages(a: &Api, t: &str, query: &str, limit: usize) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut uri = format!("/v1/topics/{t}/jobs?limit={limit}{query}");
+        if let Some(c) = &cursor {
+            uri.push_str(&format!("&cursor={}", urlencode(c)));
+        }
+        let (s, v) = a.call("GET", &uri, None).await;
+        assert_eq!(s, StatusCode::OK, "{uri}: {v}");
+        out.extend(v["jobs"].as_array().unwrap().iter().cloned());
+        match v["cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => break,
+        }
+    }
+    out
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `GET /v1/topics/{topic}/jobs` pages every job with its own settings;
+/// `POST /v1/topics/{topic}/jobs:import` writes jobs back as they were
+/// (attempts, due time, dead letters), idempotently; every bad request is
+/// refused with its own code and writes nothing.
+async fn export_listing_and_import(fresh: FreshApi) {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let now = clock.now_ms();
+    let a = fresh.with_clock(Arc::new(clock.clone()));
+    let (s, v) = a
+        .call(
+            "POST",
+            "/v1/topics/src/jobs:batch",
+            Some(json!({"jobs": [
+                {"id": "a/1", "body": {"x": [1, 2]}, "delay_ms": 60_000, "max_attempts": 3},
+                {"id": "b", "body_base64": "AP8=", "retry": {"fixed_ms": 10}},
+                {"id": "c", "delay_ms": 5 * 86_400_000u64, "priority": 3},
+            ]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let jobs = all_pages(&a, "src", "", 1).await;
+    let mut ids: Vec<&str> = jobs.iter().map(|j| j["id"].as_str().unwrap()).collect();
+    ids.sort();
+    assert_eq!(ids, ["a/1", "b", "c"]);
+    let one = |id: &str| jobs.iter().find(|j| j["id"] == json!(id)).unwrap().clone();
+    assert_eq!(
+        one("a/1"),
+        json!({"id": "a/1", "state": "scheduled", "due_at_ms": now + 60_000, "priority": 1024,
+               "attempts": 0, "max_attempts": 3, "created_at_ms": now, "body": {"x": [1, 2]}})
+    );
+    assert_eq!(one("b")["body_base64"], json!("AP8="));
+    assert_eq!(one("b")["retry"], json!({"fixed_ms": 10}));
+    let ready = all_pages(&a, "src", "&state=ready", 10).await;
+    assert_eq!(ready.len(), 1);
+    assert_eq!(ready[0]["id"], json!("b"));
+
+    // Into another topic, with attempts and a dead letter.
+    let mut import: Vec<Value> = jobs.clone();
+    import.push(
+        json!({"id": "d", "state": "dead", "due_at_ms": now - 10, "priority": 1,
+        "attempts": 4, "last_error": "card declined", "died_at_ms": now - 5}),
+    );
+    import[0]["attempts"] = json!(2);
+    let (s, v) = a
+        .call(
+            "POST",
+            "/v1/topics/dst/jobs:import",
+            Some(json!({"jobs": import})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 4);
+    assert!(results.iter().all(|r| r["created"] == json!(true)), "{v}");
+    assert_eq!(results[3]["state"], json!("dead"));
+    let (_, d) = a.call("GET", "/v1/topics/dst/jobs/d", None).await;
+    assert_eq!(
+        (
+            d["state"].clone(),
+            d["attempts"].clone(),
+            d["last_error"].clone(),
+            d["died_at_ms"].clone()
+        ),
+        (
+            json!("dead"),
+            json!(4),
+            json!("card declined"),
+            json!(now - 5)
+        )
+    );
+    let mut back = all_pages(&a, "dst", "", 1000).await;
+    back.sort_by_key(|j| j["id"].as_str().unwrap().to_string());
+    let mut want: Vec<Value> = import.clone();
+    want.sort_by_key(|j| j["id"].as_str().unwrap().to_string());
+    for w in &mut want {
+        if w.get("created_at_ms").is_none() {
+            w["created_at_ms"] = json!(now);
+        }
+        if w.get("body").is_none() && w.get("body_base64").is_none() {
+            w["body"] = Value::Null; // no body is the JSON body null
+        }
+    }
+    assert_eq!(back, want, "the same jobs, as they were");
+    // Twice: nothing changes.
+    let (s, v) = a
+        .call(
+            "POST",
+            "/v1/topics/dst/jobs:import",
+            Some(json!({"jobs": import})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(
+        v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["created"] == json!(false)),
+        "{v}"
+    );
+    let mut again = all_pages(&a, "dst", "", 1000).await;
+    again.sort_by_key(|j| j["id"].as_str().unwrap().to_string());
+    assert_eq!(again, back);
+    let (_, st) = a.call("GET", "/v1/topics/dst", None).await;
+    assert_eq!(st["stats"]["counters"]["enqueued"], json!(4));
+
+    // Bad requests: their own codes, nothing written.
+    let good =
+        json!({"id": "new", "state": "ready", "due_at_ms": now, "priority": 1, "attempts": 0});
+    let bad = |job: Value| json!({"jobs": [good.clone(), job]});
+    for (body, code) in [
+        (
+            bad(
+                json!({"id": "r", "state": "reserved", "due_at_ms": now, "priority": 1, "attempts": 1}),
+            ),
+            "invalid_state",
+        ),
+        (
+            bad(
+                json!({"id": "r", "state": "dead", "due_at_ms": now, "priority": 1, "attempts": 1}),
+            ),
+            "invalid_died_at",
+        ),
+        (
+            bad(
+                json!({"id": "r", "state": "ready", "due_at_ms": now, "priority": 1, "attempts": 1, "died_at_ms": 1}),
+            ),
+            "invalid_died_at",
+        ),
+        (
+            bad(
+                json!({"id": "r", "state": "ready", "due_at_ms": now, "priority": 1, "attempts": 1, "lease_deadline_ms": 1}),
+            ),
+            "invalid_lease_deadline",
+        ),
+        (
+            bad(
+                json!({"id": "r", "state": "ready", "due_at_ms": now, "priority": 1, "attempts": 1, "body_base64": "%%"}),
+            ),
+            "invalid_body",
+        ),
+        (
+            bad(
+                json!({"id": "a b", "state": "ready", "due_at_ms": now, "priority": 1, "attempts": 1}),
+            ),
+            "invalid_id",
+        ),
+        (
+            bad(
+                json!({"id": "r", "state": "ready", "due_at_ms": now, "priority": 1, "attempts": 1, "lease_ms": 1}),
+            ),
+            "invalid_lease",
+        ),
+        (
+            bad(
+                json!({"id": "r", "state": "ready", "due_at_ms": now, "priority": 1, "attempts": 5000}),
+            ),
+            "invalid_attempts",
+        ),
+        (json!({"jobs": []}), "invalid_batch"),
+        (
+            bad(
+                json!({"id": "r", "state": "scheduled", "due_at_ms": now + 20 * 365 * 86_400_000u64, "priority": 1, "attempts": 0}),
+            ),
+            "invalid_due_at",
+        ),
+        (
+            bad(
+                json!({"id": "r", "state": "dead", "due_at_ms": 1, "priority": 1, "attempts": 0, "died_at_ms": 1u64 << 60}),
+            ),
+            "invalid_time",
+        ),
+        (
+            bad(
+                json!({"id": "r", "state": "dead", "due_at_ms": 1, "priority": 1, "attempts": 0, "died_at_ms": 1, "last_error": "x".repeat(5000)}),
+            ),
+            "invalid_error",
+        ),
+        (
+            bad(
+                json!({"id": "r", "state": "ready", "due_at_ms": 1, "priority": 1, "attempts": 0, "retry": {"delays_ms": []}}),
+            ),
+            "invalid_retry",
+        ),
+        (
+            bad(
+                json!({"id": "r", "state": "ready", "due_at_ms": now, "priority": 1, "attempts": 1, "shiny": 1}),
+            ),
+            "invalid_json",
+        ),
+    ] {
+        let (s, v) = a
+            .call("POST", "/v1/topics/dst/jobs:import", Some(body.clone()))
+            .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{body}: {v}");
+        assert_eq!(v["error"]["code"], json!(code), "{body}: {v}");
+        let (s, _) = a.call("GET", "/v1/topics/dst/jobs/new", None).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{code}: nothing written");
+    }
+    for (uri, status, code) in [
+        ("/v1/topics/dst/jobs?limit=0", 400, "invalid_limit"),
+        ("/v1/topics/dst/jobs?limit=1001", 400, "invalid_limit"),
+        ("/v1/topics/dst/jobs?state=gone", 400, "invalid_query"),
+        ("/v1/topics/dst/jobs?colour=red", 400, "invalid_query"),
+        ("/v1/topics/dst/jobs?cursor=%20", 400, "invalid_cursor"),
+        ("/v1/topics/nope/jobs", 404, "topic_not_found"),
+    ] {
+        let (s, v) = a.call("GET", uri, None).await;
+        assert_eq!(s.as_u16(), status, "{uri}: {v}");
+        assert_eq!(v["error"]["code"], json!(code), "{uri}: {v}");
     }
 }

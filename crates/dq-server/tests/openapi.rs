@@ -73,6 +73,26 @@ fn job() -> Job {
     }
 }
 
+fn job_record() -> JobRecord {
+    JobRecord {
+        id: "a".into(),
+        state: JobState::Dead,
+        due_at_ms: 1,
+        priority: 1,
+        attempts: 1,
+        max_attempts: Some(1),
+        lease_ms: Some(1000),
+        retry: Some(RetryPolicy::FixedMs(1)),
+        dedup_ms: Some(1),
+        last_error: Some("e".into()),
+        created_at_ms: Some(1),
+        lease_deadline_ms: Some(1),
+        died_at_ms: Some(1),
+        body: Some(raw(json!(1))),
+        body_base64: Some("AA==".into()),
+    }
+}
+
 fn stats() -> TopicStats {
     TopicStats {
         scheduled: 1,
@@ -267,6 +287,43 @@ fn routes() -> Vec<Route> {
                             BatchResult::Enqueued(enqueued()),
                             BatchResult::Error(error()),
                         ],
+                    }),
+                ),
+                e(),
+            ],
+        ),
+        (
+            "get",
+            "/v1/topics/{topic}/jobs",
+            None,
+            vec![
+                (
+                    "200",
+                    to(JobPage {
+                        jobs: vec![job_record()],
+                        cursor: Some("c".into()),
+                    }),
+                ),
+                e(),
+                ("404", to(error())),
+            ],
+        ),
+        (
+            "post",
+            "/v1/topics/{topic}/jobs:import",
+            Some(to(ImportRequest {
+                jobs: vec![job_record()],
+            })),
+            vec![
+                (
+                    "200",
+                    to(ImportResponse {
+                        results: vec![ImportResult {
+                            id: "a".into(),
+                            created: true,
+                            deduplicated: true,
+                            state: Some(JobState::Ready),
+                        }],
                     }),
                 ),
                 e(),

@@ -1606,6 +1606,459 @@ pub async fn get_counts_what_happened_to_a_job(s: &dyn Store) {
     );
 }
 
+/// Every page of `list_jobs` from the start, `limit` at a time; calls
+/// `between(page number)` after each page (to write meanwhile).
+async fn list_all<F, Fut>(
+    s: &dyn Store,
+    t: &Topic,
+    state: Option<JobState>,
+    limit: usize,
+    mut between: F,
+) -> Vec<ListedJob>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    for page in 0.. {
+        assert!(page < 10_000, "the listing never ends");
+        let p = s
+            .list_jobs(t, state, cursor.as_deref(), limit)
+            .await
+            .unwrap();
+        // About `limit`: Redis answers a small topic's whole table (up to
+        // its hash-max-listpack-entries, 512 by default) at once.
+        assert!(
+            p.jobs.len() <= (limit * 2).max(512),
+            "a page holds about `limit`, got {}",
+            p.jobs.len()
+        );
+        out.extend(p.jobs);
+        match p.cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+        between(page).await;
+    }
+    out
+}
+
+/// A topic with a job in every state: scheduled soon and far (the timing
+/// wheel on Redis), ready, reserved, dead with its error, one with
+/// attempts and its own overrides, a bytes body. Returns the topic.
+async fn every_state(s: &dyn Store, name: &str) -> Topic {
+    let t = topic(name);
+    strict_topic(s, &t).await;
+    const DAY: u64 = 86_400_000;
+    put(s, &t, job("soon", When::DelayMs(5_000)), T0).await;
+    put(s, &t, job("far", When::DelayMs(3 * DAY)), T0).await;
+    let mut own = job("own", When::DelayMs(0));
+    own.max_attempts = Some(7);
+    own.lease_ms = Some(9_000);
+    own.retry = Some(RetryPolicy::FixedMs(250));
+    own.dedup_ms = Some(60_000);
+    own.priority = 5;
+    put(s, &t, own, T0).await;
+    put(s, &t, job("held", When::DelayMs(0)), T0).await;
+    put(s, &t, job("dies", When::DelayMs(0)), T0).await;
+    put(
+        s,
+        &t,
+        NewJob::new(
+            id("bytes"),
+            Body::Bytes(vec![0, 159, 255]),
+            When::DelayMs(0),
+        ),
+        T0,
+    )
+    .await;
+    // "own" first (priority 5): one failed attempt, due again at +250 ms.
+    let l = one(s, &t, None, T0).await;
+    assert_eq!(l.id.as_str(), "own");
+    s.nack(&t, &l.id, Nack::retry(&l.token, "boom"), T0)
+        .await
+        .unwrap();
+    let l = one(s, &t, None, T0).await;
+    assert_eq!(l.id.as_str(), "held");
+    let l2 = one(s, &t, None, T0).await;
+    assert_eq!(l2.id.as_str(), "dies");
+    s.nack(&t, &l2.id, Nack::dead(&l2.token, "no such order"), T0 + 1)
+        .await
+        .unwrap();
+    t
+}
+
+/// `list_jobs`: every job once, in the state it is in, its own overrides
+/// kept apart from its topic's; a state filter keeps only that state;
+/// pages of any size; a cursor of another kind is refused.
+pub async fn list_jobs_pages_every_state_once(s: &dyn Store) {
+    let t = every_state(s, "list-all").await;
+    for limit in [1, 2, 3, 1000] {
+        let all = list_all(s, &t, None, limit, |_| async {}).await;
+        let mut got: Vec<(String, JobState)> = all
+            .iter()
+            .map(|j| (j.info.id.to_string(), j.info.state))
+            .collect();
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            got,
+            vec![
+                ("bytes".into(), JobState::Ready),
+                ("dies".into(), JobState::Dead),
+                ("far".into(), JobState::Scheduled),
+                ("held".into(), JobState::Reserved),
+                ("own".into(), JobState::Scheduled),
+                ("soon".into(), JobState::Scheduled),
+            ],
+            "limit {limit}: every job once"
+        );
+        let by = |i: &str| all.iter().find(|j| j.info.id.as_str() == i).unwrap();
+        let own = by("own");
+        assert_eq!(own.max_attempts, Some(7));
+        assert_eq!(own.lease_ms, Some(9_000));
+        assert_eq!(own.retry, Some(RetryPolicy::FixedMs(250)));
+        assert_eq!(own.dedup_ms, Some(60_000));
+        assert_eq!(
+            (own.info.attempts, own.info.priority, own.info.due_at_ms),
+            (1, 5, T0 + 250)
+        );
+        assert_eq!(own.info.last_error.as_deref(), Some("boom"));
+        let soon = by("soon");
+        assert_eq!(
+            (
+                soon.max_attempts,
+                soon.lease_ms,
+                soon.retry.clone(),
+                soon.dedup_ms
+            ),
+            (None, None, None, None),
+            "no overrides: the topic's settings apply"
+        );
+        assert_eq!(soon.info.max_attempts, 4, "the topic's, in effect");
+        let dies = by("dies");
+        assert_eq!(dies.info.last_error.as_deref(), Some("no such order"));
+        assert_eq!(dies.info.died_at_ms, Some(T0 + 1));
+        assert!(by("held").info.lease_deadline_ms.is_some());
+        assert_eq!(by("bytes").info.body, Body::Bytes(vec![0, 159, 255]));
+        assert_eq!(by("far").info.due_at_ms, T0 + 3 * 86_400_000);
+    }
+    for (state, want) in [
+        (JobState::Scheduled, vec!["far", "own", "soon"]),
+        (JobState::Ready, vec!["bytes"]),
+        (JobState::Reserved, vec!["held"]),
+        (JobState::Dead, vec!["dies"]),
+    ] {
+        let mut got: Vec<String> = list_all(s, &t, Some(state), 2, |_| async {})
+            .await
+            .into_iter()
+            .map(|j| {
+                assert_eq!(j.info.state, state);
+                j.info.id.to_string()
+            })
+            .collect();
+        got.sort();
+        assert_eq!(got, want, "{state}");
+    }
+    // An unknown topic lists nothing.
+    let p = s
+        .list_jobs(&topic("list-none"), None, None, 10)
+        .await
+        .unwrap();
+    assert!(p.jobs.is_empty() && p.cursor.is_none());
+    // A cursor this store did not hand out.
+    let e = s
+        .list_jobs(&t, None, Some("not a cursor"), 10)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, StoreError::Invalid(i) if i.code == "invalid_cursor"),
+        "{e:?}"
+    );
+}
+
+/// `list_jobs` under concurrent writes: a job that is there from the first
+/// page to the last is listed exactly once, whatever it goes through
+/// meanwhile (promoted, reserved, rescheduled, dead, moved out of the
+/// timing wheel); jobs added meanwhile do not disturb the others.
+pub async fn list_jobs_cursor_is_stable_under_writes(s: &dyn Store) {
+    let t = topic("list-moving");
+    const MIN: u64 = 60_000;
+    let mut batch = Vec::new();
+    // More than Redis keeps in one listpack (512), so pages are real pages.
+    for i in 0..1500u64 {
+        // A third due now, a third soon, a third in far minutes.
+        let when = match i % 3 {
+            0 => When::DelayMs(0),
+            1 => When::DelayMs(1_000 + i),
+            _ => When::DelayMs(10 * MIN + i * 1000),
+        };
+        batch.push(job(&format!("j{i:04}"), when));
+    }
+    for chunk in batch.chunks(1000) {
+        s.enqueue(&t, chunk, T0).await.unwrap();
+    }
+    let mut now = T0;
+    let tr = &t;
+    let mut pages = 0;
+    let all = list_all(s, &t, None, 100, |page| {
+        pages += 1;
+        now += 2 * MIN;
+        let now = now;
+        let t = tr;
+        async move {
+            // Time passes: soon jobs become due, wheel buckets roll.
+            s.promote_due(t, 1000, now).await.unwrap();
+            let c = s.reserve(t, 3, Some(3_600_000), now).await.unwrap();
+            if let Some(l) = c.leases.first() {
+                s.nack(t, &l.id, Nack::dead(&l.token, "x"), now)
+                    .await
+                    .unwrap();
+            }
+            let new: Vec<NewJob> = (0..5)
+                .map(|k| job(&format!("new{page:03}-{k}"), When::DelayMs(k * MIN)))
+                .collect();
+            s.enqueue(t, &new, now).await.unwrap();
+        }
+    })
+    .await;
+    assert!(pages >= 10, "the listing took {pages} pages");
+    let mut seen = std::collections::HashMap::new();
+    for j in &all {
+        *seen.entry(j.info.id.to_string()).or_insert(0) += 1;
+    }
+    for i in 0..1500u64 {
+        let name = format!("j{i:04}");
+        assert_eq!(seen.get(&name), Some(&1), "{name} listed once");
+    }
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "no job twice: {:?}",
+        seen.iter().filter(|(_, n)| **n > 1).collect::<Vec<_>>()
+    );
+}
+
+fn import(i: &str, state: JobState, due: u64) -> ImportJob {
+    ImportJob {
+        id: id(i),
+        state,
+        due_at_ms: due,
+        priority: DEFAULT_PRIORITY,
+        attempts: 0,
+        max_attempts: None,
+        lease_ms: None,
+        retry: None,
+        dedup_ms: None,
+        body: Body::Json(format!("{{\"n\":\"{i}\"}}")),
+        last_error: None,
+        created_at_ms: T0 - 1000,
+        died_at_ms: None,
+    }
+}
+
+/// `import_jobs`: due times, attempts, overrides, errors and dead letters
+/// kept; a waiting job is ready or scheduled by its due time (far ones
+/// included); hand-outs go on counting attempts; a second import of the
+/// same jobs changes nothing; an id in its dedup window is not written.
+pub async fn import_jobs_keeps_due_attempts_and_dead_letters(s: &dyn Store) {
+    let t = topic("import");
+    strict_topic(s, &t).await;
+    const DAY: u64 = 86_400_000;
+    let now = T0;
+    let mut tried = import("tried", JobState::Ready, now - 500);
+    tried.attempts = 2;
+    tried.priority = 3;
+    tried.last_error = Some("timeout".into());
+    tried.max_attempts = Some(3);
+    tried.lease_ms = Some(5_000);
+    tried.retry = Some(RetryPolicy::FixedMs(40));
+    tried.dedup_ms = Some(1_000);
+    let mut dead = import("dead", JobState::Dead, now - 9_000);
+    dead.attempts = 4;
+    dead.last_error = Some("card declined".into());
+    dead.died_at_ms = Some(now - 8_000);
+    let mut bytes = import("bytes", JobState::Scheduled, now + 2_000);
+    bytes.body = Body::Bytes(vec![1, 0, 254]);
+    let jobs = vec![
+        tried,
+        import("soon", JobState::Scheduled, now + 1_000),
+        import("far", JobState::Scheduled, now + 2 * DAY),
+        // Exported as ready at a lease deadline still ahead: scheduled till then.
+        import("lease", JobState::Ready, now + 30_000),
+        dead,
+        bytes,
+    ];
+    let out = s.import_jobs(&t, &jobs, now).await.unwrap();
+    let got: Vec<(String, bool, JobState)> = out
+        .iter()
+        .map(|i| (i.id.to_string(), i.created, i.state))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("tried".into(), true, JobState::Ready),
+            ("soon".into(), true, JobState::Scheduled),
+            ("far".into(), true, JobState::Scheduled),
+            ("lease".into(), true, JobState::Scheduled),
+            ("dead".into(), true, JobState::Dead),
+            ("bytes".into(), true, JobState::Scheduled),
+        ]
+    );
+    let st = s.stats(&t, now).await.unwrap();
+    assert_eq!((st.scheduled, st.ready, st.reserved, st.dead), (4, 1, 0, 1));
+    assert_eq!(st.counters.enqueued, 6);
+
+    let g = s.get(&t, &id("tried")).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            g.state,
+            g.due_at_ms,
+            g.priority,
+            g.attempts,
+            g.max_attempts,
+            g.lease_ms
+        ),
+        (JobState::Ready, now - 500, 3, 2, 3, 5_000)
+    );
+    assert_eq!(g.last_error.as_deref(), Some("timeout"));
+    assert_eq!(g.created_at_ms, T0 - 1000);
+    let d = s.get(&t, &id("dead")).await.unwrap().unwrap();
+    assert_eq!(
+        (d.state, d.attempts, d.died_at_ms, d.last_error.as_deref()),
+        (JobState::Dead, 4, Some(now - 8_000), Some("card declined"))
+    );
+    let dl = s.list_dead(&t, 0, 10).await.unwrap();
+    assert_eq!(dl.len(), 1);
+    assert_eq!(
+        s.get(&t, &id("bytes")).await.unwrap().unwrap().body,
+        Body::Bytes(vec![1, 0, 254])
+    );
+    let page = s.list_jobs(&t, None, None, 1000).await.unwrap();
+    let own = page
+        .jobs
+        .iter()
+        .find(|j| j.info.id.as_str() == "tried")
+        .unwrap();
+    assert_eq!(
+        (
+            own.max_attempts,
+            own.lease_ms,
+            own.retry.clone(),
+            own.dedup_ms
+        ),
+        (
+            Some(3),
+            Some(5_000),
+            Some(RetryPolicy::FixedMs(40)),
+            Some(1_000)
+        )
+    );
+
+    // Idempotent by id: nothing changes the second time.
+    let before: Vec<JobInfo> = {
+        let mut v = Vec::new();
+        for j in &jobs {
+            v.push(s.get(&t, &j.id).await.unwrap().unwrap());
+        }
+        v
+    };
+    let again = s.import_jobs(&t, &jobs, now + 10).await.unwrap();
+    assert!(again.iter().all(|i| !i.created && !i.deduplicated));
+    assert_eq!(again[0].state, JobState::Ready);
+    assert_eq!(again[4].state, JobState::Dead);
+    for (j, b) in jobs.iter().zip(&before) {
+        assert_eq!(&s.get(&t, &j.id).await.unwrap().unwrap(), b, "{}", j.id);
+    }
+    let st2 = s.stats(&t, now).await.unwrap();
+    assert_eq!(st2, st, "a second import changes nothing");
+
+    // The third attempt is the last (its own max_attempts 3): it goes dead.
+    let l = one(s, &t, None, now).await;
+    assert_eq!((l.id.as_str(), l.attempt), ("tried", 3));
+    assert_eq!(
+        s.nack(&t, &l.id, Nack::retry(&l.token, "again"), now)
+            .await
+            .unwrap(),
+        NackOutcome::Dead { attempt: 3 }
+    );
+    // A dead letter is still a job: importing it again finds it.
+    let r = s.import_jobs(&t, &jobs[..1], now + 10).await.unwrap();
+    assert!(!r[0].created && !r[0].deduplicated, "{r:?}");
+    assert_eq!(r[0].state, JobState::Dead);
+    // The imported far and near jobs come out at their due times, not before.
+    assert!(
+        s.reserve(&t, 10, None, now + 999)
+            .await
+            .unwrap()
+            .leases
+            .is_empty()
+    );
+    let c = s.reserve(&t, 10, None, now + 1_000).await.unwrap();
+    assert_eq!(ids(&c), vec!["soon"]);
+    // Replayed dead letters get a fresh start, as any dead letter.
+    assert_eq!(
+        s.replay_dead(&t, Some(&[id("dead")]), 10, now + 1_000)
+            .await
+            .unwrap(),
+        1
+    );
+    // Replayed, still in its dedup window (1 s from its death): it is a
+    // live job, and an import finds it.
+    assert_eq!(
+        s.replay_dead(&t, Some(&[id("tried")]), 10, now + 1_000)
+            .await
+            .unwrap(),
+        1
+    );
+    let r = s.import_jobs(&t, &jobs[..1], now + 1_000).await.unwrap();
+    assert!(!r[0].created && !r[0].deduplicated, "{r:?}");
+    assert_eq!(r[0].state, JobState::Ready);
+
+    // A job that ended (acked) within its dedup window is not written again.
+    let t2 = topic("import-dedup");
+    let mut once = import("once", JobState::Ready, now - 1);
+    once.dedup_ms = Some(3_600_000);
+    s.import_jobs(&t2, std::slice::from_ref(&once), now)
+        .await
+        .unwrap();
+    let l = one(s, &t2, None, now).await;
+    s.ack(&t2, &l.id, &l.token, now + 5).await.unwrap();
+    let r = s.import_jobs(&t2, &[once], now + 10).await.unwrap();
+    assert!(r[0].deduplicated && !r[0].created, "{r:?}");
+    assert!(s.get(&t2, &id("once")).await.unwrap().is_none());
+}
+
+/// Imported dead letters over the topic's `dead_cap` drop the oldest.
+pub async fn import_jobs_dead_past_cap_drops_oldest(s: &dyn Store) {
+    let t = topic("import-cap");
+    s.configure_topic(
+        &t,
+        &TopicConfigPatch {
+            dead_cap: Some(2),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let jobs: Vec<ImportJob> = (0..4u64)
+        .map(|i| {
+            let mut j = import(&format!("d{i}"), JobState::Dead, T0);
+            j.died_at_ms = Some(T0 + i);
+            j
+        })
+        .collect();
+    s.import_jobs(&t, &jobs, T0 + 10).await.unwrap();
+    let dead: Vec<String> = s
+        .list_dead(&t, 0, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.id.to_string())
+        .collect();
+    assert_eq!(dead, vec!["d2", "d3"]);
+    assert_eq!(s.stats(&t, T0).await.unwrap().dead, 2);
+}
+
 #[macro_export]
 macro_rules! conformance_tests {
     (in_one $test:ident, $setup:expr, $make:expr) => {
@@ -1649,7 +2102,11 @@ macro_rules! conformance_tests {
             nack_with_a_priority_keeps_it,
             get_counts_what_happened_to_a_job,
             dedup_window_refuses_ended_ids,
-            records_keep_values_and_raise_marks
+            records_keep_values_and_raise_marks,
+            list_jobs_pages_every_state_once,
+            list_jobs_cursor_is_stable_under_writes,
+            import_jobs_keeps_due_attempts_and_dead_letters,
+            import_jobs_dead_past_cap_drops_oldest
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
