@@ -166,6 +166,7 @@ pub(crate) fn enqueue(
 ) -> OpResult<Vec<Enqueued>> {
     let tid = ensure_tid(cx, topic)?;
     let mut cfg: Option<TopicConfig> = None;
+    let mut topic_dedup: Option<i64> = None;
     // Ids in an open dedup window: looked up only when the topic has any,
     // after dropping the windows that ended.
     let dedup = cx
@@ -208,7 +209,7 @@ pub(crate) fn enqueue(
             });
             continue;
         }
-        if cfg.is_none() && (j.dedup_ms.is_none() || j.when == When::TopicDefault) {
+        if cfg.is_none() && j.when == When::TopicDefault {
             cfg = Some(config(cx, tid)?);
         }
         let due = match j.when {
@@ -217,11 +218,20 @@ pub(crate) fn enqueue(
             When::DueAtMs(t) => t.max(now),
             When::TopicDefault => now + cfg.as_ref().map_or(0, |c| c.default_delay_ms),
         };
+        // The topic's window: one small read per call, only when a job
+        // names none.
+        if j.dedup_ms.is_none() && topic_dedup.is_none() {
+            topic_dedup = Some(
+                cx.conn
+                    .prepare_cached("SELECT coalesce(dedup_ms, 0) FROM topics WHERE tid = ?1")?
+                    .query_row([tid], |r| r.get::<_, i64>(0))?,
+            );
+        }
         let dedup_ms = j
             .dedup_ms
-            .or(cfg.as_ref().map(|c| c.dedup_ms))
-            .filter(|ms| *ms > 0)
-            .map(|ms| ms as i64);
+            .map(|ms| ms as i64)
+            .or(topic_dedup)
+            .filter(|ms| *ms > 0);
         let state = if due <= now { READY } else { SCHEDULED };
         let insert = |cx: &Ctx| -> OpResult<usize> {
             Ok(cx
@@ -545,10 +555,19 @@ pub(crate) fn touch(
 
 pub(crate) fn ack(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> OpResult<()> {
     let (tid, seq) = held(cx, topic, id, token)?;
-    remember(cx, seq, now)?;
-    cx.conn
-        .prepare_cached("DELETE FROM jobs WHERE seq = ?1")?
-        .execute([seq])?;
+    // One statement for the common job without a window.
+    let dedup_ms: Option<i64> = cx
+        .conn
+        .prepare_cached("DELETE FROM jobs WHERE seq = ?1 RETURNING dedup_ms")?
+        .query_row([seq], |r| r.get(0))?;
+    if let Some(ms) = dedup_ms.filter(|ms| *ms > 0) {
+        cx.conn
+            .prepare_cached(
+                "INSERT INTO dedup (tid, id, until_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (tid, id) DO UPDATE SET until_ms = excluded.until_ms",
+            )?
+            .execute(params![tid, id.as_str(), now as i64 + ms])?;
+    }
     counts(cx, tid, [0, 0, -1, 0])?;
     bump(cx, tid, "acked", 1)
 }
