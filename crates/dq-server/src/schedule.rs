@@ -328,15 +328,10 @@ impl Schedule {
     }
 
     /// The same schedule, paused or not.
-    ///
-    /// # Errors
-    /// As [`Schedule::new`] (the settings were valid: none in practice).
-    pub fn with_paused(&self, paused: bool, limits: &Limits) -> Result<Self, InvalidInput> {
-        let spec = wire::ScheduleSpec {
-            paused,
-            ..self.spec.clone()
-        };
-        Self::new(&self.name, spec, limits)
+    pub fn with_paused(&self, paused: bool) -> Self {
+        let mut s = self.clone();
+        s.spec.paused = paused;
+        s
     }
 
     /// Refuses a cron rule that never fires (`0 0 30 2 *`: 30 February):
@@ -450,18 +445,17 @@ impl Schedule {
 
     /// Up to `n` slots after `t`.
     pub fn next_n(&self, t: u64, n: usize) -> Vec<u64> {
-        let mut out = Vec::with_capacity(n);
-        let mut at = t;
-        while out.len() < n {
-            match self.next_after(at) {
-                Some(s) => {
-                    out.push(s);
-                    at = s;
-                }
-                None => break,
-            }
-        }
-        out
+        self.forward(t).take(n).collect()
+    }
+
+    /// The slots after `t`, in order.
+    fn forward(&self, t: u64) -> impl Iterator<Item = u64> + '_ {
+        std::iter::successors(self.next_after(t), |s| self.next_after(*s))
+    }
+
+    /// The slots before `t`, latest first.
+    fn backward(&self, t: u64) -> impl Iterator<Item = u64> + '_ {
+        std::iter::successors(self.prev_before(t), |s| self.prev_before(*s))
     }
 
     /// The wall-clock time of instant `ms` in the schedule's zone.
@@ -475,29 +469,22 @@ impl Schedule {
     /// (spring forward) the first valid moment after it; in a fold (fall
     /// back) its first occurrence.
     fn instant(&self, local: NaiveDateTime) -> Option<u64> {
-        let ms = |t: chrono::DateTime<Tz>| u64::try_from(t.timestamp_millis()).ok();
-        match self.tz.from_local_datetime(&local) {
-            LocalResult::Single(t) => ms(t),
-            LocalResult::Ambiguous(first, _) => ms(first),
-            LocalResult::None => {
-                // Gaps are whole minutes (an hour, or 30 min) and end on a
-                // minute: the first minute after that exists ends it.
-                let start = local
-                    .with_second(0)
-                    .and_then(|t| t.with_nanosecond(0))
-                    .unwrap_or(local);
-                (1..=24 * 60).find_map(|m| {
-                    match self
-                        .tz
-                        .from_local_datetime(&(start + chrono::TimeDelta::minutes(m)))
-                    {
-                        LocalResult::Single(t) => ms(t),
-                        LocalResult::Ambiguous(first, _) => ms(first),
-                        LocalResult::None => None,
-                    }
-                })
-            }
-        }
+        // The first occurrence of a wall-clock time; None in a gap.
+        let first = |l: &NaiveDateTime| {
+            self.tz
+                .from_local_datetime(l)
+                .earliest()
+                .and_then(|t| u64::try_from(t.timestamp_millis()).ok())
+        };
+        first(&local).or_else(|| {
+            // Gaps are whole minutes (an hour, or 30 min) and end on a
+            // minute: the first minute after that exists ends it.
+            let start = local
+                .with_second(0)
+                .and_then(|t| t.with_nanosecond(0))
+                .unwrap_or(local);
+            (1..=24 * 60).find_map(|m| first(&(start + chrono::TimeDelta::minutes(m))))
+        })
     }
 
     fn cron_after(&self, c: &Cron, t: u64) -> Option<u64> {
@@ -557,24 +544,18 @@ impl Schedule {
                 }
             }
             CatchUp::All => {
-                let mut at = late;
-                while slots.len() < MAX_CATCH_UP {
-                    match self.prev_before(at).filter(|s| *s > mark) {
-                        Some(s) => {
-                            slots.push(s);
-                            at = s;
-                        }
-                        None => break,
-                    }
-                }
+                slots.extend(
+                    self.backward(late)
+                        .take_while(|s| *s > mark)
+                        .take(MAX_CATCH_UP),
+                );
                 slots.reverse();
             }
         }
-        let mut at = mark.max(late.saturating_sub(1));
-        while let Some(s) = self.next_after(at).filter(|s| *s <= horizon) {
-            slots.push(s);
-            at = s;
-        }
+        slots.extend(
+            self.forward(mark.max(late.saturating_sub(1)))
+                .take_while(|s| *s <= horizon),
+        );
         (slots, horizon)
     }
 }

@@ -814,7 +814,7 @@ impl Service {
                 && old.paused()
                 && !sched.paused()
             {
-                sched = sched.with_paused(true, &self.limits)?;
+                sched = sched.with_paused(true);
             }
             // The same settings again (a restart applying dq.toml): nothing
             // changes, progress included — slots missed meanwhile are
@@ -900,7 +900,7 @@ impl Service {
         use crate::schedule::KIND;
         let (sched, mark) = self.load_schedule(name).await?;
         let now = self.now();
-        let sched = sched.with_paused(paused, &self.limits)?;
+        let sched = sched.with_paused(paused);
         let mark = if paused { mark.max(now) } else { now };
         self.store
             .put_record(KIND, name, &sched.to_record(), mark)
