@@ -392,16 +392,17 @@ fn held(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str) -> OpResult<(i64, 
     Ok((tid, seq))
 }
 
-/// Starts the dedup window of job `seq` (if it has one) at `now`: call it
-/// before the job's row goes or dies.
-fn remember(cx: &Ctx, seq: i64, now: u64) -> OpResult<()> {
-    cx.conn
-        .prepare_cached(
-            "INSERT INTO dedup (tid, id, until_ms)
-             SELECT tid, id, ?2 + dedup_ms FROM jobs WHERE seq = ?1 AND dedup_ms > 0
-             ON CONFLICT (tid, id) DO UPDATE SET until_ms = excluded.until_ms",
-        )?
-        .execute(params![seq, now as i64])?;
+/// Starts the dedup window of job `id` that ended at `now`, if it has one
+/// (`dedup_ms`, as its row held it: the ending statement returns it).
+fn open_window(cx: &Ctx, tid: i64, id: &str, dedup_ms: Option<i64>, now: u64) -> OpResult<()> {
+    if let Some(ms) = dedup_ms.filter(|ms| *ms > 0) {
+        cx.conn
+            .prepare_cached(
+                "INSERT INTO dedup (tid, id, until_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (tid, id) DO UPDATE SET until_ms = excluded.until_ms",
+            )?
+            .execute(params![tid, id, now as i64 + ms])?;
+    }
     Ok(())
 }
 
@@ -422,10 +423,11 @@ pub(crate) fn cancel(
     let Some((seq, state)) = row else {
         return Ok(None);
     };
-    remember(cx, seq, now)?;
-    cx.conn
-        .prepare_cached("DELETE FROM jobs WHERE seq = ?1")?
-        .execute([seq])?;
+    let dedup_ms: Option<i64> = cx
+        .conn
+        .prepare_cached("DELETE FROM jobs WHERE seq = ?1 RETURNING dedup_ms")?
+        .query_row([seq], |r| r.get(0))?;
+    open_window(cx, tid, id.as_str(), dedup_ms, now)?;
     counts(cx, tid, delta(Some(state), None))?;
     bump(cx, tid, "cancelled", 1)?;
     Ok(Some(state_of(state)))
@@ -560,14 +562,7 @@ pub(crate) fn ack(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64
         .conn
         .prepare_cached("DELETE FROM jobs WHERE seq = ?1 RETURNING dedup_ms")?
         .query_row([seq], |r| r.get(0))?;
-    if let Some(ms) = dedup_ms.filter(|ms| *ms > 0) {
-        cx.conn
-            .prepare_cached(
-                "INSERT INTO dedup (tid, id, until_ms) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (tid, id) DO UPDATE SET until_ms = excluded.until_ms",
-            )?
-            .execute(params![tid, id.as_str(), now as i64 + ms])?;
-    }
+    open_window(cx, tid, id.as_str(), dedup_ms, now)?;
     counts(cx, tid, [0, 0, -1, 0])?;
     bump(cx, tid, "acked", 1)
 }
@@ -615,12 +610,14 @@ fn fail(
         ])?;
     bump(cx, tid, "failed", 1)?;
     if how == Failed::Dead || attempts >= max {
-        cx.conn
+        let (id, dedup_ms): (String, Option<i64>) = cx
+            .conn
             .prepare_cached(
-                "UPDATE jobs SET state = 3, died_ms = ?1, buries = buries + 1 WHERE seq = ?2",
+                "UPDATE jobs SET state = 3, died_ms = ?1, buries = buries + 1 WHERE seq = ?2
+                 RETURNING id, dedup_ms",
             )?
-            .execute(params![now as i64, seq])?;
-        remember(cx, seq, now)?;
+            .query_row(params![now as i64, seq], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        open_window(cx, tid, &id, dedup_ms, now)?;
         counts(cx, tid, [0, 0, -1, 1])?;
         bump(cx, tid, "dead", 1)?;
         trim_dead(cx, tid, cfg.dead_cap)?;
