@@ -21,7 +21,7 @@ pub(crate) struct Conn {
         global = true
     )]
     server: String,
-    /// The server's admin_token, sent as Authorization: Bearer (needed for changes when the server has one)
+    /// An API key (dqk_…) or the server's admin_token, sent as Authorization: Bearer
     #[arg(long, env = "DQ_TOKEN", hide_env_values = true, global = true)]
     token: Option<String>,
     /// Print the server's JSON instead of a table
@@ -203,12 +203,47 @@ pub(crate) enum ClientCmd {
         #[command(subcommand)]
         cmd: Option<SchedulesCmd>,
     },
+    /// API keys: create, list, rotate, revoke (needs an admin key or the admin_token)
+    Keys {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        cmd: Option<KeysCmd>,
+    },
     /// Dead letters: list, replay, purge
     Dead {
         #[command(flatten)]
         conn: Conn,
         #[command(subcommand)]
         cmd: DeadCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeysCmd {
+    /// List keys: name, scopes, created, last used (never a secret)
+    List,
+    /// Create a key and print its secret (shown this once)
+    Create {
+        /// The key's name: 1-64 of A-Z a-z 0-9 _ -
+        #[arg(long)]
+        name: String,
+        /// What it may do, action:pattern, repeated: enqueue|consume|read|manage:<topic or prefix*>, or admin
+        #[arg(long = "scope", required = true)]
+        scopes: Vec<String>,
+    },
+    /// Give a key a new secret (printed); the old one stops working
+    Rotate {
+        /// The key
+        name: String,
+    },
+    /// Revoke a key: it stops working on every instance within a second (asks first, unless --yes)
+    Revoke {
+        /// The key
+        name: String,
+        /// Do not ask
+        #[arg(long)]
+        yes: bool,
     },
 }
 
@@ -892,6 +927,51 @@ impl ClientCmd {
                     }
                 }
             }
+            ClientCmd::Keys { conn, cmd } => {
+                let api = conn.client()?;
+                match cmd.unwrap_or(KeysCmd::List) {
+                    KeysCmd::List => {
+                        let keys = api.keys().await?;
+                        if conn.json {
+                            print_json(&wire::KeyList { keys });
+                        } else {
+                            let mut t = bordered(vec!["name", "scopes", "created", "last used"]);
+                            for k in &keys {
+                                t.add_row(vec![
+                                    k.name.clone(),
+                                    k.scopes.join(" "),
+                                    rfc3339(Some(k.created_ms)),
+                                    k.last_used_ms.map_or("never".into(), |t| rfc3339(Some(t))),
+                                ]);
+                            }
+                            println!("{t}");
+                        }
+                    }
+                    KeysCmd::Create { name, scopes } => {
+                        print_secret(&api.create_key(&name, &scopes).await?, conn.json);
+                    }
+                    KeysCmd::Rotate { name } => {
+                        print_secret(&api.rotate_key(&name).await?, conn.json);
+                    }
+                    KeysCmd::Revoke { name, yes } => {
+                        confirm(
+                            &format!(
+                                "Revoke key {name:?}? Clients using it are refused within a second."
+                            ),
+                            yes,
+                        )?;
+                        api.revoke_key(&name).await?;
+                        if conn.json {
+                            print_json(&wire::KeyRevoked {
+                                name,
+                                revoked: true,
+                            });
+                        } else {
+                            println!("{name} revoked");
+                        }
+                    }
+                }
+            }
             ClientCmd::Topics { conn, cmd } => {
                 let api = conn.client()?;
                 match cmd.unwrap_or(TopicsCmd::List) {
@@ -1039,6 +1119,20 @@ impl ClientCmd {
         }
         Ok(())
     }
+}
+
+/// A new key's secret: the only time it is shown.
+fn print_secret(k: &wire::KeyCreated, json: bool) {
+    if json {
+        print_json(k);
+        return;
+    }
+    println!("{}", k.secret);
+    eprintln!(
+        "key {} ({}): the line above is its secret, shown this once; send it as Authorization: Bearer (DQ_TOKEN / --token)",
+        k.name,
+        k.scopes.join(" ")
+    );
 }
 
 #[cfg(test)]

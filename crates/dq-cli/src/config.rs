@@ -106,6 +106,12 @@ pub(crate) struct ServeArgs {
     /// Token for the admin page and for changes through the API (Authorization: Bearer); without it the admin page answers on loopback only [default: none]
     #[arg(long, env = "DQ_ADMIN_TOKEN", hide_env_values = true)]
     pub(crate) admin_token: Option<String>,
+    /// Who may call /v1: auto (open until the first API key exists) or required (a key on every call) [default: auto]
+    #[arg(long, env = "DQ_AUTH")]
+    pub(crate) auth: Option<String>,
+    /// Token /metrics wants as Authorization: Bearer (the admin token works too) [default: none, /metrics is open]
+    #[arg(long, env = "DQ_METRICS_TOKEN", hide_env_values = true)]
+    pub(crate) metrics_token: Option<String>,
     /// Log format: text or json [default: text]
     #[arg(long, env = "DQ_LOG_FORMAT")]
     pub(crate) log_format: Option<String>,
@@ -144,6 +150,8 @@ struct FileConfig {
     dispatcher_max_sleep: Option<String>,
     push_deny_private: Option<bool>,
     admin_token: Option<String>,
+    auth: Option<String>,
+    metrics_token: Option<String>,
     #[serde(default)]
     alert_webhooks: Vec<String>,
     alert_smtp_url: Option<String>,
@@ -336,6 +344,19 @@ impl ServeArgs {
                 );
             }
             server.admin_token = Some(t);
+        }
+        match self.auth.or(file.auth).as_deref() {
+            None | Some("auto") => server.auth_required = false,
+            Some("required") => server.auth_required = true,
+            Some(other) => bail!("auth: must be auto or required, got {other:?}"),
+        }
+        if let Some(t) = self.metrics_token.or(file.metrics_token) {
+            if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                bail!(
+                    "metrics_token: must be at least 16 characters without spaces (e.g. from `openssl rand -hex 24`)"
+                );
+            }
+            server.metrics_token = Some(t);
         }
         let a = &mut server.alerts;
         a.webhooks = if self.alert_webhooks.is_empty() {

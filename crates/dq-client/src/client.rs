@@ -229,8 +229,9 @@ impl Client {
         }
     }
 
-    /// Sends `Authorization: Bearer <token>` with every call: needed for
-    /// changes when the server has `admin_token` set.
+    /// Sends `Authorization: Bearer <token>` with every call: an API key
+    /// (`dqk_…`) or the server's `admin_token`; needed for every call once
+    /// the server has keys, and for changes when it has `admin_token`.
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
         self
@@ -698,6 +699,67 @@ impl Client {
             )
             .await?;
         Ok(())
+    }
+
+    /// Creates an API key (admin only); the reply holds its secret, which
+    /// the server cannot show again.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad name or scope; [`Error::Http`] 409
+    /// `key_exists`; [`Error::Unauthorized`] without an admin key.
+    pub async fn create_key(&self, name: &str, scopes: &[String]) -> Result<wire::KeyCreated> {
+        let req = wire::CreateKeyRequest {
+            name: name.to_string(),
+            scopes: scopes.to_vec(),
+        };
+        self.call(
+            Method::POST,
+            format!("{}/v1/keys", self.base),
+            Some(&req),
+            false,
+        )
+        .await
+    }
+
+    /// Every API key (never a secret).
+    ///
+    /// # Errors
+    /// [`Error::Unauthorized`] without an admin key.
+    pub async fn keys(&self) -> Result<Vec<wire::KeyInfo>> {
+        let r: wire::KeyList = self
+            .call(Method::GET, format!("{}/v1/keys", self.base), NONE, true)
+            .await?;
+        Ok(r.keys)
+    }
+
+    /// Revokes an API key: it stops working on every instance within a second.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for an unknown key.
+    pub async fn revoke_key(&self, name: &str) -> Result<()> {
+        let _: wire::KeyRevoked = self
+            .call(
+                Method::DELETE,
+                format!("{}/v1/keys/{}", self.base, encode_segment(name)),
+                NONE,
+                false,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Gives an API key a new secret (returned); the old one stops working.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for an unknown key.
+    pub async fn rotate_key(&self, name: &str) -> Result<wire::KeyCreated> {
+        self.call(
+            Method::POST,
+            format!("{}/v1/keys/{}/rotate", self.base, encode_segment(name)),
+            NONE,
+            false,
+        )
+        .await
     }
 
     /// Deletes a topic and all its jobs; returns how many jobs.

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -14,8 +14,10 @@ use dq_core::*;
 use serde::Deserialize;
 
 use crate::AppState;
+use crate::auth::Access;
 use crate::error::ApiError;
 use crate::extract::{ApiPath as Path, ApiQuery as Query, JsonBody, parse};
+use crate::keys::Action;
 use crate::service::{AckItem, JobView};
 
 /// A JSON reply.
@@ -430,6 +432,7 @@ const MAX_RESERVE_TOPICS: usize = 100;
 /// up to `wait_ms` for one to become due.
 pub(crate) async fn reserve(
     State(st): State<AppState>,
+    Extension(access): Extension<Access>,
     JsonBody(req): JsonBody<wire::ReserveRequest>,
 ) -> ApiResult {
     if req.topics.is_empty() || req.topics.len() > MAX_RESERVE_TOPICS {
@@ -441,6 +444,7 @@ pub(crate) async fn reserve(
     let mut topics: Vec<Topic> = Vec::with_capacity(req.topics.len());
     for name in req.topics {
         let t = topic(name)?;
+        access.require(Action::Consume, t.as_str())?;
         if !topics.contains(&t) {
             topics.push(t);
         }
@@ -561,6 +565,7 @@ pub(crate) async fn touch(
 /// `POST /v1/ack:batch` — a result per ack.
 pub(crate) async fn ack_batch(
     State(st): State<AppState>,
+    Extension(access): Extension<Access>,
     JsonBody(req): JsonBody<wire::AckBatchRequest>,
 ) -> ApiResult {
     if req.acks.is_empty() || req.acks.len() > MAX_BATCH {
@@ -571,6 +576,10 @@ pub(crate) async fn ack_batch(
                 req.acks.len()
             ),
         ));
+    }
+    // A batch touching a topic outside the key's scopes is refused whole.
+    for a in &req.acks {
+        access.require(Action::Consume, &a.topic)?;
     }
     // Items that do not parse get their error; the others are acked together.
     let mut results: Vec<Option<wire::AckResult>> = Vec::with_capacity(req.acks.len());
@@ -603,11 +612,15 @@ pub(crate) async fn ack_batch(
 }
 
 /// `GET /v1/topics`
-pub(crate) async fn list_topics(State(st): State<AppState>) -> ApiResult {
+pub(crate) async fn list_topics(
+    State(st): State<AppState>,
+    Extension(access): Extension<Access>,
+) -> ApiResult {
     let topics = st.service.topics_with_stats().await?;
     reply(wire::TopicList {
         topics: topics
             .into_iter()
+            .filter(|(t, _)| access.allows(Action::Read, t.as_str()))
             .map(|(t, stats)| wire::TopicInfo {
                 name: t.to_string(),
                 stats,
@@ -656,9 +669,19 @@ pub(crate) async fn delete_topic(State(st): State<AppState>, Path(t): Path<Strin
 /// shows the next slots.
 pub(crate) async fn put_schedule(
     State(st): State<AppState>,
+    Extension(access): Extension<Access>,
     Path(name): Path<String>,
     JsonBody(spec): JsonBody<wire::ScheduleSpec>,
 ) -> ApiResult {
+    access.require(Action::Manage, &spec.topic)?;
+    if !matches!(access, Access::Open | Access::Admin) {
+        // Replacing a schedule moves its jobs off its old topic too.
+        match st.service.schedule(&name).await {
+            Ok(old) => access.require(Action::Manage, &old.spec.topic)?,
+            Err(crate::service::Error::ScheduleNotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     let (created, info) = st.service.put_schedule(&name, spec).await?;
     let status = if created {
         StatusCode::CREATED
@@ -669,25 +692,48 @@ pub(crate) async fn put_schedule(
 }
 
 /// `GET /v1/schedules`
-pub(crate) async fn list_schedules(State(st): State<AppState>) -> ApiResult {
-    reply(wire::ScheduleList {
-        schedules: st.service.schedules().await?,
-    })
+pub(crate) async fn list_schedules(
+    State(st): State<AppState>,
+    Extension(access): Extension<Access>,
+) -> ApiResult {
+    let mut schedules = st.service.schedules().await?;
+    schedules.retain(|s| access.allows(Action::Read, &s.spec.topic));
+    reply(wire::ScheduleList { schedules })
 }
 
 /// `GET /v1/schedules/{name}`
 pub(crate) async fn get_schedule(
     State(st): State<AppState>,
+    Extension(access): Extension<Access>,
     Path(name): Path<String>,
 ) -> ApiResult {
-    reply(st.service.schedule(&name).await?)
+    let info = st.service.schedule(&name).await?;
+    access.require(Action::Read, &info.spec.topic)?;
+    reply(info)
+}
+
+/// Checks `access` may manage the schedule `name` (its topic's scope; a
+/// stored schedule dq cannot read is the admin's).
+async fn may_manage_schedule(st: &AppState, access: &Access, name: &str) -> ApiResult<()> {
+    if matches!(access, Access::Open | Access::Admin) {
+        return Ok(());
+    }
+    match st.service.schedule(name).await {
+        Ok(info) => access.require(Action::Manage, &info.spec.topic),
+        Err(crate::service::Error::ScheduleNotFound(n)) => {
+            Err(crate::service::Error::ScheduleNotFound(n).into())
+        }
+        Err(_) => access.require(Action::Admin, ""),
+    }
 }
 
 /// `DELETE /v1/schedules/{name}`
 pub(crate) async fn delete_schedule(
     State(st): State<AppState>,
+    Extension(access): Extension<Access>,
     Path(name): Path<String>,
 ) -> ApiResult {
+    may_manage_schedule(&st, &access, &name).await?;
     st.service.delete_schedule(&name).await?;
     reply(wire::ScheduleDeleted {
         name,
@@ -698,17 +744,84 @@ pub(crate) async fn delete_schedule(
 /// `POST /v1/schedules/{name}/pause`
 pub(crate) async fn pause_schedule(
     State(st): State<AppState>,
+    Extension(access): Extension<Access>,
     Path(name): Path<String>,
 ) -> ApiResult {
+    may_manage_schedule(&st, &access, &name).await?;
     reply(st.service.pause_schedule(&name, true).await?)
 }
 
 /// `POST /v1/schedules/{name}/resume`
 pub(crate) async fn resume_schedule(
     State(st): State<AppState>,
+    Extension(access): Extension<Access>,
     Path(name): Path<String>,
 ) -> ApiResult {
+    may_manage_schedule(&st, &access, &name).await?;
     reply(st.service.pause_schedule(&name, false).await?)
+}
+
+/// Without an admin token, keep an admin key: else nobody could manage
+/// keys any more. Refuses (409 `admin_key_needed`) a change that would leave
+/// none: a first key without `admin`, or revoking the last admin key.
+fn keep_an_admin(st: &AppState, making_admin: bool, revoking: Option<&str>) -> ApiResult<()> {
+    if st.admin.has_token() {
+        return Ok(());
+    }
+    let ring = st.service.key_ring();
+    let admins_left = match revoking {
+        Some(name) => ring
+            .named(name)
+            .is_none_or(|k| !k.is_admin() || ring.admin_count() > 1),
+        None => making_admin || ring.has_admin(),
+    };
+    if admins_left {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "admin_key_needed",
+        "this dq has no admin_token, so it keeps at least one key with the admin scope: create an admin key first (--scope admin), or set admin_token",
+    ))
+}
+
+/// `POST /v1/keys` — 201 with the secret, shown this once.
+pub(crate) async fn create_key(
+    State(st): State<AppState>,
+    JsonBody(req): JsonBody<wire::CreateKeyRequest>,
+) -> ApiResult {
+    let making_admin = req.scopes.iter().any(|s| s == "admin" || s == "admin:*");
+    keep_an_admin(&st, making_admin, None)?;
+    let created = st.service.create_key(&req.name, &req.scopes).await?;
+    Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+/// `GET /v1/keys` — never a secret.
+pub(crate) async fn list_keys(State(st): State<AppState>) -> ApiResult {
+    reply(wire::KeyList {
+        keys: st.service.list_keys().await?,
+    })
+}
+
+/// `GET /v1/keys/{name}`
+pub(crate) async fn get_key(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult {
+    reply(st.service.key(&name).await?)
+}
+
+/// `DELETE /v1/keys/{name}` — revoked here at once, everywhere within 1 s.
+pub(crate) async fn revoke_key(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult {
+    keep_an_admin(&st, false, Some(&name))?;
+    st.service.revoke_key(&name).await?;
+    reply(wire::KeyRevoked {
+        name,
+        revoked: true,
+    })
+}
+
+/// `POST /v1/keys/{name}/rotate` — a new secret, shown this once; the old
+/// one stops working.
+pub(crate) async fn rotate_key(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult {
+    reply(st.service.rotate_key(&name).await?)
 }
 
 #[derive(Debug, Deserialize)]

@@ -19,7 +19,8 @@
 //! every instance sharing the token accepts them and changing the token ends
 //! every session. Without a token, CSRF tokens use a key drawn at start.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
@@ -30,6 +31,7 @@ use sha2::Sha256;
 
 use crate::AppState;
 use crate::error::ApiError;
+use crate::keys::{self, Action, ApiKey};
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "dq_session";
@@ -37,10 +39,17 @@ pub const SESSION_COOKIE: &str = "dq_session";
 pub const SESSION_MAX_AGE_MS: u64 = 12 * 3_600_000;
 
 /// The admin credentials of a process.
-#[derive(Clone)]
 pub struct AdminAuth {
     token: Option<String>,
     key: Vec<u8>,
+    /// `auth = "required"`: every `/v1` call needs a key (or the admin
+    /// token) even while no key exists.
+    pub required: bool,
+    /// The bearer token `/metrics` wants (the admin token works too); None:
+    /// open.
+    pub metrics_token: Option<String>,
+    /// Failed authentications per client address.
+    pub failures: FailureLimit,
 }
 
 impl std::fmt::Debug for AdminAuth {
@@ -58,7 +67,25 @@ impl AdminAuth {
             Some(t) => t.as_bytes().to_vec(),
             None => rand::random::<[u8; 32]>().to_vec(),
         };
-        Self { token, key }
+        Self {
+            token,
+            key,
+            required: false,
+            metrics_token: None,
+            failures: FailureLimit::default(),
+        }
+    }
+
+    /// The same with `auth = "required"` (see [`AdminAuth::required`]).
+    pub fn requiring_keys(mut self, required: bool) -> Self {
+        self.required = required;
+        self
+    }
+
+    /// The same with a `/metrics` token.
+    pub fn with_metrics_token(mut self, token: Option<String>) -> Self {
+        self.metrics_token = token;
+        self
     }
 
     /// Whether a token is configured.
@@ -189,6 +216,256 @@ fn is_admin_path(path: &str) -> bool {
     path == "/" || path == "/admin" || path.starts_with("/admin/")
 }
 
+/// Who a request acts as, once [`guard`] let it through: handlers that
+/// find the topic in the body (reserve, `ack:batch`, schedules) check it
+/// with [`Access::require`].
+#[derive(Clone, Debug)]
+pub enum Access {
+    /// Auth is not enforced (no key exists, `auth` is not `required`): the
+    /// rules of before keys apply, and they let this request through.
+    Open,
+    /// The admin token, or a peer on loopback while no token and no key
+    /// exist (so the first key can be made).
+    Admin,
+    /// An API key.
+    Key(Arc<ApiKey>),
+}
+
+impl Access {
+    /// Whether this access allows `action` on `topic`.
+    pub fn allows(&self, action: Action, topic: &str) -> bool {
+        match self {
+            Access::Open | Access::Admin => true,
+            Access::Key(k) => k.allows(action, topic),
+        }
+    }
+
+    /// Whether this access allows `action` on some topic.
+    pub fn allows_any(&self, action: Action) -> bool {
+        match self {
+            Access::Open | Access::Admin => true,
+            Access::Key(k) => k.allows_any(action),
+        }
+    }
+
+    /// 403 `forbidden` naming the missing scope, unless allowed.
+    ///
+    /// # Errors
+    /// The 403.
+    pub fn require(&self, action: Action, topic: &str) -> Result<(), ApiError> {
+        if self.allows(action, topic) {
+            return Ok(());
+        }
+        Err(forbidden(self, &format!("{action}:{topic}")))
+    }
+
+    /// The key's name for logs (`admin_token` for the token).
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Access::Open => None,
+            Access::Admin => Some("admin_token"),
+            Access::Key(k) => Some(&k.name),
+        }
+    }
+}
+
+fn forbidden(access: &Access, scope: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "key {:?} lacks the scope {scope}",
+            access.name().unwrap_or("anonymous")
+        ),
+    )
+}
+
+/// Where the topic a route needs a scope for comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// The action on the path's `{topic}`.
+    Topic(Action),
+    /// The action on topics the handler finds in the body or in a stored
+    /// schedule; the guard checks the key has the action on some topic,
+    /// the handler checks each topic.
+    Handler(Action),
+    /// The admin scope.
+    Admin,
+}
+
+/// Every `/v1` route with what it needs. A route missing here answers
+/// 403 to every key but an admin one; `every_route_has_a_scope` (tests)
+/// fails for an OpenAPI operation missing here.
+pub const ROUTES: &[(&str, &str, Need)] = &[
+    ("GET", "/v1/topics", Need::Handler(Action::Read)),
+    ("GET", "/v1/topics/{topic}", Need::Topic(Action::Read)),
+    ("PUT", "/v1/topics/{topic}", Need::Topic(Action::Manage)),
+    ("DELETE", "/v1/topics/{topic}", Need::Topic(Action::Manage)),
+    (
+        "POST",
+        "/v1/topics/{topic}/jobs",
+        Need::Topic(Action::Enqueue),
+    ),
+    ("GET", "/v1/topics/{topic}/jobs", Need::Topic(Action::Read)),
+    (
+        "POST",
+        "/v1/topics/{topic}/jobs:batch",
+        Need::Topic(Action::Enqueue),
+    ),
+    (
+        "POST",
+        "/v1/topics/{topic}/jobs:import",
+        Need::Topic(Action::Manage),
+    ),
+    (
+        "GET",
+        "/v1/topics/{topic}/jobs/{id}",
+        Need::Topic(Action::Read),
+    ),
+    (
+        "DELETE",
+        "/v1/topics/{topic}/jobs/{id}",
+        Need::Topic(Action::Manage),
+    ),
+    (
+        "PATCH",
+        "/v1/topics/{topic}/jobs/{id}",
+        Need::Topic(Action::Manage),
+    ),
+    (
+        "POST",
+        "/v1/topics/{topic}/jobs/{id}/ack",
+        Need::Topic(Action::Consume),
+    ),
+    (
+        "POST",
+        "/v1/topics/{topic}/jobs/{id}/nack",
+        Need::Topic(Action::Consume),
+    ),
+    (
+        "POST",
+        "/v1/topics/{topic}/jobs/{id}/touch",
+        Need::Topic(Action::Consume),
+    ),
+    (
+        "POST",
+        "/v1/topics/{topic}/jobs/{id}/release",
+        Need::Topic(Action::Consume),
+    ),
+    ("GET", "/v1/topics/{topic}/dead", Need::Topic(Action::Read)),
+    (
+        "DELETE",
+        "/v1/topics/{topic}/dead",
+        Need::Topic(Action::Manage),
+    ),
+    (
+        "POST",
+        "/v1/topics/{topic}/dead/replay",
+        Need::Topic(Action::Manage),
+    ),
+    ("GET", "/v1/schedules", Need::Handler(Action::Read)),
+    ("GET", "/v1/schedules/{name}", Need::Handler(Action::Read)),
+    ("PUT", "/v1/schedules/{name}", Need::Handler(Action::Manage)),
+    (
+        "DELETE",
+        "/v1/schedules/{name}",
+        Need::Handler(Action::Manage),
+    ),
+    (
+        "POST",
+        "/v1/schedules/{name}/pause",
+        Need::Handler(Action::Manage),
+    ),
+    (
+        "POST",
+        "/v1/schedules/{name}/resume",
+        Need::Handler(Action::Manage),
+    ),
+    ("POST", "/v1/reserve", Need::Handler(Action::Consume)),
+    ("POST", "/v1/ack:batch", Need::Handler(Action::Consume)),
+    ("POST", "/v1/admin/backup", Need::Admin),
+    ("POST", "/v1/admin/drain", Need::Admin),
+    ("GET", "/v1/keys", Need::Admin),
+    ("POST", "/v1/keys", Need::Admin),
+    ("GET", "/v1/keys/{name}", Need::Admin),
+    ("DELETE", "/v1/keys/{name}", Need::Admin),
+    ("POST", "/v1/keys/{name}/rotate", Need::Admin),
+];
+
+/// What `method` on the route `template` needs; `None` when it is not in
+/// [`ROUTES`].
+pub fn need(method: &Method, template: &str) -> Option<Need> {
+    ROUTES
+        .iter()
+        .find(|(m, p, _)| *m == method.as_str() && *p == template)
+        .map(|(_, _, n)| *n)
+}
+
+/// Routes only the admin may use even when auth is not enforced (then:
+/// the admin token, or loopback without one).
+fn admin_only(path: &str) -> bool {
+    path.starts_with("/v1/admin/") || path == "/v1/keys" || path.starts_with("/v1/keys/")
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+}
+
+fn unauthorized(message: &str) -> Response {
+    let mut res = ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
+    res.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer realm=\"dq\""),
+    );
+    res
+}
+
+/// The answer to a credential that is neither the admin token nor a key:
+/// the same for an unknown, a revoked and a mistyped one.
+const BAD_CREDENTIAL: &str =
+    "the bearer token is not a valid key of this dq (unknown, revoked or mistyped)";
+
+/// The request id [`crate::observe_http`] gave a request, for the audit log.
+#[derive(Clone, Debug)]
+pub(crate) struct RequestId(pub(crate) String);
+
+/// Who `secret` is: the admin token, a key, or nobody (counted as a failed
+/// authentication of `ip`).
+fn authenticate(st: &AppState, secret: &str, ip: Option<IpAddr>) -> Result<Access, Box<Response>> {
+    let now = st.service.clock().now_ms();
+    if let Some(wait_s) = st.admin.failures.throttled(ip, now) {
+        let mut res = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_auth_failures",
+            format!("too many failed authentications from this address; retry in {wait_s} s"),
+        )
+        .into_response();
+        if let Ok(v) = header::HeaderValue::from_str(&wait_s.to_string()) {
+            res.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return Err(Box::new(res));
+    }
+    // Both checks run every time, so the time taken does not say which one
+    // a secret was closer to.
+    let token = st.admin.token_ok(secret);
+    let key = st.service.key_ring().find(secret);
+    match (token, key) {
+        (true, _) => Ok(Access::Admin),
+        (false, Some(k)) => {
+            st.service.note_key_use(&k);
+            Ok(Access::Key(k))
+        }
+        (false, None) => {
+            st.admin.failures.failed(ip, now);
+            Err(Box::new(unauthorized(BAD_CREDENTIAL)))
+        }
+    }
+}
+
 /// The middleware enforcing the rules of this module's doc.
 pub(crate) async fn guard(
     State(st): State<AppState>,
@@ -196,15 +473,17 @@ pub(crate) async fn guard(
         ConnectInfo<SocketAddr>,
         <ConnectInfo<SocketAddr> as FromRequestParts<AppState>>::Rejection,
     >,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Response {
-    let path = req.uri().path();
+    let path = req.uri().path().to_string();
     let method = req.method().clone();
     let writes = !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS);
-    let admin = is_admin_path(path);
-    let api_write = writes && path.starts_with("/v1/");
-    if (admin || api_write) && writes && cross_site(req.headers()) {
+    let admin = is_admin_path(&path);
+    let api = path.starts_with("/v1/");
+    let loopback = peer.as_ref().is_ok_and(|c| c.0.ip().is_loopback());
+    let ip = peer.as_ref().ok().map(|c| c.0.ip());
+    if (admin || api) && writes && cross_site(req.headers()) {
         return ApiError::new(
             StatusCode::FORBIDDEN,
             "cross_origin",
@@ -212,9 +491,22 @@ pub(crate) async fn guard(
         )
         .into_response();
     }
+    if path == "/metrics" {
+        if let Some(want) = &st.admin.metrics_token {
+            let ok = bearer(req.headers()).is_some_and(|b| {
+                keys::constant_time_eq(&keys::hash(b), &keys::hash(want)) || st.admin.token_ok(b)
+            });
+            if !ok {
+                return unauthorized(
+                    "this dq requires Authorization: Bearer <metrics_token> for /metrics",
+                );
+            }
+        }
+        return next.run(req).await;
+    }
     if admin {
         if !st.admin.has_token() {
-            if !peer.is_ok_and(|c| c.0.ip().is_loopback()) {
+            if !loopback {
                 return loopback_only();
             }
         } else if path != "/admin/login" && session(&st, req.headers()).is_none() {
@@ -228,37 +520,174 @@ pub(crate) async fn guard(
             )
             .into_response();
         }
-    } else if path.starts_with("/v1/admin/")
-        && !st.admin.has_token()
-        && !peer.is_ok_and(|c| c.0.ip().is_loopback())
-    {
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "admin_loopback_only",
-            "operations on the instance answer only on loopback when no admin_token is configured; set admin_token to use them from another host",
-        )
-        .into_response();
-    } else if (api_write || path.starts_with("/v1/admin/")) && st.admin.has_token() {
-        let bearer = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if !bearer.is_some_and(|b| st.admin.token_ok(b.trim())) {
-            let mut res = ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "this dq requires Authorization: Bearer <admin_token> for changes",
-            )
-            .into_response();
-            res.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer realm=\"dq\""),
-            );
-            return res;
+        return next.run(req).await;
+    }
+    if !api {
+        return next.run(req).await;
+    }
+    let ring = st.service.key_ring();
+    if !ring.loaded() {
+        // Before the keys were read once, nobody knows whether any exist:
+        // read them now; a store that does not answer could not serve the
+        // request either.
+        if let Err(e) = st.service.refresh_keys().await {
+            return ApiError::from(e).into_response();
         }
     }
-    next.run(req).await
+    let enforced = st.admin.required || ring.any();
+    let access = match bearer(req.headers()) {
+        Some(b) => match authenticate(&st, b, ip) {
+            Ok(a) => a,
+            Err(res) => return *res,
+        },
+        None if !enforced => Access::Open,
+        None if !st.admin.has_token() && !ring.any() && loopback => Access::Admin,
+        None => {
+            return unauthorized(if st.admin.has_token() || ring.any() {
+                "this dq requires Authorization: Bearer <key> (or the admin_token) on every /v1 call"
+            } else {
+                "this dq requires a key on every /v1 call, and has none yet: create the first one from loopback (dq keys create --scope admin …)"
+            });
+        }
+    };
+    let template = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_string());
+    let mut topic: Option<String> = None;
+    match &access {
+        Access::Admin => {}
+        Access::Open => {
+            if admin_only(&path) && !st.admin.has_token() && !loopback {
+                return ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "admin_loopback_only",
+                    "operations on the instance and API keys answer only on loopback when no admin_token is configured; set admin_token to use them from another host",
+                )
+                .into_response();
+            }
+            if (writes || admin_only(&path)) && st.admin.has_token() {
+                return unauthorized(
+                    "this dq requires Authorization: Bearer <admin_token> for changes",
+                );
+            }
+        }
+        Access::Key(k) => {
+            // A path that matched no route goes on to its 404; a route
+            // that matched but is not in ROUTES is refused.
+            if let Some(template) = &template {
+                let known = ROUTES.iter().any(|(_, p, _)| p == template);
+                match need(&method, template) {
+                    Some(Need::Topic(a)) => {
+                        let t = path_param(&mut req, "topic").await.unwrap_or_default();
+                        if !k.allows(a, &t) {
+                            return forbidden(&access, &format!("{a}:{t}")).into_response();
+                        }
+                        topic = Some(t);
+                    }
+                    Some(Need::Handler(a)) => {
+                        if !k.allows_any(a) {
+                            return forbidden(&access, &format!("{a}:…")).into_response();
+                        }
+                    }
+                    Some(Need::Admin) | None if k.is_admin() => {}
+                    Some(Need::Admin) => return forbidden(&access, "admin").into_response(),
+                    None if known => {} // the router answers 405
+                    None => return forbidden(&access, "admin").into_response(),
+                }
+            }
+        }
+    }
+    let audit = writes && !matches!(access, Access::Open);
+    let who = access.name().map(str::to_string);
+    let request_id = req.extensions().get::<RequestId>().map(|r| r.0.clone());
+    let id = if audit {
+        path_param(&mut req, "id").await
+    } else {
+        None
+    };
+    if audit && topic.is_none() {
+        topic = path_param(&mut req, "topic").await;
+    }
+    req.extensions_mut().insert(access);
+    let res = next.run(req).await;
+    if audit {
+        tracing::info!(
+            target: "dq::audit",
+            key = who.as_deref().unwrap_or(""),
+            method = %method,
+            route = template.as_deref().unwrap_or(&path),
+            topic = topic.as_deref().unwrap_or(""),
+            id = id.as_deref().unwrap_or(""),
+            request_id = request_id.as_deref().unwrap_or(""),
+            status = res.status().as_u16(),
+            "change"
+        );
+    }
+    res
+}
+
+/// The decoded path parameter `name`, if the route has one.
+async fn path_param(req: &mut Request, name: &str) -> Option<String> {
+    use axum::RequestExt;
+    let axum::extract::Path(map) = req
+        .extract_parts::<axum::extract::Path<std::collections::HashMap<String, String>>>()
+        .await
+        .ok()?;
+    map.get(name).cloned()
+}
+
+/// Failed authentications per client address: a token bucket each, so a
+/// client may get its key wrong a few times ([`FAILURE_BURST`]) and then
+/// once per [`FAILURE_REFILL_MS`]; past that, every authentication from
+/// the address is answered 429 with `Retry-After`, without being checked.
+#[derive(Debug, Default)]
+pub struct FailureLimit {
+    by_ip: std::sync::Mutex<std::collections::HashMap<IpAddr, (f64, u64)>>,
+}
+
+/// Failed authentications an address may make at once.
+pub const FAILURE_BURST: f64 = 10.0;
+/// One more failed authentication is allowed this often.
+pub const FAILURE_REFILL_MS: u64 = 1_000;
+/// Most addresses remembered; beyond it the memory starts over.
+const FAILURE_ADDRS_MAX: usize = 100_000;
+
+impl FailureLimit {
+    fn tokens(entry: (f64, u64), now: u64) -> f64 {
+        let (tokens, at) = entry;
+        (tokens + now.saturating_sub(at) as f64 / FAILURE_REFILL_MS as f64).min(FAILURE_BURST)
+    }
+
+    /// Seconds until `ip` may try again, if it is throttled now.
+    pub fn throttled(&self, ip: Option<IpAddr>, now: u64) -> Option<u64> {
+        let ip = ip?;
+        let map = self
+            .by_ip
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tokens = Self::tokens(*map.get(&ip)?, now);
+        (tokens < 1.0).then(|| {
+            let ms = ((1.0 - tokens) * FAILURE_REFILL_MS as f64).ceil() as u64;
+            ms.div_ceil(1000).max(1)
+        })
+    }
+
+    /// Counts a failed authentication of `ip`.
+    pub fn failed(&self, ip: Option<IpAddr>, now: u64) {
+        let Some(ip) = ip else { return };
+        let mut map = self
+            .by_ip
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() >= FAILURE_ADDRS_MAX && !map.contains_key(&ip) {
+            map.clear();
+        }
+        let tokens = map
+            .get(&ip)
+            .map_or(FAILURE_BURST, |e| Self::tokens(*e, now));
+        map.insert(ip, ((tokens - 1.0).max(0.0), now));
+    }
 }
 
 /// The page shown to a non-loopback peer when no admin token is set.

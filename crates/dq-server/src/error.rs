@@ -130,6 +130,10 @@ impl From<crate::service::Error> for ApiError {
                 format!("no schedule named {n:?}"),
             ),
             Error::Draining => Self::draining(),
+            Error::KeyNotFound(_) => {
+                Self::new(StatusCode::NOT_FOUND, "key_not_found", e.to_string())
+            }
+            Error::KeyExists(_) => Self::new(StatusCode::CONFLICT, "key_exists", e.to_string()),
         }
     }
 }

@@ -27,6 +27,7 @@ pub mod dispatcher;
 pub mod error;
 mod extract;
 pub mod forwarder;
+pub mod keys;
 pub mod listener;
 pub mod metrics;
 mod openapi;
@@ -88,6 +89,9 @@ pub fn app(state: AppState, max_request_bytes: usize) -> Router {
         .route("/v1/ack:batch", post(ack_batch))
         .route("/v1/admin/backup", post(ops::backup))
         .route("/v1/admin/drain", post(ops::drain))
+        .route("/v1/keys", get(list_keys).post(create_key))
+        .route("/v1/keys/{name}", get(get_key).delete(revoke_key))
+        .route("/v1/keys/{name}/rotate", post(rotate_key))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/openapi.json", get(openapi::document))
@@ -128,6 +132,9 @@ async fn observe_http(
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
         .map_or_else(|| format!("{:016x}", next_request_id()), str::to_string);
+    let mut req = req;
+    req.extensions_mut()
+        .insert(auth::RequestId(request_id.clone()));
     let mut res = next.run(req).await;
     let took = started.elapsed();
     let status = res.status().as_u16();
@@ -188,6 +195,11 @@ pub struct ServerConfig {
     pub alerts: alerts::AlertConfig,
     /// The admin token (see [`auth`]); None: admin page on loopback only.
     pub admin_token: Option<String>,
+    /// `auth = "required"`: every `/v1` call needs a key even before one
+    /// exists (see [`auth`]).
+    pub auth_required: bool,
+    /// The bearer token `/metrics` wants; None: open.
+    pub metrics_token: Option<String>,
     /// What the admin page calls the store.
     pub store_name: String,
     /// Bounds on HTTP connections (timeouts, connection limit).
@@ -213,6 +225,8 @@ impl Default for ServerConfig {
             push_deny_private: false,
             alerts: alerts::AlertConfig::default(),
             admin_token: None,
+            auth_required: false,
+            metrics_token: None,
             store_name: "store".into(),
             http: listener::HttpLimits::default(),
             beanstalkd: None,
@@ -239,7 +253,11 @@ impl Server {
         };
         let clock = Arc::new(clock::StoreClock::new(clock));
         let mut state = AppState::with_guard(store, clock.clone(), config.limits, guard);
-        state.admin = Arc::new(auth::AdminAuth::new(config.admin_token.clone()));
+        state.admin = Arc::new(
+            auth::AdminAuth::new(config.admin_token.clone())
+                .requiring_keys(config.auth_required)
+                .with_metrics_token(config.metrics_token.clone()),
+        );
         state.store_name = config.store_name.clone();
         state.data_dir.clone_from(&config.data_dir);
         Self {

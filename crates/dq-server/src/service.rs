@@ -34,6 +34,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::keys::{self, ApiKey, KeyRing};
 use crate::metrics::Metrics;
 use crate::push_guard::PushGuard;
 use crate::wakers::Wakers;
@@ -63,6 +64,12 @@ pub enum Error {
     /// No schedule of that name.
     #[error("no schedule named {0:?}")]
     ScheduleNotFound(String),
+    /// No API key of that name.
+    #[error("no API key named {0:?}")]
+    KeyNotFound(String),
+    /// A create of a key whose name is taken.
+    #[error("an API key named {0:?} exists already; rotate it or revoke it first")]
+    KeyExists(String),
     /// This process is draining ([`Service::drain`]): it hands out no job
     /// any more, so a load balancer can move its consumers elsewhere.
     #[error("this dq instance is draining (taken out for a restart); reserve on another")]
@@ -145,6 +152,9 @@ pub struct Service {
     /// Bumped by every settings change here: a read that began before one
     /// is not kept.
     delivered_gen: std::sync::atomic::AtomicU64,
+    /// This process's copy of the API keys, read again every
+    /// [`crate::keys::REFRESH`].
+    keys: Arc<KeyRing>,
     /// Stops the wake listener when the service goes.
     _listener: tokio_util::sync::DropGuard,
 }
@@ -163,6 +173,21 @@ impl Service {
     ) -> Self {
         let wakers = Arc::new(Wakers::default());
         let stop = CancellationToken::new();
+        let ring = Arc::new(KeyRing::default());
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let (store, ring) = (store.clone(), ring.clone());
+            crate::supervise(&TaskTracker::new(), &stop, "key-refresh", move || {
+                let (store, ring) = (store.clone(), ring.clone());
+                async move {
+                    loop {
+                        if let Err(e) = refresh_keys(&*store, &ring).await {
+                            tracing::debug!(error = %e, "reading the API keys failed; keeping the last copy");
+                        }
+                        tokio::time::sleep(keys::REFRESH).await;
+                    }
+                }
+            });
+        }
         if tokio::runtime::Handle::try_current().is_ok() {
             let (store, w) = (store.clone(), wakers.clone());
             // Supervised like the Server's loops: a listener that panics
@@ -195,6 +220,7 @@ impl Service {
             modes: Mutex::new(HashMap::new()),
             delivered: Mutex::new(None),
             delivered_gen: std::sync::atomic::AtomicU64::new(0),
+            keys: ring,
         }
     }
 
@@ -987,6 +1013,147 @@ impl Service {
         }
     }
 
+    // ---- API keys -------------------------------------------------------------
+
+    /// This process's copy of the keys (what requests are checked against).
+    pub fn key_ring(&self) -> &KeyRing {
+        &self.keys
+    }
+
+    /// Reads the keys from the store into [`Service::key_ring`] now (the
+    /// background refresh does it every [`keys::REFRESH`]).
+    ///
+    /// # Errors
+    /// A store error; the copy is kept.
+    pub async fn refresh_keys(&self) -> Result<()> {
+        refresh_keys(&*self.store, &self.keys).await
+    }
+
+    /// Creates a key; returns it with its secret (shown this once).
+    ///
+    /// # Errors
+    /// `invalid_key_name`, `invalid_scope`, `too_many_keys`;
+    /// [`Error::KeyExists`]; a store error.
+    pub async fn create_key(&self, name: &str, scopes: &[String]) -> Result<dq_api::KeyCreated> {
+        keys::check_name(name)?;
+        let scopes = keys::parse_scopes(scopes)?;
+        if self.store.get_record(keys::KIND, name).await?.is_some() {
+            return Err(Error::KeyExists(name.to_string()));
+        }
+        if self.store.list_records(keys::KIND).await?.len() >= keys::MAX_KEYS {
+            return Err(InvalidInput::new(
+                "too_many_keys",
+                format!(
+                    "a store holds at most {} API keys; revoke some first",
+                    keys::MAX_KEYS
+                ),
+            )
+            .into());
+        }
+        let secret = keys::new_secret();
+        let key = ApiKey::new(name.to_string(), &secret, scopes, self.now());
+        self.store
+            .put_record(keys::KIND, name, &key.to_record(), 0)
+            .await?;
+        tracing::info!(key = %name, scopes = ?key.info().scopes, "API key created");
+        let created = created(&key, secret);
+        self.keys.insert(key);
+        Ok(created)
+    }
+
+    /// Gives a key a new secret (same name and scopes); the old one stops
+    /// working at once here and within [`keys::REFRESH`] everywhere.
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`]; a store error.
+    pub async fn rotate_key(&self, name: &str) -> Result<dq_api::KeyCreated> {
+        let old = self.load_key(name).await?;
+        let secret = keys::new_secret();
+        let key = ApiKey::new(name.to_string(), &secret, old.scopes.clone(), self.now());
+        self.store
+            .put_record(keys::KIND, name, &key.to_record(), old.last_used_ms())
+            .await?;
+        tracing::info!(key = %name, "API key rotated");
+        let created = created(&key, secret);
+        self.keys.insert(key);
+        Ok(created)
+    }
+
+    /// Revokes (deletes) a key: at once here, within [`keys::REFRESH`]
+    /// on every instance.
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`]; a store error.
+    pub async fn revoke_key(&self, name: &str) -> Result<()> {
+        keys::check_name(name).map_err(|_| Error::KeyNotFound(name.to_string()))?;
+        self.keys.remove(name);
+        if !self.store.delete_record(keys::KIND, name).await? {
+            return Err(Error::KeyNotFound(name.to_string()));
+        }
+        tracing::info!(key = %name, "API key revoked");
+        Ok(())
+    }
+
+    /// Every key, by name, as the store holds them now (never a secret).
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn list_keys(&self) -> Result<Vec<dq_api::KeyInfo>> {
+        let mut out = Vec::new();
+        for (name, rec) in self.store.list_records(keys::KIND).await? {
+            match ApiKey::from_record(&name, &rec) {
+                Ok(k) => out.push(self.key_info(k)),
+                Err(e) => tracing::warn!(key = %name, error = %e, "stored API key is not valid"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// One key (never its secret).
+    ///
+    /// # Errors
+    /// [`Error::KeyNotFound`]; a store error.
+    pub async fn key(&self, name: &str) -> Result<dq_api::KeyInfo> {
+        let k = self.load_key(name).await?;
+        Ok(self.key_info(k))
+    }
+
+    /// A stored key with the latest use this process knows of.
+    fn key_info(&self, k: ApiKey) -> dq_api::KeyInfo {
+        let mut info = k.info();
+        let here = self
+            .keys
+            .named(&k.name)
+            .map_or(0, |known| known.last_used_ms());
+        let used = here.max(info.last_used_ms.unwrap_or(0));
+        info.last_used_ms = (used > 0).then_some(used);
+        info
+    }
+
+    async fn load_key(&self, name: &str) -> Result<ApiKey> {
+        keys::check_name(name).map_err(|_| Error::KeyNotFound(name.to_string()))?;
+        let rec = self
+            .store
+            .get_record(keys::KIND, name)
+            .await?
+            .ok_or_else(|| Error::KeyNotFound(name.to_string()))?;
+        ApiKey::from_record(name, &rec).map_err(|e| {
+            StoreError::Unavailable(format!("stored API key {name:?} is not valid: {e}")).into()
+        })
+    }
+
+    /// Notes that `key` was used now, writing it to the store at most once
+    /// a minute (in the background: a request never waits for it).
+    pub fn note_key_use(&self, key: &ApiKey) {
+        let now = self.now();
+        if key.note_use(now) {
+            let (store, name) = (self.store.clone(), key.name.clone());
+            tokio::spawn(async move {
+                let _ = store.raise_mark(keys::KIND, &name, now).await;
+            });
+        }
+    }
+
     // ---- dead letters and listings ------------------------------------------
 
     /// Dead letters, oldest death first, from `offset`.
@@ -1154,6 +1321,24 @@ fn view(t: &Topic, job: JobInfo) -> JobView {
     JobView {
         topic: t.clone(),
         job,
+    }
+}
+
+/// Reads the keys from `store` into `ring`.
+async fn refresh_keys(store: &dyn Store, ring: &KeyRing) -> Result<()> {
+    let mark = ring.begin_read();
+    let records = store.list_records(keys::KIND).await?;
+    ring.replace(mark, &records);
+    Ok(())
+}
+
+fn created(key: &ApiKey, secret: String) -> dq_api::KeyCreated {
+    let info = key.info();
+    dq_api::KeyCreated {
+        name: info.name,
+        scopes: info.scopes,
+        created_ms: info.created_ms,
+        secret,
     }
 }
 

@@ -27,6 +27,24 @@ fn error() -> ErrorBody {
     }
 }
 
+fn key_info() -> KeyInfo {
+    KeyInfo {
+        name: "w".into(),
+        scopes: vec!["read:*".into()],
+        created_ms: 1,
+        last_used_ms: Some(2),
+    }
+}
+
+fn key_created() -> KeyCreated {
+    KeyCreated {
+        name: "w".into(),
+        scopes: vec!["read:*".into()],
+        created_ms: 1,
+        secret: format!("dqk_{}", "0".repeat(64)),
+    }
+}
+
 fn enqueue_request() -> EnqueueRequest {
     EnqueueRequest {
         id: Some("a".into()),
@@ -226,6 +244,50 @@ fn routes() -> Vec<Route> {
                     schedules: vec![schedule_info()],
                 }),
             )],
+        ),
+        (
+            "post",
+            "/v1/keys",
+            Some(to(CreateKeyRequest {
+                name: "w".into(),
+                scopes: vec!["read:*".into()],
+            })),
+            vec![("201", to(key_created())), e()],
+        ),
+        (
+            "get",
+            "/v1/keys",
+            None,
+            vec![(
+                "200",
+                to(KeyList {
+                    keys: vec![key_info()],
+                }),
+            )],
+        ),
+        (
+            "get",
+            "/v1/keys/{name}",
+            None,
+            vec![("200", to(key_info())), ("404", to(error()))],
+        ),
+        (
+            "delete",
+            "/v1/keys/{name}",
+            None,
+            vec![(
+                "200",
+                to(KeyRevoked {
+                    name: "w".into(),
+                    revoked: true,
+                }),
+            )],
+        ),
+        (
+            "post",
+            "/v1/keys/{name}/rotate",
+            None,
+            vec![("200", to(key_created())), ("401", to(error()))],
         ),
         (
             "put",

@@ -10,9 +10,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::{Request, StatusCode, header};
+use axum::http::StatusCode;
 use dq_core::SystemClock;
 use dq_embedded::EmbeddedStore;
 use dq_server::{AppState, app};
@@ -43,23 +42,8 @@ async fn call(
     uri: &str,
     body: Value,
 ) -> (StatusCode, Value) {
-    let mut req = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header(header::CONTENT_TYPE, "application/json");
-    if let Some(t) = bearer {
-        req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
-    }
-    let mut req = req
-        .body(if body.is_null() {
-            Body::empty()
-        } else {
-            Body::from(body.to_string())
-        })
-        .unwrap();
-    req.extensions_mut()
-        .insert(ConnectInfo(peer.parse::<SocketAddr>().unwrap()));
-    api.raw(req).await
+    let r = support::request_from(api, peer, bearer, method, uri, body).await;
+    (r.status, r.json())
 }
 
 async fn local(api: &Api, method: &str, uri: &str, body: Value) -> (StatusCode, Value) {

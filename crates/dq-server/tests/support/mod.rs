@@ -82,6 +82,38 @@ pub(crate) fn api_over(
     )
 }
 
+/// `method uri` with a JSON `body` (none when `Null`) as if sent from
+/// `peer` (`ip:port`, as the listener's `ConnectInfo` gives it), with an
+/// optional `Authorization: Bearer`.
+pub(crate) async fn request_from(
+    api: &Api,
+    peer: &str,
+    bearer: Option<&str>,
+    method: &str,
+    uri: &str,
+    body: serde_json::Value,
+) -> dq_testkit::http::Reply {
+    use axum::http::header;
+    let mut req = axum::http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/json");
+    if let Some(t) = bearer {
+        req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let mut req = req
+        .body(if body.is_null() {
+            axum::body::Body::empty()
+        } else {
+            axum::body::Body::from(body.to_string())
+        })
+        .unwrap();
+    req.extensions_mut().insert(axum::extract::ConnectInfo(
+        peer.parse::<std::net::SocketAddr>().unwrap(),
+    ));
+    api.send(req).await
+}
+
 /// A running `Server` (listener, dispatcher, deliverer, forwarder) on a
 /// free port of 127.0.0.1; it stops when this is dropped.
 pub(crate) struct Running {
