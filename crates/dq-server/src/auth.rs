@@ -179,15 +179,70 @@ pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> 
         .map(|(_, v)| v)
 }
 
-/// The session the request carries: its cookie value if genuine; "" when no
-/// token is configured (everyone on loopback shares the page).
-pub(crate) fn session(st: &AppState, headers: &HeaderMap) -> Option<String> {
-    if !st.admin.has_token() {
-        return Some(String::new());
+/// Whether the admin page needs a sign-in: with an admin token, with
+/// `auth = "required"`, or once any API key exists. Otherwise it answers
+/// only on loopback, without one.
+pub(crate) fn page_needs_sign_in(st: &AppState) -> bool {
+    st.admin.has_token() || st.admin.required || st.service.key_ring().any()
+}
+
+/// The session the request carries and who it is: its cookie value if
+/// genuine (signed in with the admin token, or with a key that still
+/// exists); `""` and [`Access::Open`] when the page needs no sign-in
+/// (everyone on loopback shares it).
+pub(crate) fn signed_in(st: &AppState, headers: &HeaderMap) -> Option<(String, Access)> {
+    if !page_needs_sign_in(st) {
+        return Some((String::new(), Access::Open));
     }
-    cookie(headers, SESSION_COOKIE)
-        .filter(|v| st.admin.session_ok(v, st.service.clock().now_ms()))
-        .map(str::to_string)
+    let value = cookie(headers, SESSION_COOKIE)?;
+    let now = st.service.clock().now_ms();
+    if st.admin.session_ok(value, now) {
+        return Some((value.to_string(), Access::Admin));
+    }
+    // A key's session: issued.name.mac, the MAC keyed by the key's hash, so
+    // every instance accepts it and a rotation or revocation ends it.
+    let (signed, mac) = value.rsplit_once('.')?;
+    let (issued, name) = signed.split_once('.')?;
+    let at = issued.parse::<u64>().ok()?;
+    let key = st.service.key_ring().named(name)?;
+    let fresh = at <= now.saturating_add(60_000) && now.saturating_sub(at) < SESSION_MAX_AGE_MS;
+    (fresh && key.mac_ok("session", signed, mac)).then(|| (value.to_string(), Access::Key(key)))
+}
+
+/// A new admin page session for `key`, issued at `now_ms`.
+pub(crate) fn key_session(key: &ApiKey, now_ms: u64) -> String {
+    let signed = format!("{now_ms}.{}", key.name);
+    let mac = key.mac("session", &signed);
+    format!("{signed}.{mac}")
+}
+
+/// The CSRF token of forms shown in `session` to `access`.
+pub(crate) fn csrf_for(st: &AppState, session: &str, access: &Access) -> String {
+    match access {
+        Access::Key(k) => k.mac("csrf", session),
+        _ => st.admin.csrf(session),
+    }
+}
+
+/// Whether a form's CSRF token belongs to `session` of `access`.
+pub(crate) fn csrf_ok_for(st: &AppState, session: &str, access: &Access, given: &str) -> bool {
+    match access {
+        Access::Key(k) => k.mac_ok("csrf", session, given),
+        _ => st.admin.csrf_ok(session, given),
+    }
+}
+
+/// What an admin page route needs of a signed-in key, by route template.
+fn admin_need(method: &Method, template: &str) -> Option<Need> {
+    let writes = *method == Method::POST;
+    match template {
+        "/" | "/admin/schedules" | "/admin/login" | "/admin/logout" => None,
+        "/admin/topics/{topic}" if !writes => Some(Need::Topic(Action::Read)),
+        // Create a topic, act on a schedule: the handler checks the topic.
+        "/admin/topics" | "/admin/schedules/{name}/{action}" => Some(Need::Handler(Action::Manage)),
+        _ if template.starts_with("/admin/topics/{topic}/") => Some(Need::Topic(Action::Manage)),
+        _ => Some(Need::Admin),
+    }
 }
 
 /// Whether a browser marked the request as coming from another site.
@@ -505,11 +560,16 @@ pub(crate) async fn guard(
         return next.run(req).await;
     }
     if admin {
-        if !st.admin.has_token() {
+        if !page_needs_sign_in(&st) {
             if !loopback {
                 return loopback_only();
             }
-        } else if path != "/admin/login" && session(&st, req.headers()).is_none() {
+            return next.run(req).await;
+        }
+        if path == "/admin/login" {
+            return next.run(req).await;
+        }
+        let Some((_, access)) = signed_in(&st, req.headers()) else {
             if method == Method::GET || method == Method::HEAD {
                 return to_login(req.uri());
             }
@@ -519,6 +579,28 @@ pub(crate) async fn guard(
                 "sign in at /admin/login first",
             )
             .into_response();
+        };
+        if let Access::Key(k) = &access {
+            st.service.note_key_use(k);
+            let template = req
+                .extensions()
+                .get::<axum::extract::MatchedPath>()
+                .map(|p| p.as_str().to_string());
+            match template.as_deref().and_then(|t| admin_need(&method, t)) {
+                None => {}
+                Some(Need::Topic(a)) => {
+                    let t = path_param(&mut req, "topic").await.unwrap_or_default();
+                    if !k.allows(a, &t) {
+                        return forbidden(&access, &format!("{a}:{t}")).into_response();
+                    }
+                }
+                Some(Need::Handler(a)) if k.allows_any(a) => {}
+                Some(Need::Handler(a)) => {
+                    return forbidden(&access, &format!("{a}:…")).into_response();
+                }
+                Some(Need::Admin) if k.is_admin() => {}
+                Some(Need::Admin) => return forbidden(&access, "admin").into_response(),
+            }
         }
         return next.run(req).await;
     }

@@ -28,6 +28,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use dq_core::{InvalidInput, Record, Topic};
+use hmac::Mac;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -329,6 +330,26 @@ impl ApiKey {
             created_ms: self.created_ms,
         })
         .expect("plain fields serialize")
+    }
+
+    /// HMAC-SHA256 keyed by the key's hash of `what` and `data`, in hex:
+    /// what the admin page signs a key's session and CSRF tokens with, so
+    /// every instance checks them and a new secret ends them.
+    pub fn mac(&self, what: &str, data: &str) -> String {
+        hex(&self.hmac(what, data).finalize().into_bytes())
+    }
+
+    /// Whether `given_hex` is [`ApiKey::mac`] of `what` and `data` (constant time).
+    pub fn mac_ok(&self, what: &str, data: &str, given_hex: &str) -> bool {
+        unhex32(given_hex).is_some_and(|g| self.hmac(what, data).verify_slice(&g).is_ok())
+    }
+
+    fn hmac(&self, what: &str, data: &str) -> hmac::Hmac<Sha256> {
+        let mut m = hmac::Hmac::<Sha256>::new_from_slice(&self.hash).expect("any key length");
+        m.update(what.as_bytes());
+        m.update(&[0]);
+        m.update(data.as_bytes());
+        m
     }
 
     /// Whether the key allows `action` on `topic`.

@@ -858,3 +858,171 @@ async fn schedules_page_lists_pauses_resumes_and_deletes_after_confirming() {
     let r = a.submit("/", "/admin/schedules/nightly/explode", &[]).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
 }
+
+/// Signs in with `secret` (the admin token or a key) and keeps the session.
+async fn sign_in(a: &mut Admin, secret: &str) {
+    let login = a.get("/admin/login").await;
+    assert_eq!(login.status, StatusCode::OK, "{}", login.text);
+    let csrf = csrf_of(&login.doc());
+    let r = a
+        .form(
+            "/admin/login",
+            &[("csrf", &csrf), ("token", secret), ("next", "/")],
+        )
+        .await;
+    assert_eq!(r.location(), "/", "signed in");
+    a.cookie = Some(r.set_cookie().split(';').next().unwrap().to_string());
+}
+
+/// With API keys, the page signs in with a key and shows only what its
+/// scopes allow: a read-only key sees its topics and no form that changes
+/// anything, a topic outside its scopes is refused, a manage key gets the
+/// forms of its topic only, and a revoked key's session ends.
+#[tokio::test]
+async fn keys_sign_in_and_see_only_what_their_scopes_allow() {
+    let mut a = embedded();
+    a.peer = SocketAddr::from(REMOTE);
+    for t in ["billing-eu", "orders"] {
+        let r = a
+            .api(
+                "POST",
+                &format!("/v1/topics/{t}/jobs"),
+                Some(json!({"id": "j"})),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED);
+    }
+    // The first key, from loopback (no admin_token).
+    a.peer = SocketAddr::from(LOOPBACK);
+    let admin = a
+        .api(
+            "POST",
+            "/v1/keys",
+            Some(json!({"name": "root", "scopes": ["admin"]})),
+        )
+        .await
+        .json()["secret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let make = |name: &'static str, scopes: Value| {
+        let admin = admin.clone();
+        let router = a.router();
+        async move {
+            let req = Request::builder()
+                .method("POST")
+                .uri("/v1/keys")
+                .header(header::CONTENT_TYPE, "application/json")
+                .header(header::AUTHORIZATION, format!("Bearer {admin}"))
+                .body(Body::from(
+                    json!({"name": name, "scopes": scopes}).to_string(),
+                ))
+                .unwrap();
+            let r = dq_testkit::http::send(router, req).await;
+            assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+            r.json()["secret"].as_str().unwrap().to_string()
+        }
+    };
+    let reader = make("dash", json!(["read:billing-*"])).await;
+    let manager = make("ops-billing", json!(["read:billing-*", "manage:billing-*"])).await;
+
+    // Keys exist: even loopback must sign in now.
+    let r = a.get("/").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER);
+    a.peer = SocketAddr::from(REMOTE);
+    let login = a.get("/admin/login").await;
+    let csrf = csrf_of(&login.doc());
+    let r = a
+        .form(
+            "/admin/login",
+            &[("csrf", &csrf), ("token", "dqk_wrong"), ("next", "/")],
+        )
+        .await;
+    assert!(
+        r.location().starts_with("/admin/login?failed=1"),
+        "{}",
+        r.location()
+    );
+
+    sign_in(&mut a, &reader).await;
+    for page in ["/", "/admin/topics/billing-eu", "/admin/schedules"] {
+        let r = a.get(page).await;
+        assert_eq!(r.status, StatusCode::OK, "{page}: {}", r.text);
+        let doc = r.doc();
+        let changing: Vec<String> = doc
+            .select(&scraper::Selector::parse("form[method=post]").unwrap())
+            .filter_map(|f| f.value().attr("action").map(str::to_string))
+            .filter(|action| action != "/admin/logout")
+            .collect();
+        assert!(
+            changing.is_empty(),
+            "{page} offers {changing:?} to a read-only key"
+        );
+        assert!(r.text.contains("signed in as dash"), "{page}");
+    }
+    let overview = a.get("/").await;
+    assert!(
+        overview.text.contains("billing-eu") && !overview.text.contains("orders"),
+        "only readable topics"
+    );
+    let r = a.get("/admin/topics/orders").await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    // Forms posted anyway are refused, and change nothing.
+    let csrf = csrf_of(&a.get("/admin/topics/billing-eu").await.doc());
+    let r = a
+        .form(
+            "/admin/topics/billing-eu/delete",
+            &[("csrf", &csrf), ("confirm", "yes")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    let r = a
+        .form("/admin/topics", &[("csrf", &csrf), ("name", "billing-new")])
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+
+    // A manage key gets its topic's forms, and they work.
+    a.cookie = None;
+    sign_in(&mut a, &manager).await;
+    let page = a.get("/admin/topics/billing-eu").await;
+    assert!(
+        page.doc()
+            .select(&scraper::Selector::parse("form#settings").unwrap())
+            .next()
+            .is_some()
+    );
+    let r = a
+        .submit(
+            "/admin/topics/billing-eu",
+            "/admin/topics/billing-eu/pause",
+            &[("for", "10m")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let r = a
+        .submit(
+            "/admin/topics/billing-eu",
+            "/admin/topics/orders/pause",
+            &[("for", "10m")],
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::FORBIDDEN,
+        "another topic's form is refused"
+    );
+
+    // Revoked: the session ends at once on this instance.
+    let r = a
+        .send(
+            Request::builder()
+                .method("DELETE")
+                .uri("/v1/keys/ops-billing")
+                .header(header::AUTHORIZATION, format!("Bearer {admin}")),
+            Body::empty(),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = a.get("/admin/topics/billing-eu").await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "back to the login form");
+}

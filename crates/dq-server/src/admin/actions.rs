@@ -36,6 +36,7 @@ pub(super) async fn create_topic(
             ..Default::default()
         };
         let t = Topic::new(name.to_string())?;
+        v.access.require(crate::keys::Action::Manage, t.as_str())?;
         st.service.create_topic(&t, patch).await?;
         Ok::<_, ApiError>(t)
     }
@@ -97,6 +98,11 @@ pub(super) async fn schedule_action(
     };
     let svc = &st.service;
     let r: Result<Result<(&str, u64), String>, ApiError> = async {
+        if matches!(v.access, crate::auth::Access::Key(_)) {
+            let s = svc.schedule(&name).await?;
+            v.access
+                .require(crate::keys::Action::Manage, &s.spec.topic)?;
+        }
         match action.as_str() {
             "pause" => {
                 svc.pause_schedule(&name, true).await?;
@@ -373,23 +379,49 @@ fn local_path(next: Option<&str>) -> &str {
 }
 
 /// `POST /admin/login` (token, next): sets the session cookie.
-pub(super) async fn login(State(st): State<AppState>, body: Bytes) -> Response {
+pub(super) async fn login(
+    State(st): State<AppState>,
+    peer: Result<
+        axum::extract::ConnectInfo<std::net::SocketAddr>,
+        <axum::extract::ConnectInfo<std::net::SocketAddr> as axum::extract::FromRequestParts<
+            AppState,
+        >>::Rejection,
+    >,
+    body: Bytes,
+) -> Response {
     let f = Form::parse(&body);
-    if !st.admin.has_token() {
+    if !crate::auth::page_needs_sign_in(&st) {
         return see_other("/");
     }
     if !st.admin.csrf_ok("", f.get("csrf").unwrap_or("")) {
         return see_other("/admin/login?failed=1");
     }
     let next = local_path(f.get("next")).to_string();
-    if !st.admin.token_ok(f.get("token").unwrap_or("")) {
-        tracing::warn!("admin sign-in refused: wrong token");
+    let now = st.service.clock().now_ms();
+    let ip = peer.ok().map(|c| c.0.ip());
+    if let Some(wait_s) = st.admin.failures.throttled(ip, now) {
+        tracing::warn!(
+            retry_in_s = wait_s,
+            "admin sign-in refused: too many failures from this address"
+        );
         return see_other(&format!("/admin/login?failed=1&next={}", enc(&next)));
     }
+    let given = f.get("token").unwrap_or("");
+    // Both checked every time, as the API does.
+    let token = st.admin.token_ok(given);
+    let key = st.service.key_ring().find(given);
+    let session = match (token, key) {
+        (true, _) => st.admin.new_session(now),
+        (false, Some(k)) => crate::auth::key_session(&k, now),
+        (false, None) => {
+            st.admin.failures.failed(ip, now);
+            tracing::warn!("admin sign-in refused: neither the admin token nor a key");
+            return see_other(&format!("/admin/login?failed=1&next={}", enc(&next)));
+        }
+    };
     let mut res = see_other(&next);
     let cookie = format!(
-        "{SESSION_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
-        st.admin.new_session(st.service.clock().now_ms()),
+        "{SESSION_COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}",
         SESSION_MAX_AGE_MS / 1000
     );
     if let Ok(v) = HeaderValue::from_str(&cookie) {

@@ -90,7 +90,7 @@ impl Form {
 /// 403 `csrf_mismatch` when the token is missing or not this session's.
 pub(super) fn checked(st: &AppState, v: &Viewer, body: &Bytes) -> Result<Form, ApiError> {
     let form = Form::parse(body);
-    if !st.admin.csrf_ok(&v.session, form.get("csrf").unwrap_or("")) {
+    if !crate::auth::csrf_ok_for(st, &v.session, &v.access, form.get("csrf").unwrap_or("")) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "csrf_mismatch",

@@ -39,8 +39,9 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::AppState;
-use crate::auth::session;
+use crate::auth::{Access, csrf_for, page_needs_sign_in, signed_in};
 use crate::error::ApiError;
+use crate::keys::Action;
 
 pub(crate) use rates::Rates;
 
@@ -79,18 +80,31 @@ struct Viewer {
     session: String,
     /// The CSRF token forms carry.
     csrf: String,
-    /// Whether an admin token is configured (then the viewer is signed in).
+    /// Whether the page needs a sign-in (then the viewer is signed in).
     token: bool,
+    /// Who the viewer is: what the page shows and lets them change.
+    access: Access,
 }
 
 impl Viewer {
     fn of(st: &AppState, headers: &HeaderMap) -> Self {
-        let session = session(st, headers).unwrap_or_default();
+        let (session, access) = signed_in(st, headers).unwrap_or((String::new(), Access::Open));
         Self {
-            csrf: st.admin.csrf(&session),
+            csrf: csrf_for(st, &session, &access),
             session,
-            token: st.admin.has_token(),
+            token: page_needs_sign_in(st),
+            access,
         }
+    }
+
+    /// Whether the viewer may read `topic`.
+    fn reads(&self, topic: &str) -> bool {
+        self.access.allows(Action::Read, topic)
+    }
+
+    /// Whether the viewer may change `topic` (settings, jobs, dead letters).
+    fn manages(&self, topic: &str) -> bool {
+        self.access.allows(Action::Manage, topic)
     }
 }
 

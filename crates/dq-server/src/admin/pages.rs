@@ -52,7 +52,7 @@ pub(super) async fn overview(
         Vec::new()
     };
     let mut rows = Vec::with_capacity(topics.len());
-    for t in &topics {
+    for t in topics.iter().filter(|t| v.reads(t.as_str())) {
         let Ok(s) = svc.stats(t).await else {
             continue;
         };
@@ -78,10 +78,13 @@ pub(super) async fn schedules_page(
 ) -> Response {
     let v = Viewer::of(&st, &headers);
     match st.service.schedules().await {
-        Ok(list) => render(&super::views::SchedulesPage::new(
+        Ok(mut list) => render(&super::views::SchedulesPage::new(
             &v,
             q.done.map(|d| (d, q.n.unwrap_or(0))),
-            &list,
+            {
+                list.retain(|s| v.reads(&s.spec.topic));
+                &list
+            },
         )),
         Err(e) => error_page(&v, &ApiError::from(e), "/"),
     }
@@ -215,7 +218,7 @@ pub(super) async fn login_page(
     State(st): State<AppState>,
     Query(q): Query<LoginQuery>,
 ) -> Response {
-    if !st.admin.has_token() {
+    if !crate::auth::page_needs_sign_in(&st) {
         return see_other("/");
     }
     // Not signed in yet: the form's token is that of no session.
@@ -223,6 +226,7 @@ pub(super) async fn login_page(
         session: String::new(),
         csrf: st.admin.csrf(""),
         token: false,
+        access: crate::auth::Access::Open,
     };
     render(&LoginPage::new(
         &v,

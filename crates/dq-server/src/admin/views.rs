@@ -110,6 +110,8 @@ pub(super) struct Layout<'a> {
     token: bool,
     /// The CSRF token every form carries (`csrf.html`).
     csrf: &'a str,
+    /// The key signed in (None: the admin token, or no sign-in).
+    who: Option<&'a str>,
 }
 
 impl<'a> Layout<'a> {
@@ -119,6 +121,10 @@ impl<'a> Layout<'a> {
             refresh,
             token: v.token,
             csrf: &v.csrf,
+            who: match &v.access {
+                crate::auth::Access::Key(k) => Some(k.name.as_str()),
+                _ => None,
+            },
         }
     }
 }
@@ -224,7 +230,10 @@ impl<'a> SchedulesPage<'a> {
         Self {
             page: Layout::new(v, "Schedules", true),
             flash: done.and_then(|(code, n)| done_text(&code, n)),
-            schedules: schedules.iter().map(ScheduleRow::new).collect(),
+            schedules: schedules
+                .iter()
+                .map(|s| ScheduleRow::new(s, v.manages(&s.spec.topic)))
+                .collect(),
         }
     }
 }
@@ -244,11 +253,14 @@ pub(super) struct ScheduleRow {
     /// The last run's job and its state.
     last_job: Option<String>,
     catch_up: &'static str,
+    /// The viewer may pause, resume and delete it.
+    manage: bool,
 }
 
 impl ScheduleRow {
-    fn new(s: &dq_api::ScheduleInfo) -> Self {
+    fn new(s: &dq_api::ScheduleInfo, manage: bool) -> Self {
         Self {
+            manage,
             name: s.name.clone(),
             topic: s.spec.topic.clone(),
             topic_href: topic_href(&s.spec.topic),
@@ -280,6 +292,8 @@ pub(super) struct OverviewPage<'a> {
     flash: Option<String>,
     stores: Vec<StoreRow>,
     topics: Vec<TopicRow>,
+    /// The viewer may register topics.
+    manage: bool,
 }
 
 impl<'a> OverviewPage<'a> {
@@ -294,6 +308,7 @@ impl<'a> OverviewPage<'a> {
             flash: done.and_then(|(code, n)| done_text(&code, n)),
             stores,
             topics,
+            manage: v.access.allows_any(crate::keys::Action::Manage),
         }
     }
 }
@@ -378,6 +393,8 @@ pub(super) struct TopicPage<'a> {
     dead: DeadLetters,
     upcoming: Vec<Upcoming>,
     settings: Settings,
+    /// The viewer may change the topic: the page shows its forms.
+    manage: bool,
 }
 
 /// What [`TopicPage`] is made of, as looked up.
@@ -444,6 +461,7 @@ impl<'a> TopicPage<'a> {
                 .collect(),
         };
         Self {
+            manage: v.manages(t.as_str()),
             page: Layout::new(v, format!("Topic {}", t.as_str()), false),
             flash: p.done.and_then(|(code, n)| done_text(&code, n)),
             counts,
@@ -674,6 +692,7 @@ mod tests {
             session: String::new(),
             csrf: "tok\"en".into(),
             token: true,
+            access: crate::auth::Access::Admin,
         };
         let e = ApiError::bad_request("invalid_topic", "<script>alert(1)</script>");
         let html = ErrorPage::new(&v, &e, "/?a=1&b=\"2\"").render().unwrap();
