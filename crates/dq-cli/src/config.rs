@@ -25,6 +25,9 @@ pub(crate) struct ServeArgs {
     /// Largest job body the beanstalkd listener takes, in bytes [default: 65535]
     #[arg(long, env = "DQ_BEANSTALKD_MAX_JOB_SIZE")]
     pub(crate) beanstalkd_max_job_size: Option<usize>,
+    /// API key (dqk_…) beanstalkd connections act as until they send `auth <key>` (docs/beanstalkd.md) [default: none]
+    #[arg(long, env = "DQ_BEANSTALKD_KEY", hide_env_values = true)]
+    pub(crate) beanstalkd_key: Option<String>,
     /// HTTPS: the certificate chain (PEM), with --tls-key; read again on SIGHUP [default: plain HTTP]
     #[arg(long, env = "DQ_TLS_CERT")]
     pub(crate) tls_cert: Option<PathBuf>,
@@ -127,6 +130,7 @@ struct FileConfig {
     listen: Option<String>,
     beanstalkd_listen: Option<String>,
     beanstalkd_max_job_size: Option<usize>,
+    beanstalkd_key: Option<String>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     data_dir: Option<PathBuf>,
@@ -284,6 +288,8 @@ impl ServeArgs {
             server.beanstalkd = Some(dq_server::beanstalkd::BeanstalkdConfig {
                 listen,
                 max_job_size,
+                key: self.beanstalkd_key.or(file.beanstalkd_key),
+                auth_required: false,
             });
         } else if bs_size.is_some() {
             bail!("beanstalkd_max_job_size is set but beanstalkd_listen (--beanstalkd) is not");
@@ -349,6 +355,9 @@ impl ServeArgs {
             None | Some("auto") => server.auth_required = false,
             Some("required") => server.auth_required = true,
             Some(other) => bail!("auth: must be auto or required, got {other:?}"),
+        }
+        if let Some(b) = &mut server.beanstalkd {
+            b.auth_required = server.auth_required;
         }
         if let Some(t) = self.metrics_token.or(file.metrics_token) {
             if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {

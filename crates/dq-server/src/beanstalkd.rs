@@ -25,6 +25,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::Access;
+use crate::keys::Action;
 use crate::service::{Error, Service};
 
 /// Longest command line, `\r\n` included (the reference's limit).
@@ -43,12 +45,29 @@ const DEADLINE_SOON_SLACK_MS: u64 = 50;
 const URGENT_BELOW: u32 = 1024;
 
 /// The listener's settings.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct BeanstalkdConfig {
     /// Where to listen.
     pub listen: SocketAddr,
     /// Largest job body in bytes (`JOB_TOO_BIG` beyond).
     pub max_job_size: usize,
+    /// An API key every connection acts as until it sends `auth <key>`
+    /// (the protocol has no auth of its own, so clients that cannot send
+    /// `auth` get one here). None: connections start without a key.
+    pub key: Option<String>,
+    /// `auth = "required"`: a key is needed even while none exists.
+    pub auth_required: bool,
+}
+
+impl std::fmt::Debug for BeanstalkdConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BeanstalkdConfig")
+            .field("listen", &self.listen)
+            .field("max_job_size", &self.max_job_size)
+            .field("key", &self.key.as_ref().map(|_| "…"))
+            .field("auth_required", &self.auth_required)
+            .finish()
+    }
 }
 
 /// Counts shared by the connections (for `stats`).
@@ -83,12 +102,14 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let conn = Conn {
             svc: svc.clone(),
-            config,
+            secret: config.key.clone(),
+            config: config.clone(),
             counters: counters.clone(),
             started,
             used: default_tube(),
             watched: vec![default_tube()],
             held: HashMap::new(),
+            allowed: Access::Open,
         };
         let cancel = cancel.clone();
         tokio::spawn(async move {
@@ -115,11 +136,15 @@ struct Held {
 struct Conn {
     svc: Arc<Service>,
     config: BeanstalkdConfig,
+    /// The key this connection acts as (the listener's, or `auth`'s).
+    secret: Option<String>,
     counters: Arc<Counters>,
     started: Instant,
     used: Topic,
     watched: Vec<Topic>,
     held: HashMap<u64, Held>,
+    /// What the command being run may do (set before each command).
+    allowed: Access,
 }
 
 /// What a command answers.
@@ -136,6 +161,20 @@ fn line(s: impl Into<String>) -> Reply {
 
 fn bad_format() -> Reply {
     line("BAD_FORMAT")
+}
+
+/// Refuses `cmd` with `word`; a put's body is read and dropped first, so
+/// the connection stays in step.
+async fn refuse<R: tokio::io::AsyncRead + Unpin>(
+    cmd: &Cmd,
+    word: &str,
+    reader: &mut BufReader<R>,
+) -> Reply {
+    if let Cmd::Put { bytes, .. } = cmd {
+        let mut sink = tokio::io::sink();
+        let _ = tokio::io::copy(&mut (&mut *reader).take(*bytes as u64 + 2), &mut sink).await;
+    }
+    line(word)
 }
 
 fn not_found() -> Reply {
@@ -274,6 +313,8 @@ pub enum Cmd {
     ListTubesWatched,
     /// `quit`
     Quit,
+    /// `auth <key>` (dq's own): act as an API key from now on.
+    Auth(String),
 }
 
 /// Parses a command line (without its `\r\n`). The error is the reply
@@ -324,6 +365,7 @@ pub fn parse(text: &str) -> Result<Cmd, &'static str> {
         ("list-tube-used", 0) => Cmd::ListTubeUsed,
         ("list-tubes-watched", 0) => Cmd::ListTubesWatched,
         ("quit", 0) => Cmd::Quit,
+        ("auth", 1) if !args[0].is_empty() => Cmd::Auth(args[0].to_string()),
         (
             "put"
             | "use"
@@ -349,7 +391,8 @@ pub fn parse(text: &str) -> Result<Cmd, &'static str> {
             | "list-tubes-watched"
             | "quit"
             | "pause-tube"
-            | "reserve-job",
+            | "reserve-job"
+            | "auth",
             _,
         ) => return Err(BAD),
         _ => return Err("UNKNOWN_COMMAND"),
@@ -430,6 +473,44 @@ impl Conn {
             Ok(c) => c,
             Err(word) => return line(word),
         };
+        let access = match &cmd {
+            Cmd::Auth(secret) => {
+                return match self.svc.key_ring().find(secret) {
+                    Some(_) => {
+                        self.secret = Some(secret.clone());
+                        line("OK")
+                    }
+                    None => line("UNAUTHORIZED"),
+                };
+            }
+            Cmd::Quit => Access::Open,
+            _ => match self.access() {
+                Some(a) => a,
+                None => return refuse(&cmd, "UNAUTHORIZED", reader).await,
+            },
+        };
+        let needs: Option<(Action, &Topic)> = match &cmd {
+            Cmd::Put { .. } => Some((Action::Enqueue, &self.used)),
+            Cmd::PeekState(_) | Cmd::StatsTube(_) if !access.allows_any(Action::Read) => {
+                return line("FORBIDDEN");
+            }
+            Cmd::PeekState(_) => Some((Action::Read, &self.used)),
+            Cmd::StatsTube(t) => Some((Action::Read, t)),
+            Cmd::Kick(_) => Some((Action::Manage, &self.used)),
+            Cmd::PauseTube(t, _) => Some((Action::Manage, t)),
+            Cmd::Reserve(_) => self
+                .watched
+                .iter()
+                .find(|t| !access.allows(Action::Consume, t.as_str()))
+                .map(|t| (Action::Consume, t)),
+            _ => None,
+        };
+        if let Some((a, t)) = needs
+            && !access.allows(a, t.as_str())
+        {
+            return refuse(&cmd, "FORBIDDEN", reader).await;
+        }
+        self.allowed = access;
         match cmd {
             Cmd::Put {
                 pri,
@@ -474,7 +555,11 @@ impl Conn {
             Cmd::PauseTube(t, delay) => self.pause_tube(t, delay).await,
             Cmd::ListTubes => match self.svc.topics().await {
                 Ok(ts) => {
-                    let mut names: Vec<String> = ts.iter().map(ToString::to_string).collect();
+                    let mut names: Vec<String> = ts
+                        .iter()
+                        .filter(|t| self.allowed.allows(Action::Read, t.as_str()))
+                        .map(ToString::to_string)
+                        .collect();
                     if !names.iter().any(|n| n == "default") {
                         names.insert(0, "default".into());
                     }
@@ -488,6 +573,7 @@ impl Conn {
                 ok_yaml(yaml_list(&names))
             }
             Cmd::Quit => Reply::Quit,
+            Cmd::Auth(_) => unreachable!("answered above"),
         }
     }
 
@@ -641,7 +727,21 @@ impl Conn {
     }
 
     /// Finds a job by number: the connection's own first, else every topic.
-    async fn find(&self, id: u64) -> Option<(Topic, JobInfo)> {
+    /// Who this connection acts as now: its key, looked up again for every
+    /// command (so a revoked key stops at once); open while auth is not
+    /// enforced; None when a key is needed and there is none that works.
+    fn access(&self) -> Option<Access> {
+        let ring = self.svc.key_ring();
+        match &self.secret {
+            Some(secret) => ring.find(secret).map(Access::Key),
+            None if self.config.auth_required || ring.any() => None,
+            None => Some(Access::Open),
+        }
+    }
+
+    /// The job numbered `id`, looked for among the topics this
+    /// connection's key allows `action` on (a job elsewhere is not found).
+    async fn find(&self, id: u64, action: Action) -> Option<(Topic, JobInfo)> {
         let jid = JobId::new(id.to_string()).ok()?;
         if let Some(h) = self.held.get(&id)
             && let Ok(v) = self.svc.get(&h.topic, &jid).await
@@ -649,6 +749,9 @@ impl Conn {
             return Some((h.topic.clone(), v.job));
         }
         for t in self.svc.topics().await.ok()? {
+            if !self.allowed.allows(action, t.as_str()) {
+                continue;
+            }
             if let Ok(v) = self.svc.get(&t, &jid).await {
                 return Some((t, v.job));
             }
@@ -672,7 +775,7 @@ impl Conn {
 
     /// Reserves one job by id, unless another client holds it.
     async fn reserve_job(&mut self, id: u64) -> Reply {
-        let Some((t, job)) = self.find(id).await else {
+        let Some((t, job)) = self.find(id, Action::Consume).await else {
             return not_found();
         };
         if job.state == JobState::Reserved {
@@ -721,7 +824,7 @@ impl Conn {
                 })
                 .await;
         }
-        let Some((t, job)) = self.find(id).await else {
+        let Some((t, job)) = self.find(id, Action::Manage).await else {
             return not_found();
         };
         if job.state == JobState::Reserved {
@@ -782,7 +885,7 @@ impl Conn {
     }
 
     async fn peek(&mut self, id: u64) -> Reply {
-        match self.find(id).await {
+        match self.find(id, Action::Read).await {
             Some((_, job)) => {
                 let body = body_bytes(&job.body);
                 Reply::Data(format!("FOUND {id} {}", body.len()), body)
@@ -853,7 +956,7 @@ impl Conn {
     }
 
     async fn kick_job(&mut self, id: u64) -> Reply {
-        let Some((t, job)) = self.find(id).await else {
+        let Some((t, job)) = self.find(id, Action::Manage).await else {
             return not_found();
         };
         let r = match job.state {
@@ -871,7 +974,7 @@ impl Conn {
     }
 
     async fn stats_job(&mut self, id: u64) -> Reply {
-        let Some((t, job)) = self.find(id).await else {
+        let Some((t, job)) = self.find(id, Action::Read).await else {
             return not_found();
         };
         let now = self.svc.clock().now_ms();

@@ -420,7 +420,7 @@ impl Server {
             });
         }
 
-        if let Some(bs) = self.config.beanstalkd {
+        if let Some(bs) = self.config.beanstalkd.clone() {
             let l = tokio::net::TcpListener::bind(bs.listen).await?;
             tracing::info!(addr = %bs.listen, "dq serving the beanstalkd protocol");
             let (svc, cancel) = (svc.clone(), svc.shutdown().clone());

@@ -43,6 +43,8 @@ async fn start(store: &str) -> Bs {
         beanstalkd: Some(BeanstalkdConfig {
             listen: format!("127.0.0.1:{port}").parse().unwrap(),
             max_job_size: 1000,
+            key: None,
+            auth_required: false,
         }),
         ..Default::default()
     };
@@ -550,6 +552,95 @@ async fn stats_count_a_jobs_history_and_the_urgent_jobs() {
         let l = c.cmd("stats").await;
         let yaml = String::from_utf8(c.data(&l).await).unwrap();
         assert!(yaml.contains("current-jobs-urgent: 2\n"), "{yaml}");
+    })
+    .await;
+}
+
+/// Creates an API key through the HTTP API of `bs` (the first one from
+/// loopback without a bearer, the others with `admin`); returns its secret.
+async fn key(bs: &Bs, admin: Option<&str>, name: &str, scopes: &[&str]) -> String {
+    let mut r = reqwest::Client::new()
+        .post(format!("{}/v1/keys", bs.http))
+        .json(&serde_json::json!({"name": name, "scopes": scopes}));
+    if let Some(a) = admin {
+        r = r.bearer_auth(a);
+    }
+    let r = r.send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let v: serde_json::Value = r.json().await.unwrap();
+    v["secret"].as_str().unwrap().to_string()
+}
+
+/// Once keys exist, a connection does nothing before `auth <key>`; then
+/// each command needs its scope (put: enqueue on the used tube, reserve:
+/// consume on every watched one, peek and stats: read), jobs of other
+/// tubes are not found, and a revoked key stops at the next command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_with_a_key_and_scopes_per_command() {
+    on_both(|bs| async move {
+        let admin = key(&bs, None, "root", &["admin"]).await;
+        let producer = key(&bs, Some(&admin), "producer", &["enqueue:orders"]).await;
+        let worker = key(
+            &bs,
+            Some(&admin),
+            "worker",
+            &["consume:orders", "read:orders"],
+        )
+        .await;
+
+        let mut c = C::new(&bs).await;
+        assert_eq!(c.cmd("list-tubes").await, "UNAUTHORIZED");
+        assert_eq!(c.cmd("use orders").await, "UNAUTHORIZED");
+        assert_eq!(c.cmd("auth dqk_nope").await, "UNAUTHORIZED");
+        assert_eq!(c.cmd("auth").await, "BAD_FORMAT");
+        assert_eq!(c.cmd(&format!("auth {producer}")).await, "OK");
+        assert_eq!(c.cmd("use orders").await, "USING orders");
+        let id = c.put(0, 0, 60, b"order 45").await;
+        assert_eq!(c.cmd("use other").await, "USING other");
+        // A refused put's body is dropped: the connection stays in step.
+        c.send(b"put 0 0 60 4\r\nstop\r\n").await;
+        assert_eq!(c.line().await, "FORBIDDEN");
+        assert_eq!(c.cmd("list-tube-used").await, "USING other");
+        assert_eq!(c.cmd("watch orders").await, "WATCHING 2");
+        assert_eq!(c.cmd("ignore default").await, "WATCHING 1");
+        assert_eq!(c.reserve(0).await.unwrap_err(), "FORBIDDEN");
+        assert_eq!(
+            c.cmd(&format!("peek {id}")).await,
+            "NOT_FOUND",
+            "no read scope"
+        );
+
+        let mut w = C::new(&bs).await;
+        assert_eq!(w.cmd(&format!("auth {worker}")).await, "OK");
+        assert_eq!(
+            w.reserve(0).await.unwrap_err(),
+            "FORBIDDEN",
+            "default is watched"
+        );
+        w.cmd("watch orders").await;
+        w.cmd("ignore default").await;
+        let (got, body) = w.reserve(0).await.unwrap();
+        assert_eq!((got, body.as_slice()), (id, b"order 45".as_slice()));
+        let head = w.cmd("list-tubes").await;
+        let listed = String::from_utf8(w.data(&head).await).unwrap();
+        assert!(
+            listed.contains("orders") && !listed.contains("other"),
+            "{listed}"
+        );
+        assert_eq!(w.cmd(&format!("delete {id}")).await, "DELETED");
+
+        let r = reqwest::Client::new()
+            .delete(format!("{}/v1/keys/worker", bs.http))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        assert_eq!(
+            w.cmd("stats-tube orders").await,
+            "UNAUTHORIZED",
+            "revoked at once"
+        );
     })
     .await;
 }
