@@ -490,7 +490,11 @@ pub(crate) struct RequestId(pub(crate) String);
 
 /// Who `secret` is: the admin token, a key, or nobody (counted as a failed
 /// authentication of `ip`).
-fn authenticate(st: &AppState, secret: &str, ip: Option<IpAddr>) -> Result<Access, Box<Response>> {
+async fn authenticate(
+    st: &AppState,
+    secret: &str,
+    ip: Option<IpAddr>,
+) -> Result<Access, Box<Response>> {
     let now = st.service.clock().now_ms();
     if let Some(wait_s) = st.admin.failures.throttled(ip, now) {
         let mut res = ApiError::new(
@@ -507,7 +511,13 @@ fn authenticate(st: &AppState, secret: &str, ip: Option<IpAddr>) -> Result<Acces
     // Both checks run every time, so the time taken does not say which one
     // a secret was closer to.
     let token = st.admin.token_ok(secret);
-    let key = st.service.key_ring().find(secret);
+    let mut key = st.service.key_ring().find(secret);
+    if !token && key.is_none() && st.service.key_ring().may_reread() {
+        // A key made on another instance a moment ago works here at once:
+        // read the keys again (at most every few ms, whoever asks).
+        let _ = st.service.refresh_keys().await;
+        key = st.service.key_ring().find(secret);
+    }
     match (token, key) {
         (true, _) => Ok(Access::Admin),
         (false, Some(k)) => {
@@ -618,7 +628,7 @@ pub(crate) async fn guard(
     }
     let enforced = st.admin.required || ring.any();
     let access = match bearer(req.headers()) {
-        Some(b) => match authenticate(&st, b, ip) {
+        Some(b) => match authenticate(&st, b, ip).await {
             Ok(a) => a,
             Err(res) => return *res,
         },
@@ -683,8 +693,12 @@ pub(crate) async fn guard(
     let audit = writes && !matches!(access, Access::Open);
     let who = access.name().map(str::to_string);
     let request_id = req.extensions().get::<RequestId>().map(|r| r.0.clone());
+    // The job id, or the name of the key or schedule changed.
     let id = if audit {
-        path_param(&mut req, "id").await
+        match path_param(&mut req, "id").await {
+            Some(id) => Some(id),
+            None => path_param(&mut req, "name").await,
+        }
     } else {
         None
     };
@@ -729,9 +743,9 @@ pub struct FailureLimit {
 }
 
 /// Failed authentications an address may make at once.
-pub const FAILURE_BURST: f64 = 10.0;
+pub const FAILURE_BURST: f64 = 20.0;
 /// One more failed authentication is allowed this often.
-pub const FAILURE_REFILL_MS: u64 = 1_000;
+pub const FAILURE_REFILL_MS: u64 = 500;
 /// Most addresses remembered; beyond it the memory starts over.
 const FAILURE_ADDRS_MAX: usize = 100_000;
 

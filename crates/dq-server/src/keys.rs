@@ -38,6 +38,9 @@ pub const KIND: &str = "key";
 pub const SECRET_PREFIX: &str = "dqk_";
 /// How often every instance reads the keys again.
 pub const REFRESH: Duration = Duration::from_millis(500);
+/// How often an unknown secret may make an instance read the keys again
+/// (so a key made elsewhere works at once).
+pub const REREAD_EVERY: Duration = Duration::from_millis(50);
 /// Most keys a store holds.
 pub const MAX_KEYS: usize = 10_000;
 /// Most scopes one key holds.
@@ -409,6 +412,8 @@ pub struct KeyRing {
     /// Bumped by every change this process makes: a read of the store that
     /// began before one is not applied (it may miss the change).
     changes: AtomicU64,
+    /// When an unknown secret last made this process read the keys again.
+    reread: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl fmt::Debug for KeyRing {
@@ -435,6 +440,22 @@ impl KeyRing {
     /// Whether the keys were read from the store at least once.
     pub fn loaded(&self) -> bool {
         self.loaded.load(Ordering::Relaxed)
+    }
+
+    /// Whether an unknown secret may make this process read the keys again
+    /// now: at most once per [`REREAD_EVERY`], so unknown secrets cannot
+    /// turn into a read of the store each.
+    pub fn may_reread(&self) -> bool {
+        let mut last = self
+            .reread
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        if last.is_some_and(|at| now.duration_since(at) < REREAD_EVERY) {
+            return false;
+        }
+        *last = Some(now);
+        true
     }
 
     /// The key named `name`, if this process knows it.

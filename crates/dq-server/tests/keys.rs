@@ -585,15 +585,15 @@ async fn batches_are_refused_whole(h: FreshApi) {
     }
 }
 
-/// Failed authentications from one address: a burst of 10, then one a
-/// second; past that 429 with Retry-After, even for a good key, until the
+/// Failed authentications from one address: a burst of 20, then one per
+/// 500 ms; past that 429 with Retry-After, even for a good key, until the
 /// bucket refills. Other addresses are not affected.
 async fn failed_authentications_are_limited(h: FreshApi) {
     let clock = ManualClock::new(1_000_000);
     let api = h.with_clock(Arc::new(clock.clone()));
     let admin = create(&api, None, "root", &["admin"]).await;
     let bad = "dqk_nope";
-    for i in 0..10 {
+    for i in 0..20 {
         let r = call(&api, Some(bad), "GET", "/v1/topics", Value::Null).await;
         assert_eq!(r.status, StatusCode::UNAUTHORIZED, "failure {i}");
     }
@@ -619,7 +619,7 @@ async fn failed_authentications_are_limited(h: FreshApi) {
     )
     .await;
     assert_eq!(r.status, StatusCode::OK, "another address is not throttled");
-    clock.advance(999);
+    clock.advance(499);
     assert_eq!(
         call(&api, Some(&admin), "GET", "/v1/topics", Value::Null)
             .await
