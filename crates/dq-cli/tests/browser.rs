@@ -324,4 +324,48 @@ async fn admin_page_in_headless_chromium() {
         .await;
     assert_eq!(v["state"], json!("ready"), "{v}");
     assert_eq!(v["attempts"], json!(0));
+
+    // With API keys the page asks for one; a read-only key sees its topics
+    // and no form that changes anything.
+    let (st, admin) = dq
+        .post("/v1/keys", json!({"name": "root", "scopes": ["admin"]}))
+        .await;
+    assert_eq!(st, 201, "{admin}");
+    let r = dq
+        .http
+        .post(format!("{}/v1/keys", dq.base))
+        .bearer_auth(admin["secret"].as_str().unwrap())
+        .json(&json!({"name": "dashboard", "scopes": ["read:orders"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let reader: Value = r.json().await.unwrap();
+    b.go(&format!("{}/admin/topics/orders", dq.base)).await;
+    assert!(b.url().await.contains("/admin/login"), "{}", b.url().await);
+    b.clear_and_type("#token", reader["secret"].as_str().unwrap())
+        .await;
+    b.click("#login button").await;
+    assert!(
+        b.url().await.ends_with("/admin/topics/orders"),
+        "{}",
+        b.url().await
+    );
+    for page in ["/admin/topics/orders", "/", "/admin/schedules"] {
+        b.go(&format!("{}{page}", dq.base)).await;
+        let changing = b
+            .script(
+                "return [...document.querySelectorAll('form')].filter(f => f.method === 'post' && !f.action.endsWith('/admin/logout')).length",
+            )
+            .await;
+        assert_eq!(
+            changing,
+            json!(0),
+            "{page} offers a change to a read-only key"
+        );
+    }
+    b.go(&format!("{}/", dq.base)).await;
+    let rows = b.rows("topics").await;
+    assert_eq!(rows.len(), 1, "only the topic it may read: {rows:?}");
+    assert_eq!(rows[0][0], "orders");
 }

@@ -1,23 +1,33 @@
-//! Who may use the admin page and the mutating API.
+//! Who may use the admin page and the API (docs/security.md).
 //!
-//! - With `admin_token` set: the admin page needs a session (a signed cookie
-//!   got by entering the token at `/admin/login`), and every mutating API
-//!   request (`/v1/…` other than GET/HEAD) needs `Authorization: Bearer
-//!   <admin_token>`. Reads, `/metrics` and the health checks stay open.
-//! - Without it: the admin page answers only to peers on loopback (and says
-//!   so); the API is open, as it always was.
-//! - Operations on the instance (`/v1/admin/…`: backup, drain) are the
-//!   admin's alone: with `admin_token` they need the bearer token like every
-//!   change; without one they answer only to peers on loopback (403
-//!   `admin_loopback_only`), as the admin page does.
+//! - Without keys, with `admin_token` set: the admin page needs a session
+//!   (a signed cookie got by entering the token at `/admin/login`), and
+//!   every mutating API request (`/v1/…` other than GET/HEAD) needs
+//!   `Authorization: Bearer <admin_token>`. Reads, `/metrics` and the
+//!   health checks stay open.
+//! - Without keys or a token: the admin page answers only to peers on
+//!   loopback (and says so); the API is open, as it always was.
+//! - Once an API key exists (or with `auth = "required"`): every `/v1` call
+//!   needs a key or the admin token ([`Access`]), and the key needs the
+//!   scope [`ROUTES`] gives the route, on its topic; the admin page signs
+//!   in with a key and shows what its scopes allow.
+//! - Operations on the instance (`/v1/admin/…`: backup, drain) and the keys
+//!   (`/v1/keys`) are the admin's alone: an admin key or the token; with
+//!   neither keys nor a token, peers on loopback only (403
+//!   `admin_loopback_only`).
+//! - Failed authentications are limited per address ([`FailureLimit`]);
+//!   every change made with a key or the token is a `dq::audit` line.
 //! - Always: the page's forms carry a CSRF token, and mutating requests a
 //!   browser marks as cross-site (`Sec-Fetch-Site: cross-site`, or an
 //!   `Origin` that is not this host) are refused, so a web page the operator
 //!   visits cannot drive dq through their browser.
 //!
-//! Session cookies and CSRF tokens are HMAC-SHA256 of the admin token, so
-//! every instance sharing the token accepts them and changing the token ends
-//! every session. Without a token, CSRF tokens use a key drawn at start.
+//! Admin-token sessions and their CSRF tokens are HMAC-SHA256 of the admin
+//! token, so every instance sharing the token accepts them and changing the
+//! token ends every session; a key's are HMACs keyed by the key's hash
+//! (`issued.name.mac`), so every instance accepts them and rotating or
+//! revoking the key ends them. Without a token, the loopback page's CSRF
+//! tokens use a key drawn at start.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
