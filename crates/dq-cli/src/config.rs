@@ -28,6 +28,9 @@ pub(crate) struct ServeArgs {
     /// API key (dqk_…) beanstalkd connections act as until they send `auth <key>` (docs/beanstalkd.md) [default: none]
     #[arg(long, env = "DQ_BEANSTALKD_KEY", hide_env_values = true)]
     pub(crate) beanstalkd_key: Option<String>,
+    /// Speak TLS on the beanstalkd listener too, with the HTTP listener's certificate (--tls-cert, --tls-key) [default: off]
+    #[arg(long, env = "DQ_BEANSTALKD_TLS")]
+    pub(crate) beanstalkd_tls: Option<bool>,
     /// HTTPS: the certificate chain (PEM), with --tls-key; read again on SIGHUP [default: plain HTTP]
     #[arg(long, env = "DQ_TLS_CERT")]
     pub(crate) tls_cert: Option<PathBuf>,
@@ -131,6 +134,7 @@ struct FileConfig {
     beanstalkd_listen: Option<String>,
     beanstalkd_max_job_size: Option<usize>,
     beanstalkd_key: Option<String>,
+    beanstalkd_tls: Option<bool>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     data_dir: Option<PathBuf>,
@@ -290,6 +294,7 @@ impl ServeArgs {
                 max_job_size,
                 key: self.beanstalkd_key.or(file.beanstalkd_key),
                 auth_required: false,
+                tls: self.beanstalkd_tls.or(file.beanstalkd_tls).unwrap_or(false),
             });
         } else if bs_size.is_some() {
             bail!("beanstalkd_max_job_size is set but beanstalkd_listen (--beanstalkd) is not");
@@ -358,6 +363,11 @@ impl ServeArgs {
         }
         if let Some(b) = &mut server.beanstalkd {
             b.auth_required = server.auth_required;
+            if b.tls && server.tls.is_none() {
+                bail!(
+                    "beanstalkd_tls: needs tls_cert and tls_key (the beanstalkd listener uses the HTTP listener's certificate)"
+                );
+            }
         }
         if let Some(t) = self.metrics_token.or(file.metrics_token) {
             if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {

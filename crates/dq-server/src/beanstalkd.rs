@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use dq_core::{Body, JobId, JobInfo, JobState, Nack, NewJob, RetryPolicy, StoreError, Topic, When};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::Access;
@@ -57,6 +57,9 @@ pub struct BeanstalkdConfig {
     pub key: Option<String>,
     /// `auth = "required"`: a key is needed even while none exists.
     pub auth_required: bool,
+    /// Speak TLS, with the HTTP listener's certificate (`tls_cert`,
+    /// `tls_key`, reloaded on SIGHUP with it).
+    pub tls: bool,
 }
 
 impl std::fmt::Debug for BeanstalkdConfig {
@@ -66,6 +69,7 @@ impl std::fmt::Debug for BeanstalkdConfig {
             .field("max_job_size", &self.max_job_size)
             .field("key", &self.key.as_ref().map(|_| "…"))
             .field("auth_required", &self.auth_required)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -77,12 +81,17 @@ struct Counters {
     total_connections: AtomicU64,
 }
 
-/// Serves beanstalkd clients on `listener` until `cancel` fires.
+/// How long a client may take over its TLS handshake.
+const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// Serves beanstalkd clients on `listener` until `cancel` fires; over TLS
+/// when `tls` is given.
 pub async fn serve(
     listener: TcpListener,
     svc: Arc<Service>,
     config: BeanstalkdConfig,
     cancel: CancellationToken,
+    tls: Option<Arc<crate::tls::Tls>>,
 ) {
     let counters = Arc::new(Counters::default());
     let started = Instant::now();
@@ -112,12 +121,26 @@ pub async fn serve(
             allowed: Access::Open,
         };
         let cancel = cancel.clone();
+        let acceptor = tls.as_ref().map(|t| t.acceptor());
         tokio::spawn(async move {
             conn.counters.connections.fetch_add(1, Ordering::Relaxed);
             conn.counters
                 .total_connections
                 .fetch_add(1, Ordering::Relaxed);
-            conn.run(stream, peer, cancel).await;
+            match acceptor {
+                None => conn.run(stream, peer, cancel).await,
+                Some(a) => match tokio::time::timeout(TLS_HANDSHAKE, a.accept(stream)).await {
+                    Ok(Ok(s)) => conn.run(s, peer, cancel).await,
+                    Ok(Err(e)) => {
+                        conn.counters.connections.fetch_sub(1, Ordering::Relaxed);
+                        tracing::debug!(%peer, error = %e, "beanstalkd TLS handshake failed");
+                    }
+                    Err(_) => {
+                        conn.counters.connections.fetch_sub(1, Ordering::Relaxed);
+                        tracing::debug!(%peer, "beanstalkd TLS handshake timed out");
+                    }
+                },
+            }
         });
     }
 }
@@ -407,8 +430,11 @@ fn num<T: std::str::FromStr>(s: &str) -> Option<T> {
 }
 
 impl Conn {
-    async fn run(mut self, stream: TcpStream, peer: SocketAddr, cancel: CancellationToken) {
-        let (read, mut write) = stream.into_split();
+    async fn run<S>(mut self, stream: S, peer: SocketAddr, cancel: CancellationToken)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+    {
+        let (read, mut write) = tokio::io::split(stream);
         let mut reader = BufReader::new(read);
         let mut buf = Vec::with_capacity(MAX_LINE);
         loop {

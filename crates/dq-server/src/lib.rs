@@ -424,7 +424,14 @@ impl Server {
             let l = tokio::net::TcpListener::bind(bs.listen).await?;
             tracing::info!(addr = %bs.listen, "dq serving the beanstalkd protocol");
             let (svc, cancel) = (svc.clone(), svc.shutdown().clone());
-            tracker.spawn(beanstalkd::serve(l, svc, bs, cancel));
+            let bs_tls = if bs.tls {
+                Some(tls.clone().ok_or_else(|| {
+                    std::io::Error::other("beanstalkd_tls needs tls_cert and tls_key")
+                })?)
+            } else {
+                None
+            };
+            tracker.spawn(beanstalkd::serve(l, svc, bs, cancel, bs_tls));
         }
 
         let router = app(state.clone(), self.config.max_request_bytes);

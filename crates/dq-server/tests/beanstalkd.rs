@@ -45,6 +45,7 @@ async fn start(store: &str) -> Bs {
             max_job_size: 1000,
             key: None,
             auth_required: false,
+            tls: false,
         }),
         ..Default::default()
     };
@@ -643,4 +644,83 @@ async fn auth_with_a_key_and_scopes_per_command() {
         );
     })
     .await;
+}
+
+/// `beanstalkd_tls`: the listener speaks TLS with the HTTP listener's
+/// certificate; a client trusting it puts and reserves; a plain-text
+/// client gets nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listener_speaks_tls_with_the_http_certificate() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.key_pair.serialize_pem()).unwrap();
+    let store = dq_embedded::EmbeddedStore::open(dir.path().join("data")).unwrap();
+    let port = dq_testkit::free_port();
+    let config = ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        tls: Some(dq_server::tls::TlsFiles { cert, key }),
+        beanstalkd: Some(BeanstalkdConfig {
+            listen: format!("127.0.0.1:{port}").parse().unwrap(),
+            max_job_size: 1000,
+            key: None,
+            auth_required: false,
+            tls: true,
+        }),
+        ..Default::default()
+    };
+    let server = Server::new(
+        config,
+        Arc::new(store),
+        Arc::new(dq_core::MonotonicClock::new()),
+    );
+    let listener = server.bind().await.unwrap();
+    tokio::spawn(async move {
+        server
+            .run(listener, std::future::pending::<()>())
+            .await
+            .unwrap();
+    });
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while TcpStream::connect(&addr).await.is_err() {
+        assert!(Instant::now() < deadline, "listener up");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(c.cert.der().clone()).unwrap();
+    let client = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+    let tcp = TcpStream::connect(&addr).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = connector.connect(name, tcp).await.expect("handshake");
+    let (r, mut w) = tokio::io::split(tls);
+    let mut r = BufReader::new(r);
+    let mut ask = async |bytes: &[u8]| {
+        w.write_all(bytes).await.unwrap();
+        let mut l = String::new();
+        r.read_line(&mut l).await.unwrap();
+        l
+    };
+    assert_eq!(ask(b"put 0 0 60 5\r\nhello\r\n").await, "INSERTED 1\r\n");
+    assert_eq!(ask(b"reserve-with-timeout 0\r\n").await, "RESERVED 1 5\r\n");
+
+    // Plain text gets no beanstalkd reply.
+    let mut plain = TcpStream::connect(&addr).await.unwrap();
+    plain.write_all(b"list-tubes\r\n").await.unwrap();
+    let mut buf = vec![0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), plain.read(&mut buf))
+        .await
+        .expect("the server answers or closes")
+        .unwrap_or(0);
+    assert!(
+        !String::from_utf8_lossy(&buf[..n]).contains("OK"),
+        "{:?}",
+        &buf[..n]
+    );
 }
