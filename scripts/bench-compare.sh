@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs one `dq bench` scenario against two `dq` binaries alternately, N times
+# each (base, new, base, new, …), every run on a fresh store through
+# scripts/bench-fresh.sh, and prints each run's figures, then the medians
+# and the ratio new/base. The machine's speed drifts over minutes, so only
+# figures of the same alternating run are compared.
+#
+#   scripts/bench-compare.sh BASE_BIN NEW_BIN N STORE SCENARIO [ARGS…]
+#   scripts/bench-compare.sh /tmp/base/dq target/release/dq 3 redis drain --jobs 50000 --window 0s..0s
+#
+# Figures read from the last JSON line of each run: jobs_per_s, and the p99
+# of `lateness` (ms) when the scenario reports one.
+set -euo pipefail
+if [ $# -lt 5 ]; then
+  sed -n '2,12p' "$0" >&2
+  exit 2
+fi
+base=$1 new=$2 n=$3
+shift 3
+here=$(cd "$(dirname "$0")" && pwd)
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+for i in $(seq 1 "$n"); do
+  for which in base new; do
+    bin=$base
+    [ "$which" = new ] && bin=$new
+    line=$(DQ_BIN=$bin "$here/bench-fresh.sh" "$@" | grep '^{' | tail -1)
+    echo "$which $line" >>"$results"
+    python3 - "$which" "$i" "$line" <<'EOF'
+import json, sys
+which, i, line = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+late = line.get("lateness", {}) or {}
+print(f"run {i} {which:4}: jobs_per_s {line.get('jobs_per_s')}  lateness p99 {late.get('p99_ms', '-')} ms")
+EOF
+  done
+done
+python3 - "$results" <<'EOF'
+import json, statistics, sys
+runs = {"base": [], "new": []}
+for l in open(sys.argv[1]):
+    which, rest = l.split(" ", 1)
+    runs[which].append(json.loads(rest))
+def med(which, f):
+    xs = [f(r) for r in runs[which]]
+    xs = [x for x in xs if isinstance(x, (int, float))]
+    return statistics.median(xs) if xs else None
+for name, f in [("jobs_per_s", lambda r: r.get("jobs_per_s")),
+                ("lateness p99 ms", lambda r: (r.get("lateness") or {}).get("p99_ms"))]:
+    b, n = med("base", f), med("new", f)
+    if b is None or n is None:
+        continue
+    ratio = f"{n / b:.3f}" if b else "-"
+    print(f"median {name}: base {b:.1f}  new {n:.1f}  new/base {ratio}")
+EOF
