@@ -735,7 +735,7 @@ pub struct KeyInfo {
 
 /// `POST /v1/keys` (201) and `POST /v1/keys/{name}/rotate`: the key and its
 /// secret, shown this once.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyCreated {
     /// The key's name.
     pub name: String,
@@ -746,6 +746,17 @@ pub struct KeyCreated {
     /// The secret (`dqk_…`), for `Authorization: Bearer`. dq keeps only its
     /// SHA-256: it cannot be shown again.
     pub secret: String,
+}
+
+impl std::fmt::Debug for KeyCreated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyCreated")
+            .field("name", &self.name)
+            .field("scopes", &self.scopes)
+            .field("created_ms", &self.created_ms)
+            .field("secret", &"dqk_…")
+            .finish()
+    }
 }
 
 /// `GET /v1/keys`.

@@ -793,7 +793,18 @@ pub(crate) async fn create_key(
     let making_admin = req.scopes.iter().any(|s| s == "admin" || s == "admin:*");
     keep_an_admin(&st, making_admin, None)?;
     let created = st.service.create_key(&req.name, &req.scopes).await?;
-    Ok((StatusCode::CREATED, Json(created)).into_response())
+    Ok(no_store(
+        (StatusCode::CREATED, Json(created)).into_response(),
+    ))
+}
+
+/// A reply holding a secret: no cache may keep it.
+fn no_store(mut res: Response) -> Response {
+    res.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-store"),
+    );
+    res
 }
 
 /// `GET /v1/keys` — never a secret.
@@ -821,7 +832,9 @@ pub(crate) async fn revoke_key(State(st): State<AppState>, Path(name): Path<Stri
 /// `POST /v1/keys/{name}/rotate` — a new secret, shown this once; the old
 /// one stops working.
 pub(crate) async fn rotate_key(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult {
-    reply(st.service.rotate_key(&name).await?)
+    Ok(no_store(
+        Json(st.service.rotate_key(&name).await?).into_response(),
+    ))
 }
 
 #[derive(Debug, Deserialize)]

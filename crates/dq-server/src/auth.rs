@@ -24,10 +24,11 @@
 //!
 //! Admin-token sessions and their CSRF tokens are HMAC-SHA256 of the admin
 //! token, so every instance sharing the token accepts them and changing the
-//! token ends every session; a key's are HMACs keyed by the key's hash
-//! (`issued.name.mac`), so every instance accepts them and rotating or
-//! revoking the key ends them. Without a token, the loopback page's CSRF
-//! tokens use a key drawn at start.
+//! token ends every session. A key's session (`issued.name.mac`) and CSRF
+//! tokens are HMACs with the same key over the key's hash too, so rotating
+//! or revoking the key ends them, and someone who reads the store (where
+//! the hashes are) still cannot make one. Without a token that HMAC key is
+//! drawn at start: sessions then hold on the instance that made them only.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -192,8 +193,20 @@ pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> 
 /// Whether the admin page needs a sign-in: with an admin token, with
 /// `auth = "required"`, or once any API key exists. Otherwise it answers
 /// only on loopback, without one.
-pub(crate) fn page_needs_sign_in(st: &AppState) -> bool {
-    st.admin.has_token() || st.admin.required || st.service.key_ring().any()
+pub(crate) async fn page_needs_sign_in(st: &AppState) -> bool {
+    let ring = st.service.key_ring();
+    if !ring.loaded() && ring.may_reread() {
+        let _ = st.service.refresh_keys().await;
+    }
+    // Keys not read yet (the store does not answer): as if some existed.
+    st.admin.has_token() || st.admin.required || !ring.loaded() || ring.any()
+}
+
+/// [`page_needs_sign_in`] from what this process knows now (for pages,
+/// after the guard read the keys).
+pub(crate) fn page_needs_sign_in_now(st: &AppState) -> bool {
+    let ring = st.service.key_ring();
+    st.admin.has_token() || st.admin.required || !ring.loaded() || ring.any()
 }
 
 /// The session the request carries and who it is: its cookie value if
@@ -201,7 +214,7 @@ pub(crate) fn page_needs_sign_in(st: &AppState) -> bool {
 /// exists); `""` and [`Access::Open`] when the page needs no sign-in
 /// (everyone on loopback shares it).
 pub(crate) fn signed_in(st: &AppState, headers: &HeaderMap) -> Option<(String, Access)> {
-    if !page_needs_sign_in(st) {
+    if !page_needs_sign_in_now(st) {
         return Some((String::new(), Access::Open));
     }
     let value = cookie(headers, SESSION_COOKIE)?;
@@ -209,27 +222,35 @@ pub(crate) fn signed_in(st: &AppState, headers: &HeaderMap) -> Option<(String, A
     if st.admin.session_ok(value, now) {
         return Some((value.to_string(), Access::Admin));
     }
-    // A key's session: issued.name.mac, the MAC keyed by the key's hash, so
-    // every instance accepts it and a rotation or revocation ends it.
+    // A key's session: issued.name.mac, the MAC keyed by the admin token
+    // (or this process's own key) over the key's hash too, so rotating or
+    // revoking the key ends it, and reading the store is not enough to make
+    // one.
     let (signed, mac) = value.rsplit_once('.')?;
     let (issued, name) = signed.split_once('.')?;
     let at = issued.parse::<u64>().ok()?;
     let key = st.service.key_ring().named(name)?;
     let fresh = at <= now.saturating_add(60_000) && now.saturating_sub(at) < SESSION_MAX_AGE_MS;
-    (fresh && key.mac_ok("session", signed, mac)).then(|| (value.to_string(), Access::Key(key)))
+    let ok = fresh && st.admin.mac_ok("key-session", &keyed(&key, signed), mac);
+    ok.then(|| (value.to_string(), Access::Key(key)))
+}
+
+/// What a key's session and CSRF MACs cover besides `data`: the key's hash.
+fn keyed(key: &ApiKey, data: &str) -> String {
+    format!("{}\0{data}", key.fingerprint())
 }
 
 /// A new admin page session for `key`, issued at `now_ms`.
-pub(crate) fn key_session(key: &ApiKey, now_ms: u64) -> String {
+pub(crate) fn key_session(st: &AppState, key: &ApiKey, now_ms: u64) -> String {
     let signed = format!("{now_ms}.{}", key.name);
-    let mac = key.mac("session", &signed);
+    let mac = st.admin.hex_mac("key-session", &keyed(key, &signed));
     format!("{signed}.{mac}")
 }
 
 /// The CSRF token of forms shown in `session` to `access`.
 pub(crate) fn csrf_for(st: &AppState, session: &str, access: &Access) -> String {
     match access {
-        Access::Key(k) => k.mac("csrf", session),
+        Access::Key(k) => st.admin.hex_mac("key-csrf", &keyed(k, session)),
         _ => st.admin.csrf(session),
     }
 }
@@ -237,7 +258,7 @@ pub(crate) fn csrf_for(st: &AppState, session: &str, access: &Access) -> String 
 /// Whether a form's CSRF token belongs to `session` of `access`.
 pub(crate) fn csrf_ok_for(st: &AppState, session: &str, access: &Access, given: &str) -> bool {
     match access {
-        Access::Key(k) => k.mac_ok("csrf", session, given),
+        Access::Key(k) => st.admin.mac_ok("key-csrf", &keyed(k, session), given),
         _ => st.admin.csrf_ok(session, given),
     }
 }
@@ -310,6 +331,14 @@ impl Access {
         match self {
             Access::Open | Access::Admin => true,
             Access::Key(k) => k.allows_any(action),
+        }
+    }
+
+    /// Whether this access allows `action` on every topic (`*`).
+    pub fn allows_all(&self, action: Action) -> bool {
+        match self {
+            Access::Open | Access::Admin => true,
+            Access::Key(k) => k.allows_all(action),
         }
     }
 
@@ -460,9 +489,16 @@ pub const ROUTES: &[(&str, &str, Need)] = &[
 /// What `method` on the route `template` needs; `None` when it is not in
 /// [`ROUTES`].
 pub fn need(method: &Method, template: &str) -> Option<Need> {
+    // axum answers HEAD with the GET handler (the body dropped, its length
+    // kept): it needs what GET needs.
+    let method = if *method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
     ROUTES
         .iter()
-        .find(|(m, p, _)| *m == method.as_str() && *p == template)
+        .find(|(m, p, _)| *m == method && *p == template)
         .map(|(_, _, n)| *n)
 }
 
@@ -506,25 +542,13 @@ async fn authenticate(
     ip: Option<IpAddr>,
 ) -> Result<Access, Box<Response>> {
     let now = st.service.clock().now_ms();
-    if let Some(wait_s) = st.admin.failures.throttled(ip, now) {
-        let mut res = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_auth_failures",
-            format!("too many failed authentications from this address; retry in {wait_s} s"),
-        )
-        .into_response();
-        if let Ok(v) = header::HeaderValue::from_str(&wait_s.to_string()) {
-            res.headers_mut().insert(header::RETRY_AFTER, v);
-        }
-        return Err(Box::new(res));
-    }
     // Both checks run every time, so the time taken does not say which one
     // a secret was closer to.
     let token = st.admin.token_ok(secret);
     let mut key = st.service.key_ring().find(secret);
     if !token && key.is_none() && st.service.key_ring().may_reread() {
         // A key made on another instance a moment ago works here at once:
-        // read the keys again (at most every few ms, whoever asks).
+        // read the keys again (at most every REREAD_EVERY, whoever asks).
         let _ = st.service.refresh_keys().await;
         key = st.service.key_ring().find(secret);
     }
@@ -535,6 +559,21 @@ async fn authenticate(
             Ok(Access::Key(k))
         }
         (false, None) => {
+            // A good key always passes; failures beyond the burst are 429.
+            if let Some(wait_s) = st.admin.failures.throttled(ip, now) {
+                let mut res = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_auth_failures",
+                    format!(
+                        "too many failed authentications from this address; retry in {wait_s} s"
+                    ),
+                )
+                .into_response();
+                if let Ok(v) = header::HeaderValue::from_str(&wait_s.to_string()) {
+                    res.headers_mut().insert(header::RETRY_AFTER, v);
+                }
+                return Err(Box::new(res));
+            }
             st.admin.failures.failed(ip, now);
             Err(Box::new(unauthorized(BAD_CREDENTIAL)))
         }
@@ -579,8 +618,12 @@ pub(crate) async fn guard(
         }
         return next.run(req).await;
     }
-    if admin {
-        if !page_needs_sign_in(&st) {
+    let template = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_string());
+    let access = if admin {
+        if !page_needs_sign_in(&st).await {
             if !loopback {
                 return loopback_only();
             }
@@ -602,119 +645,44 @@ pub(crate) async fn guard(
         };
         if let Access::Key(k) = &access {
             st.service.note_key_use(k);
-            let template = req
-                .extensions()
-                .get::<axum::extract::MatchedPath>()
-                .map(|p| p.as_str().to_string());
-            match template.as_deref().and_then(|t| admin_need(&method, t)) {
-                None => {}
-                Some(Need::Topic(a)) => {
-                    let t = path_param(&mut req, "topic").await.unwrap_or_default();
-                    if !k.allows(a, &t) {
-                        return forbidden(&access, &format!("{a}:{t}")).into_response();
-                    }
-                }
-                Some(Need::Handler(a)) if k.allows_any(a) => {}
-                Some(Need::Handler(a)) => {
-                    return forbidden(&access, &format!("{a}:…")).into_response();
-                }
-                Some(Need::Admin) if k.is_admin() => {}
-                Some(Need::Admin) => return forbidden(&access, "admin").into_response(),
+            let need = template.as_deref().and_then(|t| admin_need(&method, t));
+            if let Err(res) = check(&mut req, &access, k, need).await {
+                return *res;
             }
         }
-        return next.run(req).await;
-    }
-    if !api {
-        return next.run(req).await;
-    }
-    let ring = st.service.key_ring();
-    if !ring.loaded() {
-        // Before the keys were read once, nobody knows whether any exist:
-        // read them now; a store that does not answer could not serve the
-        // request either.
-        if let Err(e) = st.service.refresh_keys().await {
-            return ApiError::from(e).into_response();
-        }
-    }
-    let enforced = st.admin.required || ring.any();
-    let access = match bearer(req.headers()) {
-        Some(b) => match authenticate(&st, b, ip).await {
+        access
+    } else if api {
+        match api_access(
+            &st,
+            &mut req,
+            &path,
+            &method,
+            writes,
+            loopback,
+            ip,
+            template.as_deref(),
+        )
+        .await
+        {
             Ok(a) => a,
             Err(res) => return *res,
-        },
-        None if !enforced => Access::Open,
-        None if !st.admin.has_token() && !ring.any() && loopback => Access::Admin,
-        None => {
-            return unauthorized(if st.admin.has_token() || ring.any() {
-                "this dq requires Authorization: Bearer <key> (or the admin_token) on every /v1 call"
-            } else {
-                "this dq requires a key on every /v1 call, and has none yet: create the first one from loopback (dq keys create --scope admin …)"
-            });
         }
+    } else {
+        return next.run(req).await;
     };
-    let template = req
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map(|p| p.as_str().to_string());
-    let mut topic: Option<String> = None;
-    match &access {
-        Access::Admin => {}
-        Access::Open => {
-            if admin_only(&path) && !st.admin.has_token() && !loopback {
-                return ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "admin_loopback_only",
-                    "operations on the instance and API keys answer only on loopback when no admin_token is configured; set admin_token to use them from another host",
-                )
-                .into_response();
-            }
-            if (writes || admin_only(&path)) && st.admin.has_token() {
-                return unauthorized(
-                    "this dq requires Authorization: Bearer <admin_token> for changes",
-                );
-            }
-        }
-        Access::Key(k) => {
-            // A path that matched no route goes on to its 404; a route
-            // that matched but is not in ROUTES is refused.
-            if let Some(template) = &template {
-                let known = ROUTES.iter().any(|(_, p, _)| p == template);
-                match need(&method, template) {
-                    Some(Need::Topic(a)) => {
-                        let t = path_param(&mut req, "topic").await.unwrap_or_default();
-                        if !k.allows(a, &t) {
-                            return forbidden(&access, &format!("{a}:{t}")).into_response();
-                        }
-                        topic = Some(t);
-                    }
-                    Some(Need::Handler(a)) => {
-                        if !k.allows_any(a) {
-                            return forbidden(&access, &format!("{a}:…")).into_response();
-                        }
-                    }
-                    Some(Need::Admin) | None if k.is_admin() => {}
-                    Some(Need::Admin) => return forbidden(&access, "admin").into_response(),
-                    None if known => {} // the router answers 405
-                    None => return forbidden(&access, "admin").into_response(),
-                }
-            }
-        }
-    }
     let audit = writes && !matches!(access, Access::Open);
     let who = access.name().map(str::to_string);
     let request_id = req.extensions().get::<RequestId>().map(|r| r.0.clone());
     // The job id, or the name of the key or schedule changed.
-    let id = if audit {
-        match path_param(&mut req, "id").await {
+    let (topic, id) = if audit {
+        let id = match path_param(&mut req, "id").await {
             Some(id) => Some(id),
             None => path_param(&mut req, "name").await,
-        }
+        };
+        (path_param(&mut req, "topic").await, id)
     } else {
-        None
+        (None, None)
     };
-    if audit && topic.is_none() {
-        topic = path_param(&mut req, "topic").await;
-    }
     req.extensions_mut().insert(access);
     let res = next.run(req).await;
     if audit {
@@ -733,6 +701,107 @@ pub(crate) async fn guard(
     res
 }
 
+/// Who a `/v1` request acts as, or the refusal.
+#[allow(clippy::too_many_arguments)]
+async fn api_access(
+    st: &AppState,
+    req: &mut Request,
+    path: &str,
+    method: &Method,
+    writes: bool,
+    loopback: bool,
+    ip: Option<IpAddr>,
+    template: Option<&str>,
+) -> Result<Access, Box<Response>> {
+    let ring = st.service.key_ring();
+    if !ring.loaded() {
+        // Before the keys were read once, nobody knows whether any exist:
+        // read them now; a store that does not answer could not serve the
+        // request either.
+        if let Err(e) = st.service.refresh_keys().await {
+            return Err(Box::new(ApiError::from(e).into_response()));
+        }
+    }
+    let enforced = st.admin.required || ring.any();
+    let access = match bearer(req.headers()) {
+        Some(b) => authenticate(st, b, ip).await?,
+        None if !enforced => Access::Open,
+        None if !st.admin.has_token() && !ring.any() && loopback => Access::Admin,
+        None => {
+            return Err(Box::new(unauthorized(
+                if st.admin.has_token() || ring.any() {
+                    "this dq requires Authorization: Bearer <key> (or the admin_token) on every /v1 call"
+                } else {
+                    "this dq requires a key on every /v1 call, and has none yet: create the first one from loopback (dq keys create --scope admin …)"
+                },
+            )));
+        }
+    };
+    match &access {
+        Access::Admin => {}
+        Access::Open => {
+            if admin_only(path) && !st.admin.has_token() && !loopback {
+                return Err(Box::new(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "admin_loopback_only",
+                    "operations on the instance and API keys answer only on loopback when no admin_token is configured; set admin_token to use them from another host",
+                )
+                .into_response()));
+            }
+            if (writes || admin_only(path)) && st.admin.has_token() {
+                return Err(Box::new(unauthorized(
+                    "this dq requires Authorization: Bearer <admin_token> for changes",
+                )));
+            }
+        }
+        Access::Key(k) => {
+            // A path that matched no route goes on to its 404.
+            if let Some(template) = template {
+                let known = ROUTES.iter().any(|(_, p, _)| *p == template);
+                match need(method, template) {
+                    Some(n) => check(req, &access, k, Some(n)).await?,
+                    None if k.is_admin() => {}
+                    None if known => {
+                        return Err(Box::new(
+                            ApiError::new(
+                                StatusCode::METHOD_NOT_ALLOWED,
+                                "method_not_allowed",
+                                format!("{method} is not a method of {template}"),
+                            )
+                            .into_response(),
+                        ));
+                    }
+                    None => return Err(Box::new(forbidden(&access, "admin").into_response())),
+                }
+            }
+        }
+    }
+    Ok(access)
+}
+
+/// Checks `key` has what `need` says (None: nothing). A path whose topic
+/// does not decode is let through: its handler refuses it (400) before
+/// doing anything.
+async fn check(
+    req: &mut Request,
+    access: &Access,
+    key: &ApiKey,
+    need: Option<Need>,
+) -> Result<(), Box<Response>> {
+    let refuse = |scope: String| Err(Box::new(forbidden(access, &scope).into_response()));
+    match need {
+        None => Ok(()),
+        Some(Need::Topic(a)) => match path_param(req, "topic").await {
+            Some(t) if !key.allows(a, &t) => refuse(format!("{a}:{t}")),
+            _ => Ok(()),
+        },
+        Some(Need::Handler(a)) if !key.allows_any(a) => refuse(format!("{a}:…")),
+        Some(Need::Handler(_)) => Ok(()),
+        Some(Need::Admin) if !key.is_admin() => refuse("admin".into()),
+        Some(Need::Admin) => Ok(()),
+    }
+}
+
 /// The decoded path parameter `name`, if the route has one.
 async fn path_param(req: &mut Request, name: &str) -> Option<String> {
     use axum::RequestExt;
@@ -743,10 +812,11 @@ async fn path_param(req: &mut Request, name: &str) -> Option<String> {
     map.get(name).cloned()
 }
 
-/// Failed authentications per client address: a token bucket each, so a
-/// client may get its key wrong a few times ([`FAILURE_BURST`]) and then
-/// once per [`FAILURE_REFILL_MS`]; past that, every authentication from
-/// the address is answered 429 with `Retry-After`, without being checked.
+/// Failed authentications per client address (IPv6: per /64, what one
+/// host usually holds): a token bucket each, so a client may get its key
+/// wrong a few times ([`FAILURE_BURST`]) and then once per
+/// [`FAILURE_REFILL_MS`]; past that, failures from the address are answered
+/// 429 with `Retry-After` (a good key still passes).
 #[derive(Debug, Default)]
 pub struct FailureLimit {
     by_ip: std::sync::Mutex<std::collections::HashMap<IpAddr, (f64, u64)>>,
@@ -756,8 +826,20 @@ pub struct FailureLimit {
 pub const FAILURE_BURST: f64 = 20.0;
 /// One more failed authentication is allowed this often.
 pub const FAILURE_REFILL_MS: u64 = 500;
-/// Most addresses remembered; beyond it the memory starts over.
+/// Most addresses remembered; beyond it those whose bucket has refilled are
+/// forgotten first.
 const FAILURE_ADDRS_MAX: usize = 100_000;
+
+/// The address failures are counted by: IPv6 cut to its /64.
+fn failure_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            IpAddr::V6(std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0))
+        }
+        v4 => v4,
+    }
+}
 
 impl FailureLimit {
     fn tokens(entry: (f64, u64), now: u64) -> f64 {
@@ -765,9 +847,9 @@ impl FailureLimit {
         (tokens + now.saturating_sub(at) as f64 / FAILURE_REFILL_MS as f64).min(FAILURE_BURST)
     }
 
-    /// Seconds until `ip` may try again, if it is throttled now.
+    /// Seconds until `ip` may fail again, if it is throttled now.
     pub fn throttled(&self, ip: Option<IpAddr>, now: u64) -> Option<u64> {
-        let ip = ip?;
+        let ip = failure_key(ip?);
         let map = self
             .by_ip
             .lock()
@@ -781,13 +863,23 @@ impl FailureLimit {
 
     /// Counts a failed authentication of `ip`.
     pub fn failed(&self, ip: Option<IpAddr>, now: u64) {
-        let Some(ip) = ip else { return };
+        let Some(ip) = ip.map(failure_key) else {
+            return;
+        };
         let mut map = self
             .by_ip
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if map.len() >= FAILURE_ADDRS_MAX && !map.contains_key(&ip) {
-            map.clear();
+            // Forget the addresses whose bucket is full again; if all are
+            // still failing, the least throttled half.
+            map.retain(|_, e| Self::tokens(*e, now) < FAILURE_BURST);
+            if map.len() >= FAILURE_ADDRS_MAX {
+                let mut levels: Vec<f64> = map.values().map(|e| Self::tokens(*e, now)).collect();
+                levels.sort_by(f64::total_cmp);
+                let cut = levels[levels.len() / 2];
+                map.retain(|_, e| Self::tokens(*e, now) < cut);
+            }
         }
         let tokens = map
             .get(&ip)

@@ -119,6 +119,7 @@ pub async fn serve(
             watched: vec![default_tube()],
             held: HashMap::new(),
             allowed: Access::Open,
+            peer,
         };
         let cancel = cancel.clone();
         let acceptor = tls.as_ref().map(|t| t.acceptor());
@@ -168,6 +169,8 @@ struct Conn {
     held: HashMap<u64, Held>,
     /// What the command being run may do (set before each command).
     allowed: Access,
+    /// The client's address (for logs).
+    peer: SocketAddr,
 }
 
 /// What a command answers.
@@ -184,6 +187,20 @@ fn line(s: impl Into<String>) -> Reply {
 
 fn bad_format() -> Reply {
     line("BAD_FORMAT")
+}
+
+/// What an audit line says of a command that changes something (command,
+/// topic, job id; "" where it names none); None for the others.
+fn changes(cmd: &Cmd, used: &Topic) -> Option<(&'static str, String, String)> {
+    let id = |i: &u64| i.to_string();
+    Some(match cmd {
+        Cmd::Put { .. } => ("put", used.to_string(), String::new()),
+        Cmd::Delete(i) => ("delete", String::new(), id(i)),
+        Cmd::Kick(n) => ("kick", used.to_string(), n.to_string()),
+        Cmd::KickJob(i) => ("kick-job", String::new(), id(i)),
+        Cmd::PauseTube(t, _) => ("pause-tube", t.to_string(), String::new()),
+        _ => return None,
+    })
 }
 
 /// Refuses `cmd` with `word`; a put's body is read and dropped first, so
@@ -501,16 +518,26 @@ impl Conn {
         };
         let access = match &cmd {
             Cmd::Auth(secret) => {
-                return match self.svc.key_ring().find(secret) {
+                let ring = self.svc.key_ring();
+                let mut found = ring.find(secret);
+                if found.is_none() && ring.may_reread() {
+                    // A key made on another instance a moment ago.
+                    let _ = self.svc.refresh_keys().await;
+                    found = ring.find(secret);
+                }
+                return match found {
                     Some(_) => {
                         self.secret = Some(secret.clone());
                         line("OK")
                     }
-                    None => line("UNAUTHORIZED"),
+                    None => {
+                        tracing::warn!(peer = %self.peer, "beanstalkd auth refused: not a key");
+                        line("UNAUTHORIZED")
+                    }
                 };
             }
             Cmd::Quit => Access::Open,
-            _ => match self.access() {
+            _ => match self.access().await {
                 Some(a) => a,
                 None => return refuse(&cmd, "UNAUTHORIZED", reader).await,
             },
@@ -524,6 +551,8 @@ impl Conn {
             Cmd::StatsTube(t) => Some((Action::Read, t)),
             Cmd::Kick(_) => Some((Action::Manage, &self.used)),
             Cmd::PauseTube(t, _) => Some((Action::Manage, t)),
+            // Counts summed over every tube: for a key that reads them all.
+            Cmd::Stats if !access.allows_all(Action::Read) => return line("FORBIDDEN"),
             Cmd::Reserve(_) => self
                 .watched
                 .iter()
@@ -535,6 +564,9 @@ impl Conn {
             && !access.allows(a, t.as_str())
         {
             return refuse(&cmd, "FORBIDDEN", reader).await;
+        }
+        if let (Access::Key(k), Some(what)) = (&access, changes(&cmd, &self.used)) {
+            tracing::info!(target: "dq::audit", key = %k.name, peer = %self.peer, command = %what.0, topic = %what.1, id = %what.2, "beanstalkd change");
         }
         self.allowed = access;
         match cmd {
@@ -756,11 +788,15 @@ impl Conn {
     /// Who this connection acts as now: its key, looked up again for every
     /// command (so a revoked key stops at once); open while auth is not
     /// enforced; None when a key is needed and there is none that works.
-    fn access(&self) -> Option<Access> {
+    async fn access(&self) -> Option<Access> {
         let ring = self.svc.key_ring();
+        if !ring.loaded() && ring.may_reread() {
+            let _ = self.svc.refresh_keys().await;
+        }
         match &self.secret {
             Some(secret) => ring.find(secret).map(Access::Key),
-            None if self.config.auth_required || ring.any() => None,
+            // Keys not read yet (the store does not answer): as if some existed.
+            None if self.config.auth_required || !ring.loaded() || ring.any() => None,
             None => Some(Access::Open),
         }
     }

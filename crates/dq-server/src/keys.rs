@@ -28,7 +28,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use dq_core::{InvalidInput, Record, Topic};
-use hmac::Mac;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -40,7 +39,7 @@ pub const SECRET_PREFIX: &str = "dqk_";
 pub const REFRESH: Duration = Duration::from_millis(500);
 /// How often an unknown secret may make an instance read the keys again
 /// (so a key made elsewhere works at once).
-pub const REREAD_EVERY: Duration = Duration::from_millis(50);
+pub const REREAD_EVERY: Duration = Duration::from_millis(200);
 /// Most keys a store holds.
 pub const MAX_KEYS: usize = 10_000;
 /// Most scopes one key holds.
@@ -283,7 +282,6 @@ struct Stored {
 }
 
 /// A key a process knows.
-#[derive(Debug)]
 pub struct ApiKey {
     /// The key's name.
     pub name: String,
@@ -294,6 +292,15 @@ pub struct ApiKey {
     pub created_ms: u64,
     /// When it was last used, Unix ms (0: never), as far as this process knows.
     last_used_ms: AtomicU64,
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("name", &self.name)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ApiKey {
@@ -335,24 +342,18 @@ impl ApiKey {
         .expect("plain fields serialize")
     }
 
-    /// HMAC-SHA256 keyed by the key's hash of `what` and `data`, in hex:
-    /// what the admin page signs a key's session and CSRF tokens with, so
-    /// every instance checks them and a new secret ends them.
-    pub fn mac(&self, what: &str, data: &str) -> String {
-        hex(&self.hmac(what, data).finalize().into_bytes())
+    /// The hash in hex: what ties the admin page's sessions of this key to
+    /// this secret (a rotation ends them). Not a secret by itself, but not
+    /// shown anywhere either.
+    pub(crate) fn fingerprint(&self) -> String {
+        hex(&self.hash)
     }
 
-    /// Whether `given_hex` is [`ApiKey::mac`] of `what` and `data` (constant time).
-    pub fn mac_ok(&self, what: &str, data: &str, given_hex: &str) -> bool {
-        unhex32(given_hex).is_some_and(|g| self.hmac(what, data).verify_slice(&g).is_ok())
-    }
-
-    fn hmac(&self, what: &str, data: &str) -> hmac::Hmac<Sha256> {
-        let mut m = hmac::Hmac::<Sha256>::new_from_slice(&self.hash).expect("any key length");
-        m.update(what.as_bytes());
-        m.update(&[0]);
-        m.update(data.as_bytes());
-        m
+    /// Whether the key allows `action` on every topic (a `*` pattern).
+    pub fn allows_all(&self, action: Action) -> bool {
+        self.scopes.iter().any(|s| {
+            s.action == Action::Admin || (s.action == action && s.wildcard && s.prefix.is_empty())
+        })
     }
 
     /// Whether the key allows `action` on `topic`.
@@ -414,6 +415,8 @@ pub struct KeyRing {
     changes: AtomicU64,
     /// When an unknown secret last made this process read the keys again.
     reread: std::sync::Mutex<Option<std::time::Instant>>,
+    /// Held while the keys are read from the store.
+    reading: tokio::sync::Mutex<()>,
 }
 
 impl fmt::Debug for KeyRing {
@@ -481,6 +484,11 @@ impl KeyRing {
         // The map found it by hash equality already; compare once more in
         // constant time so no early-exit comparison is on this path.
         constant_time_eq(&key.hash, &h).then(|| key.clone())
+    }
+
+    /// Held by whoever reads the keys from the store, so reads land in order.
+    pub fn reading(&self) -> &tokio::sync::Mutex<()> {
+        &self.reading
     }
 
     /// A mark to pass to [`KeyRing::replace`]: take it before reading the store.

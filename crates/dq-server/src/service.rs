@@ -1052,9 +1052,18 @@ impl Service {
         }
         let secret = keys::new_secret();
         let key = ApiKey::new(name.to_string(), &secret, scopes, self.now());
-        self.store
+        let fresh = self
+            .store
             .put_record(keys::KIND, name, &key.to_record(), 0)
             .await?;
+        if !fresh {
+            // Another create of this name won the race between the check
+            // and the write, and this one replaced it: neither secret may
+            // work silently. Both callers are told; one retries.
+            self.store.delete_record(keys::KIND, name).await?;
+            self.keys.remove(name);
+            return Err(Error::KeyExists(name.to_string()));
+        }
         tracing::info!(key = %name, scopes = ?key.info().scopes, "API key created");
         let created = created(&key, secret);
         self.keys.insert(key);
@@ -1070,9 +1079,15 @@ impl Service {
         let old = self.load_key(name).await?;
         let secret = keys::new_secret();
         let key = ApiKey::new(name.to_string(), &secret, old.scopes.clone(), self.now());
-        self.store
+        let revoked_meanwhile = self
+            .store
             .put_record(keys::KIND, name, &key.to_record(), old.last_used_ms())
             .await?;
+        if revoked_meanwhile {
+            // Revoked between the read and the write: it stays revoked.
+            self.store.delete_record(keys::KIND, name).await?;
+            return Err(Error::KeyNotFound(name.to_string()));
+        }
         tracing::info!(key = %name, "API key rotated");
         let created = created(&key, secret);
         self.keys.insert(key);
@@ -1086,8 +1101,10 @@ impl Service {
     /// [`Error::KeyNotFound`]; a store error.
     pub async fn revoke_key(&self, name: &str) -> Result<()> {
         keys::check_name(name).map_err(|_| Error::KeyNotFound(name.to_string()))?;
+        // The store first: a refresh between the two cannot bring it back.
+        let deleted = self.store.delete_record(keys::KIND, name).await?;
         self.keys.remove(name);
-        if !self.store.delete_record(keys::KIND, name).await? {
+        if !deleted {
             return Err(Error::KeyNotFound(name.to_string()));
         }
         tracing::info!(key = %name, "API key revoked");
@@ -1324,8 +1341,10 @@ fn view(t: &Topic, job: JobInfo) -> JobView {
     }
 }
 
-/// Reads the keys from `store` into `ring`.
+/// Reads the keys from `store` into `ring`, one read at a time per ring (a
+/// slow read cannot land after a newer one and bring back a revoked key).
 async fn refresh_keys(store: &dyn Store, ring: &KeyRing) -> Result<()> {
+    let _one = ring.reading().lock().await;
     let mark = ring.begin_read();
     let records = store.list_records(keys::KIND).await?;
     ring.replace(mark, &records);

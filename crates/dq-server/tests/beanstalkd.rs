@@ -629,6 +629,11 @@ async fn auth_with_a_key_and_scopes_per_command() {
             "{listed}"
         );
         assert_eq!(w.cmd(&format!("delete {id}")).await, "DELETED");
+        assert_eq!(
+            w.cmd("stats").await,
+            "FORBIDDEN",
+            "counts of every tube need read:*"
+        );
 
         let r = reqwest::Client::new()
             .delete(format!("{}/v1/keys/worker", bs.http))

@@ -390,7 +390,7 @@ pub(super) async fn login(
     body: Bytes,
 ) -> Response {
     let f = Form::parse(&body);
-    if !crate::auth::page_needs_sign_in(&st) {
+    if !crate::auth::page_needs_sign_in_now(&st) {
         return see_other("/");
     }
     if !st.admin.csrf_ok("", f.get("csrf").unwrap_or("")) {
@@ -412,7 +412,7 @@ pub(super) async fn login(
     let key = st.service.key_ring().find(given);
     let session = match (token, key) {
         (true, _) => st.admin.new_session(now),
-        (false, Some(k)) => crate::auth::key_session(&k, now),
+        (false, Some(k)) => crate::auth::key_session(&st, &k, now),
         (false, None) => {
             st.admin.failures.failed(ip, now);
             tracing::warn!("admin sign-in refused: neither the admin token nor a key");

@@ -39,7 +39,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::AppState;
-use crate::auth::{Access, csrf_for, page_needs_sign_in, signed_in};
+use crate::auth::{Access, csrf_for, page_needs_sign_in_now, signed_in};
 use crate::error::ApiError;
 use crate::keys::Action;
 
@@ -92,7 +92,7 @@ impl Viewer {
         Self {
             csrf: csrf_for(st, &session, &access),
             session,
-            token: page_needs_sign_in(st),
+            token: page_needs_sign_in_now(st),
             access,
         }
     }

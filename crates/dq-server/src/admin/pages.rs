@@ -218,7 +218,7 @@ pub(super) async fn login_page(
     State(st): State<AppState>,
     Query(q): Query<LoginQuery>,
 ) -> Response {
-    if !crate::auth::page_needs_sign_in(&st) {
+    if !crate::auth::page_needs_sign_in_now(&st) {
         return see_other("/");
     }
     // Not signed in yet: the form's token is that of no session.
