@@ -518,3 +518,93 @@ async fn import_places_jobs_in_every_index() {
         .collect();
     assert_eq!(after, snapshot, "a second import changes no key");
 }
+
+/// Two dq instances on one Redis (two stores, two connections) draw from
+/// one rate-limit bucket, and a pause set through one holds the other's
+/// reserves at once; its resume wakes the other's waiters.
+#[tokio::test]
+async fn instances_share_one_rate_limit_and_pause() {
+    let server = RedisServer::start();
+    let (a, b) = (store(server.url()), store(server.url()));
+    let t = Topic::new("shared").unwrap();
+    a.configure_topic(
+        &t,
+        &TopicConfigPatch {
+            rate_limit: Some(Some(RateLimit {
+                limit: 6,
+                per_ms: 1000,
+                burst: 6,
+            })),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let jobs: Vec<NewJob> = (0..50).map(|i| job(&format!("j{i}"), 0)).collect();
+    a.enqueue(&t, &jobs, T0).await.unwrap();
+    let (ra, rb) = futures::join!(a.reserve(&t, 4, None, T0), b.reserve(&t, 4, None, T0));
+    assert_eq!(ra.unwrap().leases.len() + rb.unwrap().leases.len(), 6);
+    let r = b.reserve(&t, 4, None, T0 + 166).await.unwrap();
+    assert!(r.leases.is_empty());
+    assert_eq!(
+        r.next_due_ms,
+        Some(T0 + 167),
+        "1000 / 6 ms per token, rounded up"
+    );
+    assert_eq!(
+        a.reserve(&t, 4, None, T0 + 167).await.unwrap().leases.len(),
+        1
+    );
+
+    let woken = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = woken.clone();
+    let b = Arc::new(b);
+    let watcher = b.clone();
+    let task = tokio::spawn(async move {
+        watcher
+            .watch_wakes(Arc::new(move |t: &str| {
+                seen.lock().unwrap().push(t.to_string())
+            }))
+            .await
+    });
+    let paused = |on| TopicConfigPatch {
+        paused: Some(on),
+        ..Default::default()
+    };
+    a.configure_topic(&t, &paused(true)).await.unwrap();
+    let r = b.reserve(&t, 4, None, T0 + 10_000).await.unwrap();
+    assert!(r.leases.is_empty(), "the other instance holds at once");
+    assert_eq!(r.next_due_ms, None);
+    // The subscription is up once an enqueue's wake-up arrives.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    for n in 0.. {
+        if !woken.lock().unwrap().is_empty() {
+            break;
+        }
+        a.enqueue(&t, &[job(&format!("probe{n}"), 0)], T0 + 10_000)
+            .await
+            .unwrap();
+        assert!(tokio::time::Instant::now() < deadline, "no wake-up seen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    woken.lock().unwrap().clear();
+    a.configure_topic(&t, &paused(false)).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while woken.lock().unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the resume woke nobody"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(woken.lock().unwrap()[0], "shared");
+    assert_eq!(
+        b.reserve(&t, 10, None, T0 + 10_000)
+            .await
+            .unwrap()
+            .leases
+            .len(),
+        6
+    );
+    task.abort();
+}
