@@ -608,3 +608,76 @@ async fn instances_share_one_rate_limit_and_pause() {
     );
     task.abort();
 }
+
+/// Where flow control lives: `cfg.paused` and `cfg.rate_limit` (as
+/// `limit,per_ms,burst`), the bucket in `ctr.rl_credit` / `ctr.rl_at` (in
+/// credits: a hand-out costs per_ms, each ms adds limit), the jobs held back
+/// in `ctr.rate_limited`; a changed limit resets the bucket, a removed one
+/// leaves no setting behind.
+#[tokio::test]
+async fn flow_control_keys() {
+    let server = RedisServer::start();
+    let s = store(server.url());
+    let t = Topic::new("fk").unwrap();
+    let limit = |l| TopicConfigPatch {
+        rate_limit: Some(l),
+        ..Default::default()
+    };
+    s.configure_topic(
+        &t,
+        &limit(Some(RateLimit {
+            limit: 4,
+            per_ms: 1000,
+            burst: 2,
+        })),
+    )
+    .await
+    .unwrap();
+    let mut conn = server.connection();
+    let cfg: Option<String> = conn.hget("dq:{fk}:cfg", "rate_limit").unwrap();
+    assert_eq!(cfg.as_deref(), Some("4,1000,2"));
+    s.enqueue(&t, &[job("a", 0), job("b", 0), job("c", 0)], T0)
+        .await
+        .unwrap();
+    let r = s.reserve(&t, 3, None, T0 + 10).await.unwrap();
+    assert_eq!(r.leases.len(), 2);
+    assert_eq!(r.next_due_ms, Some(T0 + 10 + 250));
+    let ctr: std::collections::HashMap<String, String> = conn.hgetall("dq:{fk}:ctr").unwrap();
+    assert_eq!(ctr["rl_credit"], "0");
+    assert_eq!(ctr["rl_at"], (T0 + 10).to_string());
+    assert_eq!(ctr["rate_limited"], "1");
+    s.reserve(&t, 3, None, T0 + 110).await.unwrap();
+    let credit: String = conn.hget("dq:{fk}:ctr", "rl_credit").unwrap();
+    assert_eq!(credit, "400", "100 ms at 4 credits a ms, nothing leased");
+    s.configure_topic(
+        &t,
+        &TopicConfigPatch {
+            paused: Some(true),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let p: String = conn.hget("dq:{fk}:cfg", "paused").unwrap();
+    assert_eq!(p, "1");
+    s.configure_topic(
+        &t,
+        &limit(Some(RateLimit {
+            limit: 1,
+            per_ms: 1000,
+            burst: 1,
+        })),
+    )
+    .await
+    .unwrap();
+    let bucket: (Option<String>, Option<String>) = redis::cmd("HMGET")
+        .arg("dq:{fk}:ctr")
+        .arg("rl_credit")
+        .arg("rl_at")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(bucket, (None, None), "a changed limit starts full");
+    s.configure_topic(&t, &limit(None)).await.unwrap();
+    let cfg: Option<String> = conn.hget("dq:{fk}:cfg", "rate_limit").unwrap();
+    assert_eq!(cfg, None);
+}
