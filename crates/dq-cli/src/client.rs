@@ -194,7 +194,7 @@ pub(crate) enum ClientCmd {
         #[command(flatten)]
         conn: Conn,
         #[command(subcommand)]
-        cmd: Option<TopicsCmd>,
+        cmd: Option<Box<TopicsCmd>>,
     },
     /// Recurring schedules: list, show, put, pause, resume, delete
     Schedules {
@@ -365,6 +365,27 @@ pub(crate) enum TopicsCmd {
         /// Dedup window of jobs that name none, e.g. 1h (0 for none)
         #[arg(long)]
         dedup: Option<String>,
+        /// Hand out at most N jobs per window, across every instance, pull
+        /// and push: N/WINDOW, e.g. 50/1s or 1000/1m
+        #[arg(long, conflicts_with = "no_rate_limit")]
+        rate_limit: Option<String>,
+        /// The rate limit's burst: jobs at once after a quiet spell [default: N]
+        #[arg(long, requires = "rate_limit")]
+        rate_burst: Option<u64>,
+        /// Remove the topic's rate limit
+        #[arg(long)]
+        no_rate_limit: bool,
+    },
+    /// Hold every hand-out of a topic (pull and push, on every instance)
+    /// until resumed; enqueues go on
+    Pause {
+        /// The topic
+        topic: String,
+    },
+    /// Hand a paused topic's jobs out again (under its rate limit)
+    Resume {
+        /// The topic
+        topic: String,
     },
     /// Delete a topic and all its jobs (asks first, unless --yes)
     Delete {
@@ -404,6 +425,44 @@ pub(crate) enum DeadCmd {
         #[arg(long)]
         yes: bool,
     },
+}
+
+/// `dq topics pause|resume`: a known topic's `paused` setting.
+async fn set_paused(api: &Client, topic: String, paused: bool, json: bool) -> Result<()> {
+    // Unknown topics are refused (404), not created paused.
+    api.topic(&topic).await?;
+    let patch = TopicConfigPatch {
+        paused: Some(paused),
+        ..Default::default()
+    };
+    let config = api.configure_topic(&topic, &patch).await?;
+    if json {
+        print_json(&wire::TopicConfigured {
+            name: topic,
+            config,
+        });
+    } else if paused {
+        println!("{topic} paused: nothing is handed out until `dq topics resume {topic}`");
+    } else {
+        println!("{topic} resumed");
+    }
+    Ok(())
+}
+
+/// `--rate-limit N/WINDOW` (e.g. 50/1s) and its burst.
+fn parse_rate(text: &str, burst: Option<u64>) -> Result<dq_core::RateLimit> {
+    let (n, window) = text
+        .split_once('/')
+        .with_context(|| format!("--rate-limit: {text:?} is not N/WINDOW like 50/1s"))?;
+    let limit: u64 = n
+        .trim()
+        .parse()
+        .with_context(|| format!("--rate-limit: {n:?} is not a number"))?;
+    Ok(dq_core::RateLimit {
+        limit,
+        per_ms: ms(window.trim(), "--rate-limit")?,
+        burst: burst.unwrap_or(limit),
+    })
 }
 
 fn ms(text: &str, what: &str) -> Result<u64> {
@@ -974,7 +1033,7 @@ impl ClientCmd {
             }
             ClientCmd::Topics { conn, cmd } => {
                 let api = conn.client()?;
-                match cmd.unwrap_or(TopicsCmd::List) {
+                match cmd.map_or(TopicsCmd::List, |c| *c) {
                     TopicsCmd::List => print_topics(&api, conn.json, false).await?,
                     TopicsCmd::Put {
                         topic,
@@ -992,6 +1051,9 @@ impl ClientCmd {
                         delivery,
                         partitions,
                         dedup,
+                        rate_limit,
+                        rate_burst,
+                        no_rate_limit,
                     } => {
                         let mut patch = TopicConfigPatch {
                             partitions,
@@ -1007,6 +1069,12 @@ impl ClientCmd {
                         }
                         if let Some(d) = dedup {
                             patch.dedup_ms = Some(ms(&d, "--dedup")?);
+                        }
+                        if let Some(r) = rate_limit {
+                            patch.rate_limit = Some(Some(parse_rate(&r, rate_burst)?));
+                        }
+                        if no_rate_limit {
+                            patch.rate_limit = Some(None);
                         }
                         if let Some(r) = retry {
                             patch.retry = Some(
@@ -1052,6 +1120,10 @@ impl ClientCmd {
                             let cfg = serde_json::to_string(&done.config).unwrap_or_default();
                             println!("{}: {cfg}", done.name);
                         }
+                    }
+                    TopicsCmd::Pause { topic } => set_paused(&api, topic, true, conn.json).await?,
+                    TopicsCmd::Resume { topic } => {
+                        set_paused(&api, topic, false, conn.json).await?
                     }
                     TopicsCmd::Delete { topic, yes } => {
                         confirm(&format!("Delete topic {topic:?} and all its jobs?"), yes)?;

@@ -676,7 +676,7 @@ mod tests {
         let path = dir.path().join("dq.toml");
         std::fs::write(
             &path,
-            "[topics.orders]\nmax_attempts = 3\nretry = { delays_ms = [60000, 180000] }\n\n[topics.hooks]\ndelivery = { mode = \"push\", url = \"http://127.0.0.1:9/h\" }\n\n[topics.due]\ndelivery = { mode = \"redis_list\", url = \"redis://127.0.0.1:6379/0\", list = \"ready\" }\n",
+            "[topics.orders]\nmax_attempts = 3\nretry = { delays_ms = [60000, 180000] }\n\n[topics.hooks]\ndelivery = { mode = \"push\", url = \"http://127.0.0.1:9/h\" }\nrate_limit = { limit = 50, per_ms = 1000 }\npaused = true\n\n[topics.due]\ndelivery = { mode = \"redis_list\", url = \"redis://127.0.0.1:6379/0\", list = \"ready\" }\n",
         )
         .unwrap();
         let s = ServeArgs {
@@ -690,6 +690,16 @@ mod tests {
             s.topics["hooks"].delivery,
             Some(dq_core::Delivery::Push(_))
         ));
+        assert_eq!(
+            s.topics["hooks"].rate_limit,
+            Some(Some(dq_core::RateLimit {
+                limit: 50,
+                per_ms: 1000,
+                burst: 50
+            }))
+        );
+        assert_eq!(s.topics["hooks"].paused, Some(true));
+        assert_eq!(s.topics["orders"].rate_limit, None, "left out: kept");
         assert!(matches!(
             &s.topics["due"].delivery,
             Some(dq_core::Delivery::RedisList(l)) if l.list == "ready"

@@ -461,6 +461,8 @@ async fn put_topic(
         delivery: keep_delivery.then_some(config.delivery),
         partitions: Some(config.partitions),
         dedup_ms: Some(config.dedup_ms),
+        paused: Some(config.paused),
+        rate_limit: Some(config.rate_limit),
     };
     match api.configure_topic(name, &patch).await {
         Err(dq_client::Error::Invalid { code, .. }) if code == "invalid_partitions" => {

@@ -249,3 +249,52 @@ async fn the_cli_tour_and_its_refusals() {
     let (ok, _, err) = dq("ftp://127.0.0.1:1", &["stats"], "");
     assert!(!ok && err.contains("http://"), "{err}");
 }
+
+/// `dq topics put --rate-limit N/WINDOW [--rate-burst B]`, `--no-rate-limit`,
+/// `dq topics pause|resume`: the settings as the API shows them; a paused
+/// topic hands nothing out; an unknown topic is refused, not created; a bad
+/// limit is the API's `invalid_rate_limit`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_flow_control_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Dq::start_embedded(dir.path()).await;
+    let base = d.base.as_str();
+    let put = |args: &[&str]| {
+        let mut all = vec!["topics", "put", "fc"];
+        all.extend_from_slice(args);
+        all.push("--json");
+        dq(base, &all, "")
+    };
+    let (ok, out, err) = put(&["--rate-limit", "50/1s", "--rate-burst", "100"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        json_of(&out)["config"]["rate_limit"],
+        json!({"limit": 50, "per_ms": 1000, "burst": 100})
+    );
+    let (ok, _, err) = put(&["--rate-limit", "0/1s"]);
+    assert!(!ok && err.contains("invalid_rate_limit"), "{err}");
+    let (ok, _, err) = put(&["--rate-limit", "50"]);
+    assert!(!ok && err.contains("N/WINDOW"), "{err}");
+
+    d.post("/v1/topics/fc/jobs", json!({"id": "a"})).await;
+    let (ok, out, err) = dq(base, &["topics", "pause", "fc"], "");
+    assert!(ok && out.contains("fc paused"), "{out}{err}");
+    let (_, v) = d
+        .post("/v1/reserve", json!({"topics": ["fc"], "wait_ms": 100}))
+        .await;
+    assert_eq!(v["jobs"], json!([]), "paused: {v}");
+    let (_, v) = d.get("/v1/topics/fc").await;
+    assert_eq!(v["config"]["paused"], json!(true));
+    let (ok, _, err) = dq(base, &["topics", "pause", "nope"], "");
+    assert!(!ok && err.contains("topic_not_found"), "{err}");
+    let (s, _) = d.get("/v1/topics/nope").await;
+    assert_eq!(s, 404, "not created by a pause");
+    let (ok, out, err) = dq(base, &["topics", "resume", "fc", "--json"], "");
+    assert!(ok, "{err}");
+    assert_eq!(json_of(&out)["config"]["paused"], json!(false));
+    let (_, v) = d.post("/v1/reserve", json!({"topics": ["fc"]})).await;
+    assert_eq!(v["jobs"][0]["id"], json!("a"));
+    let (ok, out, err) = put(&["--no-rate-limit"]);
+    assert!(ok, "{err}");
+    assert!(json_of(&out)["config"].get("rate_limit").is_none(), "{out}");
+}

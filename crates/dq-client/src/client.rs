@@ -608,7 +608,13 @@ impl Client {
         patch: &TopicConfigPatch,
     ) -> Result<TopicConfig> {
         let body = serde_json::to_value(patch).map_err(|e| Error::Decode(e.to_string()))?;
-        let body = strip_nulls(body);
+        let mut body = strip_nulls(body);
+        // The one null that means something: remove the rate limit.
+        if patch.rate_limit == Some(None)
+            && let Value::Object(m) = &mut body
+        {
+            m.insert("rate_limit".into(), Value::Null);
+        }
         let r: wire::TopicConfigured = self
             .call(
                 Method::PUT,

@@ -6,11 +6,13 @@
 //! - [`limits`]: the bounds on input ([`Limits`]) and their checks.
 //! - [`retry`]: [`RetryPolicy`], the backoff between failed attempts.
 //! - [`topic`]: [`TopicConfig`] and its partial update [`TopicConfigPatch`].
+//! - [`flow`]: [`RateLimit`], the token bucket of a topic's hand-outs.
 //! - [`forward`]: what a `redis_stream` / `redis_list` topic writes for a job.
 //! - [`clock`]: [`Clock`], the one source of "now" for code that depends on time.
 //! - [`store`]: the [`Store`] trait and [`StoreError`].
 
 pub mod clock;
+pub mod flow;
 pub mod forward;
 pub mod hash;
 pub mod limits;
@@ -20,6 +22,7 @@ pub mod store;
 pub mod topic;
 
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
+pub use flow::RateLimit;
 pub use limits::{InvalidInput, Limits};
 pub use model::*;
 pub use retry::RetryPolicy;

@@ -564,6 +564,10 @@ pub struct TopicCounters {
     pub dead_dropped: u64,
     /// Dead letters replayed.
     pub replayed: u64,
+    /// Ready jobs a reserve asked for but held back for want of a
+    /// rate-limit token (a job held over several reserves counts each time).
+    #[serde(default)]
+    pub rate_limited: u64,
 }
 
 /// A job as an export lists it ([`crate::Store::list_jobs`]): what it is,

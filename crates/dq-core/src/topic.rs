@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::flow::RateLimit;
 use crate::forward::{ListTarget, StreamTarget, Target};
 use crate::limits::{self, InvalidInput, Limits};
 use crate::retry::RetryPolicy;
@@ -267,6 +268,16 @@ pub struct TopicConfig {
     /// refused as a duplicate. 0: no window.
     #[serde(default)]
     pub dedup_ms: u64,
+    /// Whether every hand-out (pull reserve, push and forwarding delivery)
+    /// is held, on every instance, while enqueues go on. Unlike the timed
+    /// pause of beanstalkd's `pause-tube` ([`crate::TopicStats::paused_until_ms`]),
+    /// it lasts until resumed.
+    #[serde(default)]
+    pub paused: bool,
+    /// At most this many hand-outs per window, counted by the store across
+    /// every instance and every kind of hand-out; `None`: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
 }
 
 fn one() -> u32 {
@@ -298,6 +309,8 @@ impl Default for TopicConfig {
             delivery: Delivery::Pull,
             partitions: 1,
             dedup_ms: 0,
+            paused: false,
+            rate_limit: None,
         }
     }
 }
@@ -328,6 +341,27 @@ pub struct TopicConfigPatch {
     /// See [`TopicConfig::dedup_ms`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedup_ms: Option<u64>,
+    /// See [`TopicConfig::paused`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+    /// See [`TopicConfig::rate_limit`]; `Some(None)` (JSON `null`) removes
+    /// the limit. Setting one starts with a full bucket.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_or_null"
+    )]
+    pub rate_limit: Option<Option<RateLimit>>,
+}
+
+/// A field that may be given as a value, given as `null` (`Some(None)`), or
+/// left out (`None`, through `#[serde(default)]`).
+fn some_or_null<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 impl TopicConfigPatch {
@@ -364,6 +398,9 @@ impl TopicConfigPatch {
         }
         if let Some(ms) = self.dedup_ms {
             limits::check_dedup(ms)?;
+        }
+        if let Some(Some(r)) = &self.rate_limit {
+            r.validate("rate_limit")?;
         }
         if let Some(n) = self.partitions
             && !(1..=MAX_PARTITIONS).contains(&n)
@@ -433,6 +470,12 @@ impl TopicConfigPatch {
         if let Some(v) = self.dedup_ms {
             base.dedup_ms = v;
         }
+        if let Some(v) = self.paused {
+            base.paused = v;
+        }
+        if let Some(v) = self.rate_limit {
+            base.rate_limit = v;
+        }
         base
     }
 }
@@ -447,6 +490,27 @@ mod tests {
         let c = p.apply(TopicConfig::default());
         assert_eq!(c.max_attempts, 3);
         assert_eq!(c.lease_ms, 30_000);
+    }
+
+    #[test]
+    fn rate_limit_is_set_kept_and_removed() {
+        let p: TopicConfigPatch =
+            serde_json::from_str(r#"{"rate_limit": {"limit": 5, "per_ms": 1000}, "paused": true}"#)
+                .unwrap();
+        let c = p.apply(TopicConfig::default());
+        assert!(c.paused);
+        assert_eq!(c.rate_limit.map(|r| (r.limit, r.burst)), Some((5, 5)));
+        let kept = TopicConfigPatch::default().apply(c.clone());
+        assert_eq!(kept.rate_limit, c.rate_limit);
+        let off: TopicConfigPatch = serde_json::from_str(r#"{"rate_limit": null}"#).unwrap();
+        assert_eq!(off.rate_limit, Some(None));
+        assert_eq!(off.apply(c).rate_limit, None);
+        let bad: TopicConfigPatch =
+            serde_json::from_str(r#"{"rate_limit": {"limit": 5, "per_ms": 0}}"#).unwrap();
+        assert_eq!(
+            bad.validate(&Limits::default()).unwrap_err().code,
+            "invalid_rate_limit"
+        );
     }
 
     #[test]

@@ -63,7 +63,7 @@ fn config(cx: &Ctx, tid: i64) -> OpResult<TopicConfig> {
     let c = cx
         .conn
         .prepare_cached(
-            "SELECT max_attempts, lease_ms, dead_cap, default_delay_ms, retry, delivery, dedup_ms FROM topics WHERE tid = ?1",
+            "SELECT max_attempts, lease_ms, dead_cap, default_delay_ms, retry, delivery, dedup_ms, paused, rate_limit FROM topics WHERE tid = ?1",
         )?
         .query_row([tid], |r| {
             Ok(TopicConfig {
@@ -81,6 +81,10 @@ fn config(cx: &Ctx, tid: i64) -> OpResult<TopicConfig> {
                     .unwrap_or(d.delivery.clone()),
                 partitions: 1,
                 dedup_ms: r.get::<_, Option<u64>>(6)?.unwrap_or(d.dedup_ms),
+                paused: r.get(7)?,
+                rate_limit: r
+                    .get::<_, Option<String>>(8)?
+                    .and_then(|s| RateLimit::decode(&s)),
             })
         })?;
     Ok(c)
@@ -478,16 +482,30 @@ pub(crate) fn reserve(
     let Some(tid) = tid(cx, topic)? else {
         return Ok(Reservation::default());
     };
-    // A paused topic hands nothing out; the pause's end is when to look again.
-    let paused: u64 = cx
-        .conn
-        .prepare_cached("SELECT paused_until_ms FROM topics WHERE tid = ?1")?
-        .query_row([tid], |r| r.get(0))?;
-    if paused > now {
+    // A paused topic hands nothing out; the pause's end is when to look
+    // again (paused until resumed: no time, the resume wakes waiters).
+    let (paused_until, paused, rate, credit, at): (u64, bool, Option<String>, Option<u64>, u64) =
+        cx.conn
+            .prepare_cached(
+                "SELECT paused_until_ms, paused, rate_limit, rl_credit, rl_at FROM topics WHERE tid = ?1",
+            )?
+            .query_row([tid], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?;
+    if paused_until > now || paused {
         return Ok(Reservation {
             leases: Vec::new(),
-            next_due_ms: Some(paused),
+            next_due_ms: (paused_until > now).then_some(paused_until),
         });
+    }
+    // The rate limit's bucket, taken from in this transaction (the one writer).
+    let rate = rate.as_deref().and_then(RateLimit::decode);
+    let mut take = max as u64;
+    let mut bucket = None;
+    if let Some(r) = rate {
+        let c = r.refill(credit, at, now);
+        take = take.min(r.allowed(c));
+        bucket = Some((r, c));
     }
     promote(cx, tid, now, BATCH)?;
     let rows: Vec<Leasable> = cx
@@ -496,7 +514,7 @@ pub(crate) fn reserve(
             "SELECT {LEASABLE} FROM jobs
              WHERE tid = ?1 AND state = 1 ORDER BY priority, due_ms, seq LIMIT ?2"
         ))?
-        .query_map(params![tid, max as i64], Leasable::row)?
+        .query_map(params![tid, take as i64], Leasable::row)?
         .collect::<Result<_, _>>()?;
     let mut cfg: Option<TopicConfig> = None;
     let prefix = format!("{:016x}.", rand::random::<u64>());
@@ -520,11 +538,29 @@ pub(crate) fn reserve(
         .conn
         .prepare_cached("SELECT EXISTS (SELECT 1 FROM jobs WHERE tid = ?1 AND state = 1)")?
         .query_row([tid], |r| r.get(0))?;
-    let next_due_ms = if more_ready {
+    let mut next_due_ms = if more_ready {
         Some(now)
     } else {
         sched_head(cx, tid)?
     };
+    if let Some((r, credit)) = bucket {
+        let credit = credit - n as u64 * r.per_ms;
+        let held = if more_ready && take < max as u64 {
+            max as i64 - n
+        } else {
+            0
+        };
+        cx.conn
+            .prepare_cached(
+                "UPDATE topics SET rl_credit = ?2, rl_at = max(rl_at, ?3),
+                   rate_limited = rate_limited + min(?4, n_ready) WHERE tid = ?1",
+            )?
+            .execute(params![tid, credit as i64, now as i64, held])?;
+        // Ready jobs wait for the next token: that is when to look again.
+        if more_ready && let Some(at) = r.next_token_at(credit, now) {
+            next_due_ms = Some(at);
+        }
+    }
     Ok(Reservation {
         leases,
         next_due_ms,
@@ -910,6 +946,7 @@ pub(crate) fn configure_topic(
         .into());
     }
     let tid = ensure_tid(cx, topic)?;
+    let before = config(cx, tid)?;
     cx.conn
         .prepare_cached(
             "UPDATE topics SET
@@ -934,6 +971,24 @@ pub(crate) fn configure_topic(
             tid,
             p.dedup_ms.map(|v| v as i64)
         ])?;
+    if let Some(paused) = p.paused {
+        cx.conn
+            .prepare_cached("UPDATE topics SET paused = ?2 WHERE tid = ?1")?
+            .execute(params![tid, paused])?;
+    }
+    // A new or changed rate limit starts with a full bucket.
+    let limit_changed = p.rate_limit.is_some_and(|r| r != before.rate_limit);
+    if let Some(r) = p.rate_limit.filter(|_| limit_changed) {
+        cx.conn
+            .prepare_cached(
+                "UPDATE topics SET rate_limit = ?2, rl_credit = NULL, rl_at = 0 WHERE tid = ?1",
+            )?
+            .execute(params![tid, r.map(|r| r.encode())])?;
+    }
+    // A resume or a new limit lets waiters look again at once.
+    if limit_changed || (before.paused && p.paused == Some(false)) {
+        cx.wake.push(topic.as_str().to_string());
+    }
     config(cx, tid)
 }
 
@@ -984,7 +1039,7 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
         .conn
         .prepare_cached(
             "SELECT n_scheduled, n_ready, n_reserved, n_dead, enqueued, acked, failed, expired, dead, cancelled, dead_dropped, replayed,
-             paused_until_ms FROM topics WHERE tid = ?1",
+             paused_until_ms, rate_limited FROM topics WHERE tid = ?1",
         )?
         .query_row([tid], |r| {
             Ok(TopicStats {
@@ -1002,6 +1057,7 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
                     cancelled: r.get(9)?,
                     dead_dropped: r.get(10)?,
                     replayed: r.get(11)?,
+                    rate_limited: r.get(13)?,
                 },
                 paused_until_ms: r.get(12)?,
                 ..TopicStats::default()

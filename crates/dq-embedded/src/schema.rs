@@ -114,6 +114,15 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
                 PRIMARY KEY (kind, name)
               ) WITHOUT ROWID;",
     },
+    // → 4
+    Migration {
+        what: "flow control: a topic paused until resumed, its rate limit and token bucket, jobs held back by it",
+        sql: "ALTER TABLE topics ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
+              ALTER TABLE topics ADD COLUMN rate_limit TEXT;
+              ALTER TABLE topics ADD COLUMN rl_credit INTEGER;
+              ALTER TABLE topics ADD COLUMN rl_at INTEGER NOT NULL DEFAULT 0;
+              ALTER TABLE topics ADD COLUMN rate_limited INTEGER NOT NULL DEFAULT 0;",
+    },
 ];
 
 /// The SQL of every step from `version` to [`SCHEMA_VERSION`].
@@ -302,6 +311,8 @@ mod tests {
         )
         .unwrap();
         conn.prepare("SELECT timeouts, releases, buries, kicks FROM jobs")
+            .unwrap();
+        conn.prepare("SELECT paused, rate_limit, rl_credit, rl_at, rate_limited FROM topics")
             .unwrap();
         assert!(
             !migration_backup_path(&dir.path().join("f"), FIRST_VERSION).exists(),

@@ -339,8 +339,8 @@ async fn open_when_free(dir: &std::path::Path) -> EmbeddedStore {
 }
 
 /// A file of schema version 1 (per-state counts named n0..n3, no per-job
-/// counts, no dedup windows or records) opens with its jobs and counts
-/// kept, as version 3; a version this dq does not know is
+/// counts, no dedup windows or records, no flow control) opens with its
+/// jobs and counts kept, as the current version; a version this dq does not know is
 /// refused at start, file untouched.
 #[tokio::test]
 async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
@@ -372,6 +372,11 @@ async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
          ALTER TABLE jobs DROP COLUMN dedup_ms;
          DROP TABLE dedup;
          DROP TABLE records;
+         ALTER TABLE topics DROP COLUMN paused;
+         ALTER TABLE topics DROP COLUMN rate_limit;
+         ALTER TABLE topics DROP COLUMN rl_credit;
+         ALTER TABLE topics DROP COLUMN rl_at;
+         ALTER TABLE topics DROP COLUMN rate_limited;
          PRAGMA user_version = 1;",
     );
     let s = open_when_free(dir.path()).await;

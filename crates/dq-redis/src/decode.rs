@@ -276,6 +276,8 @@ pub(crate) fn decode_config(fields: &[(String, String)]) -> TopicConfig {
             "default_delay_ms" => c.default_delay_ms = v.parse().unwrap_or(c.default_delay_ms),
             "partitions" => c.partitions = v.parse().unwrap_or(c.partitions),
             "dedup_ms" => c.dedup_ms = v.parse().unwrap_or(c.dedup_ms),
+            "paused" => c.paused = v == "1",
+            "rate_limit" => c.rate_limit = RateLimit::decode(v),
             "retry" => {
                 if let Some(r) = RetryPolicy::decode(v) {
                     c.retry = r;

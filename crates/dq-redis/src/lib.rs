@@ -979,12 +979,47 @@ impl Store for RedisStore {
                 serde_json::to_string(v).expect("delivery serializes"),
             ));
         }
+        if let Some(v) = patch.paused {
+            fields.push(("paused", if v { "1" } else { "0" }.to_string()));
+        }
+        if let Some(Some(r)) = &patch.rate_limit {
+            fields.push(("rate_limit", r.encode()));
+        }
+        // A new or changed rate limit starts with a full bucket; a resume or
+        // a new limit lets waiters look again at once.
+        let before = match patch.rate_limit.is_some() || patch.paused == Some(false) {
+            true => self.topic_config(topic).await?,
+            false => None,
+        };
+        let limit_changed = patch
+            .rate_limit
+            .is_some_and(|r| before.as_ref().is_none_or(|b| b.rate_limit != r));
+        let resumed = patch.paused == Some(false) && before.as_ref().is_some_and(|b| b.paused);
         let mut conn = self.conn.clone();
+        // One slot (the topic's hash tag): one pipeline on a Cluster too.
+        let mut pipe = redis::pipe();
         if !fields.is_empty() {
-            let _: () = conn
-                .hset_multiple(tk.cfg(), &fields)
+            pipe.hset_multiple(tk.cfg(), &fields).ignore();
+        }
+        if patch.rate_limit == Some(None) {
+            pipe.hdel(tk.cfg(), "rate_limit").ignore();
+        }
+        if limit_changed {
+            pipe.hdel(tk.ctr(), &["rl_credit", "rl_at"]).ignore();
+        }
+        if !fields.is_empty() || patch.rate_limit == Some(None) || limit_changed {
+            let _: () = pipe.query_async(&mut conn).await.map_err(unavailable)?;
+        }
+        // As for a timed pause: the setting holds either way, a lost
+        // announcement only leaves waiters until their next timeout.
+        if (limit_changed || resumed)
+            && let Err(e) = redis::cmd("PUBLISH")
+                .arg(self.keys.wake_channel())
+                .arg(topic.as_str())
+                .query_async::<()>(&mut conn)
                 .await
-                .map_err(unavailable)?;
+        {
+            tracing::warn!(topic = %topic, error = %e, "topic resumed, its wake-up not announced");
         }
         self.known.lock().expect("poisoned").remove(topic.as_str());
         self.register(topic).await?;
@@ -1061,6 +1096,7 @@ impl Store for RedisStore {
                 cancelled: c("cancelled"),
                 dead_dropped: c("dead_dropped"),
                 replayed: c("replayed"),
+                rate_limited: c("rate_limited"),
             },
             ..TopicStats::default()
         })

@@ -955,6 +955,8 @@ impl Store for ShardedStore {
             delivery: Some(result.delivery.clone()),
             partitions: Some(new_n),
             dedup_ms: Some(result.dedup_ms),
+            paused: Some(result.paused),
+            rate_limit: Some(result.rate_limit),
         };
         // Partition 0 last: it holds the count the others are found by.
         for p in (1..new_n).chain([0]) {
@@ -1021,6 +1023,7 @@ impl Store for ShardedStore {
             c.cancelled += d.cancelled;
             c.dead_dropped += d.dead_dropped;
             c.replayed += d.replayed;
+            c.rate_limited += d.rate_limited;
         }
         Ok(out)
     }

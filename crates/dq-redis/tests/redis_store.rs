@@ -518,3 +518,166 @@ async fn import_places_jobs_in_every_index() {
         .collect();
     assert_eq!(after, snapshot, "a second import changes no key");
 }
+
+/// Two dq instances on one Redis (two stores, two connections) draw from
+/// one rate-limit bucket, and a pause set through one holds the other's
+/// reserves at once; its resume wakes the other's waiters.
+#[tokio::test]
+async fn instances_share_one_rate_limit_and_pause() {
+    let server = RedisServer::start();
+    let (a, b) = (store(server.url()), store(server.url()));
+    let t = Topic::new("shared").unwrap();
+    a.configure_topic(
+        &t,
+        &TopicConfigPatch {
+            rate_limit: Some(Some(RateLimit {
+                limit: 6,
+                per_ms: 1000,
+                burst: 6,
+            })),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let jobs: Vec<NewJob> = (0..50).map(|i| job(&format!("j{i}"), 0)).collect();
+    a.enqueue(&t, &jobs, T0).await.unwrap();
+    let (ra, rb) = futures::join!(a.reserve(&t, 4, None, T0), b.reserve(&t, 4, None, T0));
+    assert_eq!(ra.unwrap().leases.len() + rb.unwrap().leases.len(), 6);
+    let r = b.reserve(&t, 4, None, T0 + 166).await.unwrap();
+    assert!(r.leases.is_empty());
+    assert_eq!(
+        r.next_due_ms,
+        Some(T0 + 167),
+        "1000 / 6 ms per token, rounded up"
+    );
+    assert_eq!(
+        a.reserve(&t, 4, None, T0 + 167).await.unwrap().leases.len(),
+        1
+    );
+
+    let woken = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = woken.clone();
+    let b = Arc::new(b);
+    let watcher = b.clone();
+    let task = tokio::spawn(async move {
+        watcher
+            .watch_wakes(Arc::new(move |t: &str| {
+                seen.lock().unwrap().push(t.to_string())
+            }))
+            .await
+    });
+    let paused = |on| TopicConfigPatch {
+        paused: Some(on),
+        ..Default::default()
+    };
+    a.configure_topic(&t, &paused(true)).await.unwrap();
+    let r = b.reserve(&t, 4, None, T0 + 10_000).await.unwrap();
+    assert!(r.leases.is_empty(), "the other instance holds at once");
+    assert_eq!(r.next_due_ms, None);
+    // The subscription is up once an enqueue's wake-up arrives.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    for n in 0.. {
+        if !woken.lock().unwrap().is_empty() {
+            break;
+        }
+        a.enqueue(&t, &[job(&format!("probe{n}"), 0)], T0 + 10_000)
+            .await
+            .unwrap();
+        assert!(tokio::time::Instant::now() < deadline, "no wake-up seen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    woken.lock().unwrap().clear();
+    a.configure_topic(&t, &paused(false)).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while woken.lock().unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the resume woke nobody"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(woken.lock().unwrap()[0], "shared");
+    assert_eq!(
+        b.reserve(&t, 10, None, T0 + 10_000)
+            .await
+            .unwrap()
+            .leases
+            .len(),
+        6
+    );
+    task.abort();
+}
+
+/// Where flow control lives: `cfg.paused` and `cfg.rate_limit` (as
+/// `limit,per_ms,burst`), the bucket in `ctr.rl_credit` / `ctr.rl_at` (in
+/// credits: a hand-out costs per_ms, each ms adds limit), the jobs held back
+/// in `ctr.rate_limited`; a changed limit resets the bucket, a removed one
+/// leaves no setting behind.
+#[tokio::test]
+async fn flow_control_keys() {
+    let server = RedisServer::start();
+    let s = store(server.url());
+    let t = Topic::new("fk").unwrap();
+    let limit = |l| TopicConfigPatch {
+        rate_limit: Some(l),
+        ..Default::default()
+    };
+    s.configure_topic(
+        &t,
+        &limit(Some(RateLimit {
+            limit: 4,
+            per_ms: 1000,
+            burst: 2,
+        })),
+    )
+    .await
+    .unwrap();
+    let mut conn = server.connection();
+    let cfg: Option<String> = conn.hget("dq:{fk}:cfg", "rate_limit").unwrap();
+    assert_eq!(cfg.as_deref(), Some("4,1000,2"));
+    s.enqueue(&t, &[job("a", 0), job("b", 0), job("c", 0)], T0)
+        .await
+        .unwrap();
+    let r = s.reserve(&t, 3, None, T0 + 10).await.unwrap();
+    assert_eq!(r.leases.len(), 2);
+    assert_eq!(r.next_due_ms, Some(T0 + 10 + 250));
+    let ctr: std::collections::HashMap<String, String> = conn.hgetall("dq:{fk}:ctr").unwrap();
+    assert_eq!(ctr["rl_credit"], "0");
+    assert_eq!(ctr["rl_at"], (T0 + 10).to_string());
+    assert_eq!(ctr["rate_limited"], "1");
+    s.reserve(&t, 3, None, T0 + 110).await.unwrap();
+    let credit: String = conn.hget("dq:{fk}:ctr", "rl_credit").unwrap();
+    assert_eq!(credit, "400", "100 ms at 4 credits a ms, nothing leased");
+    s.configure_topic(
+        &t,
+        &TopicConfigPatch {
+            paused: Some(true),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let p: String = conn.hget("dq:{fk}:cfg", "paused").unwrap();
+    assert_eq!(p, "1");
+    s.configure_topic(
+        &t,
+        &limit(Some(RateLimit {
+            limit: 1,
+            per_ms: 1000,
+            burst: 1,
+        })),
+    )
+    .await
+    .unwrap();
+    let bucket: (Option<String>, Option<String>) = redis::cmd("HMGET")
+        .arg("dq:{fk}:ctr")
+        .arg("rl_credit")
+        .arg("rl_at")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(bucket, (None, None), "a changed limit starts full");
+    s.configure_topic(&t, &limit(None)).await.unwrap();
+    let cfg: Option<String> = conn.hget("dq:{fk}:cfg", "rate_limit").unwrap();
+    assert_eq!(cfg, None);
+}

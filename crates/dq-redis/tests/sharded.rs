@@ -451,3 +451,60 @@ async fn list_and_import_cross_every_partition() {
     let e = s.list_jobs(&t, None, Some("5.0"), 7).await.unwrap_err();
     assert!(matches!(&e, StoreError::Invalid(i) if i.code == "invalid_cursor"));
 }
+
+/// A rate limit on a topic of 4 partitions: each partition keeps a quarter
+/// of the rate and burst, so with a backlog in every partition the topic
+/// hands out exactly its limit per window, across shards.
+#[tokio::test]
+async fn a_partitioned_topic_keeps_its_rate_limit() {
+    let (s, _servers) = fresh().await;
+    let t = Topic::new("limited-hot").unwrap();
+    partitioned(&s, &t, 4).await;
+    s.configure_topic(
+        &t,
+        &TopicConfigPatch {
+            rate_limit: Some(Some(RateLimit {
+                limit: 40,
+                per_ms: 1000,
+                burst: 40,
+            })),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let jobs: Vec<NewJob> = (0..400)
+        .map(|i| job(&format!("u{i}"), When::DelayMs(0)))
+        .collect();
+    for chunk in jobs.chunks(100) {
+        s.enqueue(&t, chunk, T0).await.unwrap();
+    }
+    let count = |now| {
+        let s = &s;
+        let t = &t;
+        async move {
+            let mut n = 0;
+            loop {
+                let r = s.reserve(t, 1000, None, now).await.unwrap();
+                if r.leases.is_empty() {
+                    break n;
+                }
+                n += r.leases.len();
+            }
+        }
+    };
+    assert_eq!(count(T0).await, 40, "the burst, over every partition");
+    assert_eq!(
+        count(T0 + 99).await,
+        0,
+        "each partition's next token is at +100"
+    );
+    assert_eq!(
+        count(T0 + 1000).await,
+        40,
+        "a second later, the limit again"
+    );
+    let st = s.stats(&t, T0 + 1000).await.unwrap();
+    assert_eq!((st.reserved, st.ready), (80, 320));
+    assert!(st.counters.rate_limited > 0);
+}

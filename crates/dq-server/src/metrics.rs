@@ -248,7 +248,7 @@ impl Metrics {
             );
         }
         type Pick = fn(&dq_core::TopicCounters) -> u64;
-        let counters: [(&str, &str, Pick); 10] = [
+        let counters: [(&str, &str, Pick); 11] = [
             ("enqueued", "Jobs created.", |c| c.enqueued),
             ("acked", "Jobs acknowledged (done).", |c| c.acked),
             (
@@ -275,6 +275,11 @@ impl Metrics {
                 |c| c.dead_dropped,
             ),
             ("replayed", "Dead letters replayed.", |c| c.replayed),
+            (
+                "rate_limited",
+                "Ready jobs a reserve asked for and held back by the topic's rate limit (a job held over several reserves counts each time).",
+                |c| c.rate_limited,
+            ),
         ];
         for (name, help, pick) in counters {
             let _ = writeln!(out, "# HELP dq_topic_{name}_total {help}");

@@ -740,6 +740,96 @@ async fn pause_and_resume_a_topic_from_its_page() {
     assert_eq!(got["jobs"][0]["id"], "j", "handed out again");
 }
 
+/// Flow control from the topic page: the pause button with no duration
+/// pauses until resumed (the topic's `paused`); the settings form sets and
+/// removes the rate limit (a bad one refused with nothing changed); the
+/// counts show the jobs held back.
+#[tokio::test]
+async fn pause_until_resumed_and_rate_limit_from_the_page() {
+    let a = embedded();
+    let r = a
+        .api(
+            "POST",
+            "/v1/topics/shop/jobs:batch",
+            Some(json!({"jobs": [{"id": "a"}, {"id": "b"}, {"id": "c"}]})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let page = "/admin/topics/shop";
+    let cfg = || async { a.api("GET", "/v1/topics/shop", None).await.json()["config"].clone() };
+    let r = a
+        .submit(page, "/admin/topics/shop/pause", &[("for", "")])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(cfg().await["paused"], json!(true));
+    let doc = a.get(page).await.doc();
+    assert!(
+        text_of(&doc, "#paused").unwrap().contains("until resumed"),
+        "paused shown"
+    );
+    let r = a
+        .submit(page, "/admin/topics/shop/pause", &[("resume", "1")])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(cfg().await["paused"], json!(false));
+
+    let r = a
+        .submit(
+            page,
+            "/admin/topics/shop/settings",
+            &[("rate_limit", "0"), ("mode", "pull")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.text.contains("invalid_rate_limit"), "{}", r.text);
+    assert!(
+        cfg().await.get("rate_limit").is_none(),
+        "refused: nothing set"
+    );
+    let r = a
+        .submit(
+            page,
+            "/admin/topics/shop/settings",
+            &[
+                ("rate_limit", "2"),
+                ("rate_per_ms", "60000"),
+                ("mode", "pull"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(
+        cfg().await["rate_limit"],
+        json!({"limit": 2, "per_ms": 60000, "burst": 2})
+    );
+    let got = a
+        .api(
+            "POST",
+            "/v1/reserve",
+            Some(json!({"topics": ["shop"], "max": 3})),
+        )
+        .await
+        .json();
+    assert_eq!(got["jobs"].as_array().unwrap().len(), 2, "the limit holds");
+    let doc = a.get(page).await.doc();
+    let counts = cells(&doc, "counts");
+    assert!(!counts.is_empty());
+    let form = doc
+        .select(&scraper::Selector::parse("#rate_limit").unwrap())
+        .next()
+        .unwrap();
+    assert_eq!(form.value().attr("value"), Some("2"));
+    let r = a
+        .submit(
+            page,
+            "/admin/topics/shop/settings",
+            &[("rate_limit", ""), ("mode", "pull")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert!(cfg().await.get("rate_limit").is_none(), "emptied: removed");
+}
+
 /// Deleting a topic from its page asks first (nothing changes until
 /// "yes"), then the topic and its jobs are gone and the overview says so.
 #[tokio::test]

@@ -38,6 +38,7 @@ dq_testkit::router_tests! {
         dead_letter_calls_name_a_known_topic_and_dot_names_are_refused,
         every_v1_error_is_json,
         export_listing_and_import,
+        flow_control_through_the_api,
     ],
 }
 
@@ -1642,4 +1643,110 @@ async fn export_listing_and_import(fresh: FreshApi) {
         assert_eq!(s.as_u16(), status, "{uri}: {v}");
         assert_eq!(v["error"]["code"], json!(code), "{uri}: {v}");
     }
+}
+
+/// `rate_limit` and `paused` through `PUT /v1/topics/{t}`: bad values are
+/// refused with nothing changed; a long-polling reserve that finds only
+/// rate-limited jobs sleeps until the next token (not the wait's end, not a
+/// busy loop); a paused topic hands nothing out until resumed; the jobs
+/// held back show in `dq_topic_rate_limited_total`.
+async fn flow_control_through_the_api(fresh: FreshApi) {
+    let a = Arc::new(fresh.api());
+    for bad in [
+        json!({"limit": 0, "per_ms": 1000}),
+        json!({"limit": 5, "per_ms": 0}),
+        json!({"limit": 5, "per_ms": 1000, "burst": 0}),
+        json!({"limit": 5, "per_ms": 86_400_001u64}),
+    ] {
+        a.expect_error(
+            "PUT",
+            "/v1/topics/fc",
+            Some(json!({"rate_limit": bad, "max_attempts": 3})),
+            400,
+            "invalid_rate_limit",
+        )
+        .await;
+    }
+    let (s, _) = a.call("GET", "/v1/topics/fc", None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "a refused PUT created nothing");
+    let (s, v) = a
+        .call(
+            "PUT",
+            "/v1/topics/fc",
+            Some(json!({"rate_limit": {"limit": 5, "per_ms": 1000}})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        v["config"]["rate_limit"],
+        json!({"limit": 5, "per_ms": 1000, "burst": 5})
+    );
+    assert_eq!(v["config"]["paused"], json!(false));
+    let jobs: Vec<Value> = (0..8).map(|i| json!({"id": format!("j{i}")})).collect();
+    a.call(
+        "POST",
+        "/v1/topics/fc/jobs:batch",
+        Some(json!({ "jobs": jobs })),
+    )
+    .await;
+    let reserve = json!({"topics": ["fc"], "max": 10, "wait_ms": 5000});
+    let (_, v) = a.call("POST", "/v1/reserve", Some(reserve.clone())).await;
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 5, "the burst");
+    let t0 = std::time::Instant::now();
+    let (_, v) = a.call("POST", "/v1/reserve", Some(reserve.clone())).await;
+    let took = t0.elapsed();
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 1, "one token later");
+    assert!(
+        took.as_millis() >= 150,
+        "not before the next token: {took:?}"
+    );
+    assert!(
+        took.as_millis() < 2000,
+        "woke at the token, not the wait's end: {took:?}"
+    );
+
+    let (_, v) = a
+        .call("PUT", "/v1/topics/fc", Some(json!({"paused": true})))
+        .await;
+    assert_eq!(v["config"]["paused"], json!(true));
+    assert_eq!(v["config"]["rate_limit"]["limit"], json!(5), "kept");
+    let held = {
+        let a = a.clone();
+        let reserve = reserve.clone();
+        tokio::spawn(async move {
+            let t0 = std::time::Instant::now();
+            let (_, v) = a.call("POST", "/v1/reserve", Some(reserve)).await;
+            (v, t0.elapsed())
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let (_, v) = a
+        .call("PUT", "/v1/topics/fc", Some(json!({"paused": false})))
+        .await;
+    assert_eq!(v["config"]["paused"], json!(false));
+    let (v, took) = held.await.unwrap();
+    assert!(took.as_millis() >= 550, "held while paused: {took:?}");
+    assert!(
+        took.as_millis() < 3000,
+        "the resume woke the waiter: {took:?}"
+    );
+    assert!(!v["jobs"].as_array().unwrap().is_empty(), "{v}");
+    let (_, v) = a
+        .call("PUT", "/v1/topics/fc", Some(json!({"rate_limit": null})))
+        .await;
+    assert!(v["config"].get("rate_limit").is_none(), "{v}");
+    let res = a
+        .send(
+            Request::builder()
+                .uri("/metrics")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    let m = parse_metrics(&res.text);
+    assert!(
+        m["dq_topic_rate_limited_total{topic=\"fc\"}"] >= 3.0,
+        "{}",
+        res.text
+    );
 }

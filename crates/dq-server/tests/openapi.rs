@@ -7,8 +7,8 @@
 
 use dq_api::*;
 use dq_core::{
-    Delivery, JobState, PushConfig, PushMethod, RetryPolicy, TopicConfig, TopicConfigPatch,
-    TopicCounters, TopicStats,
+    Delivery, JobState, PushConfig, PushMethod, RateLimit, RetryPolicy, TopicConfig,
+    TopicConfigPatch, TopicCounters, TopicStats,
 };
 use serde_json::{Value, json};
 
@@ -127,6 +127,7 @@ fn stats() -> TopicStats {
             cancelled: 1,
             dead_dropped: 1,
             replayed: 1,
+            rate_limited: 1,
         },
         partial: true,
         missing: vec!["shard 0 redis://a".into()],
@@ -155,6 +156,16 @@ fn config() -> TopicConfig {
         delivery: push(),
         partitions: 1,
         dedup_ms: 1,
+        paused: true,
+        rate_limit: Some(rate_limit()),
+    }
+}
+
+fn rate_limit() -> RateLimit {
+    RateLimit {
+        limit: 1,
+        per_ms: 1,
+        burst: 1,
     }
 }
 
@@ -168,6 +179,8 @@ fn patch() -> TopicConfigPatch {
         delivery: Some(push()),
         partitions: Some(1),
         dedup_ms: Some(1),
+        paused: Some(true),
+        rate_limit: Some(Some(rate_limit())),
     }
 }
 

@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use dq_core::{Delivery, JobId, RetryPolicy, Topic, TopicConfigPatch};
+use dq_core::{Delivery, JobId, RateLimit, RetryPolicy, Topic, TopicConfigPatch};
 
 use super::forms::{Form, checked, push_config};
 use super::views::{ConfirmPage, enc, topic_href};
@@ -47,9 +47,9 @@ pub(super) async fn create_topic(
     }
 }
 
-/// `POST /admin/topics/{topic}/pause` (`for`: a duration such as 10m; or
-/// `resume`): pauses the topic's hand-outs, through every front-end, or
-/// ends the pause.
+/// `POST /admin/topics/{topic}/pause` (`for`: a duration such as 10m, or
+/// none: until resumed; or `resume`): pauses the topic's hand-outs, through
+/// every front-end and on every instance, or ends the pause (both kinds).
 pub(super) async fn pause(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -62,9 +62,18 @@ pub(super) async fn pause(
         let f = checked(&st, &v, &body)?;
         let t = Topic::new(name.clone())?;
         st.service.known_topic(&t).await?;
+        let paused = |on| TopicConfigPatch {
+            paused: Some(on),
+            ..Default::default()
+        };
         if f.get("resume").is_some() {
             st.service.pause_topic(&t, 0).await?;
+            st.service.configure_topic(&t, paused(false)).await?;
             return Ok::<_, ApiError>("resumed");
+        }
+        if f.get("for").is_none() {
+            st.service.configure_topic(&t, paused(true)).await?;
+            return Ok("paused");
         }
         let ms = f.duration_ms("for", "pause")?;
         if ms == 0 {
@@ -219,6 +228,9 @@ pub(super) async fn save_settings(
             default_delay_ms: f.number("default_delay_ms")?,
             partitions: f.number("partitions")?,
             dedup_ms: f.number("dedup_ms")?,
+            // Kept as it is: the pause has its own buttons.
+            paused: None,
+            rate_limit: Some(rate_limit(&f)?),
             retry,
             delivery: Some(match f.get("mode") {
                 Some("push") => Delivery::Push(push_config(&f, old_push)?),
@@ -236,6 +248,19 @@ pub(super) async fn save_settings(
         Ok(()) => see_other(&format!("{base}?done=saved")),
         Err(e) => error_page(&v, &e, &base),
     }
+}
+
+/// The rate limit the settings form gives: none when its limit is empty;
+/// the window and burst default to 1000 ms and the limit.
+fn rate_limit(f: &Form) -> Result<Option<RateLimit>, ApiError> {
+    let Some(limit) = f.number("rate_limit")? else {
+        return Ok(None);
+    };
+    Ok(Some(RateLimit {
+        limit,
+        per_ms: f.number("rate_per_ms")?.unwrap_or(1000),
+        burst: f.number("rate_burst")?.unwrap_or(limit),
+    }))
 }
 
 /// `POST /admin/topics/{topic}/jobs/{id}/{cancel|reschedule|run}`.

@@ -427,6 +427,7 @@ impl<'a> TopicPage<'a> {
             ("expired", s.counters.expired),
             ("cancelled", s.counters.cancelled),
             ("replayed", s.counters.replayed),
+            ("rate limited", s.counters.rate_limited),
         ]
         .into_iter()
         .map(|(name, n)| Count {
@@ -466,13 +467,17 @@ impl<'a> TopicPage<'a> {
             flash: p.done.and_then(|(code, n)| done_text(&code, n)),
             counts,
             overdue: overdue(s.oldest_overdue_ms),
-            paused: (s.paused_until_ms > p.now).then(|| {
-                format!(
-                    "until {} ({})",
-                    at(s.paused_until_ms),
-                    relative(s.paused_until_ms, p.now)
-                )
-            }),
+            paused: if p.config.paused {
+                Some("until resumed".to_string())
+            } else {
+                (s.paused_until_ms > p.now).then(|| {
+                    format!(
+                        "until {} ({})",
+                        at(s.paused_until_ms),
+                        relative(s.paused_until_ms, p.now)
+                    )
+                })
+            },
             missing: if s.partial {
                 s.missing.clone()
             } else {
@@ -622,6 +627,10 @@ struct Settings {
     dead_cap: u64,
     default_delay_ms: u64,
     partitions: u32,
+    /// The rate limit's fields, empty when the topic has none.
+    rate_limit: String,
+    rate_per_ms: String,
+    rate_burst: String,
     /// The retry policy as JSON.
     retry: String,
     push: bool,
@@ -652,6 +661,15 @@ impl Settings {
             dead_cap: cfg.dead_cap,
             default_delay_ms: cfg.default_delay_ms,
             partitions: cfg.partitions,
+            rate_limit: cfg
+                .rate_limit
+                .map_or_else(String::new, |r| r.limit.to_string()),
+            rate_per_ms: cfg
+                .rate_limit
+                .map_or_else(String::new, |r| r.per_ms.to_string()),
+            rate_burst: cfg
+                .rate_limit
+                .map_or_else(String::new, |r| r.burst.to_string()),
             retry: serde_json::to_string(&cfg.retry).unwrap_or_default(),
             push: p.is_some(),
             forward,
