@@ -717,6 +717,9 @@ pub struct CreateKeyRequest {
     pub name: String,
     /// `action:pattern` each (`consume:billing-*`, `read:*`, `admin`).
     pub scopes: Vec<String>,
+    /// Most requests per window this key may make to each instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<dq_core::RateLimit>,
 }
 
 /// A key as `GET /v1/keys` shows it: never its secret.
@@ -731,6 +734,9 @@ pub struct KeyInfo {
     /// When it was last used, Unix ms (to within a minute); left out if never.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_used_ms: Option<u64>,
+    /// Most requests per window it may make to each instance; left out: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<dq_core::RateLimit>,
 }
 
 /// `POST /v1/keys` (201) and `POST /v1/keys/{name}/rotate`: the key and its
@@ -746,6 +752,9 @@ pub struct KeyCreated {
     /// The secret (`dqk_…`), for `Authorization: Bearer`. dq keeps only its
     /// SHA-256: it cannot be shown again.
     pub secret: String,
+    /// Most requests per window it may make to each instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<dq_core::RateLimit>,
 }
 
 impl std::fmt::Debug for KeyCreated {
@@ -755,6 +764,7 @@ impl std::fmt::Debug for KeyCreated {
             .field("scopes", &self.scopes)
             .field("created_ms", &self.created_ms)
             .field("secret", &"dqk_…")
+            .field("rate_limit", &self.rate_limit)
             .finish()
     }
 }

@@ -231,6 +231,12 @@ pub(crate) enum KeysCmd {
         /// What it may do, action:pattern, repeated: enqueue|consume|read|manage:<topic or prefix*>, or admin
         #[arg(long = "scope", required = true)]
         scopes: Vec<String>,
+        /// Most requests it may make to each instance: N/WINDOW, e.g. 100/1s (429 rate_limited beyond)
+        #[arg(long)]
+        rate_limit: Option<String>,
+        /// The rate limit's burst [default: N]
+        #[arg(long, requires = "rate_limit")]
+        rate_burst: Option<u64>,
     },
     /// Give a key a new secret (printed); the old one stops working
     Rotate {
@@ -1006,8 +1012,14 @@ impl ClientCmd {
                             println!("{t}");
                         }
                     }
-                    KeysCmd::Create { name, scopes } => {
-                        print_secret(&api.create_key(&name, &scopes).await?, conn.json);
+                    KeysCmd::Create {
+                        name,
+                        scopes,
+                        rate_limit,
+                        rate_burst,
+                    } => {
+                        let rate = rate_limit.map(|r| parse_rate(&r, rate_burst)).transpose()?;
+                        print_secret(&api.create_key(&name, &scopes, rate).await?, conn.json);
                     }
                     KeysCmd::Rotate { name } => {
                         print_secret(&api.rotate_key(&name).await?, conn.json);

@@ -707,16 +707,23 @@ impl Client {
         Ok(())
     }
 
-    /// Creates an API key (admin only); the reply holds its secret, which
-    /// the server cannot show again.
+    /// Creates an API key (admin only), optionally with a request rate
+    /// limit per instance; the reply holds its secret, which the server
+    /// cannot show again.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a bad name or scope; [`Error::Http`] 409
     /// `key_exists`; [`Error::Unauthorized`] without an admin key.
-    pub async fn create_key(&self, name: &str, scopes: &[String]) -> Result<wire::KeyCreated> {
+    pub async fn create_key(
+        &self,
+        name: &str,
+        scopes: &[String],
+        rate_limit: Option<dq_core::RateLimit>,
+    ) -> Result<wire::KeyCreated> {
         let req = wire::CreateKeyRequest {
             name: name.to_string(),
             scopes: scopes.to_vec(),
+            rate_limit,
         };
         self.call(
             Method::POST,

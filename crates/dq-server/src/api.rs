@@ -792,7 +792,10 @@ pub(crate) async fn create_key(
 ) -> ApiResult {
     let making_admin = req.scopes.iter().any(|s| s == "admin" || s == "admin:*");
     keep_an_admin(&st, making_admin, None)?;
-    let created = st.service.create_key(&req.name, &req.scopes).await?;
+    let created = st
+        .service
+        .create_key(&req.name, &req.scopes, req.rate_limit)
+        .await?;
     Ok(no_store(
         (StatusCode::CREATED, Json(created)).into_response(),
     ))

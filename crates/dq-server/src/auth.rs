@@ -556,6 +556,22 @@ async fn authenticate(
         (true, _) => Ok(Access::Admin),
         (false, Some(k)) => {
             st.service.note_key_use(&k);
+            if let Err(next_at) = k.admit(now) {
+                let wait_s = next_at.saturating_sub(now).div_ceil(1000).max(1);
+                let mut res = ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    format!(
+                        "key {:?} is over its rate limit; retry in {wait_s} s",
+                        k.name
+                    ),
+                )
+                .into_response();
+                if let Ok(v) = header::HeaderValue::from_str(&wait_s.to_string()) {
+                    res.headers_mut().insert(header::RETRY_AFTER, v);
+                }
+                return Err(Box::new(res));
+            }
             Ok(Access::Key(k))
         }
         (false, None) => {

@@ -279,6 +279,8 @@ struct Stored {
     sha256: String,
     scopes: Vec<String>,
     created_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rate_limit: Option<dq_core::RateLimit>,
 }
 
 /// A key a process knows.
@@ -292,6 +294,11 @@ pub struct ApiKey {
     pub created_ms: u64,
     /// When it was last used, Unix ms (0: never), as far as this process knows.
     last_used_ms: AtomicU64,
+    /// Most requests per window to this process.
+    pub rate_limit: Option<dq_core::RateLimit>,
+    /// The rate limit's bucket here: credit (None: full) and when it was
+    /// last counted.
+    bucket: std::sync::Mutex<(Option<u64>, u64)>,
 }
 
 impl fmt::Debug for ApiKey {
@@ -312,6 +319,36 @@ impl ApiKey {
             scopes,
             created_ms,
             last_used_ms: AtomicU64::new(0),
+            rate_limit: None,
+            bucket: std::sync::Mutex::new((None, 0)),
+        }
+    }
+
+    /// The same with a request rate limit.
+    pub fn limited(mut self, rate_limit: Option<dq_core::RateLimit>) -> Self {
+        self.rate_limit = rate_limit;
+        self
+    }
+
+    /// Counts one request at `now_ms` against the key's rate limit: `Ok`, or
+    /// when the next one is allowed (Unix ms).
+    ///
+    /// # Errors
+    /// The time of the next token when the bucket is empty.
+    pub fn admit(&self, now_ms: u64) -> Result<(), u64> {
+        let Some(limit) = &self.rate_limit else {
+            return Ok(());
+        };
+        let mut b = self
+            .bucket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let taken = limit.take(b.0, b.1, now_ms, 1);
+        if taken.granted == 1 {
+            *b = (Some(taken.credit), now_ms);
+            Ok(())
+        } else {
+            Err(taken.next_at.unwrap_or(now_ms + 1))
         }
     }
 
@@ -323,12 +360,17 @@ impl ApiKey {
         let s: Stored = serde_json::from_str(&rec.value).map_err(|e| e.to_string())?;
         let hash = unhex32(&s.sha256).ok_or("sha256 is not 64 hex digits")?;
         let scopes = parse_scopes(&s.scopes).map_err(|e| e.message)?;
+        if let Some(r) = &s.rate_limit {
+            r.validate("rate_limit").map_err(|e| e.message)?;
+        }
         Ok(Self {
             name: name.to_string(),
             hash,
             scopes,
             created_ms: s.created_ms,
             last_used_ms: AtomicU64::new(rec.mark),
+            rate_limit: s.rate_limit,
+            bucket: std::sync::Mutex::new((None, 0)),
         })
     }
 
@@ -338,6 +380,7 @@ impl ApiKey {
             sha256: hex(&self.hash),
             scopes: self.scopes.iter().map(ToString::to_string).collect(),
             created_ms: self.created_ms,
+            rate_limit: self.rate_limit,
         })
         .expect("plain fields serialize")
     }
@@ -397,6 +440,7 @@ impl ApiKey {
             scopes: self.scopes.iter().map(ToString::to_string).collect(),
             created_ms: self.created_ms,
             last_used_ms: (used > 0).then_some(used),
+            rate_limit: self.rate_limit,
         }
     }
 }
@@ -510,6 +554,15 @@ impl KeyRing {
                     if let Some(prev) = old.get(&k.hash).filter(|p| p.name == k.name) {
                         let used = prev.last_used_ms().max(k.last_used_ms());
                         k.last_used_ms.store(used, Ordering::Relaxed);
+                        if prev.rate_limit == k.rate_limit {
+                            let b = *prev
+                                .bucket
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                            *k.bucket
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner) = b;
+                        }
                     }
                     map.insert(k.hash, Arc::new(k));
                 }
@@ -694,6 +747,25 @@ mod tests {
         assert!(key.note_use(LAST_USED_EVERY_MS));
         assert!(!key.note_use(LAST_USED_EVERY_MS + 1));
         assert!(key.note_use(2 * LAST_USED_EVERY_MS));
+    }
+
+    #[test]
+    fn a_rate_limited_key_admits_its_burst_then_one_per_token() {
+        let key = ApiKey::new("k".into(), "s", vec![], 0).limited(Some(dq_core::RateLimit {
+            limit: 2,
+            per_ms: 1000,
+            burst: 2,
+        }));
+        assert_eq!(key.admit(10_000), Ok(()));
+        assert_eq!(key.admit(10_000), Ok(()));
+        assert_eq!(key.admit(10_000), Err(10_500));
+        assert_eq!(key.admit(10_499), Err(10_500));
+        assert_eq!(key.admit(10_500), Ok(()));
+        assert!(key.admit(10_500).is_err());
+        let free = ApiKey::new("f".into(), "s", vec![], 0);
+        for _ in 0..1000 {
+            assert_eq!(free.admit(0), Ok(()));
+        }
     }
 
     #[test]

@@ -1034,9 +1034,17 @@ impl Service {
     /// # Errors
     /// `invalid_key_name`, `invalid_scope`, `too_many_keys`;
     /// [`Error::KeyExists`]; a store error.
-    pub async fn create_key(&self, name: &str, scopes: &[String]) -> Result<dq_api::KeyCreated> {
+    pub async fn create_key(
+        &self,
+        name: &str,
+        scopes: &[String],
+        rate_limit: Option<dq_core::RateLimit>,
+    ) -> Result<dq_api::KeyCreated> {
         keys::check_name(name)?;
         let scopes = keys::parse_scopes(scopes)?;
+        if let Some(r) = &rate_limit {
+            r.validate("rate_limit")?;
+        }
         if self.store.get_record(keys::KIND, name).await?.is_some() {
             return Err(Error::KeyExists(name.to_string()));
         }
@@ -1051,7 +1059,7 @@ impl Service {
             .into());
         }
         let secret = keys::new_secret();
-        let key = ApiKey::new(name.to_string(), &secret, scopes, self.now());
+        let key = ApiKey::new(name.to_string(), &secret, scopes, self.now()).limited(rate_limit);
         let fresh = self
             .store
             .put_record(keys::KIND, name, &key.to_record(), 0)
@@ -1078,7 +1086,8 @@ impl Service {
     pub async fn rotate_key(&self, name: &str) -> Result<dq_api::KeyCreated> {
         let old = self.load_key(name).await?;
         let secret = keys::new_secret();
-        let key = ApiKey::new(name.to_string(), &secret, old.scopes.clone(), self.now());
+        let key = ApiKey::new(name.to_string(), &secret, old.scopes.clone(), self.now())
+            .limited(old.rate_limit);
         let revoked_meanwhile = self
             .store
             .put_record(keys::KIND, name, &key.to_record(), old.last_used_ms())
@@ -1358,6 +1367,7 @@ fn created(key: &ApiKey, secret: String) -> dq_api::KeyCreated {
         scopes: info.scopes,
         created_ms: info.created_ms,
         secret,
+        rate_limit: info.rate_limit,
     }
 }
 

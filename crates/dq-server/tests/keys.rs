@@ -660,6 +660,86 @@ async fn failed_authentications_are_limited(h: FreshApi) {
     assert_eq!(r.status, StatusCode::UNAUTHORIZED, "another /64");
 }
 
+/// A key with a `rate_limit`: its burst, then one request per token, 429
+/// `rate_limited` with Retry-After between; other keys go on.
+async fn a_key_rate_limit_holds_per_instance(h: FreshApi) {
+    let clock = ManualClock::new(5_000_000);
+    let api = h.with_clock(Arc::new(clock.clone()));
+    let admin = create(&api, None, "root", &["admin"]).await;
+    let r = call(
+        &api,
+        Some(&admin),
+        "POST",
+        "/v1/keys",
+        json!({"name": "slow", "scopes": ["read:*"], "rate_limit": {"limit": 2, "per_ms": 1000}}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    assert_eq!(
+        r.json()["rate_limit"],
+        json!({"limit": 2, "per_ms": 1000, "burst": 2})
+    );
+    let slow = r.json()["secret"].as_str().unwrap().to_string();
+    for _ in 0..2 {
+        assert_eq!(
+            call(&api, Some(&slow), "GET", "/v1/topics", Value::Null)
+                .await
+                .status,
+            StatusCode::OK
+        );
+    }
+    let r = call(&api, Some(&slow), "GET", "/v1/topics", Value::Null).await;
+    assert_eq!(
+        (r.status, code(&r).as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, "rate_limited")
+    );
+    assert_eq!(r.header(header::RETRY_AFTER), "1");
+    assert_eq!(
+        call(&api, Some(&admin), "GET", "/v1/topics", Value::Null)
+            .await
+            .status,
+        StatusCode::OK,
+        "other keys go on"
+    );
+    clock.advance(499);
+    assert_eq!(
+        call(&api, Some(&slow), "GET", "/v1/topics", Value::Null)
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    clock.advance(1);
+    assert_eq!(
+        call(&api, Some(&slow), "GET", "/v1/topics", Value::Null)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    // A refresh of the keys keeps the bucket.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        call(&api, Some(&slow), "GET", "/v1/topics", Value::Null)
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    for bad in [
+        json!({"limit": 0, "per_ms": 1000}),
+        json!({"limit": 1, "per_ms": 0}),
+        json!({"limit": 1}),
+    ] {
+        let r = call(
+            &api,
+            Some(&admin),
+            "POST",
+            "/v1/keys",
+            json!({"name": "x", "scopes": ["read:*"], "rate_limit": bad}),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.text);
+    }
+}
+
 dq_testkit::router_tests! {
     embedded: FreshApi::new(|clock| support::api_over(embedded_store(), clock)),
     sharded_redis: FreshApi::new(|clock| support::api_over(sharded_redis_store(), clock)),
@@ -668,6 +748,7 @@ dq_testkit::router_tests! {
         every_scope_on_every_route,
         batches_are_refused_whole,
         failed_authentications_are_limited,
+        a_key_rate_limit_holds_per_instance,
     ],
 }
 

@@ -33,6 +33,11 @@ fn key_info() -> KeyInfo {
         scopes: vec!["read:*".into()],
         created_ms: 1,
         last_used_ms: Some(2),
+        rate_limit: Some(dq_core::RateLimit {
+            limit: 5,
+            per_ms: 1000,
+            burst: 5,
+        }),
     }
 }
 
@@ -42,6 +47,11 @@ fn key_created() -> KeyCreated {
         scopes: vec!["read:*".into()],
         created_ms: 1,
         secret: format!("dqk_{}", "0".repeat(64)),
+        rate_limit: Some(dq_core::RateLimit {
+            limit: 5,
+            per_ms: 1000,
+            burst: 5,
+        }),
     }
 }
 
@@ -264,6 +274,11 @@ fn routes() -> Vec<Route> {
             Some(to(CreateKeyRequest {
                 name: "w".into(),
                 scopes: vec!["read:*".into()],
+                rate_limit: Some(dq_core::RateLimit {
+                    limit: 5,
+                    per_ms: 1000,
+                    burst: 5,
+                }),
             })),
             vec![("201", to(key_created())), e()],
         ),
