@@ -105,7 +105,8 @@ impl<'de> Deserialize<'de> for Topic {
     }
 }
 
-/// A job id: 1–256 bytes, printable, no whitespace.
+/// A job id: 1–256 characters (so at most 1024 bytes), printable, no
+/// whitespace.
 ///
 /// Producers choose ids to make enqueue idempotent; when they do not, dq
 /// generates a time-ordered UUIDv7.
@@ -114,7 +115,7 @@ impl<'de> Deserialize<'de> for Topic {
 pub struct JobId(String);
 
 impl JobId {
-    /// Longest id, in bytes.
+    /// Longest id, in characters (what JSON Schema's `maxLength` counts).
     pub const MAX_LEN: usize = 256;
 
     /// Validates an id.
@@ -123,10 +124,11 @@ impl JobId {
     /// `invalid_id` when empty, too long, or holding whitespace or control characters.
     pub fn new(id: impl Into<String>) -> Result<Self, InvalidInput> {
         let id = id.into();
-        if id.is_empty() || id.len() > Self::MAX_LEN {
+        let chars = id.chars().count();
+        if chars == 0 || chars > Self::MAX_LEN {
             return Err(InvalidInput::new(
                 "invalid_id",
-                format!("id must be 1-{} bytes, got {}", Self::MAX_LEN, id.len()),
+                format!("id must be 1-{} characters, got {chars}", Self::MAX_LEN),
             ));
         }
         if let Some(c) = id.chars().find(|c| c.is_whitespace() || c.is_control()) {

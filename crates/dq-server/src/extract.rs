@@ -81,8 +81,209 @@ fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// Parses JSON with a 400 `invalid_json` error naming where it broke.
+/// Numbers written with a fraction or an exponent that are whole (`670.0`,
+/// `1e3`) are read as the integers they are (JSON, and the OpenAPI
+/// document's `integer`, do not tell them apart), except inside a `body`,
+/// which is kept as sent.
 pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))
+    let bytes = integral_numbers(bytes);
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))
+}
+
+/// `json` with whole numbers written as integers (see [`parse`]); the value
+/// of every `"body"` key is copied as it is. Text that is not JSON comes
+/// out as unchanged as the parser needs to report it.
+pub(crate) fn integral_numbers(json: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    // Fast path: no number with a fraction or exponent outside strings.
+    if !json.iter().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+        return std::borrow::Cow::Borrowed(json);
+    }
+    let mut out = Vec::with_capacity(json.len());
+    let mut i = 0;
+    // The last string read and whether it was followed by ':' (a key).
+    let mut last_key: Option<(usize, usize)> = None;
+    while i < json.len() {
+        let b = json[i];
+        match b {
+            b'"' => {
+                let end = string_end(json, i);
+                out.extend_from_slice(&json[i..end]);
+                last_key = Some((i + 1, end.saturating_sub(1)));
+                i = end;
+                continue;
+            }
+            b':' => {
+                out.push(b);
+                i += 1;
+                if let Some((a, z)) = last_key.take()
+                    && &json[a..z.max(a)] == b"body"
+                {
+                    // Copy the body's value verbatim.
+                    while i < json.len() && json[i].is_ascii_whitespace() {
+                        out.push(json[i]);
+                        i += 1;
+                    }
+                    let end = value_end(json, i);
+                    out.extend_from_slice(&json[i..end]);
+                    i = end;
+                }
+                continue;
+            }
+            b'-' | b'0'..=b'9' => {
+                let mut end = i + 1;
+                while end < json.len()
+                    && matches!(json[end], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                {
+                    end += 1;
+                }
+                match whole(&json[i..end]) {
+                    Some(int) => out.extend_from_slice(int.as_bytes()),
+                    None => out.extend_from_slice(&json[i..end]),
+                }
+                last_key = None;
+                i = end;
+                continue;
+            }
+            _ => {
+                if !b.is_ascii_whitespace() {
+                    last_key = None;
+                }
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Where the string starting at `start` (a `"`) ends, past its closing quote.
+fn string_end(json: &[u8], start: usize) -> usize {
+    let mut i = start + 1;
+    while i < json.len() {
+        match json[i] {
+            b'\\' => i += 2,
+            b'"' => return i + 1,
+            _ => i += 1,
+        }
+    }
+    json.len()
+}
+
+/// Where the JSON value starting at `start` ends.
+fn value_end(json: &[u8], start: usize) -> usize {
+    let mut depth = 0usize;
+    let mut i = start;
+    while i < json.len() {
+        match json[i] {
+            b'"' => {
+                i = string_end(json, i);
+                if depth == 0 {
+                    return i;
+                }
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                if depth == 0 {
+                    return i;
+                }
+                depth -= 1;
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            b',' if depth == 0 => return i,
+            _ => {}
+        }
+        i += 1;
+    }
+    json.len()
+}
+
+/// The integer a JSON number token is, if it has a fraction or an exponent
+/// and is whole (and has at most 20 digits); None otherwise.
+fn whole(token: &[u8]) -> Option<String> {
+    let t = std::str::from_utf8(token).ok()?;
+    if !t.contains(['.', 'e', 'E']) {
+        return None;
+    }
+    let (neg, t) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t),
+    };
+    let (mantissa, exp) = match t.find(['e', 'E']) {
+        Some(p) => (&t[..p], t[p + 1..].parse::<i32>().ok()?),
+        None => (t, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int.is_empty()
+        || !int.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let frac = frac.trim_end_matches('0');
+    let mut digits: String = format!("{int}{frac}").trim_start_matches('0').to_string();
+    let mut e = exp.checked_sub(i32::try_from(frac.len()).ok()?)?;
+    while e < 0 && digits.ends_with('0') {
+        digits.pop();
+        e += 1;
+    }
+    if e < 0 && !digits.is_empty() {
+        return None;
+    }
+    if digits.is_empty() {
+        return Some("0".into());
+    }
+    let e = usize::try_from(e.max(0)).ok()?;
+    if digits.len() + e > 20 {
+        return None;
+    }
+    Some(format!(
+        "{}{digits}{}",
+        if neg { "-" } else { "" },
+        "0".repeat(e)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn norm(s: &str) -> String {
+        String::from_utf8(integral_numbers(s.as_bytes()).into_owned()).unwrap()
+    }
+
+    #[test]
+    fn whole_numbers_become_integers_and_bodies_stay_as_sent() {
+        assert_eq!(norm(r#"{"lease_ms": 670.0}"#), r#"{"lease_ms": 670}"#);
+        assert_eq!(
+            norm(r#"{"a":1e3,"b":1.5e1,"c":-2.50e1,"d":0.0,"e":1500e-2}"#),
+            r#"{"a":1000,"b":15,"c":-25,"d":0,"e":15}"#
+        );
+        assert_eq!(
+            norm(r#"{"a":1.5,"b":1e-3,"c":2.0e30}"#),
+            r#"{"a":1.5,"b":1e-3,"c":2.0e30}"#
+        );
+        let body =
+            r#"{"body": {"x": 1.0, "s": "2.0 \" 3.0", "n": [4.0]}, "priority": 7.0, "id": "5.0"}"#;
+        assert_eq!(
+            norm(body),
+            r#"{"body": {"x": 1.0, "s": "2.0 \" 3.0", "n": [4.0]}, "priority": 7, "id": "5.0"}"#
+        );
+        assert_eq!(
+            norm(r#"{"jobs":[{"body":1.0,"delay_ms":2.0},{"body":"x","delay_ms":3.0}]}"#),
+            r#"{"jobs":[{"body":1.0,"delay_ms":2},{"body":"x","delay_ms":3}]}"#
+        );
+        assert_eq!(norm(r#"{"body":2.0}"#), r#"{"body":2.0}"#);
+        assert_eq!(norm("{\"a\": 1"), "{\"a\": 1");
+        assert_eq!(norm("{\"body\": "), "{\"body\": ");
+        assert_eq!(
+            norm(r#"["body", 1.0]"#),
+            r#"["body", 1]"#,
+            "a string value is not a key"
+        );
+    }
 }
 
 /// Path parameters with our own error: 400 `invalid_path` (JSON) when a

@@ -97,18 +97,16 @@ fn bad(code: &'static str, message: impl Into<String>) -> InvalidInput {
 }
 
 /// Checks a schedule name: the id charset (printable, no whitespace), at
-/// most [`MAX_NAME_LEN`] bytes.
+/// most [`MAX_NAME_LEN`] characters.
 ///
 /// # Errors
 /// `invalid_schedule_name`.
 pub fn check_name(name: &str) -> Result<(), InvalidInput> {
-    if name.len() > MAX_NAME_LEN {
+    let chars = name.chars().count();
+    if chars > MAX_NAME_LEN {
         return Err(bad(
             "invalid_schedule_name",
-            format!(
-                "a schedule name must be 1-{MAX_NAME_LEN} bytes, got {}",
-                name.len()
-            ),
+            format!("a schedule name must be 1-{MAX_NAME_LEN} characters, got {chars}"),
         ));
     }
     JobId::new(name).map_err(|e| {
