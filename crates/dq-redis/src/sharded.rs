@@ -213,7 +213,12 @@ impl ShardedStore {
         let r = self.store(t).topic_config(t).await;
         self.note(t, &r);
         let n = match r {
-            Ok(cfg) => cfg.map_or(1, |c| c.partitions.max(1)),
+            // No settings yet: one partition, but not remembered — the topic
+            // may be being made with more right now (partition 0's settings
+            // are written last), and a count of 1 kept for a second would
+            // put this instance's jobs where their ids do not lead.
+            Ok(None) => return Ok(1),
+            Ok(Some(c)) => c.partitions.max(1),
             Err(e @ StoreError::Unavailable(_)) => {
                 if let Some((n, _)) = known {
                     return Ok(n);

@@ -508,3 +508,30 @@ async fn a_partitioned_topic_keeps_its_rate_limit() {
     assert_eq!((st.reserved, st.ready), (80, 320));
     assert!(st.counters.rate_limited > 0);
 }
+
+/// A second instance that looked at a topic before it existed, then
+/// enqueues right after another instance made it with 8 partitions: its
+/// jobs go where their ids lead, so the first instance finds and acks
+/// them (a count of 1 remembered from before would put them all in
+/// partition 0, out of reach of every lookup by id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_looked_at_before_it_was_made_is_not_remembered_as_one_partition() {
+    let (a, servers) = fresh().await;
+    let b = sharded(&servers);
+    let t = Topic::new("late").unwrap();
+    assert!(
+        b.get(&t, &JobId::new("x").unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    partitioned(&a, &t, 8).await;
+    let jobs: Vec<NewJob> = (0..40)
+        .map(|i| job(&format!("j{i}"), When::DueAtMs(1)))
+        .collect();
+    b.enqueue(&t, &jobs, 1_000).await.unwrap();
+    for i in 0..40 {
+        let id = JobId::new(format!("j{i}")).unwrap();
+        assert!(a.get(&t, &id).await.unwrap().is_some(), "j{i} found by id");
+    }
+}
