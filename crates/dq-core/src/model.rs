@@ -417,6 +417,18 @@ pub struct Reservation {
     pub next_due_ms: Option<u64>,
 }
 
+/// One held job of a batch verb ([`crate::Store::ack_batch`]): which job,
+/// and the lease token its holder got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held<'a> {
+    /// The job's topic.
+    pub topic: &'a Topic,
+    /// The job.
+    pub id: &'a JobId,
+    /// The lease token the reserve handed out.
+    pub token: &'a str,
+}
+
 /// A failed attempt as its holder reports it ([`crate::Store::nack`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Nack<'a> {

@@ -119,6 +119,26 @@ pub trait Store: Send + Sync + 'static {
     /// As [`Store::touch`].
     async fn ack(&self, topic: &Topic, id: &JobId, token: &str, now_ms: u64) -> StoreResult<()>;
 
+    /// Acks many jobs (of one topic or several) in one call: a result per
+    /// item, in order, each what [`Store::ack`] would have answered had the
+    /// items been acked one after the other (so a duplicate item answers
+    /// [`StoreError::NotFound`] after its first ack). A refused item changes
+    /// nothing. Up to [`MAX_BATCH`](crate::limits::MAX_BATCH) items per call
+    /// are done with a bounded amount of work each; a store may split larger
+    /// batches. [`StoreError::Unavailable`] for an item means the store did
+    /// not answer for it (it may or may not be acked).
+    ///
+    /// Default: [`Store::ack`] for each item in turn. Redis overrides it with
+    /// one script call per topic (hash slot), the embedded store with one
+    /// writer transaction.
+    async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
+        let mut out = Vec::with_capacity(items.len());
+        for it in items {
+            out.push(self.ack(it.topic, it.id, it.token, now_ms).await);
+        }
+        out
+    }
+
     /// Fails an attempt: the job is retried after `nack.retry_in_ms` (or the
     /// retry policy's wait), or goes dead when it was the last attempt or
     /// `nack.dead` says so (whatever attempts are left).

@@ -305,6 +305,35 @@ impl Store for EmbeddedStore {
             .await
     }
 
+    async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
+        if items.is_empty() {
+            return Vec::new();
+        }
+        let owned: Vec<(Topic, JobId, String)> = items
+            .iter()
+            .map(|it| (it.topic.clone(), it.id.clone(), it.token.to_string()))
+            .collect();
+        let n = owned.len();
+        // One writer call, so one transaction (and one fsync) for the batch;
+        // bounded like every call: MAX_BATCH acks per call.
+        let mut out = Vec::with_capacity(n);
+        let mut rest = owned;
+        while !rest.is_empty() {
+            let tail = rest.split_off(rest.len().min(limits::MAX_BATCH));
+            let chunk = std::mem::replace(&mut rest, tail);
+            let len = chunk.len();
+            match self
+                .writer
+                .exec(move |cx| ops::ack_batch(cx, &chunk, now_ms))
+                .await
+            {
+                Ok(done) => out.extend(done),
+                Err(e) => out.extend((0..len).map(|_| Err(e.clone()))),
+            }
+        }
+        out
+    }
+
     async fn nack(
         &self,
         topic: &Topic,

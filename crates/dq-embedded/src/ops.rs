@@ -603,6 +603,35 @@ pub(crate) fn ack(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64
     bump(cx, tid, "acked", 1)
 }
 
+/// Acks each item in turn, in the one transaction of this call: an item
+/// that fails is undone alone (a savepoint each), as [`ack`] would answer
+/// it. Only an error that undid the whole transaction fails the call.
+pub(crate) fn ack_batch(
+    cx: &mut Ctx,
+    items: &[(Topic, JobId, String)],
+    now: u64,
+) -> OpResult<Vec<StoreResult<()>>> {
+    let mut out = Vec::with_capacity(items.len());
+    for (topic, id, token) in items {
+        cx.conn.execute_batch("SAVEPOINT item")?;
+        match ack(cx, topic, id, token, now) {
+            Ok(()) => {
+                cx.conn.execute_batch("RELEASE item")?;
+                out.push(Ok(()));
+            }
+            Err(Failure(e)) => {
+                if cx.conn.is_autocommit() {
+                    // SQLite rolled back the whole transaction.
+                    return Err(Failure(e));
+                }
+                cx.conn.execute_batch("ROLLBACK TO item; RELEASE item")?;
+                out.push(Err(e));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// How an attempt failed, for [`fail`] and the job's counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Failed {

@@ -625,6 +625,52 @@ impl Store for RedisStore {
         status(&v).map(|_| ())
     }
 
+    async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
+        // One script call per topic (one hash slot) and MAX_BATCH items;
+        // the calls of one topic run in turn, so a duplicate item answers as
+        // it would one after the other, and the topics run side by side.
+        let mut groups: Vec<(&Topic, Vec<usize>)> = Vec::new();
+        for (i, it) in items.iter().enumerate() {
+            match groups.iter_mut().find(|(t, _)| *t == it.topic) {
+                Some((_, idx)) => idx.push(i),
+                None => groups.push((it.topic, vec![i])),
+            }
+        }
+        let now = self.now_arg(now_ms);
+        let calls = groups.into_iter().map(|(topic, idx)| {
+            let now = &now;
+            async move {
+                let mut done = Vec::with_capacity(idx.len());
+                for chunk in idx.chunks(limits::MAX_BATCH) {
+                    let mut args: Vec<&[u8]> = Vec::with_capacity(1 + 2 * chunk.len());
+                    args.push(now);
+                    for &i in chunk {
+                        args.push(items[i].id.as_str().as_bytes());
+                        args.push(items[i].token.as_bytes());
+                    }
+                    let r = self.run(&self.scripts.ack_batch, topic, &args).await;
+                    match r {
+                        Ok(Value::Array(a)) if a.len() == chunk.len() => {
+                            done.extend(a.iter().map(|v| status(v).map(|_| ())));
+                        }
+                        Ok(_) => done.extend(chunk.iter().map(|_| {
+                            Err(StoreError::Unavailable("ack_batch reply length".into()))
+                        })),
+                        Err(e) => done.extend(chunk.iter().map(|_| Err(e.clone()))),
+                    }
+                }
+                (idx, done)
+            }
+        });
+        let mut out: Vec<StoreResult<()>> = items.iter().map(|_| Ok(())).collect();
+        for (idx, done) in futures::future::join_all(calls).await {
+            for (i, r) in idx.into_iter().zip(done) {
+                out[i] = r;
+            }
+        }
+        out
+    }
+
     async fn ack_and_write(
         &self,
         topic: &Topic,

@@ -26,6 +26,7 @@ pub(crate) struct Scripts {
     pub(crate) promote_due: Script,
     pub(crate) touch: Script,
     pub(crate) ack: Script,
+    pub(crate) ack_batch: Script,
     pub(crate) nack: Script,
     pub(crate) release: Script,
     pub(crate) requeue_expired: Script,
@@ -65,6 +66,7 @@ impl Scripts {
             promote_due: s(include_str!("lua/promote_due.lua")),
             touch: s(include_str!("lua/touch.lua")),
             ack: s(include_str!("lua/ack.lua")),
+            ack_batch: s(include_str!("lua/ack_batch.lua")),
             nack: s(include_str!("lua/nack.lua")),
             release: s(include_str!("lua/release.lua")),
             requeue_expired: s(include_str!("lua/requeue_expired.lua")),
@@ -81,7 +83,7 @@ impl Scripts {
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 17] {
+    pub(crate) fn all(&self) -> [&Script; 18] {
         [
             &self.list_jobs,
             &self.import_jobs,
@@ -92,6 +94,7 @@ impl Scripts {
             &self.promote_due,
             &self.touch,
             &self.ack,
+            &self.ack_batch,
             &self.nack,
             &self.requeue_expired,
             &self.cancel,

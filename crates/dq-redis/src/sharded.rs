@@ -595,6 +595,59 @@ impl Store for ShardedStore {
         .await
     }
 
+    async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
+        // Each item's partition (the count read once per topic), then one
+        // call per shard with its items in order; that shard's store makes
+        // one script call per partition.
+        let mut counts: HashMap<&str, StoreResult<u32>> = HashMap::new();
+        let mut parts: Vec<StoreResult<Topic>> = Vec::with_capacity(items.len());
+        for it in items {
+            let n = match counts.get(it.topic.as_str()) {
+                Some(n) => n.clone(),
+                None => {
+                    let n = self.partition_count(it.topic).await;
+                    counts.insert(it.topic.as_str(), n.clone());
+                    n
+                }
+            };
+            parts.push(n.map(|n| it.topic.partition(partition_of(it.id.as_str(), n))));
+        }
+        let mut groups: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (i, p) in parts.iter().enumerate() {
+            if let Ok(p) = p {
+                groups.entry(self.shard_index(p)).or_default().push(i);
+            }
+        }
+        let calls = groups.into_iter().map(|(shard, idx)| {
+            let parts = &parts;
+            async move {
+                let batch: Vec<Held<'_>> = idx
+                    .iter()
+                    .filter_map(|&i| {
+                        let topic = parts[i].as_ref().ok()?;
+                        Some(Held { topic, ..items[i] })
+                    })
+                    .collect();
+                let done = self.shards[shard].store.ack_batch(&batch, now_ms).await;
+                for (b, r) in batch.iter().zip(&done) {
+                    self.note(b.topic, r);
+                }
+                (idx, done)
+            }
+        });
+        let done = join_all(calls).await;
+        let mut out: Vec<StoreResult<()>> = parts
+            .iter()
+            .map(|p| p.as_ref().map(|_| ()).map_err(Clone::clone))
+            .collect();
+        for (idx, done) in done {
+            for (i, r) in idx.into_iter().zip(done) {
+                out[i] = r;
+            }
+        }
+        out
+    }
+
     async fn ack_and_write(
         &self,
         topic: &Topic,

@@ -681,3 +681,70 @@ async fn flow_control_keys() {
     let cfg: Option<String> = conn.hget("dq:{fk}:cfg", "rate_limit").unwrap();
     assert_eq!(cfg, None);
 }
+
+/// The count of script calls (EVALSHA and EVAL) the server has run.
+fn script_calls(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// `ack_batch.lua`: a batch of one topic is one script call per MAX_BATCH
+/// items (two topics: one each), and afterwards every key is as the single
+/// acks leave it: records and leases gone, `ctr.acked` counted, the dedup
+/// window of a job that has one started.
+#[tokio::test]
+async fn ack_batch_runs_one_script_per_topic_and_batch_bound() {
+    let server = RedisServer::start();
+    let s = store(server.url());
+    s.load_scripts().await.unwrap();
+    let (t, u) = (Topic::new("ab").unwrap(), Topic::new("ab2").unwrap());
+    let n = limits::MAX_BATCH + 5;
+    let mut jobs: Vec<NewJob> = (0..n).map(|i| job(&format!("j{i}"), 0)).collect();
+    jobs[0].dedup_ms = Some(5_000);
+    for chunk in jobs.chunks(limits::MAX_BATCH) {
+        s.enqueue(&t, chunk, T0).await.unwrap();
+    }
+    s.enqueue(&u, &[job("other", 0)], T0).await.unwrap();
+    let mut leases = Vec::new();
+    while leases.len() < n {
+        leases.extend(s.reserve(&t, 1000, Some(60_000), T0).await.unwrap().leases);
+    }
+    leases.extend(s.reserve(&u, 1, Some(60_000), T0).await.unwrap().leases);
+    let items: Vec<Held<'_>> = leases
+        .iter()
+        .map(|l| Held {
+            topic: &l.topic,
+            id: &l.id,
+            token: &l.token,
+        })
+        .collect();
+    let mut conn = server.connection();
+    let before = script_calls(&mut conn);
+    let done = s.ack_batch(&items, T0 + 10).await;
+    assert_eq!(
+        script_calls(&mut conn) - before,
+        3,
+        "2 calls for ab, 1 for ab2"
+    );
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    assert_eq!(
+        keys(&mut conn),
+        vec!["dq:topics", "dq:{ab2}:ctr", "dq:{ab}:ctr", "dq:{ab}:dedup",]
+    );
+    let acked: u64 = conn.hget("dq:{ab}:ctr", "acked").unwrap();
+    assert_eq!(acked, n as u64);
+    let acked: u64 = conn.hget("dq:{ab2}:ctr", "acked").unwrap();
+    assert_eq!(acked, 1);
+    let window: Vec<(String, u64)> = conn.zrange_withscores("dq:{ab}:dedup", 0, -1).unwrap();
+    assert_eq!(window, vec![("j0".to_string(), T0 + 10 + 5_000)]);
+}

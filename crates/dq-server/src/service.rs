@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use dq_core::limits::{self, MAX_BATCH};
 use dq_core::{
-    Clock, Delivery, Enqueued, InvalidInput, JobId, JobInfo, JobState, Lease, Limits, Nack,
+    Clock, Delivery, Enqueued, Held, InvalidInput, JobId, JobInfo, JobState, Lease, Limits, Nack,
     NackOutcome, NewJob, Store, StoreError, StoreResult, Topic, TopicConfig, TopicConfigPatch,
     TopicStats,
 };
@@ -482,9 +482,27 @@ impl Service {
         Ok(())
     }
 
-    /// Acks each item (concurrently); a result per item, in order.
+    /// Acks each item in one store call ([`Store::ack_batch`]: one script
+    /// per topic on Redis, one transaction on the embedded store); a result
+    /// per item, in order, each as [`Service::ack`] answers it.
     pub async fn ack_batch(&self, acks: &[AckItem]) -> Vec<Result<()>> {
-        futures::future::join_all(acks.iter().map(|a| self.ack(&a.topic, &a.id, &a.token))).await
+        let items: Vec<Held<'_>> = acks
+            .iter()
+            .map(|a| Held {
+                topic: &a.topic,
+                id: &a.id,
+                token: &a.token,
+            })
+            .collect();
+        let done = self.store.ack_batch(&items, self.now()).await;
+        acks.iter()
+            .zip(done)
+            .map(|(a, r)| {
+                r?;
+                tracing::debug!(topic = %a.topic, id = %a.id, "job acked");
+                Ok(())
+            })
+            .collect()
     }
 
     /// Fails an attempt: retried after `nack.retry_in_ms` (or the retry

@@ -295,6 +295,150 @@ pub async fn ack_nack_touch_refuse_a_stale_token(s: &dyn Store) {
     ));
 }
 
+/// A batch of acks (`Store::ack_batch`) over two topics answers per item, in
+/// order, what single acks one after the other would: valid tokens ack
+/// (counters and dedup windows as `ack`), a stale token, a waiting job, an
+/// unknown or already acked id, a second item for a job the batch already
+/// acked and a dead job are refused, and nothing changes for them.
+pub async fn ack_batch_results_per_job(s: &dyn Store) {
+    assert!(s.ack_batch(&[], T0).await.is_empty());
+    let (a, b) = (topic("acks"), topic("acks-b"));
+    strict_topic(s, &a).await;
+    // "stale": its first lease expired, a second attempt holds it now.
+    put(s, &a, job("stale", When::DelayMs(0)), T0).await;
+    let first = one(s, &a, Some(1000), T0).await;
+    s.requeue_expired(&a, 10, T0 + 1001).await.unwrap();
+    let now = T0 + 2000;
+    let second = one(s, &a, Some(60_000), now).await;
+    let mut lease_of = Vec::new();
+    for name in ["v1", "v2", "gone", "dead"] {
+        put(s, &a, job(name, When::DelayMs(0)), now).await;
+        lease_of.push(one(s, &a, None, now).await);
+    }
+    let dd = || NewJob {
+        dedup_ms: Some(1000),
+        ..job("dd", When::DelayMs(0))
+    };
+    put(s, &a, dd(), now).await;
+    let ldd = one(s, &a, None, now).await;
+    put(s, &a, job("waiting", When::DelayMs(0)), now).await;
+    put(s, &b, job("v3", When::DelayMs(0)), now).await;
+    let l3 = one(s, &b, None, now).await;
+    let [l1, l2, lg, ld] = <[Lease; 4]>::try_from(lease_of).unwrap();
+    s.ack(&a, &lg.id, &lg.token, now).await.unwrap();
+    s.nack(&a, &ld.id, Nack::dead(&ld.token, "no"), now)
+        .await
+        .unwrap();
+
+    let never = id("never");
+    let items = [
+        Held {
+            topic: &a,
+            id: &l1.id,
+            token: &l1.token,
+        },
+        Held {
+            topic: &a,
+            id: &second.id,
+            token: &first.token,
+        },
+        Held {
+            topic: &a,
+            id: &never,
+            token: "tok",
+        },
+        Held {
+            topic: &b,
+            id: &l3.id,
+            token: &l3.token,
+        },
+        Held {
+            topic: &a,
+            id: &lg.id,
+            token: &lg.token,
+        },
+        Held {
+            topic: &a,
+            id: &l1.id,
+            token: &l1.token,
+        },
+        Held {
+            topic: &a,
+            id: &ld.id,
+            token: &ld.token,
+        },
+        Held {
+            topic: &a,
+            id: &id("waiting"),
+            token: &l2.token,
+        },
+        Held {
+            topic: &a,
+            id: &l2.id,
+            token: &l2.token,
+        },
+        Held {
+            topic: &a,
+            id: &ldd.id,
+            token: &ldd.token,
+        },
+    ];
+    let got: Vec<String> = s
+        .ack_batch(&items, now + 10)
+        .await
+        .into_iter()
+        .map(|r| match r {
+            Ok(()) => "ok".to_string(),
+            Err(StoreError::NotFound) => "not_found".to_string(),
+            Err(StoreError::LeaseMismatch) => "stale".to_string(),
+            Err(StoreError::NotInState(st)) => format!("{st:?}"),
+            Err(e) => format!("unexpected {e:?}"),
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "ok",
+            "stale",
+            "not_found",
+            "ok",
+            "not_found",
+            "not_found",
+            "Dead",
+            "stale",
+            "ok",
+            "ok"
+        ]
+    );
+    for (t, j) in [(&a, "v1"), (&a, "v2"), (&a, "dd"), (&b, "v3")] {
+        assert_eq!(s.get(t, &id(j)).await.unwrap(), None, "{j} acked");
+    }
+    // The refused ones are as they were.
+    let st = s.get(&a, &id("stale")).await.unwrap().unwrap();
+    assert_eq!((st.state, st.attempts), (JobState::Reserved, 2));
+    assert_eq!(st.lease_deadline_ms, Some(now + 60_000));
+    assert_eq!(
+        s.get(&a, &id("dead")).await.unwrap().unwrap().state,
+        JobState::Dead
+    );
+    assert_eq!(
+        s.get(&a, &id("waiting")).await.unwrap().unwrap().state,
+        JobState::Ready
+    );
+    let sa = s.stats(&a, now + 10).await.unwrap();
+    assert_eq!((sa.scheduled, sa.ready, sa.reserved, sa.dead), (0, 1, 1, 1));
+    assert_eq!(sa.counters.acked, 4, "gone before, then v1, v2, dd");
+    let sb = s.stats(&b, now + 10).await.unwrap();
+    assert_eq!((sb.reserved, sb.counters.acked), (0, 1));
+    // The stale item's holder still acks; dd's dedup window runs from the batch.
+    s.ack(&a, &second.id, &second.token, now + 20)
+        .await
+        .unwrap();
+    let again = put(s, &a, dd(), now + 1009).await;
+    assert!(again.deduplicated && !again.created, "{again:?}");
+    assert!(put(s, &a, dd(), now + 1010).await.created);
+}
+
 /// Touch pushes the deadline; the job does not expire at the old one.
 pub async fn touch_extends_lease(s: &dyn Store) {
     let t = topic("touch");
@@ -2307,6 +2451,7 @@ macro_rules! conformance_tests {
             reserve_one_holder_among_concurrent_callers,
             requeue_expired_redelivers,
             ack_nack_touch_refuse_a_stale_token,
+            ack_batch_results_per_job,
             touch_extends_lease,
             nack_backs_off_then_goes_dead,
             nack_retry_overrides,
