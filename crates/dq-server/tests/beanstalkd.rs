@@ -37,6 +37,23 @@ async fn start(store: &str) -> Bs {
             (Arc::new(s), None, Some(r))
         }
     };
+    let (addr, http) = serve_bs(store, ServerConfig::default(), false).await;
+    Bs {
+        addr,
+        http,
+        _dir: dir,
+        _redis: redis,
+    }
+}
+
+/// Runs a server over `store` with `config` and a beanstalkd listener on
+/// a free port (over TLS when `tls`); returns the listener's and the HTTP
+/// API's addresses once the listener accepts.
+async fn serve_bs(
+    store: Arc<dyn dq_core::Store>,
+    config: ServerConfig,
+    tls: bool,
+) -> (String, String) {
     let port = dq_testkit::free_port();
     let config = ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -45,9 +62,9 @@ async fn start(store: &str) -> Bs {
             max_job_size: 1000,
             key: None,
             auth_required: false,
-            tls: false,
+            tls,
         }),
-        ..Default::default()
+        ..config
     };
     let server = Server::new(config, store, Arc::new(dq_core::MonotonicClock::new()));
     let listener = server.bind().await.unwrap();
@@ -64,12 +81,7 @@ async fn start(store: &str) -> Bs {
         assert!(Instant::now() < deadline, "listener up");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    Bs {
-        addr,
-        http,
-        _dir: dir,
-        _redis: redis,
-    }
+    (addr, http)
 }
 
 /// One client connection.
@@ -663,37 +675,11 @@ async fn the_listener_speaks_tls_with_the_http_certificate() {
     std::fs::write(&cert, c.cert.pem()).unwrap();
     std::fs::write(&key, c.key_pair.serialize_pem()).unwrap();
     let store = dq_embedded::EmbeddedStore::open(dir.path().join("data")).unwrap();
-    let port = dq_testkit::free_port();
     let config = ServerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
         tls: Some(dq_server::tls::TlsFiles { cert, key }),
-        beanstalkd: Some(BeanstalkdConfig {
-            listen: format!("127.0.0.1:{port}").parse().unwrap(),
-            max_job_size: 1000,
-            key: None,
-            auth_required: false,
-            tls: true,
-        }),
         ..Default::default()
     };
-    let server = Server::new(
-        config,
-        Arc::new(store),
-        Arc::new(dq_core::MonotonicClock::new()),
-    );
-    let listener = server.bind().await.unwrap();
-    tokio::spawn(async move {
-        server
-            .run(listener, std::future::pending::<()>())
-            .await
-            .unwrap();
-    });
-    let addr = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while TcpStream::connect(&addr).await.is_err() {
-        assert!(Instant::now() < deadline, "listener up");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let (addr, _) = serve_bs(Arc::new(store), config, true).await;
 
     let mut roots = rustls::RootCertStore::empty();
     roots.add(c.cert.der().clone()).unwrap();
