@@ -790,7 +790,10 @@ pub(crate) async fn create_key(
     State(st): State<AppState>,
     JsonBody(req): JsonBody<wire::CreateKeyRequest>,
 ) -> ApiResult {
-    let making_admin = req.scopes.iter().any(|s| s == "admin" || s == "admin:*");
+    let making_admin = req
+        .scopes
+        .iter()
+        .any(|s| crate::keys::Scope::parse(s).is_ok_and(|scope| scope.action() == Action::Admin));
     keep_an_admin(&st, making_admin, None)?;
     let created = st
         .service

@@ -194,18 +194,15 @@ pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> 
 /// `auth = "required"`, or once any API key exists. Otherwise it answers
 /// only on loopback, without one.
 pub(crate) async fn page_needs_sign_in(st: &AppState) -> bool {
-    let ring = st.service.key_ring();
-    if !ring.loaded() && ring.may_reread() {
-        let _ = st.service.refresh_keys().await;
-    }
-    // Keys not read yet (the store does not answer): as if some existed.
-    st.admin.has_token() || st.admin.required || !ring.loaded() || ring.any()
+    st.service.keys_loaded().await;
+    page_needs_sign_in_now(st)
 }
 
 /// [`page_needs_sign_in`] from what this process knows now (for pages,
 /// after the guard read the keys).
 pub(crate) fn page_needs_sign_in_now(st: &AppState) -> bool {
     let ring = st.service.key_ring();
+    // Keys not read yet (the store does not answer): as if some existed.
     st.admin.has_token() || st.admin.required || !ring.loaded() || ring.any()
 }
 
@@ -542,58 +539,54 @@ async fn authenticate(
     ip: Option<IpAddr>,
 ) -> Result<Access, Box<Response>> {
     let now = st.service.clock().now_ms();
-    // Both checks run every time, so the time taken does not say which one
-    // a secret was closer to.
+    // Both checks run every time (the key lookup also for the token), so
+    // the time taken does not say which one a secret was closer to.
     let token = st.admin.token_ok(secret);
-    let mut key = st.service.key_ring().find(secret);
-    if !token && key.is_none() && st.service.key_ring().may_reread() {
-        // A key made on another instance a moment ago works here at once:
-        // read the keys again (at most every REREAD_EVERY, whoever asks).
-        let _ = st.service.refresh_keys().await;
-        key = st.service.key_ring().find(secret);
-    }
+    let key = if token {
+        st.service.key_ring().find(secret)
+    } else {
+        st.service.find_key(secret).await
+    };
     match (token, key) {
         (true, _) => Ok(Access::Admin),
         (false, Some(k)) => {
             st.service.note_key_use(&k);
             if let Err(next_at) = k.admit(now) {
                 let wait_s = next_at.saturating_sub(now).div_ceil(1000).max(1);
-                let mut res = ApiError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
+                return Err(Box::new(too_many(
                     "rate_limited",
                     format!(
                         "key {:?} is over its rate limit; retry in {wait_s} s",
                         k.name
                     ),
-                )
-                .into_response();
-                if let Ok(v) = header::HeaderValue::from_str(&wait_s.to_string()) {
-                    res.headers_mut().insert(header::RETRY_AFTER, v);
-                }
-                return Err(Box::new(res));
+                    wait_s,
+                )));
             }
             Ok(Access::Key(k))
         }
         (false, None) => {
             // A good key always passes; failures beyond the burst are 429.
             if let Some(wait_s) = st.admin.failures.throttled(ip, now) {
-                let mut res = ApiError::new(
-                    StatusCode::TOO_MANY_REQUESTS,
+                return Err(Box::new(too_many(
                     "too_many_auth_failures",
                     format!(
                         "too many failed authentications from this address; retry in {wait_s} s"
                     ),
-                )
-                .into_response();
-                if let Ok(v) = header::HeaderValue::from_str(&wait_s.to_string()) {
-                    res.headers_mut().insert(header::RETRY_AFTER, v);
-                }
-                return Err(Box::new(res));
+                    wait_s,
+                )));
             }
             st.admin.failures.failed(ip, now);
             Err(Box::new(unauthorized(BAD_CREDENTIAL)))
         }
     }
+}
+
+/// 429 with `code`, `message` and `Retry-After: wait_s`.
+fn too_many(code: &'static str, message: String, wait_s: u64) -> Response {
+    let mut res = ApiError::new(StatusCode::TOO_MANY_REQUESTS, code, message).into_response();
+    res.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from(wait_s));
+    res
 }
 
 /// The middleware enforcing the rules of this module's doc.

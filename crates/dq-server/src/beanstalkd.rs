@@ -518,14 +518,7 @@ impl Conn {
         };
         let access = match &cmd {
             Cmd::Auth(secret) => {
-                let ring = self.svc.key_ring();
-                let mut found = ring.find(secret);
-                if found.is_none() && ring.may_reread() {
-                    // A key made on another instance a moment ago.
-                    let _ = self.svc.refresh_keys().await;
-                    found = ring.find(secret);
-                }
-                return match found {
+                return match self.svc.find_key(secret).await {
                     Some(_) => {
                         self.secret = Some(secret.clone());
                         line("OK")
@@ -789,14 +782,12 @@ impl Conn {
     /// command (so a revoked key stops at once); open while auth is not
     /// enforced; None when a key is needed and there is none that works.
     async fn access(&self) -> Option<Access> {
+        let loaded = self.svc.keys_loaded().await;
         let ring = self.svc.key_ring();
-        if !ring.loaded() && ring.may_reread() {
-            let _ = self.svc.refresh_keys().await;
-        }
         match &self.secret {
             Some(secret) => ring.find(secret).map(Access::Key),
             // Keys not read yet (the store does not answer): as if some existed.
-            None if self.config.auth_required || !ring.loaded() || ring.any() => None,
+            None if self.config.auth_required || !loaded || ring.any() => None,
             None => Some(Access::Open),
         }
     }

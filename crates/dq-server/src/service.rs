@@ -1047,6 +1047,31 @@ impl Service {
         refresh_keys(&*self.store, &self.keys).await
     }
 
+    /// The key whose secret is `secret`. When this process knows none, it
+    /// reads the keys again first (at most every [`keys::REREAD_EVERY`],
+    /// whoever asks), so a key made on another instance a moment ago works
+    /// here at once.
+    pub async fn find_key(&self, secret: &str) -> Option<Arc<ApiKey>> {
+        if let Some(k) = self.keys.find(secret) {
+            return Some(k);
+        }
+        if !self.keys.may_reread() {
+            return None;
+        }
+        let _ = self.refresh_keys().await;
+        self.keys.find(secret)
+    }
+
+    /// Whether the keys were read at least once; if not, tries now (at
+    /// most every [`keys::REREAD_EVERY`]). Callers treat `false` as "keys
+    /// may exist": they refuse rather than act as if none did.
+    pub async fn keys_loaded(&self) -> bool {
+        if !self.keys.loaded() && self.keys.may_reread() {
+            let _ = self.refresh_keys().await;
+        }
+        self.keys.loaded()
+    }
+
     /// Creates a key; returns it with its secret (shown this once).
     ///
     /// # Errors

@@ -434,7 +434,11 @@ pub(super) async fn login(
     let given = f.get("token").unwrap_or("");
     // Both checked every time, as the API does.
     let token = st.admin.token_ok(given);
-    let key = st.service.key_ring().find(given);
+    let key = if token {
+        st.service.key_ring().find(given)
+    } else {
+        st.service.find_key(given).await
+    };
     let session = match (token, key) {
         (true, _) => st.admin.new_session(now),
         (false, Some(k)) => crate::auth::key_session(&st, &k, now),
