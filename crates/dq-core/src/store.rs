@@ -294,6 +294,16 @@ pub trait Store: Send + Sync + 'static {
     /// topic. Returns how many jobs were deleted and whether the topic is gone.
     async fn delete_topic(&self, topic: &Topic, max: usize) -> StoreResult<(u64, bool)>;
 
+    /// A number that changes whenever a topic's settings change or a topic
+    /// is deleted, through any instance sharing the store, so that readers
+    /// keep settings until it moves instead of reading every topic's again
+    /// each second. `None`: the store cannot say (readers then read again
+    /// after a short time, as before). A change becomes visible in the
+    /// number after the settings themselves.
+    async fn settings_version(&self) -> StoreResult<Option<u64>> {
+        Ok(None)
+    }
+
     /// Counts and counters of a topic.
     async fn stats(&self, topic: &Topic, now_ms: u64) -> StoreResult<TopicStats>;
 

@@ -133,6 +133,9 @@ pub struct EmbeddedStore {
     writer: Writer,
     wakes: Arc<Mutex<Vec<(u64, WakeFn)>>>,
     dir: PathBuf,
+    /// `Store::settings_version`: one process holds the database, so a
+    /// count in memory is every change.
+    settings_version: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -199,12 +202,24 @@ impl EmbeddedStore {
         };
         let wakes: Arc<Mutex<Vec<(u64, WakeFn)>>> = Arc::default();
         let writer = Writer::start(conn, lock, files, wakes.clone());
-        Ok(Self { writer, wakes, dir })
+        Ok(Self {
+            writer,
+            wakes,
+            dir,
+            settings_version: std::sync::atomic::AtomicU64::new(0),
+        })
     }
 
     /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Moves `Store::settings_version` on (after a change, whether the
+    /// call said it succeeded or not: a failed one may have written).
+    fn bump_settings_version(&self) {
+        self.settings_version
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -483,16 +498,31 @@ impl Store for EmbeddedStore {
         patch: &TopicConfigPatch,
     ) -> StoreResult<TopicConfig> {
         let (topic, patch) = (topic.clone(), patch.clone());
-        self.writer
+        let out = self
+            .writer
             .exec(move |cx| ops::configure_topic(cx, &topic, &patch))
-            .await
+            .await;
+        self.bump_settings_version();
+        out
     }
 
     async fn delete_topic(&self, topic: &Topic, max: usize) -> StoreResult<(u64, bool)> {
         let topic = topic.clone();
-        self.writer
+        let out = self
+            .writer
             .exec(move |cx| ops::delete_topic(cx, &topic, max.max(1)))
-            .await
+            .await;
+        if out.as_ref().is_ok_and(|(_, gone)| *gone) {
+            self.bump_settings_version();
+        }
+        out
+    }
+
+    async fn settings_version(&self) -> StoreResult<Option<u64>> {
+        Ok(Some(
+            self.settings_version
+                .load(std::sync::atomic::Ordering::SeqCst),
+        ))
     }
 
     async fn stats(&self, topic: &Topic, now_ms: u64) -> StoreResult<TopicStats> {

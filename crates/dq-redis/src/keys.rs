@@ -69,6 +69,12 @@ impl Keys {
         format!("{}:records:{kind}", self.prefix)
     }
 
+    /// The counter bumped after every change of a topic's settings and every
+    /// topic deletion (`Store::settings_version`; not hash-tagged: one key).
+    pub fn settings_version(&self) -> String {
+        format!("{}:settings_version", self.prefix)
+    }
+
     /// The ZSET of live dispatchers (member: instance id, score: last seen ms).
     pub fn members(&self) -> String {
         format!("{}:dispatchers", self.prefix)

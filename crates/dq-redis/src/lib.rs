@@ -278,6 +278,16 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Moves `Store::settings_version` on, after a settings change was written.
+    async fn bump_settings_version(&self) -> StoreResult<()> {
+        let mut conn = self.conn.clone();
+        let _: u64 = conn
+            .incr(self.keys.settings_version(), 1)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
     /// Adds `topic` to the topics set once per process.
     async fn register(&self, topic: &Topic) -> StoreResult<()> {
         if self
@@ -1069,6 +1079,7 @@ impl Store for RedisStore {
         }
         self.known.lock().expect("poisoned").remove(topic.as_str());
         self.register(topic).await?;
+        self.bump_settings_version().await?;
         Ok(self.topic_config(topic).await?.unwrap_or_default())
     }
 
@@ -1086,8 +1097,18 @@ impl Store for RedisStore {
                 .await
                 .map_err(unavailable)?;
             self.known.lock().expect("poisoned").remove(topic.as_str());
+            self.bump_settings_version().await?;
         }
         Ok((deleted, gone))
+    }
+
+    async fn settings_version(&self) -> StoreResult<Option<u64>> {
+        let mut conn = self.conn.clone();
+        let v: Option<u64> = conn
+            .get(self.keys.settings_version())
+            .await
+            .map_err(unavailable)?;
+        Ok(Some(v.unwrap_or(0)))
     }
 
     async fn stats(&self, topic: &Topic, now_ms: u64) -> StoreResult<TopicStats> {

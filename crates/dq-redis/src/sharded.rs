@@ -1188,6 +1188,16 @@ impl Store for ShardedStore {
         all.into_iter().next().expect("a shard")
     }
 
+    async fn settings_version(&self) -> StoreResult<Option<u64>> {
+        // Each shard counts the changes it holds; the sum moves with any.
+        let all = join_all(self.shards.iter().map(|s| s.store.settings_version())).await;
+        let mut sum = 0u64;
+        for v in all {
+            sum = sum.wrapping_add(v?.unwrap_or(0));
+        }
+        Ok(Some(sum))
+    }
+
     async fn health(&self) -> Vec<(String, StoreResult<()>)> {
         let all = join_all(self.shards.iter().map(|s| s.store.ping())).await;
         self.shards

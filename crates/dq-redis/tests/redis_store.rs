@@ -97,7 +97,12 @@ async fn keyspace_holds_ids_and_frees_bodies() {
         .unwrap();
     assert_eq!(
         keys(&mut conn),
-        vec!["dq:topics", "dq:{keys}:cfg", "dq:{keys}:ctr"],
+        vec![
+            "dq:settings_version",
+            "dq:topics",
+            "dq:{keys}:cfg",
+            "dq:{keys}:ctr"
+        ],
         "no job record (body included), schedule, ready, lease or dead key is left"
     );
 }

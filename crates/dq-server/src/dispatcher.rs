@@ -1,25 +1,43 @@
 //! The dispatcher: takes back expired leases (Reaper) and moves due jobs to
-//! ready (Promoter), for every topic, in capped batches.
+//! ready (Promoter), in capped batches — for the topics that have such work,
+//! not for every topic on every pass, so an idle dq costs the same with ten
+//! topics or a hundred thousand.
 //!
-//! It sleeps until the earliest next due time or lease deadline it saw, or
-//! until woken (an earlier job in this or another process), but at most
-//! `max_sleep`: leases taken through *other* dq processes and topics created
-//! there are noticed within that bound. Several dispatchers on one store are
-//! safe: every step is one atomic store call.
+//! It keeps a plan: per topic, the store-clock time of its next timed event
+//! (the next due job or wheel bucket, the next lease deadline plus 1 ms), as
+//! the store's own answers to its last pass said. It sleeps until the
+//! earliest entry, and passes only the topics whose time came, plus:
+//! - the topics the store announced a job due earlier for
+//!   ([`Store::watch_wakes`], from this process or another one; see
+//!   [`Wakers::take_pending`]);
+//! - the topics this process handed out leases of, at their deadline
+//!   ([`Wakers::lease_ends`]): whoever owns a topic, the instance that
+//!   handed a lease out takes it back if it expires;
+//! - every topic it owns, once at start, whenever the live dispatchers
+//!   change (ownership moved, or one stopped and left leases behind) and
+//!   whenever an announcement may have been missed (the wake-up
+//!   subscription was (re)made);
+//! - a sweep, as the backstop for an announcement that never came (a dq
+//!   killed between its write and its announcement): [`SWEEP`] topics per
+//!   `max_sleep`, so every topic is looked at every
+//!   `max(1, topics / SWEEP) × max_sleep` (34 min with 100,000 topics).
 //!
-//! Several dispatchers (one per dq instance) share the topics: each records
-//! itself alive in the store ([`Store::members`]) and handles only the topics
-//! it owns by rendezvous hashing over the live ones; when one stops
-//! answering, its topics pass to the others after `member_ttl` (5 s, or 3 ×
-//! `max_sleep` if longer). Reserve calls promote due jobs themselves, so the
-//! dispatcher is what takes back expired leases, keeps counts current and
-//! wakes waiting consumers.
+//! Several dispatchers (one per dq instance) share the topics: each
+//! records itself alive in the store ([`Store::members`]) and handles the
+//! announcements and the sweep only of the topics it owns by rendezvous
+//! hashing over the live ones; when one stops answering, its topics pass to
+//! the others after `member_ttl` (5 s, or 3 × `max_sleep` if longer).
+//! Several dispatchers on one store are safe: every step is one atomic
+//! store call. Reserve calls promote due jobs themselves, so the dispatcher
+//! is what takes back expired leases, keeps counts current and wakes
+//! waiting consumers.
 
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::hash::{fnv1a, mix64};
-use dq_core::{Clock, NackOutcome, Store, StoreError};
+use dq_core::{Clock, NackOutcome, Store, StoreError, Topic};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +45,9 @@ use crate::wakers::Wakers;
 
 /// Jobs moved per store call.
 const BATCH: usize = 1000;
+
+/// Topics the sweep looks at per `max_sleep` (see the module docs).
+pub const SWEEP: usize = 50;
 
 /// See the module docs.
 pub struct Dispatcher {
@@ -55,6 +76,59 @@ pub fn owns(members: &[String], me: &str, topic: &str) -> bool {
             (mix64(h), m.as_str())
         })
         .is_none_or(|owner| owner == me)
+}
+
+/// When each topic needs its next pass, and where the sweep is.
+#[derive(Default)]
+struct Plan {
+    /// Topic → the store-clock ms of its next pass.
+    at: HashMap<Topic, u64>,
+    /// The same, in time order.
+    order: BTreeSet<(u64, Topic)>,
+    /// The live dispatchers the plan was made for.
+    members: Option<Vec<String>>,
+    /// Every topic must be passed (start, members changed, a wake-up
+    /// possibly missed, or a failed listing).
+    full: bool,
+    /// The topics as last listed, and how far the sweep went through them.
+    listed: Vec<Topic>,
+    cursor: usize,
+    /// When the next sweep step is due.
+    next_sweep: Option<Instant>,
+}
+
+impl Plan {
+    /// Moves `t`'s next pass to `ms` if that is earlier.
+    fn lower(&mut self, t: &Topic, ms: u64) {
+        if self.at.get(t).is_some_and(|at| *at <= ms) {
+            return;
+        }
+        self.set(t, Some(ms));
+    }
+
+    /// Sets `t`'s next pass (`None`: nothing timed is left).
+    fn set(&mut self, t: &Topic, ms: Option<u64>) {
+        if let Some(old) = self.at.remove(t) {
+            self.order.remove(&(old, t.clone()));
+        }
+        if let Some(ms) = ms {
+            self.at.insert(t.clone(), ms);
+            self.order.insert((ms, t.clone()));
+        }
+    }
+
+    /// Takes the topics whose time is `now_ms` or earlier.
+    fn take_due(&mut self, now_ms: u64) -> Vec<Topic> {
+        let mut out = Vec::new();
+        while let Some((ms, _)) = self.order.first()
+            && *ms <= now_ms
+        {
+            let (_, t) = self.order.pop_first().expect("just seen");
+            self.at.remove(&t);
+            out.push(t);
+        }
+        out
+    }
 }
 
 impl Dispatcher {
@@ -100,12 +174,16 @@ impl Dispatcher {
 
     /// Runs until `cancel` fires.
     pub async fn run(self, cancel: CancellationToken) {
+        let mut plan = Plan {
+            full: true,
+            ..Plan::default()
+        };
         let mut failures = 0u32;
         loop {
             let notified = self.wakers.any().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let wake_at = match self.tick().await {
+            let wake_at = match self.step(&mut plan).await {
                 Ok(at) => {
                     failures = 0;
                     at
@@ -116,6 +194,7 @@ impl Dispatcher {
                     if failures == 1 || failures.is_multiple_of(30) {
                         tracing::warn!(error = %e, failures, "dispatcher pass failed; retrying");
                     }
+                    plan.full = true;
                     Instant::now() + Duration::from_secs(1).min(self.max_sleep)
                 }
             };
@@ -127,43 +206,128 @@ impl Dispatcher {
         }
     }
 
-    /// One pass over the topics this dispatcher owns. Returns when to run
-    /// again.
+    /// One pass over every topic this dispatcher owns (what it does at
+    /// start). Returns when to run again.
     pub async fn tick(&self) -> Result<Instant, StoreError> {
         self.tick_report().await.map(|(next, _)| next)
     }
 
     /// [`Dispatcher::tick`], also returning the topics it handled.
-    pub async fn tick_report(&self) -> Result<(Instant, Vec<dq_core::Topic>), StoreError> {
-        let started = Instant::now();
-        let mut next = started + self.max_sleep;
+    pub async fn tick_report(&self) -> Result<(Instant, Vec<Topic>), StoreError> {
+        let mut plan = Plan::default();
         let members = self.live_members().await;
-        let mut visited = Vec::new();
-        for topic in self.store.topics().await? {
-            if !owns(&members, &self.id, topic.as_str()) {
-                continue;
-            }
-            visited.push(topic.clone());
-            // A topic whose store part (Redis shard) fails waits; the others go on.
-            if let Err(e) = self.topic_pass(&topic, started, &mut next).await {
-                tracing::debug!(topic = %topic, error = %e, "dispatcher pass of a topic failed");
-                next = next.min(started + Duration::from_secs(1).min(self.max_sleep));
-            }
-        }
-        Ok((next, visited))
+        let visited = self.full_pass(&mut plan, &members).await?;
+        Ok((self.next_wake(&plan), visited))
     }
 
-    /// Expired leases and due jobs of one topic; lowers `next` to when the
-    /// topic needs another pass.
-    async fn topic_pass(
+    /// One step of [`Dispatcher::run`]: what is pending, due or swept.
+    /// Returns when to take the next.
+    async fn step(&self, plan: &mut Plan) -> Result<Instant, StoreError> {
+        let pending = self.wakers.take_pending();
+        let members = self.live_members().await;
+        if plan.members.as_ref() != Some(&members) {
+            plan.full = true;
+            plan.members = Some(members.clone());
+        }
+        plan.full |= pending.all;
+        for (t, deadline) in pending.leases {
+            if let Ok(t) = Topic::new(t) {
+                // The scripts expire leases strictly after their deadline.
+                plan.lower(&t, deadline + 1);
+            }
+        }
+        if plan.full {
+            self.full_pass(plan, &members).await?;
+            return Ok(self.next_wake(plan));
+        }
+        let mut todo: Vec<Topic> = pending
+            .topics
+            .into_iter()
+            .filter(|t| owns(&members, &self.id, t))
+            .filter_map(|t| Topic::new(t).ok())
+            .collect();
+        todo.extend(plan.take_due(self.clock.now_ms()));
+        if plan.next_sweep.is_none_or(|at| Instant::now() >= at) {
+            if plan.cursor >= plan.listed.len() {
+                plan.listed = self.store.topics().await?;
+                plan.cursor = 0;
+            }
+            let end = (plan.cursor + SWEEP).min(plan.listed.len());
+            todo.extend(
+                plan.listed[plan.cursor..end]
+                    .iter()
+                    .filter(|t| owns(&members, &self.id, t.as_str()))
+                    .cloned(),
+            );
+            plan.cursor = end;
+            plan.next_sweep = Some(Instant::now() + self.max_sleep);
+        }
+        let mut seen = HashSet::new();
+        for t in todo {
+            if seen.insert(t.clone()) {
+                self.pass(plan, &t).await;
+            }
+        }
+        Ok(self.next_wake(plan))
+    }
+
+    /// Passes every topic owned among `members`; the plan is made anew.
+    async fn full_pass(
         &self,
-        topic: &dq_core::Topic,
-        started: Instant,
-        next: &mut Instant,
-    ) -> Result<(), StoreError> {
+        plan: &mut Plan,
+        members: &[String],
+    ) -> Result<Vec<Topic>, StoreError> {
+        let topics = self.store.topics().await?;
+        plan.full = false;
+        let mut visited = Vec::new();
+        for t in &topics {
+            if owns(members, &self.id, t.as_str()) {
+                self.pass(plan, t).await;
+                visited.push(t.clone());
+            }
+        }
+        plan.listed = topics;
+        plan.cursor = plan.listed.len();
+        plan.next_sweep = Some(Instant::now() + self.max_sleep);
+        Ok(visited)
+    }
+
+    /// Passes one topic and plans its next pass; a topic whose store part
+    /// (Redis shard) fails is tried again within a second, the others go on.
+    async fn pass(&self, plan: &mut Plan, t: &Topic) {
+        match self.topic_pass(t).await {
+            Ok(next) => plan.set(t, next),
+            Err(e) => {
+                tracing::debug!(topic = %t, error = %e, "dispatcher pass of a topic failed");
+                let retry = Duration::from_secs(1).min(self.max_sleep).as_millis() as u64;
+                plan.set(t, Some(self.clock.now_ms() + retry));
+            }
+        }
+    }
+
+    /// When the plan's earliest pass or the next sweep step is due.
+    fn next_wake(&self, plan: &Plan) -> Instant {
+        let base = Instant::now();
+        let mut next = plan.next_sweep.unwrap_or(base + self.max_sleep);
+        if let Some((ms, _)) = plan.order.first() {
+            let in_ms = ms.saturating_sub(self.clock.now_ms());
+            next = next.min(base + Duration::from_millis(in_ms));
+        }
+        next
+    }
+
+    /// Expired leases and due jobs of one topic. Returns the store-clock
+    /// time of its next timed event (`None`: none).
+    async fn topic_pass(&self, topic: &Topic) -> Result<Option<u64>, StoreError> {
+        let mut next: Option<u64> = None;
+        let mut lower = |ms: u64| next = Some(next.map_or(ms, |n: u64| n.min(ms)));
         loop {
             let now = self.clock.now_ms();
             let r = self.store.requeue_expired(topic, BATCH, now).await?;
+            if r.retried > 0 {
+                // Jobs back to wait: reserves here look at the topic again.
+                self.wakers.changed(topic.as_str());
+            }
             for (id, outcome) in &r.jobs {
                 match outcome {
                     NackOutcome::Retry { due_at_ms, attempt } => tracing::info!(
@@ -179,7 +343,7 @@ impl Dispatcher {
             if (r.retried + r.dead) < BATCH as u64 {
                 if let Some(d) = r.next_deadline_ms {
                     // The script expires leases strictly after their deadline.
-                    *next = (*next).min(at(started, now, d + 1));
+                    lower(d + 1);
                 }
                 break;
             }
@@ -189,18 +353,13 @@ impl Dispatcher {
             let p = self.store.promote_due(topic, BATCH, now).await?;
             if p.moved < BATCH as u64 {
                 if let Some(d) = p.next_due_ms {
-                    *next = (*next).min(at(started, now, d));
+                    lower(d);
                 }
                 break;
             }
         }
-        Ok(())
+        Ok(next)
     }
-}
-
-/// The instant at which the clock will read `due_ms`, given it read `now_ms` at `base`.
-fn at(base: Instant, now_ms: u64, due_ms: u64) -> Instant {
-    base + Duration::from_millis(due_ms.saturating_sub(now_ms))
 }
 
 #[cfg(test)]

@@ -5,6 +5,16 @@
 //! (a local enqueue, or another process via the store), or until the wait
 //! ends — never on a fixed polling interval. A drain or shutdown ends the
 //! wait with what it has.
+//!
+//! A reserve naming several topics (a beanstalkd watch list, a worker of
+//! a thousand tenants' topics) skips those this process knows to have
+//! nothing to hand out ([`crate::wakers::Wakers::quiet_until`]: what an
+//! earlier reserve found, until its next due time or a change of the topic
+//! made here or announced by the store), so it costs about as much as
+//! reserving from the topics that have work. A job written through
+//! another instance is seen once its announcement arrives (about a
+//! millisecond on one Redis; the long-poll wakes for it). A reserve of one
+//! topic always asks the store.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -45,22 +55,38 @@ pub(crate) async fn reserve(
         let now = svc.clock().now_ms();
         let mut leases: Vec<Lease> = Vec::new();
         let mut next_due: Option<u64> = None;
+        let mut lower = |d: Option<u64>| {
+            next_due = match (next_due, d) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        };
+        let hinted = topics.len() > 1;
         for i in 0..topics.len() {
             if leases.len() >= max {
                 break;
             }
             let t = &topics[(start + i) % topics.len()];
+            if hinted && let Some(until) = svc.wakers().quiet_until(t.as_str(), now) {
+                lower(Some(until).filter(|u| *u != u64::MAX));
+                continue;
+            }
+            let epoch = svc.wakers().epoch();
             match svc
                 .store()
                 .reserve(t, max - leases.len(), lease_ms, now)
                 .await
             {
                 Ok(c) => {
+                    if hinted {
+                        match c.next_due_ms {
+                            None => svc.wakers().note_quiet(t.as_str(), u64::MAX, epoch),
+                            Some(d) if d > now => svc.wakers().note_quiet(t.as_str(), d, epoch),
+                            Some(_) => {}
+                        }
+                    }
                     leases.extend(c.leases);
-                    next_due = match (next_due, c.next_due_ms) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
+                    lower(c.next_due_ms);
                 }
                 Err(e) if leases.is_empty() => return Err(e),
                 Err(e) => {

@@ -124,9 +124,45 @@ const MODE_TTL: Duration = Duration::from_secs(1);
 /// forwarder (both read every second).
 const DELIVERED_TTL: Duration = Duration::from_millis(500);
 
+/// How often the store's settings version is read
+/// ([`Store::settings_version`]): a cached read of settings is kept while it
+/// has not moved, so settings changed through another instance are seen
+/// within this, and nothing is read again per topic while none change.
+const VERSION_EVERY: Duration = Duration::from_millis(250);
+
+/// Longest a cached read of settings is kept on an unchanged version (the
+/// backstop for a change whose version bump was lost with its instance).
+const VERSION_KEEPS: Duration = Duration::from_secs(600);
+
 /// Most topics whose mode is remembered; beyond it the memory starts over,
 /// so hostile topic names in reserves cannot grow it.
 const MODE_CACHE_MAX: usize = 10_000;
+
+/// Something read from the topics' settings, when, and at which settings
+/// version ([`Store::settings_version`]).
+struct Cached<T> {
+    at: Instant,
+    version: Option<u64>,
+    value: T,
+}
+
+impl<T> Cached<T> {
+    fn new(version: Option<u64>, value: T) -> Self {
+        Self {
+            at: Instant::now(),
+            version,
+            value,
+        }
+    }
+
+    /// Whether the read still holds now that the version is `now`: within
+    /// `ttl` always, and while the version has not moved for up to
+    /// [`VERSION_KEEPS`].
+    fn fresh(&self, now: Option<u64>, ttl: Duration) -> bool {
+        let age = self.at.elapsed();
+        age < ttl || (self.version.is_some() && self.version == now && age < VERSION_KEEPS)
+    }
+}
 
 /// Every verb, over one store. Shared by every front-end (`Arc<Service>`).
 pub struct Service {
@@ -144,11 +180,14 @@ pub struct Service {
     /// wait for them).
     deliveries: TaskTracker,
     topics_changed: Notify,
-    /// Whether each recently reserved topic is delivered by push, and when
-    /// that was read.
-    modes: Mutex<HashMap<Topic, (Instant, bool)>>,
-    /// The last read of the topics dq delivers itself, and when.
-    delivered: Mutex<Option<(Instant, HashMap<Topic, Delivery>)>>,
+    /// Whether each recently reserved topic is delivered by push, when
+    /// that was read, and at which settings version.
+    modes: Mutex<HashMap<Topic, Cached<bool>>>,
+    /// The last read of the topics dq delivers itself, when and at which
+    /// settings version.
+    delivered: Mutex<Option<Cached<HashMap<Topic, Delivery>>>>,
+    /// The store's settings version as last read, and when.
+    settings_seen: Mutex<Option<(Instant, Option<u64>)>>,
     /// Bumped by every settings change here: a read that began before one
     /// is not kept.
     delivered_gen: std::sync::atomic::AtomicU64,
@@ -219,6 +258,7 @@ impl Service {
             topics_changed: Notify::new(),
             modes: Mutex::new(HashMap::new()),
             delivered: Mutex::new(None),
+            settings_seen: Mutex::new(None),
             delivered_gen: std::sync::atomic::AtomicU64::new(0),
             keys: ring,
         }
@@ -311,6 +351,14 @@ impl Service {
         self.clock.now_ms()
     }
 
+    /// `t` was written through this process (a job may be due earlier):
+    /// reserves here stop skipping it at once, before the store's
+    /// announcement arrives (see [`Wakers::changed`]). Called whether the
+    /// write succeeded or not: a failed call may have written.
+    fn changed(&self, t: &Topic) {
+        self.wakers.changed(t.as_str());
+    }
+
     // ---- jobs -------------------------------------------------------------
 
     /// Enqueues one job.
@@ -337,7 +385,9 @@ impl Service {
             )
             .into());
         }
-        let out = self.store.enqueue(t, &jobs, self.now()).await?;
+        let out = self.store.enqueue(t, &jobs, self.now()).await;
+        self.changed(t);
+        let out = out?;
         let changed = out.iter().filter(|e| e.created || e.replaced).count();
         tracing::debug!(topic = %t, jobs = out.len(), changed, "jobs enqueued");
         Ok(out)
@@ -374,7 +424,9 @@ impl Service {
     pub async fn reschedule(&self, t: &Topic, id: &JobId, due_at_ms: u64) -> Result<()> {
         let now = self.now();
         self.limits.check_due_at(due_at_ms, now)?;
-        self.store.reschedule(t, id, due_at_ms, now).await?;
+        let done = self.store.reschedule(t, id, due_at_ms, now).await;
+        self.changed(t);
+        done?;
         tracing::info!(topic = %t, id = %id, due_at_ms, "job rescheduled");
         Ok(())
     }
@@ -443,9 +495,23 @@ impl Service {
         }
         let leases = leases?;
         let now = self.now();
+        let mut ends: Option<(&Topic, u64)> = None;
         for l in &leases {
+            // Reserves of one call share a lease length: note each topic's earliest.
+            match ends {
+                Some((t, d)) if t == &l.topic => ends = Some((t, d.min(l.lease_deadline_ms))),
+                _ => {
+                    if let Some((t, d)) = ends {
+                        self.wakers.lease_ends(t.as_str(), d);
+                    }
+                    ends = Some((&l.topic, l.lease_deadline_ms));
+                }
+            }
             let late = Duration::from_millis(now.saturating_sub(l.due_at_ms));
             self.metrics.observe_lateness(l.topic.as_str(), late);
+        }
+        if let Some((t, d)) = ends {
+            self.wakers.lease_ends(t.as_str(), d);
         }
         Ok(leases)
     }
@@ -453,10 +519,11 @@ impl Service {
     /// Whether dq delivers `t` itself (push, forwarding), as read within
     /// [`MODE_TTL`].
     async fn is_delivered(&self, t: &Topic) -> Result<bool> {
-        if let Some((at, push)) = self.modes.lock().expect("poisoned").get(t)
-            && at.elapsed() < MODE_TTL
+        let version = self.settings_version().await;
+        if let Some(c) = self.modes.lock().expect("poisoned").get(t)
+            && c.fresh(version, MODE_TTL)
         {
-            return Ok(*push);
+            return Ok(c.value);
         }
         let push = self
             .store
@@ -467,7 +534,7 @@ impl Service {
         if modes.len() >= MODE_CACHE_MAX {
             modes.clear();
         }
-        modes.insert(t.clone(), (Instant::now(), push));
+        modes.insert(t.clone(), Cached::new(version, push));
         Ok(push)
     }
 
@@ -514,7 +581,9 @@ impl Service {
         if let Some(ms) = nack.retry_in_ms {
             self.limits.check_delay(ms)?;
         }
-        let out = self.store.nack(t, id, nack, self.now()).await?;
+        let out = self.store.nack(t, id, nack, self.now()).await;
+        self.changed(t);
+        let out = out?;
         let error = limits::clip_error(nack.error);
         match out {
             NackOutcome::Retry { due_at_ms, attempt } => {
@@ -537,10 +606,9 @@ impl Service {
     /// `invalid_delay`; as [`Service::ack`].
     pub async fn release(&self, t: &Topic, id: &JobId, token: &str, delay_ms: u64) -> Result<u64> {
         self.limits.check_delay(delay_ms)?;
-        let due = self
-            .store
-            .release(t, id, token, delay_ms, self.now())
-            .await?;
+        let due = self.store.release(t, id, token, delay_ms, self.now()).await;
+        self.changed(t);
+        let due = due?;
         tracing::debug!(topic = %t, id = %id, due_at_ms = due, "job released");
         Ok(due)
     }
@@ -575,7 +643,8 @@ impl Service {
     pub async fn reserve_job(&self, t: &Topic, id: &JobId) -> Result<Option<Lease>> {
         self.check_intake()?;
         let lease = self.store.reserve_job(t, id, None, self.now()).await?;
-        if lease.is_some() {
+        if let Some(l) = &lease {
+            self.wakers.lease_ends(t.as_str(), l.lease_deadline_ms);
             tracing::debug!(topic = %t, id = %id, "job reserved by id");
         }
         Ok(lease)
@@ -589,7 +658,9 @@ impl Service {
     pub async fn pause_topic(&self, t: &Topic, for_ms: u64) -> Result<()> {
         self.limits.check_delay(for_ms)?;
         let until = if for_ms == 0 { 0 } else { self.now() + for_ms };
-        self.store.pause_topic(t, until).await?;
+        let done = self.store.pause_topic(t, until).await;
+        self.changed(t);
+        done?;
         tracing::info!(topic = %t, for_ms, "topic paused");
         Ok(())
     }
@@ -744,6 +815,7 @@ impl Service {
     }
 
     fn forget_mode(&self, t: &Topic) {
+        self.changed(t);
         self.modes.lock().expect("poisoned").remove(t);
         self.delivered_gen
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -759,10 +831,11 @@ impl Service {
         // The deliverer and the forwarder both ask every second: one read
         // of every topic's settings serves both (a change made through this
         // instance clears it at once).
-        if let Some((at, d)) = &*self.delivered.lock().expect("poisoned")
-            && at.elapsed() < DELIVERED_TTL
+        let version = self.settings_version().await;
+        if let Some(c) = &*self.delivered.lock().expect("poisoned")
+            && c.fresh(version, DELIVERED_TTL)
         {
-            return Ok(d.clone());
+            return Ok(c.value.clone());
         }
         let generation = self.delivered_gen.load(std::sync::atomic::Ordering::SeqCst);
         let mut out = HashMap::new();
@@ -775,9 +848,22 @@ impl Service {
         }
         let mut cache = self.delivered.lock().expect("poisoned");
         if self.delivered_gen.load(std::sync::atomic::Ordering::SeqCst) == generation {
-            *cache = Some((Instant::now(), out.clone()));
+            *cache = Some(Cached::new(version, out.clone()));
         }
         Ok(out)
+    }
+
+    /// The store's settings version, read at most every [`VERSION_EVERY`]
+    /// (`None`: the store cannot say, or did not answer).
+    async fn settings_version(&self) -> Option<u64> {
+        if let Some((at, v)) = *self.settings_seen.lock().expect("poisoned")
+            && at.elapsed() < VERSION_EVERY
+        {
+            return v;
+        }
+        let v = self.store.settings_version().await.ok().flatten();
+        *self.settings_seen.lock().expect("poisoned") = Some((Instant::now(), v));
+        v
     }
 
     /// Gives leases back at once without counting their attempts (the
@@ -1311,7 +1397,9 @@ impl Service {
                 ..e
             })?;
         }
-        let out = self.store.import_jobs(t, &jobs, now).await?;
+        let out = self.store.import_jobs(t, &jobs, now).await;
+        self.changed(t);
+        let out = out?;
         let created = out.iter().filter(|i| i.created).count();
         tracing::info!(topic = %t, jobs = out.len(), created, "jobs imported");
         Ok(out)
@@ -1335,7 +1423,11 @@ impl Service {
                 )
                 .into());
             }
-            Some(ids) => self.store.replay_dead(t, Some(ids), ids.len(), now).await?,
+            Some(ids) => {
+                let n = self.store.replay_dead(t, Some(ids), ids.len(), now).await;
+                self.changed(t);
+                n?
+            }
             None => {
                 let mut left = self.store.stats(t, now).await?.dead;
                 let mut total = 0;
@@ -1343,7 +1435,9 @@ impl Service {
                     let n = self
                         .store
                         .replay_dead(t, None, left.min(MAX_BATCH as u64) as usize, now)
-                        .await?;
+                        .await;
+                    self.changed(t);
+                    let n = n?;
                     total += n;
                     if n == 0 {
                         break;

@@ -1,19 +1,58 @@
 //! In-process wake-ups: "topic X has a job due earlier than you think".
 //!
 //! Waiting reserve calls and the dispatcher sleep until the next due time they
-//! know of; enqueues in this process and wake-up messages from other dq
-//! processes (through the store) cut those sleeps short.
+//! know of; wake-up announcements of the store (for changes made through this
+//! process or another one) cut those sleeps short.
+//!
+//! Three more things ride on the announcements, so that nothing dq does
+//! while idle grows with the number of topics:
+//! - the dispatcher's *pending* work: the topics announced since its last
+//!   look, and the lease deadlines this process handed out
+//!   ([`Wakers::take_pending`]), so it passes only those topics;
+//! - *quiet hints* for reserves naming many topics: a reserve that found
+//!   nothing due in a topic before time T records it, and later reserves of
+//!   this process skip the topic until T or until a change of it is
+//!   announced or made here ([`Wakers::changed`]), whichever comes first.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-/// One [`Notify`] per topic with waiters, plus one for "any topic".
+/// Most topics remembered as pending or hinted; beyond, everything is
+/// forgotten at once (and the dispatcher looks at every topic).
+const MAX_REMEMBERED: usize = 1_000_000;
+
+/// One [`Notify`] per topic with waiters, plus one for "any topic", plus
+/// the dispatcher's pending work and the reserves' quiet hints.
 #[derive(Debug, Default)]
 pub struct Wakers {
     topics: Mutex<HashMap<String, Arc<Notify>>>,
     any: Notify,
+    pending: Mutex<Pending>,
+    hints: Mutex<Hints>,
+}
+
+/// What the dispatcher has to look at, collected since it last took it.
+#[derive(Debug, Default)]
+pub struct Pending {
+    /// Every topic (an announcement may have been missed).
+    pub all: bool,
+    /// Topics announced to have a job due earlier.
+    pub topics: HashSet<String>,
+    /// The earliest lease deadline (ms) handed out here, per topic.
+    pub leases: HashMap<String, u64>,
+}
+
+#[derive(Debug, Default)]
+struct Hints {
+    /// Bumped by every change.
+    epoch: u64,
+    /// The epoch of the last "forget everything".
+    all_changed: u64,
+    /// Per topic: the epoch of its last change, and the time before which
+    /// it has nothing to hand out, as a reserve found (`None`: unknown).
+    topics: HashMap<String, (u64, Option<u64>)>,
 }
 
 impl Wakers {
@@ -32,7 +71,8 @@ impl Wakers {
         &self.any
     }
 
-    /// Wakes the waiters of `topic`; an empty name wakes every waiter.
+    /// Wakes the waiters of `topic`, forgets its quiet hint and marks it
+    /// pending for the dispatcher; an empty name does so for every topic.
     pub fn wake(&self, topic: &str) {
         let map = self.topics.lock().expect("poisoned");
         if topic.is_empty() {
@@ -43,6 +83,16 @@ impl Wakers {
             n.notify_waiters();
         }
         drop(map);
+        self.changed(topic);
+        {
+            let mut p = self.pending.lock().expect("poisoned");
+            if topic.is_empty() || p.topics.len() >= MAX_REMEMBERED {
+                p.all = true;
+                p.topics.clear();
+            } else if !p.all {
+                p.topics.insert(topic.to_string());
+            }
+        }
         self.any.notify_waiters();
     }
 
@@ -52,5 +102,133 @@ impl Wakers {
         if map.get(topic).is_some_and(|n| Arc::strong_count(n) == 1) {
             map.remove(topic);
         }
+    }
+
+    /// Notes that a lease of `topic` handed out here ends at `deadline_ms`
+    /// (store clock): the dispatcher of this process takes it back if
+    /// it expires, whichever dispatcher owns the topic.
+    pub fn lease_ends(&self, topic: &str, deadline_ms: u64) {
+        {
+            let mut p = self.pending.lock().expect("poisoned");
+            if p.leases.len() >= MAX_REMEMBERED {
+                p.all = true;
+                p.leases.clear();
+            }
+            let d = p.leases.entry(topic.to_string()).or_insert(deadline_ms);
+            *d = (*d).min(deadline_ms);
+        }
+        self.any.notify_waiters();
+    }
+
+    /// Takes what the dispatcher has to look at.
+    pub fn take_pending(&self) -> Pending {
+        std::mem::take(&mut *self.pending.lock().expect("poisoned"))
+    }
+
+    /// `topic` changed (a job may be due earlier): its quiet hint no longer
+    /// holds. An empty name: every topic changed.
+    pub fn changed(&self, topic: &str) {
+        let mut h = self.hints.lock().expect("poisoned");
+        h.epoch += 1;
+        let epoch = h.epoch;
+        if topic.is_empty() || h.topics.len() >= MAX_REMEMBERED {
+            h.all_changed = epoch;
+            h.topics.clear();
+        } else if let Some(e) = h.topics.get_mut(topic) {
+            *e = (epoch, None);
+        } else {
+            h.topics.insert(topic.to_string(), (epoch, None));
+        }
+    }
+
+    /// The current change epoch: take it before reading a topic, and give
+    /// it to [`Wakers::note_quiet`] with what the read found.
+    pub fn epoch(&self) -> u64 {
+        self.hints.lock().expect("poisoned").epoch
+    }
+
+    /// Records that `topic` has nothing to hand out before `until_ms`
+    /// (`u64::MAX`: nothing at all), as read after `epoch`; ignored when a
+    /// change came since.
+    pub fn note_quiet(&self, topic: &str, until_ms: u64, epoch: u64) {
+        let mut h = self.hints.lock().expect("poisoned");
+        if h.all_changed > epoch {
+            return;
+        }
+        if h.topics.len() >= MAX_REMEMBERED {
+            h.epoch += 1;
+            h.all_changed = h.epoch;
+            h.topics.clear();
+            return;
+        }
+        let e = h.topics.entry(topic.to_string()).or_insert((0, None));
+        if e.0 <= epoch {
+            e.1 = Some(until_ms);
+        }
+    }
+
+    /// Whether `topic` is known to have nothing to hand out at `now_ms`.
+    pub fn is_quiet(&self, topic: &str, now_ms: u64) -> bool {
+        self.quiet_until(topic, now_ms).is_some()
+    }
+
+    /// When `topic`, known to have nothing to hand out at `now_ms`, may
+    /// have (`u64::MAX`: not before a change); `None` when not known quiet.
+    pub fn quiet_until(&self, topic: &str, now_ms: u64) -> Option<u64> {
+        let h = self.hints.lock().expect("poisoned");
+        h.topics
+            .get(topic)
+            .and_then(|(_, until)| *until)
+            .filter(|until| now_ms < *until)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quiet_hint_holds_until_its_time_or_a_change() {
+        let w = Wakers::default();
+        let e = w.epoch();
+        w.note_quiet("a", 100, e);
+        assert!(w.is_quiet("a", 99));
+        assert!(!w.is_quiet("a", 100), "due at 100: look then");
+        assert!(!w.is_quiet("b", 0), "never read: not quiet");
+        w.changed("a");
+        assert!(!w.is_quiet("a", 0), "a change forgets the hint");
+        // A read that began before a change records nothing.
+        let before = w.epoch();
+        w.changed("a");
+        w.note_quiet("a", u64::MAX, before);
+        assert!(!w.is_quiet("a", 0));
+        // A change of another topic does not matter.
+        let e = w.epoch();
+        w.changed("b");
+        w.note_quiet("a", u64::MAX, e);
+        assert!(w.is_quiet("a", u64::MAX - 1));
+        // "Everything changed" forgets every hint and refuses older reads.
+        let before = w.epoch();
+        w.wake("");
+        assert!(!w.is_quiet("a", 0));
+        w.note_quiet("a", u64::MAX, before);
+        assert!(!w.is_quiet("a", 0));
+    }
+
+    #[test]
+    fn pending_collects_topics_and_the_earliest_lease() {
+        let w = Wakers::default();
+        w.wake("a");
+        w.wake("a");
+        w.lease_ends("b", 50);
+        w.lease_ends("b", 40);
+        w.lease_ends("b", 60);
+        let p = w.take_pending();
+        assert!(!p.all);
+        assert_eq!(p.topics, HashSet::from(["a".to_string()]));
+        assert_eq!(p.leases.get("b"), Some(&40));
+        assert!(w.take_pending().topics.is_empty(), "taken");
+        w.wake("");
+        assert!(w.take_pending().all);
     }
 }

@@ -2433,6 +2433,55 @@ pub async fn import_jobs_dead_past_cap_drops_oldest(s: &dyn Store) {
     assert_eq!(s.stats(&t, T0).await.unwrap().dead, 2);
 }
 
+/// `settings_version`: a number the store can always give, which moves
+/// with every settings change and topic deletion (readers keep settings
+/// while it stands still) and stands still for job traffic (or readers
+/// would read every topic's settings again under load).
+pub async fn settings_version_moves_with_settings_only(s: &dyn Store) {
+    let v0 = s.settings_version().await.unwrap().expect("a version");
+    let t = topic("sv");
+    s.configure_topic(
+        &t,
+        &TopicConfigPatch {
+            max_attempts: Some(3),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let v1 = s.settings_version().await.unwrap().unwrap();
+    assert_ne!(v1, v0, "configure moved it");
+    put(s, &t, job("a", When::DelayMs(0)), T0).await;
+    put(s, &topic("sv-other"), job("a", When::DelayMs(5)), T0).await;
+    let r = s.reserve(&t, 1, None, T0).await.unwrap();
+    s.ack(&t, &r.leases[0].id, &r.leases[0].token, T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.settings_version().await.unwrap().unwrap(),
+        v1,
+        "jobs moving change no settings"
+    );
+    s.configure_topic(
+        &t,
+        &TopicConfigPatch {
+            paused: Some(true),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let v2 = s.settings_version().await.unwrap().unwrap();
+    assert_ne!(v2, v1, "a pause moved it");
+    let (_, gone) = s.delete_topic(&t, 100).await.unwrap();
+    assert!(gone);
+    assert_ne!(
+        s.settings_version().await.unwrap().unwrap(),
+        v2,
+        "a deletion moved it"
+    );
+}
+
 #[macro_export]
 macro_rules! conformance_tests {
     (in_one $test:ident, $setup:expr, $make:expr) => {
@@ -2485,7 +2534,8 @@ macro_rules! conformance_tests {
             list_jobs_pages_every_state_once,
             list_jobs_cursor_is_stable_under_writes,
             import_jobs_keeps_due_attempts_and_dead_letters,
-            import_jobs_dead_past_cap_drops_oldest
+            import_jobs_dead_past_cap_drops_oldest,
+            settings_version_moves_with_settings_only
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
