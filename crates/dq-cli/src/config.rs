@@ -118,6 +118,12 @@ pub(crate) struct ServeArgs {
     /// Token /metrics wants as Authorization: Bearer (the admin token works too) [default: none, /metrics is open]
     #[arg(long, env = "DQ_METRICS_TOKEN", hide_env_values = true)]
     pub(crate) metrics_token: Option<String>,
+    /// Topics that get dq_topic_* series in /metrics whatever their count: names or prefixes ending in `*`, comma-separated [default: none]
+    #[arg(long, env = "DQ_METRICS_TOPICS", value_delimiter = ',')]
+    pub(crate) metrics_topics: Vec<String>,
+    /// Above this many topics, only those named in metrics_topics or handed out of by this instance get series of their own [default: 1000]
+    #[arg(long, env = "DQ_METRICS_MAX_TOPICS")]
+    pub(crate) metrics_max_topics: Option<usize>,
     /// Log format: text or json [default: text]
     #[arg(long, env = "DQ_LOG_FORMAT")]
     pub(crate) log_format: Option<String>,
@@ -160,6 +166,9 @@ struct FileConfig {
     admin_token: Option<String>,
     auth: Option<String>,
     metrics_token: Option<String>,
+    #[serde(default)]
+    metrics_topics: Vec<String>,
+    metrics_max_topics: Option<usize>,
     #[serde(default)]
     alert_webhooks: Vec<String>,
     alert_smtp_url: Option<String>,
@@ -376,6 +385,19 @@ impl ServeArgs {
                 );
             }
             server.metrics_token = Some(t);
+        }
+        let patterns = if self.metrics_topics.is_empty() {
+            file.metrics_topics
+        } else {
+            self.metrics_topics
+        };
+        for p in patterns {
+            let pattern = dq_server::keys::TopicPattern::parse(&p)
+                .map_err(|m| anyhow::anyhow!("metrics_topics: {p:?}: {m}"))?;
+            server.metrics_series.topics.push(pattern);
+        }
+        if let Some(n) = self.metrics_max_topics.or(file.metrics_max_topics) {
+            server.metrics_series.max_topics = n;
         }
         let a = &mut server.alerts;
         a.webhooks = if self.alert_webhooks.is_empty() {

@@ -103,9 +103,66 @@ impl fmt::Display for Action {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scope {
     action: Action,
+    pattern: TopicPattern,
+}
+
+/// A topic name, or a prefix ending in `*` (`billing-*`, `*`): which topics
+/// a scope (or the `metrics_topics` setting) names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicPattern {
     /// A topic name, or a prefix when `wildcard`.
     prefix: String,
     wildcard: bool,
+}
+
+impl TopicPattern {
+    /// Parses a pattern; the message names what is wrong (the caller says
+    /// where the pattern came from).
+    ///
+    /// # Errors
+    /// `*` other than at the end; a prefix no topic name can start with;
+    /// an empty pattern.
+    pub fn parse(pattern: &str) -> Result<Self, String> {
+        let (prefix, wildcard) = match pattern.strip_suffix('*') {
+            Some(p) => (p, true),
+            None => (pattern, false),
+        };
+        if prefix.contains('*') {
+            return Err("`*` may only end a pattern".into());
+        }
+        if !prefix.is_empty() {
+            // A prefix must be the start of some valid topic name.
+            Topic::new(prefix.to_string()).map_err(|e| e.message)?;
+        } else if !wildcard {
+            return Err(
+                "the pattern is empty; write a topic name, a prefix ending in `*`, or `*`".into(),
+            );
+        }
+        Ok(Self {
+            prefix: prefix.to_string(),
+            wildcard,
+        })
+    }
+
+    /// Whether the pattern matches `topic`.
+    pub fn matches(&self, topic: &str) -> bool {
+        if self.wildcard {
+            topic.starts_with(&self.prefix)
+        } else {
+            topic == self.prefix
+        }
+    }
+
+    /// Whether it matches every topic (`*`).
+    pub fn is_everything(&self) -> bool {
+        self.wildcard && self.prefix.is_empty()
+    }
+}
+
+impl fmt::Display for TopicPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.prefix, if self.wildcard { "*" } else { "" })
+    }
 }
 
 fn invalid_scope(message: String) -> InvalidInput {
@@ -132,34 +189,14 @@ impl Scope {
                 "scope {s:?}: unknown action {action:?}; one of enqueue, consume, read, manage, admin"
             ))
         })?;
-        let (prefix, wildcard) = match pattern.strip_suffix('*') {
-            Some(p) => (p, true),
-            None => (pattern, false),
-        };
-        if prefix.contains('*') {
-            return Err(invalid_scope(format!(
-                "scope {s:?}: `*` may only end a pattern"
-            )));
-        }
-        if action == Action::Admin && !(wildcard && prefix.is_empty()) {
+        let pattern =
+            TopicPattern::parse(pattern).map_err(|m| invalid_scope(format!("scope {s:?}: {m}")))?;
+        if action == Action::Admin && !pattern.is_everything() {
             return Err(invalid_scope(format!(
                 "scope {s:?}: admin applies to everything; write `admin`"
             )));
         }
-        if !prefix.is_empty() {
-            // A prefix must be the start of some valid topic name.
-            Topic::new(prefix.to_string())
-                .map_err(|e| invalid_scope(format!("scope {s:?}: {}", e.message)))?;
-        } else if !wildcard {
-            return Err(invalid_scope(format!(
-                "scope {s:?}: the pattern is empty; write a topic name, a prefix ending in `*`, or `*`"
-            )));
-        }
-        Ok(Self {
-            action,
-            prefix: prefix.to_string(),
-            wildcard,
-        })
+        Ok(Self { action, pattern })
     }
 
     /// The scope's action.
@@ -169,11 +206,7 @@ impl Scope {
 
     /// Whether the pattern matches `topic`.
     pub fn matches(&self, topic: &str) -> bool {
-        if self.wildcard {
-            topic.starts_with(&self.prefix)
-        } else {
-            topic == self.prefix
-        }
+        self.pattern.matches(topic)
     }
 
     /// Whether this scope allows `action` on `topic`.
@@ -187,13 +220,7 @@ impl fmt::Display for Scope {
         if self.action == Action::Admin {
             return f.write_str("admin");
         }
-        write!(
-            f,
-            "{}:{}{}",
-            self.action,
-            self.prefix,
-            if self.wildcard { "*" } else { "" }
-        )
+        write!(f, "{}:{}", self.action, self.pattern)
     }
 }
 
@@ -394,9 +421,9 @@ impl ApiKey {
 
     /// Whether the key allows `action` on every topic (a `*` pattern).
     pub fn allows_all(&self, action: Action) -> bool {
-        self.scopes.iter().any(|s| {
-            s.action == Action::Admin || (s.action == action && s.wildcard && s.prefix.is_empty())
-        })
+        self.scopes
+            .iter()
+            .any(|s| s.action == Action::Admin || (s.action == action && s.pattern.is_everything()))
     }
 
     /// Whether the key allows `action` on `topic`.

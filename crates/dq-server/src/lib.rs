@@ -200,6 +200,8 @@ pub struct ServerConfig {
     pub auth_required: bool,
     /// The bearer token `/metrics` wants; None: open.
     pub metrics_token: Option<String>,
+    /// Which topics get `dq_topic_*` series of their own.
+    pub metrics_series: metrics::TopicSeries,
     /// What the admin page calls the store.
     pub store_name: String,
     /// Bounds on HTTP connections (timeouts, connection limit).
@@ -227,6 +229,7 @@ impl Default for ServerConfig {
             admin_token: None,
             auth_required: false,
             metrics_token: None,
+            metrics_series: metrics::TopicSeries::default(),
             store_name: "store".into(),
             http: listener::HttpLimits::default(),
             beanstalkd: None,
@@ -258,6 +261,9 @@ impl Server {
                 .requiring_keys(config.auth_required)
                 .with_metrics_token(config.metrics_token.clone()),
         );
+        state
+            .metrics
+            .set_topic_series(config.metrics_series.clone());
         state.store_name = config.store_name.clone();
         state.data_dir.clone_from(&config.data_dir);
         Self {

@@ -102,6 +102,32 @@ pub struct Metrics {
     reserving: std::sync::Arc<std::sync::atomic::AtomicI64>,
     /// Push deliveries in progress.
     delivering: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// Which topics get series of their own.
+    series: Mutex<TopicSeries>,
+}
+
+/// Which topics get `dq_topic_*` series of their own: every topic while
+/// there are at most `max_topics`; beyond, the topics `topics` names and
+/// those this process handed jobs out of (the ones with lateness, push or
+/// forwarding figures here), at most `max_topics` of them in name order.
+/// The rest are counted in `dq_topics_without_series`, not summed: a sum
+/// would read every topic's counts on each scrape, the cost this bound
+/// avoids (`/metrics` with 100,000 topics stays one page).
+#[derive(Debug, Clone)]
+pub struct TopicSeries {
+    /// Most topics with series of their own.
+    pub max_topics: usize,
+    /// Topics that get series whatever their count (`metrics_topics`).
+    pub topics: Vec<crate::keys::TopicPattern>,
+}
+
+impl Default for TopicSeries {
+    fn default() -> Self {
+        Self {
+            max_topics: 1000,
+            topics: Vec::new(),
+        }
+    }
 }
 
 /// Counts one call in progress while it lives.
@@ -128,6 +154,46 @@ fn label(v: &str) -> String {
 }
 
 impl Metrics {
+    /// Sets which topics get series of their own.
+    pub fn set_topic_series(&self, series: TopicSeries) {
+        *self.series.lock().expect("poisoned") = series;
+    }
+
+    /// The topics of `all` that get series of their own (see [`TopicSeries`]).
+    fn with_series(&self, all: Vec<dq_core::Topic>) -> Vec<dq_core::Topic> {
+        let series = self.series.lock().expect("poisoned").clone();
+        if all.len() <= series.max_topics {
+            return all;
+        }
+        let mut active: std::collections::HashSet<String> = self
+            .lateness
+            .lock()
+            .expect("poisoned")
+            .keys()
+            .cloned()
+            .collect();
+        active.extend(
+            self.push
+                .lock()
+                .expect("poisoned")
+                .keys()
+                .map(|(t, _)| t.clone()),
+        );
+        active.extend(
+            self.forwarded
+                .lock()
+                .expect("poisoned")
+                .keys()
+                .map(|(t, _)| t.clone()),
+        );
+        all.into_iter()
+            .filter(|t| {
+                active.contains(t.as_str()) || series.topics.iter().any(|p| p.matches(t.as_str()))
+            })
+            .take(series.max_topics)
+            .collect()
+    }
+
     /// Records that a job of `topic` was handed out `late` after its due time.
     pub fn observe_lateness(&self, topic: &str, late: Duration) {
         let h = self
@@ -219,13 +285,25 @@ impl Metrics {
             );
         }
         let mut stats = Vec::new();
+        let mut all = 0;
         if up && let Ok(topics) = svc.topics().await {
-            for t in topics {
-                if let Ok(s) = svc.stats(&t).await {
-                    stats.push((t, s));
-                }
-            }
+            use futures::StreamExt;
+            all = topics.len();
+            stats = futures::stream::iter(self.with_series(topics))
+                .map(|t| async move { svc.stats(&t).await.ok().map(|s| (t, s)) })
+                .buffered(16)
+                .filter_map(std::future::ready)
+                .collect()
+                .await;
         }
+        out.push_str("# HELP dq_topics Topics in the store.\n# TYPE dq_topics gauge\n");
+        let _ = writeln!(out, "dq_topics {all}");
+        out.push_str("# HELP dq_topics_without_series Topics without dq_topic_* series of their own (beyond metrics_max_topics, not named in metrics_topics, nothing handed out by this process).\n# TYPE dq_topics_without_series gauge\n");
+        let _ = writeln!(
+            out,
+            "dq_topics_without_series {}",
+            all.saturating_sub(stats.len())
+        );
         out.push_str("# HELP dq_topic_jobs Jobs of a topic in each state now (ready: due and not yet handed out).\n# TYPE dq_topic_jobs gauge\n");
         for (t, s) in &stats {
             let t = label(t.as_str());

@@ -271,3 +271,46 @@ async fn on_the_embedded_store_a_reserve_over_many_topics_sees_every_change() {
     let got = svc.reserve(&topics, 1, None, 0).await.unwrap();
     assert_eq!(got.len(), 1, "nacked job handed out again");
 }
+
+#[tokio::test]
+async fn beyond_metrics_max_topics_only_named_and_active_topics_get_series() {
+    let (store, _dir) = support::embedded_store();
+    let state = AppState::new(store.clone(), Arc::new(SystemClock), Limits::default());
+    let svc = state.service.clone();
+    for t in ["a", "b", "c", "d", "keep-1"] {
+        svc.enqueue(&Topic::new(t).unwrap(), job("j", When::DelayMs(0)))
+            .await
+            .unwrap();
+    }
+    let b = Topic::new("b").unwrap();
+    assert_eq!(svc.reserve(&[b], 1, None, 0).await.unwrap().len(), 1);
+    let series = |text: &str, t: &str| {
+        text.contains(&format!("dq_topic_jobs{{topic=\"{t}\",state=\"ready\"}}"))
+    };
+
+    // Within the bound: every topic.
+    let text = state.metrics.render(&svc).await;
+    assert!(
+        ["a", "b", "c", "d", "keep-1"]
+            .iter()
+            .all(|t| series(&text, t))
+    );
+    assert!(text.contains("\ndq_topics 5\n"));
+    assert!(text.contains("\ndq_topics_without_series 0\n"));
+
+    // Beyond it: the named ones and the one handed out of here.
+    state
+        .metrics
+        .set_topic_series(dq_server::metrics::TopicSeries {
+            max_topics: 3,
+            topics: vec![dq_server::keys::TopicPattern::parse("keep-*").unwrap()],
+        });
+    let text = state.metrics.render(&svc).await;
+    assert!(series(&text, "b"), "active here");
+    assert!(series(&text, "keep-1"), "named");
+    for t in ["a", "c", "d"] {
+        assert!(!series(&text, t), "{t} has no series of its own");
+    }
+    assert!(text.contains("\ndq_topics 5\n"));
+    assert!(text.contains("\ndq_topics_without_series 3\n"));
+}
