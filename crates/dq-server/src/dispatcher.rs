@@ -154,8 +154,10 @@ impl Dispatcher {
         Duration::from_secs(5).max(self.max_sleep * 3)
     }
 
-    /// The live dispatchers (read at most every 500 ms); empty when the
-    /// store cannot say (then this one handles every topic).
+    /// The live dispatchers (read at most every 500 ms), sorted (the store
+    /// lists them by when each was last seen, an order that changes with
+    /// every heartbeat, and a changed list means a pass over every topic);
+    /// empty when the store cannot say (then this one handles every topic).
     async fn live_members(&self) -> Vec<String> {
         if let Some((at, m)) = &*self.members.lock().expect("poisoned")
             && at.elapsed() < Duration::from_millis(500)
@@ -164,7 +166,8 @@ impl Dispatcher {
         }
         let ttl = self.member_ttl().as_millis() as u64;
         match self.store.members(&self.id, self.clock.now_ms(), ttl).await {
-            Ok(m) => {
+            Ok(mut m) => {
+                m.sort();
                 *self.members.lock().expect("poisoned") = Some((Instant::now(), m.clone()));
                 m
             }

@@ -314,3 +314,56 @@ async fn beyond_metrics_max_topics_only_named_and_active_topics_get_series() {
     assert!(text.contains("\ndq_topics 5\n"));
     assert!(text.contains("\ndq_topics_without_series 3\n"));
 }
+
+#[tokio::test]
+async fn a_dispatcher_among_others_stays_idle_while_they_come_and_go_in_any_order() {
+    let redis = RedisServer::start();
+    let (store, _state) = instance(&redis);
+    idle_topics(&store, 600).await;
+    let d = Dispatcher::new(
+        store.clone(),
+        Arc::new(SystemClock),
+        Arc::new(dq_server::wakers::Wakers::default()),
+        Duration::from_secs(1),
+    );
+    let ttl = d.member_ttl().as_millis() as u64;
+    // Two other instances, seen alive in turn: the store lists the members
+    // by when each was last seen, so their order keeps changing.
+    let heartbeats = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for i in 0.. {
+                let m = if i % 2 == 0 { "other-1" } else { "other-2" };
+                if store.members(m, SystemClock.now_ms(), ttl).await.is_err() {
+                    return;
+                }
+                // Not a divisor of the dispatcher's second: it sees both orders.
+                tokio::time::sleep(Duration::from_millis(130)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = scripts_run(&redis);
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn(d.run(cancel.clone()));
+    // The pass at start: its share of the 600 topics, two scripts each.
+    assert!(
+        until(Duration::from_secs(20), async || scripts_run(&redis)
+            >= before + 200)
+        .await,
+        "the start pass ran"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let idle_from = scripts_run(&redis);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = scripts_run(&redis) - idle_from;
+    // Were a new order a change of members, it would pass its ~200 topics
+    // again on every look (each second at least): 800 scripts.
+    assert!(
+        idle <= (3 * SWEEP * 2) as u64,
+        "{idle} scripts in 2 s idle with 600 topics among three instances"
+    );
+    cancel.cancel();
+    run.await.unwrap();
+    heartbeats.abort();
+}
