@@ -74,8 +74,10 @@ async fn bench_topics_reports_its_figures_and_deletes_its_topics() {
     // recognised as living inside it.
     assert_eq!(num("/idle/dq_pid"), f64::from(dq.pid()), "{v}");
     num("/idle/dq_cpu_pct");
+    num("/idle/dq_cpu_pct_before");
     assert!(text("/idle/store").starts_with("embedded"), "{v}");
     assert!(v["idle"]["store_cpu_pct"].is_null(), "{v}");
+    assert!(v["idle"]["store_cpu_pct_before"].is_null(), "{v}");
     // Listing: the 30 topics (the steady flow's topic comes later).
     num("/list/all_ms");
     assert_eq!(num("/list/all_topics"), 30.0, "{v}");

@@ -1,7 +1,7 @@
 //! `dq bench topics`: what many topics cost a server (#23, "Many topics").
 //! N topics holding one job each (due in an hour) are created, then, while
 //! they exist: the CPU of the server and of its store with no client
-//! traffic, the time to list the topics (whole, and by pages where the
+//! traffic (against the same measured before the topics were made), the time to list the topics (whole, and by pages where the
 //! server pages), the latency of a reserve naming many topics against one
 //! naming a single topic, and a steady flow's lateness on one more topic.
 //! Afterwards the N topics are deleted (unless `--keep`).
@@ -70,7 +70,11 @@ pub(super) async fn run(
             .map(|i| format!("{prefix}-{i}"))
             .collect(),
     );
+    let procs = processes(server.base, plan);
+    let idle_before = cpu_over(&procs, plan.idle).await;
     let created = create(server.api, &names, plan.concurrency).await?;
+    let idle_with = cpu_over(&procs, plan.idle).await;
+    let idle = idle_json(&procs, plan.idle, idle_before, idle_with);
     // Whatever happens while measuring, the topics are deleted after.
     let measured = measure(server, &names, prefix, run_id, plan).await;
     let deleted = if plan.keep {
@@ -79,6 +83,7 @@ pub(super) async fn run(
         delete(server.api, &names, plan.concurrency, prefix).await?
     };
     let mut v = measured?;
+    v["idle"] = idle;
     let errors = [
         &created["errors"],
         &deleted["errors"],
@@ -99,7 +104,7 @@ pub(super) async fn run(
     Ok(v)
 }
 
-/// The measurements made while the N topics exist.
+/// The measurements made while the N topics exist, after the idle CPU.
 async fn measure(
     server: &Server<'_>,
     names: &[String],
@@ -107,11 +112,10 @@ async fn measure(
     run_id: &str,
     plan: &TopicsPlan,
 ) -> Result<Value> {
-    let idle = idle_cpu(server.base, plan).await?;
     let list = listing(server).await?;
     let reserve = reserve_latency(server.api, names, run_id, plan).await?;
     let flow = steady(server.api, prefix, &format!("{run_id}-s"), &plan.steady).await?;
-    Ok(json!({"idle": idle, "list": list, "reserve": reserve, "steady": flow}))
+    Ok(json!({"list": list, "reserve": reserve, "steady": flow}))
 }
 
 /// Runs `op(i)` for every `i` in `0..n`, at most `concurrency` at once;
@@ -290,10 +294,18 @@ fn redis_arg(args: &[String]) -> Option<String> {
     })
 }
 
-/// CPU of dq and of the store over `plan.idle` with no client traffic, as
-/// % of one core.
-async fn idle_cpu(base: &str, plan: &TopicsPlan) -> Result<Value> {
-    let (tck, tck_from) = procfs::clock_ticks();
+/// The processes whose CPU is measured, found once.
+struct Processes {
+    dq_pid: Option<u32>,
+    dq_how: String,
+    store: StoreProcess,
+    /// Clock ticks per second, and where that figure came from.
+    tck: (u64, &'static str),
+}
+
+/// dq: `--dq-pid`, else the process listening on the server's port; the
+/// store: see [`store_process`].
+fn processes(base: &str, plan: &TopicsPlan) -> Processes {
     let port = reqwest::Url::parse(base)
         .ok()
         .and_then(|u| u.port_or_known_default());
@@ -306,28 +318,44 @@ async fn idle_cpu(base: &str, plan: &TopicsPlan) -> Result<Value> {
                 .to_string(),
         ),
     };
-    let store = store_process(plan, dq_pid);
+    Processes {
+        dq_pid,
+        dq_how,
+        store: store_process(plan, dq_pid),
+        tck: procfs::clock_ticks(),
+    }
+}
+
+/// CPU of dq and of the store (% of one core, null when not measured) over
+/// `idle` with no client traffic, after [`SETTLE`].
+async fn cpu_over(p: &Processes, idle: Duration) -> (Value, Value) {
     tokio::time::sleep(SETTLE).await;
     let ticks = |pid: Option<u32>| pid.and_then(|p| procfs::cpu_ticks(p).ok());
-    let before = (ticks(dq_pid), ticks(store.pid));
+    let before = (ticks(p.dq_pid), ticks(p.store.pid));
     let t0 = Instant::now();
-    tokio::time::sleep(plan.idle).await;
+    tokio::time::sleep(idle).await;
     let wall = t0.elapsed().as_secs_f64();
-    let after = (ticks(dq_pid), ticks(store.pid));
+    let after = (ticks(p.dq_pid), ticks(p.store.pid));
     let pct = |a: Option<u64>, b: Option<u64>| -> Value {
         match (a, b) {
             (Some(a), Some(b)) => {
-                let cpu = b.saturating_sub(a) as f64 / tck as f64;
+                let cpu = b.saturating_sub(a) as f64 / p.tck.0 as f64;
                 json!((cpu / wall * 1000.0).round() / 10.0)
             }
             _ => Value::Null,
         }
     };
-    Ok(json!({"seconds": (wall * 1000.0).round() / 1000.0,
-              "settle_seconds": SETTLE.as_secs_f64(),
-              "clock_ticks_per_s": format!("{tck} ({tck_from})"),
-              "dq_pid": dq_pid, "dq": dq_how, "dq_cpu_pct": pct(before.0, after.0),
-              "store_pid": store.pid, "store": store.how, "store_cpu_pct": pct(before.1, after.1)}))
+    (pct(before.0, after.0), pct(before.1, after.1))
+}
+
+/// The idle figures: with the N topics, and `before` they were created.
+fn idle_json(p: &Processes, idle: Duration, before: (Value, Value), with: (Value, Value)) -> Value {
+    json!({"seconds": idle.as_secs_f64(), "settle_seconds": SETTLE.as_secs_f64(),
+           "clock_ticks_per_s": format!("{} ({})", p.tck.0, p.tck.1),
+           "dq_pid": p.dq_pid, "dq": p.dq_how,
+           "dq_cpu_pct": with.0, "dq_cpu_pct_before": before.0,
+           "store_pid": p.store.pid, "store": p.store.how,
+           "store_cpu_pct": with.1, "store_cpu_pct_before": before.1})
 }
 
 /// One raw GET: status, elapsed time, reply bytes and the parsed reply.
