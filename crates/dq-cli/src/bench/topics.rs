@@ -1,10 +1,11 @@
 //! `dq bench topics`: what many topics cost a server (#23, "Many topics").
 //! N topics holding one job each (due in an hour) are created, then, while
 //! they exist: the CPU of the server and of its store with no client
-//! traffic (against the same measured before the topics were made), the time to list the topics (whole, and by pages where the
-//! server pages), the latency of a reserve naming many topics against one
-//! naming a single topic, and a steady flow's lateness on one more topic.
-//! Afterwards the N topics are deleted (unless `--keep`).
+//! traffic (against the same measured before the topics were made), the
+//! time to list the topics (whole, and by pages where the server pages),
+//! the latency of a reserve naming many topics against one naming a single
+//! topic, and a steady flow's lateness on one more topic. Afterwards the N
+//! topics are deleted (unless `--keep`).
 
 use std::future::Future;
 use std::sync::Arc;
