@@ -2,6 +2,12 @@
 //! API like any client. Each prints a human table and, last, one JSON line of
 //! results. Lateness = when a consumer received a job − its due time, both
 //! read from this machine's clock (run the bench on the server's machine).
+//!
+//! Modules: [`topics`] (the many-topics scenario), [`procfs`] (CPU time and
+//! the listener of a port, read from `/proc`).
+
+mod procfs;
+mod topics;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -144,6 +150,48 @@ enum Scenario {
         /// With --rate 0: jobs enqueued at once, all due now
         #[arg(long, default_value_t = 50_000)]
         jobs: usize,
+    },
+    /// N topics of one job each (due in an hour) and, while they exist: idle
+    /// CPU of dq and of its store, the time to list them, reserve latency
+    /// over many topics against one, a steady flow's lateness; then they are
+    /// deleted (unless --keep)
+    Topics {
+        #[arg(long, default_value_t = 100_000)]
+        topics: usize,
+        /// Seconds without client traffic over which CPU is measured
+        #[arg(long, default_value_t = 10)]
+        idle_secs: u64,
+        /// Topics named by the many-topic reserve (at most --topics, and at
+        /// most what the server allows in one reserve)
+        #[arg(long, default_value_t = 1000)]
+        watch: usize,
+        /// Reserves timed per case
+        #[arg(long, default_value_t = 200)]
+        iterations: usize,
+        /// Topic creations (and deletions) in flight at once
+        #[arg(long, default_value_t = 64)]
+        concurrency: usize,
+        /// The steady flow's jobs/s
+        #[arg(long, default_value_t = 2000)]
+        rate: usize,
+        #[arg(long, default_value = "10s")]
+        duration: String,
+        #[arg(long, alias = "delays", default_value = "1s..10s")]
+        delay: String,
+        #[arg(long, default_value_t = 8)]
+        consumers: usize,
+        /// dq's process id [default: the process of this user listening on
+        /// --server's port]
+        #[arg(long)]
+        dq_pid: Option<u32>,
+        /// The store's process id [default: the one listening on the port of
+        /// --redis]
+        #[arg(long)]
+        store_pid: Option<u32>,
+        /// The server's Redis URL, to find its redis-server [default: the
+        /// --redis on dq's command line]
+        #[arg(long)]
+        redis: Option<String>,
     },
     /// Store bytes per scheduled job: N jobs of a body size, measured on the
     /// embedded store's directory or Redis' INFO memory
@@ -651,6 +699,7 @@ impl BenchArgs {
             Scenario::Push { .. } => "push",
             Scenario::Forward { .. } => "forward",
             Scenario::Storage { .. } => "storage",
+            Scenario::Topics { .. } => "topics",
         };
         let topic = self
             .topic
@@ -854,6 +903,39 @@ impl BenchArgs {
                 let _: () = redis::cmd("DEL").arg(&stream).query_async(&mut c).await?;
                 v
             }
+            Scenario::Topics {
+                topics,
+                idle_secs,
+                watch,
+                iterations,
+                concurrency,
+                rate,
+                duration,
+                delay,
+                consumers,
+                dq_pid,
+                store_pid,
+                redis,
+            } => {
+                let plan = topics::TopicsPlan {
+                    topics,
+                    idle: Duration::from_secs(idle_secs),
+                    watch,
+                    iterations,
+                    concurrency,
+                    dq_pid,
+                    store_pid,
+                    redis,
+                    keep: self.keep,
+                    steady: SteadyPlan::parse(rate, &duration, &delay, consumers, 100, 64)?,
+                };
+                let server = topics::Server {
+                    api: &api,
+                    base: self.server.trim_end_matches('/'),
+                    token: self.token.as_deref(),
+                };
+                topics::run(&server, &topic, &run_id, &plan).await?
+            }
             Scenario::Storage {
                 jobs,
                 body_bytes,
@@ -927,6 +1009,7 @@ fn check(result: &Value) -> Result<()> {
         "errors",
         "enqueue_errors",
         "fill_errors",
+        "topics_left",
     ] {
         if let Some(n) = result.get(key).and_then(Value::as_u64)
             && n > 0

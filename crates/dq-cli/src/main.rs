@@ -32,7 +32,7 @@ struct Cli {
 enum Cmd {
     /// Run the server (HTTP API, dispatcher)
     Serve(Box<ServeArgs>),
-    /// Measure a running server: enqueue, drain, steady, backlog, push, forward, storage
+    /// Measure a running server: enqueue, drain, steady, backlog, push, forward, storage, topics
     Bench(bench::BenchArgs),
     #[command(flatten)]
     Client(ClientCmd),

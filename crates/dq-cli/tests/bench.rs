@@ -1,0 +1,112 @@
+//! `dq bench` against a real `dq serve`: a scenario runs end to end, reports
+//! every figure it promises and leaves nothing behind. Never checks speed.
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::Value;
+use support::Dq;
+
+/// Runs `dq bench --server <base> <args>`; its last line parsed as JSON.
+async fn bench(base: &str, args: &[&str]) -> Value {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dq"));
+    cmd.args(["bench", "--server", base]).args(args);
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .expect("run dq bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "dq bench failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().expect("some output");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_topics_reports_its_figures_and_deletes_its_topics() {
+    let dir = tempfile::tempdir().unwrap();
+    let dq = Dq::start_embedded(dir.path()).await;
+    let v = bench(
+        &dq.base,
+        &[
+            "topics",
+            "--topics",
+            "30",
+            "--idle-secs",
+            "1",
+            "--watch",
+            "30",
+            "--rate",
+            "50",
+            "--duration",
+            "1s",
+            "--delay",
+            "0s..500ms",
+            "--iterations",
+            "50",
+        ],
+    )
+    .await;
+    let num = |path: &str| {
+        v.pointer(path)
+            .and_then(Value::as_f64)
+            .unwrap_or_else(|| panic!("no number at {path} in {v}"))
+    };
+    let text = |path: &str| {
+        v.pointer(path)
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("no text at {path} in {v}"))
+            .to_string()
+    };
+    assert_eq!(v["scenario"], "topics");
+    assert_eq!(num("/topics"), 30.0);
+    // Creation and deletion: timed, nothing refused.
+    for path in ["/create/seconds", "/create/topics_per_s", "/delete/seconds"] {
+        num(path);
+    }
+    assert_eq!(num("/create/errors"), 0.0, "{v}");
+    assert_eq!(num("/delete/errors"), 0.0, "{v}");
+    // Idle CPU: dq found as the listener of its port, the embedded store
+    // recognised as living inside it.
+    assert_eq!(num("/idle/dq_pid"), f64::from(dq.pid()), "{v}");
+    num("/idle/dq_cpu_pct");
+    num("/idle/dq_cpu_pct_before");
+    assert!(text("/idle/store").starts_with("embedded"), "{v}");
+    assert!(v["idle"]["store_cpu_pct"].is_null(), "{v}");
+    assert!(v["idle"]["store_cpu_pct_before"].is_null(), "{v}");
+    // Listing: the 30 topics (the steady flow's topic comes later).
+    num("/list/all_ms");
+    assert_eq!(num("/list/all_topics"), 30.0, "{v}");
+    text("/list/paging");
+    // Reserve latency: every timed reserve handed out the job just enqueued.
+    assert_eq!(num("/reserve/watched"), 30.0, "{v}");
+    for case in ["last", "middle", "one_topic"] {
+        num(&format!("/reserve/{case}/p50_us"));
+        num(&format!("/reserve/{case}/p99_us"));
+        let timed = num(&format!("/reserve/{case}/timed"));
+        let missed = num(&format!("/reserve/{case}/missed"));
+        assert_eq!(timed + missed, 50.0, "{case}: {v}");
+    }
+    assert_eq!(num("/reserve/errors"), 0.0, "{v}");
+    // The steady flow: every job once, none early.
+    num("/steady/lateness/p99_ms");
+    assert_eq!(num("/steady/jobs"), 50.0, "{v}");
+    for k in ["lost", "duplicated", "early", "errors", "topics_left"] {
+        assert_eq!(num(&format!("/{k}")), 0.0, "{k}: {v}");
+    }
+    // Nothing of the run is left on the server.
+    let (status, list) = dq.get("/v1/topics").await;
+    assert_eq!(status, 200);
+    let left: Vec<&str> = list["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .filter(|n| n.starts_with("bench-topics-"))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
