@@ -426,7 +426,7 @@ pub(crate) async fn reschedule_job(
 }
 
 /// Most topics one reserve may name.
-const MAX_RESERVE_TOPICS: usize = 100;
+const MAX_RESERVE_TOPICS: usize = 1000;
 
 /// `POST /v1/reserve` — lease up to `max` due jobs from the topics, waiting
 /// up to `wait_ms` for one to become due.
