@@ -49,6 +49,9 @@ const BATCH: usize = 1000;
 /// Topics the sweep looks at per `max_sleep` (see the module docs).
 pub const SWEEP: usize = 50;
 
+/// Topics passed between two heartbeats during a long pass.
+const BEAT_EVERY: usize = 256;
+
 /// See the module docs.
 pub struct Dispatcher {
     /// The store.
@@ -157,7 +160,9 @@ impl Dispatcher {
     /// The live dispatchers (read at most every 500 ms), sorted (the store
     /// lists them by when each was last seen, an order that changes with
     /// every heartbeat, and a changed list means a pass over every topic);
-    /// empty when the store cannot say (then this one handles every topic).
+    /// the last list read when the store cannot say (every instance would
+    /// otherwise own every topic, and pass them all, twice, at each blip);
+    /// empty when it never could (then this one handles every topic).
     async fn live_members(&self) -> Vec<String> {
         if let Some((at, m)) = &*self.members.lock().expect("poisoned")
             && at.elapsed() < Duration::from_millis(500)
@@ -171,7 +176,23 @@ impl Dispatcher {
                 *self.members.lock().expect("poisoned") = Some((Instant::now(), m.clone()));
                 m
             }
-            Err(_) => Vec::new(),
+            Err(_) => self
+                .members
+                .lock()
+                .expect("poisoned")
+                .as_ref()
+                .map(|(_, m)| m.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Shows this dispatcher alive during a long pass (every [`BEAT_EVERY`]
+    /// topics; the read itself is at most every 500 ms): a pass over
+    /// 100,000 topics outlasts `member_ttl`, and the others would take this
+    /// one for gone.
+    async fn beat(&self, i: usize) {
+        if i % BEAT_EVERY == BEAT_EVERY - 1 {
+            self.live_members().await;
         }
     }
 
@@ -251,8 +272,17 @@ impl Dispatcher {
             .collect();
         todo.extend(plan.take_due(self.clock.now_ms()));
         if plan.next_sweep.is_none_or(|at| Instant::now() >= at) {
+            plan.next_sweep = Some(Instant::now() + self.max_sleep);
             if plan.cursor >= plan.listed.len() {
-                plan.listed = self.store.topics().await?;
+                // A failed listing skips this step only: what is due and
+                // announced is passed all the same.
+                match self.store.topics().await {
+                    Ok(t) => plan.listed = t,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "the sweep cannot list the topics");
+                        plan.listed.clear();
+                    }
+                }
                 plan.cursor = 0;
             }
             let end = (plan.cursor + SWEEP).min(plan.listed.len());
@@ -263,13 +293,13 @@ impl Dispatcher {
                     .cloned(),
             );
             plan.cursor = end;
-            plan.next_sweep = Some(Instant::now() + self.max_sleep);
         }
         let mut seen = HashSet::new();
-        for t in todo {
+        for (i, t) in todo.into_iter().enumerate() {
             if seen.insert(t.clone()) {
-                self.pass(plan, &t).await;
+                self.pass(plan, &t, &members).await;
             }
+            self.beat(i).await;
         }
         Ok(self.next_wake(plan))
     }
@@ -283,11 +313,12 @@ impl Dispatcher {
         let topics = self.store.topics().await?;
         plan.full = false;
         let mut visited = Vec::new();
-        for t in &topics {
+        for (i, t) in topics.iter().enumerate() {
             if owns(members, &self.id, t.as_str()) {
-                self.pass(plan, t).await;
+                self.pass(plan, t, members).await;
                 visited.push(t.clone());
             }
+            self.beat(i).await;
         }
         plan.listed = topics;
         plan.cursor = plan.listed.len();
@@ -295,11 +326,17 @@ impl Dispatcher {
         Ok(visited)
     }
 
-    /// Passes one topic and plans its next pass; a topic whose store part
-    /// (Redis shard) fails is tried again within a second, the others go on.
-    async fn pass(&self, plan: &mut Plan, t: &Topic) {
+    /// Passes one topic and plans its next pass: at its next timed event if
+    /// this dispatcher owns it, else only while it has leases (it was
+    /// passed for a lease handed out here; the owner does the rest). A
+    /// topic whose store part (Redis shard) fails is tried again within a
+    /// second, the others go on.
+    async fn pass(&self, plan: &mut Plan, t: &Topic, members: &[String]) {
         match self.topic_pass(t).await {
-            Ok(next) => plan.set(t, next),
+            Ok((lease, due)) if owns(members, &self.id, t.as_str()) => {
+                plan.set(t, earliest(lease, due));
+            }
+            Ok((lease, _)) => plan.set(t, lease),
             Err(e) => {
                 tracing::debug!(topic = %t, error = %e, "dispatcher pass of a topic failed");
                 let retry = Duration::from_secs(1).min(self.max_sleep).as_millis() as u64;
@@ -320,10 +357,10 @@ impl Dispatcher {
     }
 
     /// Expired leases and due jobs of one topic. Returns the store-clock
-    /// time of its next timed event (`None`: none).
-    async fn topic_pass(&self, topic: &Topic) -> Result<Option<u64>, StoreError> {
-        let mut next: Option<u64> = None;
-        let mut lower = |ms: u64| next = Some(next.map_or(ms, |n: u64| n.min(ms)));
+    /// times of its next lease expiry and of its next due job or bucket
+    /// (`None`: none).
+    async fn topic_pass(&self, topic: &Topic) -> Result<(Option<u64>, Option<u64>), StoreError> {
+        let (lease, due);
         loop {
             let now = self.clock.now_ms();
             let r = self.store.requeue_expired(topic, BATCH, now).await?;
@@ -344,10 +381,8 @@ impl Dispatcher {
                 }
             }
             if (r.retried + r.dead) < BATCH as u64 {
-                if let Some(d) = r.next_deadline_ms {
-                    // The script expires leases strictly after their deadline.
-                    lower(d + 1);
-                }
+                // The script expires leases strictly after their deadline.
+                lease = r.next_deadline_ms.map(|d| d + 1);
                 break;
             }
         }
@@ -355,13 +390,19 @@ impl Dispatcher {
             let now = self.clock.now_ms();
             let p = self.store.promote_due(topic, BATCH, now).await?;
             if p.moved < BATCH as u64 {
-                if let Some(d) = p.next_due_ms {
-                    lower(d);
-                }
+                due = p.next_due_ms;
                 break;
             }
         }
-        Ok(next)
+        Ok((lease, due))
+    }
+}
+
+/// The earlier of two optional times.
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

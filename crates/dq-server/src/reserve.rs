@@ -68,22 +68,34 @@ pub(crate) async fn reserve(
             }
             let t = &topics[(start + i) % topics.len()];
             if hinted && let Some(until) = svc.wakers().quiet_until(t.as_str(), now) {
-                lower(Some(until).filter(|u| *u != u64::MAX));
+                lower(Some(until));
                 continue;
             }
             let epoch = svc.wakers().epoch();
-            match svc
+            // Until the store answered, whether it handed leases out is not
+            // known (the call may time out after the script ran, or this
+            // future may be dropped: a beanstalkd client gone): then this
+            // instance's dispatcher looks at the topic, learns the deadline of
+            // any lease it finds and takes it back when it expires.
+            let unknown = LookIfUnanswered {
+                svc,
+                topic: t,
+                now,
+                answered: false,
+            };
+            let got = svc
                 .store()
                 .reserve(t, max - leases.len(), lease_ms, now)
-                .await
-            {
+                .await;
+            match got {
                 Ok(c) => {
-                    if hinted {
-                        match c.next_due_ms {
-                            None => svc.wakers().note_quiet(t.as_str(), u64::MAX, epoch),
-                            Some(d) if d > now => svc.wakers().note_quiet(t.as_str(), d, epoch),
-                            Some(_) => {}
-                        }
+                    unknown.answered();
+                    if hinted && c.next_due_ms.is_none_or(|d| d > now) {
+                        svc.wakers()
+                            .note_quiet(t.as_str(), c.next_due_ms, now, epoch);
+                    }
+                    if let Some(d) = c.leases.iter().map(|l| l.lease_deadline_ms).min() {
+                        svc.wakers().lease_ends(t.as_str(), d);
                     }
                     leases.extend(c.leases);
                     lower(c.next_due_ms);
@@ -107,6 +119,29 @@ pub(crate) async fn reserve(
             _ = futures::future::select_all(notified) => {}
             _ = tokio::time::sleep_until(wake_at) => {}
             _ = svc.intake().cancelled() => return Ok(Vec::new()),
+        }
+    }
+}
+
+/// Notes a topic for the dispatcher when dropped before [`Self::answered`]
+/// (see where it is made).
+struct LookIfUnanswered<'a> {
+    svc: &'a Service,
+    topic: &'a Topic,
+    now: u64,
+    answered: bool,
+}
+
+impl LookIfUnanswered<'_> {
+    fn answered(mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for LookIfUnanswered<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.svc.wakers().lease_ends(self.topic.as_str(), self.now);
         }
     }
 }

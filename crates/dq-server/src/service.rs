@@ -132,7 +132,7 @@ const VERSION_EVERY: Duration = Duration::from_millis(250);
 
 /// Longest a cached read of settings is kept on an unchanged version (the
 /// backstop for a change whose version bump was lost with its instance).
-const VERSION_KEEPS: Duration = Duration::from_secs(600);
+const VERSION_KEEPS: Duration = Duration::from_secs(60);
 
 /// Most topics whose mode is remembered; beyond it the memory starts over,
 /// so hostile topic names in reserves cannot grow it.
@@ -495,23 +495,9 @@ impl Service {
         }
         let leases = leases?;
         let now = self.now();
-        let mut ends: Option<(&Topic, u64)> = None;
         for l in &leases {
-            // Reserves of one call share a lease length: note each topic's earliest.
-            match ends {
-                Some((t, d)) if t == &l.topic => ends = Some((t, d.min(l.lease_deadline_ms))),
-                _ => {
-                    if let Some((t, d)) = ends {
-                        self.wakers.lease_ends(t.as_str(), d);
-                    }
-                    ends = Some((&l.topic, l.lease_deadline_ms));
-                }
-            }
             let late = Duration::from_millis(now.saturating_sub(l.due_at_ms));
             self.metrics.observe_lateness(l.topic.as_str(), late);
-        }
-        if let Some((t, d)) = ends {
-            self.wakers.lease_ends(t.as_str(), d);
         }
         Ok(leases)
     }
@@ -629,6 +615,8 @@ impl Service {
             limits::check_lease(ms)?;
         }
         let deadline = self.store.touch(t, id, token, lease_ms, self.now()).await?;
+        // A shorter lease than before ends before the dispatcher's plan says.
+        self.wakers.lease_ends(t.as_str(), deadline);
         tracing::debug!(topic = %t, id = %id, lease_deadline_ms = deadline, "lease extended");
         Ok(deadline)
     }
@@ -642,9 +630,19 @@ impl Service {
     /// [`Error::ShuttingDown`], [`Error::Draining`]; a store error.
     pub async fn reserve_job(&self, t: &Topic, id: &JobId) -> Result<Option<Lease>> {
         self.check_intake()?;
-        let lease = self.store.reserve_job(t, id, None, self.now()).await?;
-        if let Some(l) = &lease {
-            self.wakers.lease_ends(t.as_str(), l.lease_deadline_ms);
+        let now = self.now();
+        let lease = self.store.reserve_job(t, id, None, now).await;
+        // A failed call may have leased it: the dispatcher looks (see reserve.rs).
+        let deadline = match &lease {
+            Ok(Some(l)) => Some(l.lease_deadline_ms),
+            Ok(None) => None,
+            Err(_) => Some(now),
+        };
+        if let Some(d) = deadline {
+            self.wakers.lease_ends(t.as_str(), d);
+        }
+        let lease = lease?;
+        if lease.is_some() {
             tracing::debug!(topic = %t, id = %id, "job reserved by id");
         }
         Ok(lease)
@@ -766,8 +764,10 @@ impl Service {
             let current = self.store.topic_config(t).await?.unwrap_or_default();
             patch = patch.with_push_defaults(&current);
         }
-        let cfg = self.store.configure_topic(t, &patch).await?;
+        let cfg = self.store.configure_topic(t, &patch).await;
+        // A failed call may have written: forget what this instance knew.
         self.forget_mode(t);
+        let cfg = cfg?;
         self.topics_changed_now();
         // TopicConfig's Debug redacts push credentials.
         tracing::info!(topic = %t, config = ?cfg, "topic configured");
@@ -795,7 +795,12 @@ impl Service {
         self.known_topic(t).await?;
         let mut deleted = 0;
         loop {
-            let (n, gone) = self.store.delete_topic(t, MAX_BATCH).await?;
+            let step = self.store.delete_topic(t, MAX_BATCH).await;
+            if step.is_err() {
+                // Part may be gone: forget what this instance knew.
+                self.forget_mode(t);
+            }
+            let (n, gone) = step?;
             deleted += n;
             if gone {
                 break;

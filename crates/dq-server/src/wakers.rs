@@ -19,9 +19,19 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-/// Most topics remembered as pending or hinted; beyond, everything is
-/// forgotten at once (and the dispatcher looks at every topic).
-const MAX_REMEMBERED: usize = 1_000_000;
+/// Most topics remembered as pending for the dispatcher; beyond, it looks
+/// at every topic instead.
+const MAX_PENDING: usize = 1_000_000;
+
+/// Most topics with a quiet hint or a change remembered; beyond, every hint
+/// is forgotten at once (reserves over random names cannot grow it).
+const MAX_HINTS: usize = 100_000;
+
+/// Longest a quiet hint holds without a change: the bound on how long a
+/// change nobody announced (a dq killed between its write and its
+/// announcement, a Redis shard back without its subscription dropping)
+/// hides a topic from reserves naming several topics.
+pub const HINT_MS: u64 = 10_000;
 
 /// One [`Notify`] per topic with waiters, plus one for "any topic", plus
 /// the dispatcher's pending work and the reserves' quiet hints.
@@ -74,6 +84,18 @@ impl Wakers {
     /// Wakes the waiters of `topic`, forgets its quiet hint and marks it
     /// pending for the dispatcher; an empty name does so for every topic.
     pub fn wake(&self, topic: &str) {
+        // The hint goes first: a waiter woken on another thread must not
+        // find it still standing and skip the topic.
+        self.changed(topic);
+        {
+            let mut p = self.pending.lock().expect("poisoned");
+            if topic.is_empty() || p.topics.len() >= MAX_PENDING {
+                p.all = true;
+                p.topics.clear();
+            } else if !p.all {
+                p.topics.insert(topic.to_string());
+            }
+        }
         let map = self.topics.lock().expect("poisoned");
         if topic.is_empty() {
             for n in map.values() {
@@ -83,16 +105,6 @@ impl Wakers {
             n.notify_waiters();
         }
         drop(map);
-        self.changed(topic);
-        {
-            let mut p = self.pending.lock().expect("poisoned");
-            if topic.is_empty() || p.topics.len() >= MAX_REMEMBERED {
-                p.all = true;
-                p.topics.clear();
-            } else if !p.all {
-                p.topics.insert(topic.to_string());
-            }
-        }
         self.any.notify_waiters();
     }
 
@@ -110,10 +122,8 @@ impl Wakers {
     pub fn lease_ends(&self, topic: &str, deadline_ms: u64) {
         {
             let mut p = self.pending.lock().expect("poisoned");
-            if p.leases.len() >= MAX_REMEMBERED {
-                p.all = true;
-                p.leases.clear();
-            }
+            // Kept even past the bound: a lease noted nowhere else would
+            // wait for the owner's sweep.
             let d = p.leases.entry(topic.to_string()).or_insert(deadline_ms);
             *d = (*d).min(deadline_ms);
         }
@@ -131,7 +141,7 @@ impl Wakers {
         let mut h = self.hints.lock().expect("poisoned");
         h.epoch += 1;
         let epoch = h.epoch;
-        if topic.is_empty() || h.topics.len() >= MAX_REMEMBERED {
+        if topic.is_empty() || h.topics.len() >= MAX_HINTS {
             h.all_changed = epoch;
             h.topics.clear();
         } else if let Some(e) = h.topics.get_mut(topic) {
@@ -148,14 +158,15 @@ impl Wakers {
     }
 
     /// Records that `topic` has nothing to hand out before `until_ms`
-    /// (`u64::MAX`: nothing at all), as read after `epoch`; ignored when a
-    /// change came since.
-    pub fn note_quiet(&self, topic: &str, until_ms: u64, epoch: u64) {
+    /// (`None`: nothing at all), as read at `now_ms` after `epoch`; held at
+    /// most [`HINT_MS`], ignored when a change came since.
+    pub fn note_quiet(&self, topic: &str, until_ms: Option<u64>, now_ms: u64, epoch: u64) {
+        let until_ms = until_ms.unwrap_or(u64::MAX).min(now_ms + HINT_MS);
         let mut h = self.hints.lock().expect("poisoned");
         if h.all_changed > epoch {
             return;
         }
-        if h.topics.len() >= MAX_REMEMBERED {
+        if h.topics.len() >= MAX_HINTS {
             h.epoch += 1;
             h.all_changed = h.epoch;
             h.topics.clear();
@@ -173,7 +184,7 @@ impl Wakers {
     }
 
     /// When `topic`, known to have nothing to hand out at `now_ms`, may
-    /// have (`u64::MAX`: not before a change); `None` when not known quiet.
+    /// have; `None` when not known quiet.
     pub fn quiet_until(&self, topic: &str, now_ms: u64) -> Option<u64> {
         let h = self.hints.lock().expect("poisoned");
         h.topics
@@ -191,7 +202,7 @@ mod tests {
     fn a_quiet_hint_holds_until_its_time_or_a_change() {
         let w = Wakers::default();
         let e = w.epoch();
-        w.note_quiet("a", 100, e);
+        w.note_quiet("a", Some(100), 0, e);
         assert!(w.is_quiet("a", 99));
         assert!(!w.is_quiet("a", 100), "due at 100: look then");
         assert!(!w.is_quiet("b", 0), "never read: not quiet");
@@ -200,18 +211,19 @@ mod tests {
         // A read that began before a change records nothing.
         let before = w.epoch();
         w.changed("a");
-        w.note_quiet("a", u64::MAX, before);
+        w.note_quiet("a", None, 0, before);
         assert!(!w.is_quiet("a", 0));
         // A change of another topic does not matter.
         let e = w.epoch();
         w.changed("b");
-        w.note_quiet("a", u64::MAX, e);
-        assert!(w.is_quiet("a", u64::MAX - 1));
+        w.note_quiet("a", None, 0, e);
+        assert!(w.is_quiet("a", HINT_MS - 1));
+        assert!(!w.is_quiet("a", HINT_MS), "a hint holds at most HINT_MS");
         // "Everything changed" forgets every hint and refuses older reads.
         let before = w.epoch();
         w.wake("");
         assert!(!w.is_quiet("a", 0));
-        w.note_quiet("a", u64::MAX, before);
+        w.note_quiet("a", None, 0, before);
         assert!(!w.is_quiet("a", 0));
     }
 

@@ -62,6 +62,22 @@ async fn until(within: Duration, mut f: impl AsyncFnMut() -> bool) -> bool {
     f().await
 }
 
+/// Waits until the Redis runs at most `per_second` scripts a second (the
+/// passes at start are over), for at most 30 s.
+async fn settled(redis: &RedisServer, per_second: u64) {
+    let end = Instant::now() + Duration::from_secs(30);
+    let mut last = scripts_run(redis);
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = scripts_run(redis);
+        if now - last <= per_second / 2 {
+            return;
+        }
+        last = now;
+    }
+    panic!("the Redis never settled under {per_second} scripts/s");
+}
+
 /// The service over a store of its own on `redis` (what one `dq serve` has).
 fn instance(redis: &RedisServer) -> (Arc<dyn Store>, AppState) {
     let store: Arc<dyn Store> = Arc::new(support::sharded_redis_at(&redis.url()));
@@ -90,7 +106,7 @@ async fn idle_topics_are_not_passed_again_and_an_announced_one_is_at_once() {
         .await,
         "the start pass ran"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    settled(&redis, (2 * SWEEP * 2) as u64).await;
     let idle_from = scripts_run(&redis);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = scripts_run(&redis) - idle_from;
@@ -135,10 +151,10 @@ async fn a_lease_handed_out_here_is_taken_back_here_whoever_owns_the_topic() {
     );
     // Another instance is alive and owns the topic; it never passes it.
     let members = vec![d.id.clone(), "other".to_string()];
-    let t = (0..)
+    let mut elsewhere = (0..)
         .map(|i| Topic::new(format!("owned-elsewhere-{i}")).unwrap())
-        .find(|t| owns(&members, "other", t.as_str()))
-        .unwrap();
+        .filter(|t| owns(&members, "other", t.as_str()));
+    let (t, touched) = (elsewhere.next().unwrap(), elsewhere.next().unwrap());
     let ttl = d.member_ttl().as_millis() as u64;
     store
         .members("other", SystemClock.now_ms(), ttl)
@@ -146,6 +162,9 @@ async fn a_lease_handed_out_here_is_taken_back_here_whoever_owns_the_topic() {
         .unwrap();
     let svc = state.service.clone();
     svc.enqueue(&t, job("j", When::DelayMs(0))).await.unwrap();
+    svc.enqueue(&touched, job("j", When::DelayMs(0)))
+        .await
+        .unwrap();
     let cancel = CancellationToken::new();
     let run = tokio::spawn(d.run(cancel.clone()));
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -161,6 +180,26 @@ async fn a_lease_handed_out_here_is_taken_back_here_whoever_owns_the_topic() {
     assert!(
         until(Duration::from_secs(3), back).await,
         "the expired lease was taken back"
+    );
+
+    // A lease of an hour, cut to 300 ms by a touch: taken back then.
+    let l = svc
+        .reserve(std::slice::from_ref(&touched), 1, Some(3_600_000), 0)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    svc.touch(&touched, &l.id, &l.token, Some(300))
+        .await
+        .unwrap();
+    let back = async || {
+        let s = store.stats(&touched, SystemClock.now_ms()).await.unwrap();
+        s.reserved == 0 && s.counters.expired == 1
+    };
+    assert!(
+        until(Duration::from_secs(3), back).await,
+        "the shortened lease was taken back"
     );
     cancel.cancel();
     run.await.unwrap();
@@ -221,10 +260,10 @@ async fn a_reserve_over_many_topics_asks_only_those_that_may_have_work() {
 
     // A job due later than the hint said nothing before: due in 300 ms, it
     // is handed out once due and not before.
+    let enqueued = Instant::now();
     svc.enqueue(&topics[200], job("later-on", When::DelayMs(300)))
         .await
         .unwrap();
-    let enqueued = Instant::now();
     let got = svc.reserve(&topics, 1, None, 3_000).await.unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].id.as_str(), "later-on");
@@ -353,7 +392,7 @@ async fn a_dispatcher_among_others_stays_idle_while_they_come_and_go_in_any_orde
         .await,
         "the start pass ran"
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    settled(&redis, (2 * SWEEP * 2) as u64).await;
     let idle_from = scripts_run(&redis);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = scripts_run(&redis) - idle_from;
