@@ -10,7 +10,8 @@
 //! a thousand tenants' topics) skips those this process knows to have
 //! nothing to hand out ([`crate::wakers::Wakers::quiet_until`]: what an
 //! earlier reserve found, until its next due time or a change of the topic
-//! made here or announced by the store), so it costs about as much as
+//! made here or announced by the store, and at most
+//! [`crate::wakers::HINT_MS`]), so it costs about as much as
 //! reserving from the topics that have work. A job written through
 //! another instance is seen once its announcement arrives (about a
 //! millisecond on one Redis; the long-poll wakes for it). A reserve of one

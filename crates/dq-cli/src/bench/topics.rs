@@ -20,9 +20,14 @@ use serde_json::{Value, json};
 
 use super::{SteadyPlan, body, procfs, progress, steady};
 
-/// Time the server is left alone before the idle CPU is measured, so the
-/// tail of the creation burst (writes, fsyncs) is not counted.
-const SETTLE: Duration = Duration::from_secs(1);
+/// Longest time the server is left alone before the idle CPU is measured,
+/// so the tail of the creation burst (writes, fsyncs, the dispatcher
+/// working off the creations' announcements) is not counted: it settles
+/// when a second passes with dq and its store each under [`QUIET_PCT`].
+const SETTLE: Duration = Duration::from_secs(120);
+
+/// CPU (% of one core) under which a second counts as quiet.
+const QUIET_PCT: f64 = 2.0;
 
 /// Topics a listing page asks for.
 const PAGE: usize = 100;
@@ -328,10 +333,24 @@ fn processes(base: &str, plan: &TopicsPlan) -> Processes {
 }
 
 /// CPU of dq and of the store (% of one core, null when not measured) over
-/// `idle` with no client traffic, after [`SETTLE`].
-async fn cpu_over(p: &Processes, idle: Duration) -> (Value, Value) {
-    tokio::time::sleep(SETTLE).await;
+/// `idle` with no client traffic, once settled (at most [`SETTLE`]), and
+/// how long settling took.
+async fn cpu_over(p: &Processes, idle: Duration) -> (Value, Value, f64) {
     let ticks = |pid: Option<u32>| pid.and_then(|p| procfs::cpu_ticks(p).ok());
+    let started = Instant::now();
+    loop {
+        let a = (ticks(p.dq_pid), ticks(p.store.pid));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let b = (ticks(p.dq_pid), ticks(p.store.pid));
+        let busy = |x: Option<u64>, y: Option<u64>| {
+            x.zip(y)
+                .is_some_and(|(x, y)| y.saturating_sub(x) as f64 * 100.0 / p.tck.0 as f64 >= QUIET_PCT)
+        };
+        if !(busy(a.0, b.0) || busy(a.1, b.1)) || started.elapsed() >= SETTLE {
+            break;
+        }
+    }
+    let settled = started.elapsed().as_secs_f64();
     let before = (ticks(p.dq_pid), ticks(p.store.pid));
     let t0 = Instant::now();
     tokio::time::sleep(idle).await;
@@ -346,12 +365,18 @@ async fn cpu_over(p: &Processes, idle: Duration) -> (Value, Value) {
             _ => Value::Null,
         }
     };
-    (pct(before.0, after.0), pct(before.1, after.1))
+    (pct(before.0, after.0), pct(before.1, after.1), settled)
 }
 
 /// The idle figures: with the N topics, and `before` they were created.
-fn idle_json(p: &Processes, idle: Duration, before: (Value, Value), with: (Value, Value)) -> Value {
-    json!({"seconds": idle.as_secs_f64(), "settle_seconds": SETTLE.as_secs_f64(),
+fn idle_json(
+    p: &Processes,
+    idle: Duration,
+    before: (Value, Value, f64),
+    with: (Value, Value, f64),
+) -> Value {
+    json!({"seconds": idle.as_secs_f64(), "settle_seconds": with.2,
+           "settle_seconds_before": before.2,
            "clock_ticks_per_s": format!("{} ({})", p.tck.0, p.tck.1),
            "dq_pid": p.dq_pid, "dq": p.dq_how,
            "dq_cpu_pct": with.0, "dq_cpu_pct_before": before.0,
