@@ -9,7 +9,9 @@
 #
 #   scripts/bench-fresh.sh redis forward --target self --rate 0 --jobs 50000
 #
-# Uses target/release/dq (cargo build --release -p dq-cli) unless DQ_BIN is set.
+# Uses target/release/dq (cargo build --release -p dq-cli) unless DQ_BIN is set;
+# DQ_BENCH_BIN, when set, is the binary that runs the bench itself (a newer
+# bench, e.g. `topics`, against an older server).
 # `--target self` (forward) names the store's own Redis (the redis store);
 # `--target other` a second private redis-server.
 # The redis store gets a private redis-server (no persistence) on a free port;
@@ -108,4 +110,4 @@ for a in "$@"; do
     *) args+=("$a") ;;
   esac
 done
-"$bin" bench --server "http://$listen" "${args[@]}" "${extra[@]}"
+"${DQ_BENCH_BIN:-$bin}" bench --server "http://$listen" "${args[@]}" "${extra[@]}"
