@@ -697,8 +697,8 @@ impl Service {
         // Owned topics in the futures: a future borrowing the slice's items
         // through the stream's closure is not `Send` for axum.
         let reads = topics
-            .to_vec()
-            .into_iter()
+            .iter()
+            .cloned()
             .map(|t| async move { self.store.stats(&t, now).await });
         let stats: Vec<StoreResult<TopicStats>> =
             futures::stream::iter(reads).buffered(16).collect().await;
