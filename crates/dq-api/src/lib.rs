@@ -811,11 +811,32 @@ pub struct TopicConfigured {
     pub config: TopicConfig,
 }
 
-/// `GET /v1/topics`.
+/// `GET /v1/topics?limit=&cursor=&prefix=`: which page of the topics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicListQuery {
+    /// Topics per page: 1 to [`MAX_TOPICS_PAGE`](dq_core::limits::MAX_TOPICS_PAGE)
+    /// (default [`TOPICS_PAGE`](dq_core::limits::TOPICS_PAGE)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// The previous page's `next_cursor`; absent for the first page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Only topics whose name starts with it (a plain prefix, no
+    /// wildcards; at most 200 bytes of topic characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+}
+
+/// `GET /v1/topics`: one page of the topics, in name order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopicList {
-    /// Every topic with its counts.
+    /// The page's topics with their counts (those the key may read: a
+    /// page may be short, even empty, while more follow).
     pub topics: Vec<TopicInfo>,
+    /// Pass it as `cursor` for the next page (with the same `prefix`);
+    /// `null`: this is the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// `PUT /v1/topics/{topic}`'s body: the settings to change.

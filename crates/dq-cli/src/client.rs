@@ -321,8 +321,18 @@ pub(crate) enum SchedulesCmd {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub(crate) enum TopicsCmd {
-    /// List topics with their counts
-    List,
+    /// List topics with their counts, in name order (every topic, unless --limit)
+    List {
+        /// Only topics whose name starts with this (a plain prefix, no wildcards)
+        #[arg(long)]
+        prefix: Option<String>,
+        /// List one page of at most N topics (1-1000) and say where the next starts, instead of every topic
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// With --limit: start after this topic (the cursor a previous page printed)
+        #[arg(long, requires = "limit")]
+        cursor: Option<String>,
+    },
     /// Create or update a topic's settings; settings not given keep their value
     Put {
         /// The topic (created when new)
@@ -518,11 +528,30 @@ fn parse_retry(text: &str) -> Result<Value> {
     Ok(json!({ "delays_ms": list }))
 }
 
-/// `dq topics` and `dq stats`: every topic with its counts (`stamp` adds the time).
-async fn print_topics(api: &Client, json: bool, stamp: bool) -> Result<()> {
-    let topics = api.topics().await?;
+/// `dq topics list --limit N`: one page of topics; where the next one
+/// starts goes to stderr (in the JSON as `next_cursor`).
+async fn print_topic_page(api: &Client, query: wire::TopicListQuery, json: bool) -> Result<()> {
+    let page = api.list_topics(&query).await?;
     if json {
-        print_json(&wire::TopicList { topics });
+        print_json(&page);
+    } else {
+        println!("{}", stats_table(&page.topics));
+        if let Some(c) = &page.next_cursor {
+            eprintln!("more topics follow: --cursor {c}");
+        }
+    }
+    Ok(())
+}
+
+/// `dq topics` and `dq stats`: every topic with its counts (those starting
+/// with `prefix`, if given), following the pages (`stamp` adds the time).
+async fn print_topics(api: &Client, prefix: Option<&str>, json: bool, stamp: bool) -> Result<()> {
+    let topics = api.topics_with_prefix(prefix).await?;
+    if json {
+        print_json(&wire::TopicList {
+            topics,
+            next_cursor: None,
+        });
     } else {
         println!("{}", stats_table(&topics));
         if stamp {
@@ -815,7 +844,7 @@ impl ClientCmd {
                             println!("config: {cfg}");
                         }
                     }
-                    None => print_topics(&api, conn.json, true).await?,
+                    None => print_topics(&api, None, conn.json, true).await?,
                 }
             }
             ClientCmd::Reserve {
@@ -1045,8 +1074,29 @@ impl ClientCmd {
             }
             ClientCmd::Topics { conn, cmd } => {
                 let api = conn.client()?;
-                match cmd.map_or(TopicsCmd::List, |c| *c) {
-                    TopicsCmd::List => print_topics(&api, conn.json, false).await?,
+                let list_all = TopicsCmd::List {
+                    prefix: None,
+                    limit: None,
+                    cursor: None,
+                };
+                match cmd.map_or(list_all, |c| *c) {
+                    TopicsCmd::List {
+                        prefix,
+                        limit: Some(limit),
+                        cursor,
+                    } => {
+                        let query = wire::TopicListQuery {
+                            limit: Some(limit),
+                            cursor,
+                            prefix,
+                        };
+                        print_topic_page(&api, query, conn.json).await?
+                    }
+                    TopicsCmd::List {
+                        prefix,
+                        limit: None,
+                        ..
+                    } => print_topics(&api, prefix.as_deref(), conn.json, false).await?,
                     TopicsCmd::Put {
                         topic,
                         max_attempts,

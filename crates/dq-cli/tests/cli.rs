@@ -298,3 +298,84 @@ async fn topics_flow_control_from_the_cli() {
     assert!(ok, "{err}");
     assert!(json_of(&out)["config"].get("rate_limit").is_none(), "{out}");
 }
+
+/// `dq topics list` follows the pages by default (more topics than one
+/// page of the client's), `--prefix` filters, `--limit N` prints one page
+/// and where the next starts, `--cursor` goes on from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_list_pages_and_filters() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Dq::start_embedded(dir.path()).await;
+    let base = d.base.as_str();
+    let mut names: Vec<String> = (0..1005).map(|i| format!("q{i:04}")).collect();
+    names.push("other".into());
+    names.sort();
+    for chunk in names.chunks(50) {
+        let paths: Vec<String> = chunk.iter().map(|n| format!("/v1/topics/{n}")).collect();
+        let puts = paths
+            .iter()
+            .map(|p| d.call(reqwest::Method::PUT, p, Some(json!({}))));
+        for (s, v, _) in futures::future::join_all(puts).await {
+            assert_eq!(s, 200, "{v}");
+        }
+    }
+    let listed = |out: &str| -> Vec<String> {
+        json_of(out)["topics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (ok, out, err) = dq(base, &["topics", "list", "--json"], "");
+    assert!(ok, "{err}");
+    assert_eq!(listed(&out), names, "every topic, over two pages");
+    assert_eq!(json_of(&out)["next_cursor"], Value::Null);
+    let (ok, out, err) = dq(base, &["topics", "list", "--prefix", "q100", "--json"], "");
+    assert!(ok, "{err}");
+    assert_eq!(listed(&out), names[1001..1006]);
+    let (ok, out, err) = dq(base, &["topics", "--json"], "");
+    assert!(ok, "{err}");
+    assert_eq!(
+        listed(&out).len(),
+        names.len(),
+        "`dq topics` alone lists all"
+    );
+
+    let (ok, out, err) = dq(
+        base,
+        &["topics", "list", "--prefix", "q", "--limit", "3", "--json"],
+        "",
+    );
+    assert!(ok, "{err}");
+    assert_eq!(listed(&out), names[1..4]);
+    assert_eq!(json_of(&out)["next_cursor"], "q0002");
+    let (ok, out, err) = dq(
+        base,
+        &["topics", "list", "--limit", "2", "--cursor", "q1003"],
+        "",
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("q1004"), "{out}");
+    assert!(!out.contains("q1003") && !out.contains("other"), "{out}");
+    assert!(err.is_empty(), "the last page: nothing follows: {err}");
+    let (ok, _, err) = dq(base, &["topics", "list", "--limit", "1"], "");
+    assert!(
+        ok && err.contains("more topics follow: --cursor other"),
+        "{err}"
+    );
+
+    for (args, code) in [
+        (&["topics", "list", "--limit", "0"][..], "invalid_limit"),
+        (&["topics", "list", "--limit", "1001"], "invalid_limit"),
+        (&["topics", "list", "--prefix", "a b"], "invalid_prefix"),
+    ] {
+        let (ok, _, err) = dq(base, args, "");
+        assert!(!ok && err.contains(code), "{args:?}: {err}");
+    }
+    let (ok, _, err) = dq(base, &["topics", "list", "--cursor", "q1"], "");
+    assert!(
+        !ok && err.contains("--limit"),
+        "--cursor needs --limit: {err}"
+    );
+}

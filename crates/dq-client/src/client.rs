@@ -572,15 +572,64 @@ impl Client {
         Ok(r.lease_deadline_ms)
     }
 
-    /// Every topic with its counts.
+    /// Every topic with its counts (those whose name starts with
+    /// `prefix`, when given), in name order: [`Client::list_topics`] page
+    /// after page, following `next_cursor`, 1000 topics a request.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a prefix no topic name can start with;
+    /// [`Error::Unavailable`], [`Error::Transport`].
+    pub async fn topics_with_prefix(&self, prefix: Option<&str>) -> Result<Vec<TopicInfo>> {
+        let mut query = wire::TopicListQuery {
+            limit: Some(dq_core::limits::MAX_TOPICS_PAGE),
+            cursor: None,
+            prefix: prefix.map(str::to_string),
+        };
+        let mut out = Vec::new();
+        loop {
+            let page = self.list_topics(&query).await?;
+            out.extend(page.topics);
+            match page.next_cursor {
+                Some(c) => query.cursor = Some(c),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Every topic with its counts ([`Client::topics_with_prefix`] without
+    /// a prefix).
     ///
     /// # Errors
     /// [`Error::Unavailable`], [`Error::Transport`].
     pub async fn topics(&self) -> Result<Vec<TopicInfo>> {
-        let r: wire::TopicList = self
-            .call(Method::GET, format!("{}/v1/topics", self.base), NONE, true)
-            .await?;
-        Ok(r.topics)
+        self.topics_with_prefix(None).await
+    }
+
+    /// One page of the topics in name order (`GET /v1/topics`): pass the
+    /// page's `next_cursor` as the next query's `cursor` until it is `None`.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a limit outside 1–1000, a cursor the server
+    /// did not hand out or a bad prefix; [`Error::Unavailable`],
+    /// [`Error::Transport`].
+    pub async fn list_topics(&self, query: &wire::TopicListQuery) -> Result<wire::TopicList> {
+        let mut url = format!("{}/v1/topics", self.base);
+        let mut sep = '?';
+        let params = [
+            ("limit", query.limit.map(|l| l.to_string())),
+            ("cursor", query.cursor.clone()),
+            ("prefix", query.prefix.clone()),
+        ];
+        for (name, value) in params {
+            if let Some(v) = value {
+                url.push(sep);
+                url.push_str(name);
+                url.push('=');
+                url.push_str(&encode_segment(&v));
+                sep = '&';
+            }
+        }
+        self.call(Method::GET, url, NONE, true).await
     }
 
     /// One topic's settings and counts.

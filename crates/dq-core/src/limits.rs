@@ -27,6 +27,11 @@ impl Default for Limits {
 pub const MAX_BATCH: usize = 1000;
 /// Most jobs one reserve hands out.
 pub const MAX_RESERVE: usize = 1000;
+/// Topics in one page of a topic listing when the caller names no limit.
+pub const TOPICS_PAGE: usize = 100;
+/// Most topics in one page of a topic listing (each page reads the counts
+/// of each of its topics).
+pub const MAX_TOPICS_PAGE: usize = 1000;
 /// Longest time a reserve waits for a job, in milliseconds.
 pub const MAX_WAIT_MS: u64 = 30_000;
 /// Shortest and longest lease, in milliseconds.

@@ -44,10 +44,7 @@ impl Topic {
                 ),
             ));
         }
-        if let Some(c) = name
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || "._:-+/;$()".contains(*c)))
-        {
+        if let Some(c) = name.chars().find(|c| !Topic::is_name_char(*c)) {
             return Err(InvalidInput::new(
                 "invalid_topic",
                 format!("topic may hold only A-Z a-z 0-9 . _ : - + / ; $ ( ), found {c:?}"),
@@ -89,6 +86,57 @@ impl Topic {
     /// The name.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Whether `c` may occur in a topic name.
+    pub fn is_name_char(c: char) -> bool {
+        c.is_ascii_alphanumeric() || "._:-+/;$()".contains(c)
+    }
+
+    /// Checks a name prefix a listing filters by ([`crate::Store::list_topics`]):
+    /// empty (every topic), or at most [`Topic::MAX_LEN`] bytes of topic
+    /// characters — anything else could match no topic, and is more likely a
+    /// mistake than a question.
+    ///
+    /// # Errors
+    /// `invalid_prefix`, naming what is wrong.
+    pub fn check_prefix(prefix: &str) -> Result<(), InvalidInput> {
+        if prefix.len() > Self::MAX_LEN {
+            return Err(InvalidInput::new(
+                "invalid_prefix",
+                format!(
+                    "prefix must be at most {} bytes (the longest topic name), got {}",
+                    Self::MAX_LEN,
+                    prefix.len()
+                ),
+            ));
+        }
+        if let Some(c) = prefix.chars().find(|c| !Topic::is_name_char(*c)) {
+            return Err(InvalidInput::new(
+                "invalid_prefix",
+                format!(
+                    "prefix may hold only the characters of topic names (A-Z a-z 0-9 . _ : - + / ; $ ( )), found {c:?}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The names that start with `prefix`, as the range `[start, end)` in
+    /// byte order (`end` `None`: no upper bound, for the empty prefix), so a
+    /// store can filter on an index instead of a pattern (no `LIKE`, whose
+    /// `%` and `_` are wildcards). `None` when no topic name can start with
+    /// `prefix` ([`Topic::check_prefix`] refuses it).
+    pub fn prefix_range(prefix: &str) -> Option<(String, Option<String>)> {
+        Self::check_prefix(prefix).ok()?;
+        let Some(last) = prefix.bytes().last() else {
+            return Some((String::new(), None));
+        };
+        // Topic characters are ASCII below 0x7f: the successor of the last
+        // byte is still one ASCII byte.
+        let mut end = prefix[..prefix.len() - 1].to_string();
+        end.push(char::from(last + 1));
+        Some((prefix.to_string(), Some(end)))
     }
 }
 
@@ -601,6 +649,53 @@ pub struct ListedJob {
     pub dedup_ms: Option<u64>,
 }
 
+/// Which page of topics [`crate::Store::list_topics`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicListing<'a> {
+    /// The page starts right after this name (exclusive); `None`: at the
+    /// first topic. With `backward`, the page ends right before it;
+    /// `None`: at the last topic.
+    pub cursor: Option<&'a Topic>,
+    /// Read the page that ends before `cursor` instead of the one after it
+    /// (a "previous page" link; the topics still come in name order).
+    pub backward: bool,
+    /// Only names that start with it (empty: every name).
+    pub prefix: &'a str,
+    /// Most topics in the page (at least 1 is read).
+    pub limit: usize,
+}
+
+impl<'a> TopicListing<'a> {
+    /// The page of at most `limit` topics after `cursor`.
+    pub fn after(cursor: Option<&'a Topic>, prefix: &'a str, limit: usize) -> Self {
+        Self {
+            cursor,
+            backward: false,
+            prefix,
+            limit,
+        }
+    }
+
+    /// The page of at most `limit` topics before `cursor` (the last page
+    /// for `None`).
+    pub fn before(cursor: Option<&'a Topic>, prefix: &'a str, limit: usize) -> Self {
+        Self {
+            backward: true,
+            ..Self::after(cursor, prefix, limit)
+        }
+    }
+}
+
+/// One page of [`crate::Store::list_topics`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TopicPage {
+    /// Topic names in byte order.
+    pub topics: Vec<Topic>,
+    /// Whether more topics follow the last one (list on with it as the
+    /// cursor) — backward: precede the first one.
+    pub more: bool,
+}
+
 /// One page of [`crate::Store::list_jobs`].
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct JobPage {
@@ -775,6 +870,44 @@ mod tests {
         assert!(Topic::new("...").is_ok() && Topic::new(".a").is_ok());
         // beanstalkd's tube characters.
         assert!(Topic::new("mail/out+retry;v1$(x)").is_ok());
+    }
+
+    #[test]
+    fn prefix_ranges() {
+        assert_eq!(Topic::prefix_range(""), Some((String::new(), None)));
+        assert_eq!(
+            Topic::prefix_range("ab"),
+            Some(("ab".to_string(), Some("ac".to_string())))
+        );
+        // `_` is a topic character like any other, not a wildcard.
+        assert_eq!(
+            Topic::prefix_range("a_"),
+            Some(("a_".to_string(), Some("a`".to_string())))
+        );
+        assert_eq!(
+            Topic::prefix_range("z"),
+            Some(("z".to_string(), Some("{".to_string())))
+        );
+        for bad in ["a%", "a b", "é", "#"] {
+            assert_eq!(Topic::prefix_range(bad), None, "{bad}");
+            assert_eq!(Topic::check_prefix(bad).unwrap_err().code, "invalid_prefix");
+        }
+        assert!(Topic::check_prefix(&"a".repeat(200)).is_ok());
+        assert!(Topic::check_prefix(&"a".repeat(201)).is_err());
+        // Every name with the prefix is in the range, and no other.
+        let (start, end) = Topic::prefix_range("ab").unwrap();
+        let end = end.unwrap();
+        for (name, inside) in [
+            ("ab", true),
+            ("ab.x", true),
+            ("abz", true),
+            ("aa", false),
+            ("ac", false),
+            ("a", false),
+        ] {
+            let n = name.to_string();
+            assert_eq!(n >= start && n < end, inside, "{name}");
+        }
     }
 
     #[test]

@@ -276,8 +276,22 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes up to `max` dead letters (oldest first). Returns how many.
     async fn purge_dead(&self, topic: &Topic, max: usize) -> StoreResult<u64>;
 
-    /// Every known topic.
+    /// Every known topic, in name order. For small listings and loops that
+    /// visit every topic; a listing for people pages with
+    /// [`Store::list_topics`].
     async fn topics(&self) -> StoreResult<Vec<Topic>>;
+
+    /// One page of the known topics (those [`Store::topics`] lists) in name
+    /// (byte) order: those that start with `listing.prefix` (empty: all; a
+    /// prefix no topic name can start with, see [`Topic::check_prefix`],
+    /// matches none), at most `listing.limit` (at least 1) of them, right
+    /// after `listing.cursor` (exclusive; it need not exist any more) — or,
+    /// `backward`, right before it — and whether more follow that way.
+    /// Paging on with the last topic (backward: the first) as the cursor
+    /// lists every topic present from the first page to the last exactly
+    /// once; a topic created or deleted meanwhile may be listed or not. The
+    /// work is about `limit` names, whatever the number of topics.
+    async fn list_topics(&self, listing: &TopicListing<'_>) -> StoreResult<TopicPage>;
 
     /// A topic's settings; `None` if the topic is unknown.
     async fn topic_config(&self, topic: &Topic) -> StoreResult<Option<TopicConfig>>;

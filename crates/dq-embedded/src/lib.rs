@@ -485,6 +485,24 @@ impl Store for EmbeddedStore {
         self.writer.read(ops::topics).await
     }
 
+    async fn list_topics(&self, listing: &TopicListing<'_>) -> StoreResult<TopicPage> {
+        let (cursor, prefix) = (listing.cursor.cloned(), listing.prefix.to_string());
+        let (backward, limit) = (listing.backward, listing.limit);
+        self.writer
+            .read(move |cx| {
+                ops::list_topics(
+                    cx,
+                    &TopicListing {
+                        cursor: cursor.as_ref(),
+                        backward,
+                        prefix: &prefix,
+                        limit,
+                    },
+                )
+            })
+            .await
+    }
+
     async fn topic_config(&self, topic: &Topic) -> StoreResult<Option<TopicConfig>> {
         let topic = topic.clone();
         self.writer

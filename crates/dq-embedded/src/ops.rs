@@ -955,6 +955,60 @@ pub(crate) fn topics(cx: &mut Ctx) -> OpResult<Vec<Topic>> {
         .collect())
 }
 
+/// One page of topic names in name order, on the `name` column's unique
+/// index: one range of it, from the cursor (or the prefix's first name)
+/// to the prefix's successor — the prefix as a range, never `LIKE`, whose
+/// `_` and `%` are wildcards — read forward or backward, one name more
+/// than `limit` to tell whether more follow.
+pub(crate) fn list_topics(cx: &mut Ctx, listing: &TopicListing<'_>) -> OpResult<TopicPage> {
+    let Some((start, end)) = Topic::prefix_range(listing.prefix) else {
+        return Ok(TopicPage::default());
+    };
+    let limit = listing.limit.max(1);
+    // Every name is ASCII below 0x7f.
+    let end = end.unwrap_or_else(|| "\u{7f}".to_string());
+    let cursor = listing.cursor.map(Topic::as_str);
+    let (sql, low, high) = match (listing.backward, cursor) {
+        (false, Some(c)) if c >= start.as_str() => (
+            "SELECT name FROM topics WHERE name > ?1 AND name < ?2 ORDER BY name LIMIT ?3",
+            c.to_string(),
+            end,
+        ),
+        (false, _) => (
+            "SELECT name FROM topics WHERE name >= ?1 AND name < ?2 ORDER BY name LIMIT ?3",
+            start,
+            end,
+        ),
+        (true, Some(c)) if c < end.as_str() => (
+            "SELECT name FROM topics WHERE name >= ?1 AND name < ?2 ORDER BY name DESC LIMIT ?3",
+            start,
+            c.to_string(),
+        ),
+        (true, _) => (
+            "SELECT name FROM topics WHERE name >= ?1 AND name < ?2 ORDER BY name DESC LIMIT ?3",
+            start,
+            end,
+        ),
+    };
+    let mut names: Vec<String> = cx
+        .conn
+        .prepare_cached(sql)?
+        .query_map(params![low, high, limit as i64 + 1], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let more = names.len() > limit;
+    names.truncate(limit);
+    if listing.backward {
+        names.reverse();
+    }
+    Ok(TopicPage {
+        topics: names
+            .into_iter()
+            .filter_map(|n| Topic::new(n).ok())
+            .collect(),
+        more,
+    })
+}
+
 pub(crate) fn topic_config(cx: &mut Ctx, topic: &Topic) -> OpResult<Option<TopicConfig>> {
     match tid(cx, topic)? {
         Some(tid) => Ok(Some(config(cx, tid)?)),

@@ -52,6 +52,12 @@ impl Keys {
         format!("{}:topics", self.prefix)
     }
 
+    /// The ZSET of the same names, every score 0, for listings in name
+    /// order (see `topic_index`; not hash-tagged, like [`Keys::topics`]).
+    pub fn topic_names(&self) -> String {
+        format!("{}:topic-names", self.prefix)
+    }
+
     /// The layout version (see [`crate::layout`]; not hash-tagged: one key).
     pub fn layout(&self) -> String {
         format!("{}:layout", self.prefix)
@@ -121,5 +127,6 @@ mod tests {
         }
         assert_eq!(tk.all[6], "dq:{orders}:jobs");
         assert_eq!(k.topics(), "dq:topics");
+        assert_eq!(k.topic_names(), "dq:topic-names");
     }
 }

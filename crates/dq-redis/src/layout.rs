@@ -10,6 +10,10 @@
 //! On shards every shard holds its own key and each is checked; a Redis
 //! Cluster is one keyspace with one key (in the slot of its name).
 //!
+//! A layout this dq may use also gets its sorted topic names mended from
+//! the topics set (`RedisStore::sync_topic_index`: an older dq of the same
+//! layout wrote only the set).
+//!
 //! A layout change is a new [`LAYOUT_VERSION`] and, for data an older dq
 //! wrote, a migration run here before the version key is moved on.
 
@@ -92,13 +96,19 @@ impl RedisStore {
             .await
             .map_err(unavailable)?;
         let found = match old {
-            Value::Nil => return Ok(Ok(Layout::Written)),
+            Value::Nil => {
+                self.sync_topic_index().await?;
+                return Ok(Ok(Layout::Written));
+            }
             Value::BulkString(b) => b,
             other => format!("{other:?}").into_bytes(),
         };
         let text = String::from_utf8_lossy(&found);
         Ok(match text.trim().parse::<u32>() {
-            Ok(v) if v == LAYOUT_VERSION => Ok(Layout::Current),
+            Ok(v) if v == LAYOUT_VERSION => {
+                self.sync_topic_index().await?;
+                Ok(Layout::Current)
+            }
             Ok(v) if v > LAYOUT_VERSION => Err(LayoutError::Newer {
                 store: store.to_string(),
                 key,

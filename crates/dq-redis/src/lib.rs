@@ -7,6 +7,8 @@
 //! - `decode`: turns script replies into dq types and errors, in one place.
 //! - [`forward`]: writing a forwarding topic's due jobs into a target Redis.
 //! - [`layout`]: the layout version key, checked at start.
+//! - `topic_index`: the topic names in name order (a ZSET beside the
+//!   topics SET), for listings that page.
 //!
 //! Layout: a topic's schedule is a ZSET of ids scored by due time; due jobs
 //! move to a ready ZSET ordered by (priority, due, enqueue sequence); leases
@@ -28,6 +30,7 @@ pub mod keys;
 pub mod layout;
 mod scripts;
 pub mod sharded;
+mod topic_index;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -298,11 +301,7 @@ impl RedisStore {
         {
             return Ok(());
         }
-        let mut conn = self.conn.clone();
-        let _: i64 = conn
-            .sadd(self.keys.topics(), topic.as_str())
-            .await
-            .map_err(unavailable)?;
+        self.add_topic_name(topic.as_str()).await?;
         self.known
             .lock()
             .expect("poisoned")
@@ -976,6 +975,10 @@ impl Store for RedisStore {
         Ok(topics)
     }
 
+    async fn list_topics(&self, listing: &TopicListing<'_>) -> StoreResult<TopicPage> {
+        self.topic_page(listing, false).await
+    }
+
     async fn topic_config(&self, topic: &Topic) -> StoreResult<Option<TopicConfig>> {
         let mut conn = self.conn.clone();
         let (member, fields): (bool, Vec<(String, String)>) = if conn.is_cluster() {
@@ -1092,6 +1095,10 @@ impl Store for RedisStore {
         let gone = int(&items[1])? == 1;
         if gone {
             let mut conn = self.conn.clone();
+            let _: i64 = conn
+                .zrem(self.keys.topic_names(), topic.as_str())
+                .await
+                .map_err(unavailable)?;
             let _: i64 = conn
                 .srem(self.keys.topics(), topic.as_str())
                 .await

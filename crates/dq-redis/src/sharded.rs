@@ -964,6 +964,51 @@ impl Store for ShardedStore {
         }
     }
 
+    async fn list_topics(&self, listing: &TopicListing<'_>) -> StoreResult<TopicPage> {
+        // Each shard's page of `limit` topics (a partition standing for its
+        // topic), merged in order, cut to `limit` (backward: the last
+        // `limit`): whatever a shard holds past its page lies beyond every
+        // topic of it. As in `topics`, a shard that does not answer is left
+        // out while another answers.
+        let limit = listing.limit.max(1);
+        let pages = join_all(
+            self.shards
+                .iter()
+                .map(|s| s.store.topic_page(listing, true)),
+        )
+        .await;
+        let mut names = BTreeSet::new();
+        let mut more = false;
+        let mut first_err = None;
+        let mut answered = false;
+        for r in pages {
+            match r {
+                Ok(page) => {
+                    answered = true;
+                    more |= page.more;
+                    names.extend(page.topics);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_err
+            && !answered
+        {
+            return Err(e);
+        }
+        more |= names.len() > limit;
+        let skip = match listing.backward {
+            true => names.len().saturating_sub(limit),
+            false => 0,
+        };
+        Ok(TopicPage {
+            topics: names.into_iter().skip(skip).take(limit).collect(),
+            more,
+        })
+    }
+
     async fn topic_config(&self, topic: &Topic) -> StoreResult<Option<TopicConfig>> {
         let r = self.store(topic).topic_config(topic).await;
         self.note(topic, &r);

@@ -63,6 +63,7 @@ async fn keyspace_holds_ids_and_frees_bodies() {
     assert_eq!(
         keys(&mut conn),
         vec![
+            "dq:topic-names",
             "dq:topics",
             "dq:{keys}:ctr",
             "dq:{keys}:jobs",
@@ -99,6 +100,7 @@ async fn keyspace_holds_ids_and_frees_bodies() {
         keys(&mut conn),
         vec![
             "dq:settings_version",
+            "dq:topic-names",
             "dq:topics",
             "dq:{keys}:cfg",
             "dq:{keys}:ctr"
@@ -744,7 +746,13 @@ async fn ack_batch_runs_one_script_per_topic_and_batch_bound() {
     assert!(done.iter().all(Result::is_ok), "{done:?}");
     assert_eq!(
         keys(&mut conn),
-        vec!["dq:topics", "dq:{ab2}:ctr", "dq:{ab}:ctr", "dq:{ab}:dedup",]
+        vec![
+            "dq:topic-names",
+            "dq:topics",
+            "dq:{ab2}:ctr",
+            "dq:{ab}:ctr",
+            "dq:{ab}:dedup",
+        ]
     );
     let acked: u64 = conn.hget("dq:{ab}:ctr", "acked").unwrap();
     assert_eq!(acked, n as u64);
@@ -752,4 +760,70 @@ async fn ack_batch_runs_one_script_per_topic_and_batch_bound() {
     assert_eq!(acked, 1);
     let window: Vec<(String, u64)> = conn.zrange_withscores("dq:{ab}:dedup", 0, -1).unwrap();
     assert_eq!(window, vec![("j0".to_string(), T0 + 10 + 5_000)]);
+}
+
+/// The sorted topic names mirror the topics set: written and removed with
+/// it; names an older dq wrote to the set alone (or removed from it alone)
+/// are mended at the layout check and at a listing's first page.
+#[tokio::test]
+async fn topic_names_follow_the_topics_set() {
+    let server = RedisServer::start();
+    let s = store(server.url());
+    let mut conn = server.connection();
+    let zset = |conn: &mut redis::Connection| -> Vec<String> {
+        conn.zrange("dq:topic-names", 0, -1).unwrap()
+    };
+    let t = Topic::new("made").unwrap();
+    s.enqueue(&t, &[job("a", 0)], T0).await.unwrap();
+    assert_eq!(zset(&mut conn), vec!["made"]);
+    s.delete_topic(&t, 10).await.unwrap();
+    assert!(zset(&mut conn).is_empty());
+    let members: Vec<String> = conn.smembers("dq:topics").unwrap();
+    assert!(members.is_empty());
+
+    // An older dq: the set alone.
+    let old: Vec<String> = (0..2500).map(|i| format!("old{i:04}")).collect();
+    for chunk in old.chunks(500) {
+        let _: () = conn.sadd("dq:topics", chunk).unwrap();
+    }
+    assert_eq!(
+        s.check_layout("r").await.unwrap(),
+        Ok(dq_redis::layout::Layout::Written)
+    );
+    assert_eq!(zset(&mut conn), old, "copied at the layout check");
+    // It creates one more, and deletes two.
+    let _: () = conn.sadd("dq:topics", "old9999").unwrap();
+    let page = s
+        .list_topics(&TopicListing::after(
+            Some(&Topic::new("old2498").unwrap()),
+            "",
+            10,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        page.topics,
+        vec![Topic::new("old2499").unwrap()],
+        "not on a later page"
+    );
+    let page = s
+        .list_topics(&TopicListing::after(None, "old9", 10))
+        .await
+        .unwrap();
+    assert_eq!(
+        page.topics,
+        vec![Topic::new("old9999").unwrap()],
+        "the first page mends"
+    );
+    let _: () = conn.srem("dq:topics", &["old0000", "old0001"]).unwrap();
+    let page = s
+        .list_topics(&TopicListing::after(None, "", 1))
+        .await
+        .unwrap();
+    assert_eq!(page.topics, vec![Topic::new("old0002").unwrap()]);
+    assert_eq!(zset(&mut conn).len(), 2499);
+    assert!(
+        !s.sync_topic_index().await.unwrap(),
+        "in step: nothing to do"
+    );
 }

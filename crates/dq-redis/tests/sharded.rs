@@ -535,3 +535,67 @@ async fn a_topic_looked_at_before_it_was_made_is_not_remembered_as_one_partition
         assert!(a.get(&t, &id).await.unwrap().is_some(), "j{i} found by id");
     }
 }
+
+/// Topics split into partitions over 3 shards are listed once each, in
+/// order, page after page, with a prefix; a shard holding only some of a
+/// topic's partitions (not partition 0) still makes it known.
+#[tokio::test]
+async fn list_topics_merges_shards_and_partitions() {
+    let (s, _servers) = fresh().await;
+    let mut names = Vec::new();
+    for i in 0..12 {
+        let t = Topic::new(format!("p{i:02}")).unwrap();
+        partitioned(&s, &t, 1 + (i % 5) * 7).await;
+        names.push(t);
+    }
+    for i in 0..9 {
+        let t = Topic::new(format!("q{i}")).unwrap();
+        s.enqueue(&t, &[job("a", When::DelayMs(0))], T0)
+            .await
+            .unwrap();
+        names.push(t);
+    }
+    // Partitions sort right after their topic: `p00` (1 partition), then
+    // `p01#1`…: `p01` is still one name.
+    for limit in [1, 2, 5, 21, 100] {
+        let (mut got, mut after) = (Vec::new(), None::<Topic>);
+        loop {
+            let page = s
+                .list_topics(&TopicListing::after(after.as_ref(), "", limit))
+                .await
+                .unwrap();
+            assert!(page.topics.len() <= limit);
+            got.extend(page.topics.iter().cloned());
+            if !page.more {
+                break;
+            }
+            after = page.topics.last().cloned();
+        }
+        assert_eq!(got, names, "limit {limit}");
+        let (mut pages, mut before) = (Vec::new(), None::<Topic>);
+        loop {
+            let page = s
+                .list_topics(&TopicListing::before(before.as_ref(), "", limit))
+                .await
+                .unwrap();
+            pages.push(page.topics.clone());
+            if !page.more {
+                break;
+            }
+            before = page.topics.first().cloned();
+        }
+        pages.reverse();
+        assert_eq!(pages.concat(), names, "backward, limit {limit}");
+    }
+    let page = s
+        .list_topics(&TopicListing::after(None, "p1", 100))
+        .await
+        .unwrap();
+    let want: Vec<Topic> = names[10..12].to_vec();
+    assert_eq!((page.topics, page.more), (want, false));
+    let page = s
+        .list_topics(&TopicListing::after(Some(&names[3]), "p", 2))
+        .await
+        .unwrap();
+    assert_eq!((page.topics, page.more), (names[4..6].to_vec(), true));
+}

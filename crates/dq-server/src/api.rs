@@ -611,22 +611,45 @@ pub(crate) async fn ack_batch(
     })
 }
 
-/// `GET /v1/topics`
+/// `GET /v1/topics?limit=&cursor=&prefix=` — one page of the topics in
+/// name order, with their counts (read concurrently); `next_cursor` goes
+/// on. Topics the key may not read are left out of the page, so a page
+/// may be short while more follow.
 pub(crate) async fn list_topics(
     State(st): State<AppState>,
     Extension(access): Extension<Access>,
+    Query(q): Query<wire::TopicListQuery>,
 ) -> ApiResult {
-    let topics = st.service.topics_with_stats().await?;
+    let page = st
+        .service
+        .list_topics(
+            q.cursor.as_deref(),
+            false,
+            q.prefix.as_deref().unwrap_or(""),
+            q.limit.unwrap_or(limits::TOPICS_PAGE),
+        )
+        .await?;
+    let next_cursor = match page.more {
+        true => page.topics.last().map(Topic::to_string),
+        false => None,
+    };
+    let visible: Vec<Topic> = page
+        .topics
+        .into_iter()
+        .filter(|t| access.allows(Action::Read, t.as_str()))
+        .collect();
+    let stats = st.service.stats_of(&visible).await?;
     reply(wire::TopicList {
-        topics: topics
+        topics: visible
             .into_iter()
-            .filter(|(t, _)| access.allows(Action::Read, t.as_str()))
+            .zip(stats)
             .map(|(t, stats)| wire::TopicInfo {
                 name: t.to_string(),
                 stats,
                 config: None,
             })
             .collect(),
+        next_cursor,
     })
 }
 

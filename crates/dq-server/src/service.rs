@@ -696,18 +696,82 @@ impl Service {
         Ok(self.store.stats(t, self.now()).await?)
     }
 
-    /// Every topic with its counts, in the store's order.
+    /// Every topic with its counts, in name order. For front-ends that
+    /// must show every topic at once (beanstalkd's `list-tubes` and
+    /// `stats`); listings for people page with [`Service::list_topics`].
     ///
     /// # Errors
     /// A store error.
     pub async fn topics_with_stats(&self) -> Result<Vec<(Topic, TopicStats)>> {
         let topics = self.store.topics().await?;
-        let mut out = Vec::with_capacity(topics.len());
-        for t in topics {
-            let s = self.stats(&t).await?;
-            out.push((t, s));
+        let stats = self.stats_of(&topics).await?;
+        Ok(topics.into_iter().zip(stats).collect())
+    }
+
+    /// One page of the topics in name order: those after `cursor` (the
+    /// previous page's last name; `backward`: those before it, the next
+    /// page's first name) that start with `prefix`, at most `limit`, and
+    /// whether more follow that way (see [`Store::list_topics`]).
+    ///
+    /// # Errors
+    /// `invalid_limit` outside 1–[`limits::MAX_TOPICS_PAGE`];
+    /// `invalid_cursor` for a cursor that is not a topic name;
+    /// `invalid_prefix` ([`Topic::check_prefix`]); a store error.
+    pub async fn list_topics(
+        &self,
+        cursor: Option<&str>,
+        backward: bool,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<dq_core::TopicPage> {
+        if !(1..=limits::MAX_TOPICS_PAGE).contains(&limit) {
+            return Err(InvalidInput::new(
+                "invalid_limit",
+                format!(
+                    "limit must be between 1 and {}, got {limit}",
+                    limits::MAX_TOPICS_PAGE
+                ),
+            )
+            .into());
         }
-        Ok(out)
+        let after = cursor
+            .map(|c| {
+                Topic::new(c).map_err(|_| {
+                    InvalidInput::new(
+                        "invalid_cursor",
+                        "cursor is not one this server handed out (a topic name): start again without one",
+                    )
+                })
+            })
+            .transpose()?;
+        Topic::check_prefix(prefix)?;
+        let listing = dq_core::TopicListing {
+            cursor: after.as_ref(),
+            backward,
+            prefix,
+            limit,
+        };
+        Ok(self.store.list_topics(&listing).await?)
+    }
+
+    /// The counts of each of `topics`, in order: read a few at a time
+    /// (16), not one after another, so a page of 100 costs a few round
+    /// trips of the store, not 100.
+    ///
+    /// # Errors
+    /// The first store error.
+    pub async fn stats_of(&self, topics: &[Topic]) -> Result<Vec<TopicStats>> {
+        use futures::StreamExt;
+        let now = self.now();
+        // Owned topics in the futures: a future borrowing the slice's items
+        // through the stream's closure is not `Send` for axum.
+        let reads = topics
+            .iter()
+            .cloned()
+            .map(|t| async move { self.store.stats(&t, now).await });
+        let stats: Vec<StoreResult<TopicStats>> =
+            futures::stream::iter(reads).buffered(16).collect().await;
+        Ok(stats.into_iter().collect::<StoreResult<Vec<_>>>()?)
     }
 
     /// A topic's settings, `None` when unknown.

@@ -484,10 +484,110 @@ async fn every_action(a: Admin) {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
+/// The names in the overview's topics table, and its previous and next
+/// links.
+fn overview_page(doc: &scraper::Html) -> (Vec<String>, Option<String>, Option<String>) {
+    let href = |css: &str| {
+        let sel = scraper::Selector::parse(css).unwrap();
+        doc.select(&sel)
+            .next()
+            .map(|e| e.value().attr("href").unwrap().to_string())
+    };
+    let names = cells(doc, "topics")
+        .into_iter()
+        .map(|r| r[0].clone())
+        .collect();
+    (names, href("a#prev"), href("a#next"))
+}
+
+/// The overview shows 100 topics a page in name order, with next and
+/// previous links that carry the cursor (and the search); the search box
+/// lists the topics starting with a prefix; a bad search is refused with
+/// a message, the box kept.
+async fn overview_pages_and_searches(a: Admin) {
+    let mut names: Vec<String> = (0..230).map(|i| format!("t{i:03}")).collect();
+    names.extend(["other.a".to_string(), "other_b".to_string()]);
+    for n in &names {
+        let t = dq_core::Topic::new(n.as_str()).unwrap();
+        a.state
+            .service
+            .configure_topic(&t, Default::default())
+            .await
+            .unwrap();
+    }
+    names.sort();
+    let names_of = |r: std::ops::Range<usize>| names[r].to_vec();
+
+    let home = a.get("/").await;
+    assert_eq!(home.status, StatusCode::OK);
+    let (first, prev, next) = overview_page(&home.doc());
+    assert_eq!(first, names_of(0..100));
+    assert_eq!(prev, None, "the first page has no previous one");
+    assert_eq!(next.as_deref(), Some("/?cursor=t097"));
+
+    let (second, prev, next) = overview_page(&a.get(&next.unwrap()).await.doc());
+    assert_eq!(second, names_of(100..200));
+    assert_eq!(prev.as_deref(), Some("/?before=t098"));
+    assert_eq!(next.as_deref(), Some("/?cursor=t197"));
+
+    let (third, prev, next) = overview_page(&a.get(&next.unwrap()).await.doc());
+    assert_eq!(third, names_of(200..232));
+    assert_eq!(next, None, "the last page has no next one");
+    assert_eq!(prev.as_deref(), Some("/?before=t198"));
+
+    // Back again, page by page.
+    let (back, prev, next) = overview_page(&a.get(&prev.unwrap()).await.doc());
+    assert_eq!(back, names_of(100..200));
+    assert_eq!(next.as_deref(), Some("/?cursor=t197"));
+    let (back, prev, next) = overview_page(&a.get(&prev.unwrap()).await.doc());
+    assert_eq!(back, names_of(0..100));
+    assert_eq!(prev, None, "back at the start");
+    assert_eq!(next.as_deref(), Some("/?cursor=t097"));
+
+    // The search: a plain prefix (`_` is no wildcard), kept in the box and
+    // in the links.
+    let r = a.get("/?prefix=t1").await;
+    let doc = r.doc();
+    let (found, prev, next) = overview_page(&doc);
+    assert_eq!(
+        found,
+        (100..200).map(|i| format!("t{i:03}")).collect::<Vec<_>>()
+    );
+    assert_eq!((prev, next), (None, None), "exactly one page");
+    let sel = scraper::Selector::parse("form#search input#prefix").unwrap();
+    let input = doc.select(&sel).next().expect("the search box");
+    assert_eq!(input.value().attr("value"), Some("t1"));
+    let (found, _, next) = overview_page(&a.get("/?prefix=t&cursor=t150").await.doc());
+    assert_eq!(found.first().map(String::as_str), Some("t151"));
+    assert_eq!(found.len(), 79);
+    assert_eq!(next, None);
+    let (found, _, _) = overview_page(&a.get("/?prefix=other_").await.doc());
+    assert_eq!(found, vec!["other_b"]);
+    let r = a.get("/?prefix=nothing").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(overview_page(&r.doc()).0.is_empty());
+    assert!(r.text.contains("No topic here starts with"), "{}", r.text);
+
+    // A search no topic name can match, a cursor that is no name: refused,
+    // saying why, the search box still there.
+    for (uri, says) in [
+        ("/?prefix=a%20b", "prefix may hold only"),
+        ("/?cursor=a%23b", "cursor is not one"),
+    ] {
+        let r = a.get(uri).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{uri}");
+        let doc = r.doc();
+        let e = text_of(&doc, "#search-error").unwrap_or_default();
+        assert!(e.contains(says), "{uri}: {e}");
+        assert!(cells(&doc, "topics").is_empty());
+        assert!(text_of(&doc, "form#search").is_some());
+    }
+}
+
 dq_testkit::router_tests! {
     embedded: embedded(),
     sharded_redis: sharded_redis(),
-    tests: [every_action],
+    tests: [every_action, overview_pages_and_searches],
 }
 
 #[tokio::test]

@@ -39,6 +39,7 @@ dq_testkit::router_tests! {
         every_v1_error_is_json,
         export_listing_and_import,
         flow_control_through_the_api,
+        topics_page_by_cursor_and_prefix,
     ],
 }
 
@@ -1751,5 +1752,105 @@ async fn flow_control_through_the_api(fresh: FreshApi) {
         m["dq_topic_rate_limited_total{topic=\"fc\"}"] >= 3.0,
         "{}",
         res.text
+    );
+}
+
+/// `GET /v1/topics?limit=&cursor=&prefix=`: pages of at most `limit`
+/// topics in name order with their counts, `next_cursor` null on the last;
+/// a prefix filters exactly; bad parameters are refused with their codes.
+async fn topics_page_by_cursor_and_prefix(fresh: FreshApi) {
+    let a = fresh.api();
+    let mut names: Vec<String> = (0..250).map(|i| format!("n{i:03}")).collect();
+    names.push("m_x".into());
+    for n in &names {
+        let (s, v) = a
+            .call(
+                "POST",
+                &format!("/v1/topics/{n}/jobs"),
+                Some(json!({"body": 1})),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{v}");
+    }
+    names.sort();
+    let page = |v: &Value| -> Vec<String> {
+        v["topics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // The default page is 100; the counts come with each topic.
+    let (s, v) = a.call("GET", "/v1/topics", None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(page(&v), names[..100]);
+    assert_eq!(v["next_cursor"], json!(names[99]));
+    assert_eq!(v["topics"][0]["stats"]["ready"], json!(1));
+    // Every topic once, page after page.
+    for limit in [1, 7, 251, 1000] {
+        let (mut all, mut cursor) = (Vec::new(), None::<String>);
+        loop {
+            let uri = match &cursor {
+                None => format!("/v1/topics?limit={limit}"),
+                Some(c) => format!("/v1/topics?limit={limit}&cursor={c}"),
+            };
+            let (s, v) = a.call("GET", &uri, None).await;
+            assert_eq!(s, StatusCode::OK, "{uri}: {v}");
+            assert!(page(&v).len() <= limit);
+            all.extend(page(&v));
+            match v["next_cursor"].as_str() {
+                Some(c) => cursor = Some(c.to_string()),
+                None => break,
+            }
+            assert!(all.len() <= names.len(), "{uri}");
+        }
+        assert_eq!(all, names, "limit {limit}");
+    }
+    let (_, v) = a.call("GET", "/v1/topics?limit=251", None).await;
+    assert_eq!(v["next_cursor"], Value::Null, "all of them: no next page");
+    let (_, v) = a.call("GET", "/v1/topics?prefix=n24&limit=5", None).await;
+    assert_eq!(page(&v), names[241..246]);
+    assert_eq!(v["next_cursor"], json!("n244"));
+    let (_, v) = a
+        .call("GET", "/v1/topics?prefix=n24&limit=5&cursor=n244", None)
+        .await;
+    assert_eq!(page(&v), names[246..251]);
+    assert_eq!(v["next_cursor"], Value::Null);
+    let (_, v) = a.call("GET", "/v1/topics?prefix=m_", None).await;
+    assert_eq!(page(&v), ["m_x"], "`_` is a character, not a wildcard");
+    let (_, v) = a.call("GET", "/v1/topics?prefix=", None).await;
+    assert_eq!(page(&v).len(), 100);
+    let (_, v) = a.call("GET", "/v1/topics?cursor=zzz", None).await;
+    assert_eq!((page(&v).len(), &v["next_cursor"]), (0, &Value::Null));
+
+    for (uri, code) in [
+        ("/v1/topics?limit=0", "invalid_limit"),
+        ("/v1/topics?limit=1001", "invalid_limit"),
+        ("/v1/topics?limit=-1", "invalid_query"),
+        ("/v1/topics?limit=ten", "invalid_query"),
+        ("/v1/topics?colour=red", "invalid_query"),
+        ("/v1/topics?cursor=", "invalid_cursor"),
+        ("/v1/topics?cursor=a%20b", "invalid_cursor"),
+        ("/v1/topics?cursor=a%23b", "invalid_cursor"),
+        ("/v1/topics?prefix=n%25", "invalid_prefix"),
+        ("/v1/topics?prefix=%7B", "invalid_prefix"),
+    ] {
+        let (s, v) = a.call("GET", uri, None).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{uri}: {v}");
+        assert_eq!(v["error"]["code"], json!(code), "{uri}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+    let long = "a".repeat(201);
+    let (s, v) = a
+        .call("GET", &format!("/v1/topics?prefix={long}"), None)
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].clone()),
+        (StatusCode::BAD_REQUEST, json!("invalid_prefix"))
     );
 }

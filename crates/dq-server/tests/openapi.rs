@@ -559,6 +559,7 @@ fn routes() -> Vec<Route> {
                         stats: stats(),
                         config: None,
                     }],
+                    next_cursor: Some("t".into()),
                 }),
             )],
         ),

@@ -977,6 +977,238 @@ pub async fn configure_topic_and_list_topics(s: &dyn Store) {
     assert_eq!(s.topics().await.unwrap(), vec![other]);
 }
 
+/// Every page of [`Store::list_topics`] from `after` on, with `limit` each:
+/// the names in order, and how many pages it took.
+async fn all_pages(s: &dyn Store, prefix: &str, limit: usize) -> (Vec<String>, usize) {
+    let (mut names, mut pages, mut after) = (Vec::new(), 0, None::<Topic>);
+    loop {
+        let page = s
+            .list_topics(&TopicListing::after(after.as_ref(), prefix, limit))
+            .await
+            .unwrap();
+        pages += 1;
+        assert!(page.topics.len() <= limit, "at most limit: {page:?}");
+        assert!(
+            !page.more || page.topics.len() == limit,
+            "a page that says more is full: {page:?}"
+        );
+        names.extend(page.topics.iter().map(Topic::to_string));
+        if !page.more {
+            return (names, pages);
+        }
+        after = page.topics.last().cloned();
+        assert!(pages < 1000, "the listing ends");
+    }
+}
+
+/// Every page of [`Store::list_topics`] backward from the end, each page's
+/// first topic the cursor of the next: the names in order.
+async fn all_pages_backward(s: &dyn Store, prefix: &str, limit: usize) -> Vec<String> {
+    let (mut pages, mut before) = (Vec::new(), None::<Topic>);
+    loop {
+        let page = s
+            .list_topics(&TopicListing::before(before.as_ref(), prefix, limit))
+            .await
+            .unwrap();
+        assert!(page.topics.len() <= limit, "at most limit: {page:?}");
+        assert!(
+            page.topics.windows(2).all(|w| w[0] < w[1]),
+            "in name order: {page:?}"
+        );
+        pages.push(page.topics.iter().map(Topic::to_string).collect::<Vec<_>>());
+        if !page.more {
+            pages.reverse();
+            return pages.concat();
+        }
+        before = page.topics.first().cloned();
+        assert!(pages.len() < 1000, "the listing ends");
+    }
+}
+
+/// `list_topics` pages through every topic once, in name (byte) order,
+/// whatever the limit; a topic made by settings alone (no job) is listed,
+/// as `topics` lists it; a cursor past the end, or one that names a topic
+/// deleted meanwhile, goes on from where it stands.
+pub async fn list_topics_pages_in_name_order(s: &dyn Store) {
+    assert_eq!(
+        s.list_topics(&TopicListing::after(None, "", 10))
+            .await
+            .unwrap(),
+        TopicPage::default(),
+        "no topics: an empty last page"
+    );
+    let mut names: Vec<String> = (0..23).map(|i| format!("t{i:02}")).collect();
+    names.extend(["A", "Z-upper", "t", "t.x", "t$", "t_", "u(1)"].map(String::from));
+    for n in &names {
+        put(s, &topic(n), job("j", When::DelayMs(0)), T0).await;
+    }
+    // Settings only, no job: a topic as well.
+    s.configure_topic(
+        &topic("configured"),
+        &TopicConfigPatch {
+            max_attempts: Some(3),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    names.push("configured".into());
+    names.sort();
+    let listed: Vec<String> = s
+        .topics()
+        .await
+        .unwrap()
+        .iter()
+        .map(Topic::to_string)
+        .collect();
+    assert_eq!(listed, names, "topics lists the same");
+
+    for limit in [1, 2, 7, 30, 31, 1000] {
+        let (got, pages) = all_pages(s, "", limit).await;
+        assert_eq!(got, names, "limit {limit}");
+        assert_eq!(
+            pages,
+            names.len().div_ceil(limit),
+            "limit {limit}: no extra page"
+        );
+        assert_eq!(
+            all_pages_backward(s, "", limit).await,
+            names,
+            "backward, limit {limit}"
+        );
+    }
+    // Backward: the page before a name, and before the first one.
+    let page = s
+        .list_topics(&TopicListing::before(Some(&topic("t")), "", 2))
+        .await
+        .unwrap();
+    assert_eq!(page.topics, vec![topic("Z-upper"), topic("configured")]);
+    assert!(page.more);
+    let page = s
+        .list_topics(&TopicListing::before(Some(&topic("A")), "", 5))
+        .await
+        .unwrap();
+    assert_eq!(page, TopicPage::default());
+    let page = s
+        .list_topics(&TopicListing::after(None, "", 31))
+        .await
+        .unwrap();
+    assert_eq!(page.topics.len(), 31);
+    assert!(!page.more, "exactly all: nothing follows");
+    let page = s
+        .list_topics(&TopicListing::after(None, "", 30))
+        .await
+        .unwrap();
+    assert!(page.more);
+
+    // A cursor after the last name, and one before the first.
+    let last = topic(names.last().unwrap());
+    assert_eq!(
+        s.list_topics(&TopicListing::after(Some(&last), "", 10))
+            .await
+            .unwrap(),
+        TopicPage::default()
+    );
+    let page = s
+        .list_topics(&TopicListing::after(Some(&topic("zzz")), "", 10))
+        .await
+        .unwrap();
+    assert!(page.topics.is_empty() && !page.more);
+    let page = s
+        .list_topics(&TopicListing::after(Some(&topic("0")), "", 2))
+        .await
+        .unwrap();
+    assert_eq!(page.topics, vec![topic("A"), topic("Z-upper")]);
+    assert!(page.more);
+
+    // Deleted between two pages: the cursor topic itself, and one further on.
+    let first = s
+        .list_topics(&TopicListing::after(None, "t", 3))
+        .await
+        .unwrap();
+    assert_eq!(first.topics, vec![topic("t"), topic("t$"), topic("t.x")]);
+    for gone in ["t.x", "t01"] {
+        let (_, deleted) = s.delete_topic(&topic(gone), 100).await.unwrap();
+        assert!(deleted, "{gone}");
+    }
+    let next = s
+        .list_topics(&TopicListing::after(first.topics.last(), "t", 3))
+        .await
+        .unwrap();
+    assert_eq!(next.topics, vec![topic("t00"), topic("t02"), topic("t03")]);
+    assert!(next.more);
+}
+
+/// `list_topics`' prefix is a plain prefix, exact: `_` and `%` are
+/// characters, not wildcards; a whole name is a prefix of itself; the empty
+/// prefix is every topic; a prefix no topic can start with matches none.
+pub async fn list_topics_prefix_is_exact(s: &dyn Store) {
+    for n in ["a_b", "axb", "a_", "a", "ab", "abc", "b", "a_b.c", "A_b"] {
+        put(s, &topic(n), job("j", When::DelayMs(0)), T0).await;
+    }
+    let names = |p: TopicPage| -> Vec<String> { p.topics.iter().map(Topic::to_string).collect() };
+    for (prefix, want) in [
+        ("a_", vec!["a_", "a_b", "a_b.c"]),
+        ("a_b", vec!["a_b", "a_b.c"]),
+        ("abc", vec!["abc"]),
+        ("ab", vec!["ab", "abc"]),
+        ("a", vec!["a", "a_", "a_b", "a_b.c", "ab", "abc", "axb"]),
+        ("b", vec!["b"]),
+        ("bb", vec![]),
+        ("A", vec!["A_b"]),
+        ("a%", vec![]),
+        ("%", vec![]),
+        ("a b", vec![]),
+        (
+            "",
+            vec!["A_b", "a", "a_", "a_b", "a_b.c", "ab", "abc", "axb", "b"],
+        ),
+    ] {
+        let page = s
+            .list_topics(&TopicListing::after(None, prefix, 100))
+            .await
+            .unwrap();
+        assert!(!page.more, "{prefix:?}");
+        assert_eq!(names(page), want, "prefix {prefix:?}");
+        let (paged, _) = all_pages(s, prefix, 1).await;
+        assert_eq!(paged, want, "prefix {prefix:?} one at a time");
+        assert_eq!(
+            all_pages_backward(s, prefix, 2).await,
+            want,
+            "prefix {prefix:?} backward"
+        );
+    }
+    // A cursor before the prefix's names starts at the first of them; one
+    // past them ends the listing.
+    let page = s
+        .list_topics(&TopicListing::after(Some(&topic("A")), "ab", 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        (names(page.clone()), page.more),
+        (vec!["ab".to_string()], true)
+    );
+    let page = s
+        .list_topics(&TopicListing::after(Some(&topic("abc")), "ab", 10))
+        .await
+        .unwrap();
+    assert_eq!(page, TopicPage::default());
+    // Backward from past the prefix's names, and from before them.
+    let page = s
+        .list_topics(&TopicListing::before(Some(&topic("zz")), "a_", 2))
+        .await
+        .unwrap();
+    assert_eq!(
+        (names(page.clone()), page.more),
+        (vec!["a_b".into(), "a_b.c".into()], true)
+    );
+    let page = s
+        .list_topics(&TopicListing::before(Some(&topic("a")), "a_", 2))
+        .await
+        .unwrap();
+    assert_eq!(page, TopicPage::default());
+}
+
 /// Stats count each state and report how overdue the oldest waiting job is.
 pub async fn stats_count_states(s: &dyn Store) {
     let t = topic("stats");
@@ -2511,6 +2743,8 @@ macro_rules! conformance_tests {
             reschedule_only_while_waiting,
             get_reports_job_and_bodies_round_trip,
             configure_topic_and_list_topics,
+            list_topics_pages_in_name_order,
+            list_topics_prefix_is_exact,
             stats_count_states,
             nack_dead_goes_dead_at_once,
             release_does_not_count_the_attempt,

@@ -343,8 +343,9 @@ async fn cpu_over(p: &Processes, idle: Duration) -> (Value, Value, f64) {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let b = (ticks(p.dq_pid), ticks(p.store.pid));
         let busy = |x: Option<u64>, y: Option<u64>| {
-            x.zip(y)
-                .is_some_and(|(x, y)| y.saturating_sub(x) as f64 * 100.0 / p.tck.0 as f64 >= QUIET_PCT)
+            x.zip(y).is_some_and(|(x, y)| {
+                y.saturating_sub(x) as f64 * 100.0 / p.tck.0 as f64 >= QUIET_PCT
+            })
         };
         if !(busy(a.0, b.0) || busy(a.1, b.1)) || started.elapsed() >= SETTLE {
             break;

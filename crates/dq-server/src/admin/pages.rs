@@ -7,7 +7,9 @@ use axum::response::Response;
 use dq_core::{JobId, JobInfo, StoreError, Topic};
 use serde::Deserialize;
 
-use super::views::{LoginPage, OverviewPage, StoreRow, TopicPage, TopicParts, TopicRow};
+use super::views::{
+    LoginPage, OverviewPage, StoreRow, TopicListing, TopicPage, TopicParts, TopicRow,
+};
 use super::{Viewer, error_page, render, see_other};
 use crate::AppState;
 use crate::error::ApiError;
@@ -22,13 +24,19 @@ const DEAD_PAGE: usize = 1000;
 /// The next-due list's length.
 const UPCOMING: usize = 20;
 
-/// `GET /`: every topic with its counts, rates and lateness; store health;
-/// a form registering a topic.
+/// Topics on one page of the overview.
+const OVERVIEW_PAGE: usize = 100;
+
+/// `GET /?prefix=&cursor=|before=`: one page of the topics (100, in name
+/// order, those starting with `prefix`) with their counts, rates and
+/// lateness, links to the next and previous pages; store health; a form
+/// registering a topic.
 pub(super) async fn overview(
     State(st): State<AppState>,
     headers: HeaderMap,
     Query(q): Query<OverviewQuery>,
 ) -> Response {
+    use futures::StreamExt;
     let v = Viewer::of(&st, &headers);
     let svc = &st.service;
     let now = svc.clock().now_ms();
@@ -46,17 +54,55 @@ pub(super) async fn overview(
             StoreRow::new(name, r.as_ref().err().map(ToString::to_string))
         })
         .collect();
-    let topics = if up {
-        svc.topics().await.unwrap_or_default()
-    } else {
-        Vec::new()
+    let prefix = q.prefix.unwrap_or_default();
+    let backward = q.before.is_some();
+    let cursor = q.before.as_deref().or(q.cursor.as_deref());
+    let mut listing = TopicListing {
+        prefix: prefix.clone(),
+        error: None,
+        prev: None,
+        next: None,
     };
-    let mut rows = Vec::with_capacity(topics.len());
-    for t in topics.iter().filter(|t| v.reads(t.as_str())) {
-        let Ok(s) = svc.stats(t).await else {
+    let page = match up {
+        true => match svc
+            .list_topics(cursor, backward, &prefix, OVERVIEW_PAGE)
+            .await
+        {
+            Ok(page) => page,
+            Err(e) => {
+                listing.error = Some(ApiError::from(e).message);
+                dq_core::TopicPage::default()
+            }
+        },
+        false => dq_core::TopicPage::default(),
+    };
+    let (more_before, more_after) = match backward {
+        true => (page.more, true),
+        false => (cursor.is_some(), page.more),
+    };
+    if more_before && let Some(first) = page.topics.first() {
+        listing.prev = Some(overview_href(&prefix, "before", first.as_str()));
+    }
+    if more_after && let Some(last) = page.topics.last() {
+        listing.next = Some(overview_href(&prefix, "cursor", last.as_str()));
+    }
+    // Counts and settings of the page's topics, a few at a time.
+    let visible: Vec<Topic> = page
+        .topics
+        .into_iter()
+        .filter(|t| v.reads(t.as_str()))
+        .collect();
+    let reads = visible.into_iter().map(|t| async move {
+        let (stats, config) = (svc.stats(&t).await, svc.topic_config(&t).await);
+        (t, stats, config)
+    });
+    let read: Vec<_> = futures::stream::iter(reads).buffered(16).collect().await;
+    let mut rows = Vec::with_capacity(read.len());
+    for (t, stats, config) in read {
+        let Ok(s) = stats else {
             continue;
         };
-        let mode = match svc.topic_config(t).await {
+        let mode = match config {
             Ok(Some(c)) => c.delivery.mode(),
             _ => "?",
         };
@@ -64,10 +110,27 @@ pub(super) async fn overview(
             .rates
             .observe(t.as_str(), now, s.counters.enqueued, s.counters.acked);
         let lateness = st.metrics.lateness_quantiles(t.as_str());
-        rows.push(TopicRow::new(t, mode, s, rates, lateness));
+        rows.push(TopicRow::new(&t, mode, s, rates, lateness));
     }
     let done = q.done.map(|d| (d, q.n.unwrap_or(0)));
-    render(&OverviewPage::new(&v, done, stores, rows))
+    let refused = listing.error.is_some();
+    let mut res = render(&OverviewPage::new(&v, done, stores, rows, listing));
+    if refused && res.status().is_success() {
+        // A bad search or page link: the page says why, with the status.
+        *res.status_mut() = axum::http::StatusCode::BAD_REQUEST;
+    }
+    res
+}
+
+/// The overview's link to the page after (`cursor`) or before (`before`)
+/// `name`, keeping the search.
+fn overview_href(prefix: &str, which: &str, name: &str) -> String {
+    let mut q = form_urlencoded::Serializer::new(String::new());
+    if !prefix.is_empty() {
+        q.append_pair("prefix", prefix);
+    }
+    q.append_pair(which, name);
+    format!("/?{}", q.finish())
 }
 
 /// `GET /admin/schedules`: every schedule with its next and last runs.
@@ -94,6 +157,12 @@ pub(super) async fn schedules_page(
 pub(super) struct OverviewQuery {
     done: Option<String>,
     n: Option<u64>,
+    /// The overview's search: topics whose name starts with it.
+    prefix: Option<String>,
+    /// The overview's page after this topic ...
+    cursor: Option<String>,
+    /// ... or before this one.
+    before: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -283,7 +283,8 @@ impl ScheduleRow {
     }
 }
 
-/// `/`: the stores' health, every topic, the form registering one.
+/// `/`: the stores' health, a page of the topics (with a search by name
+/// prefix), the form registering one.
 #[derive(Template)]
 #[template(path = "overview.html")]
 pub(super) struct OverviewPage<'a> {
@@ -292,8 +293,21 @@ pub(super) struct OverviewPage<'a> {
     flash: Option<String>,
     stores: Vec<StoreRow>,
     topics: Vec<TopicRow>,
+    listing: TopicListing,
     /// The viewer may register topics.
     manage: bool,
+}
+
+/// Which page of the topics the overview shows, and the links around it.
+pub(super) struct TopicListing {
+    /// The search: topics whose name starts with it ("" for all).
+    pub(super) prefix: String,
+    /// Why the search or page was refused (a bad prefix or cursor).
+    pub(super) error: Option<String>,
+    /// The link to the previous page, when there is one.
+    pub(super) prev: Option<String>,
+    /// The link to the next page, when there is one.
+    pub(super) next: Option<String>,
 }
 
 impl<'a> OverviewPage<'a> {
@@ -302,12 +316,14 @@ impl<'a> OverviewPage<'a> {
         done: Option<(String, u64)>,
         stores: Vec<StoreRow>,
         topics: Vec<TopicRow>,
+        listing: TopicListing,
     ) -> Self {
         Self {
             page: Layout::new(v, "Topics", true),
             flash: done.and_then(|(code, n)| done_text(&code, n)),
             stores,
             topics,
+            listing,
             manage: v.access.allows_any(crate::keys::Action::Manage),
         }
     }
