@@ -10,7 +10,8 @@
 //!   again only after it went back under.
 //!
 //! Each dq instance with alerts configured checks and alerts on its own:
-//! configure alerts on one instance of a deployment.
+//! configure alerts on one instance of a deployment. What a check reads is
+//! bounded whatever the number of topics (see `TopicWatch`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -78,6 +79,42 @@ pub struct Alert {
     pub at_ms: u64,
 }
 
+/// Topics whose counts one round reads beside the ones jobs died in (see
+/// [`TopicWatch`]).
+const ROUND: usize = 500;
+
+/// What the alert loop knows of the topics between rounds.
+///
+/// At start it reads every topic's counts (the baseline); after that each
+/// round (every `check_every`) reads [`ROUND`] topics in turn, the topics
+/// jobs died in through this instance (at once: [`crate::wakers::Wakers::died`]),
+/// and those over the threshold, so a round costs the same with 100
+/// topics or 100,000: deaths through this instance alert within a round,
+/// deaths through other instances within a turn of the rotation
+/// (`topics / 500 × check_every`: 5 s up to 500 topics, 17 min with
+/// 100,000).
+#[derive(Default)]
+struct TopicWatch {
+    baselined: bool,
+    listed: Vec<dq_core::Topic>,
+    cursor: usize,
+    dead_seen: HashMap<String, u64>,
+    pending: HashMap<String, u64>,
+    last_sent: HashMap<String, Instant>,
+    over: HashSet<String>,
+}
+
+/// The dead count last read of `name`: `Some(0)` for a topic first seen
+/// after the baseline round (all its dead letters are news), `None` in the
+/// baseline round.
+fn dead_seen_before(w: &TopicWatch, name: &str) -> Option<u64> {
+    match w.dead_seen.get(name) {
+        Some(n) => Some(*n),
+        None if w.baselined => Some(0),
+        None => None,
+    }
+}
+
 /// The alert loop (see the module docs).
 pub struct Alerter {
     svc: Arc<Service>,
@@ -102,10 +139,7 @@ impl Alerter {
     pub async fn run(self, cancel: CancellationToken) {
         // Per part of the store (one per Redis shard): whether it answered.
         let mut up: HashMap<String, bool> = HashMap::new();
-        let mut dead_seen: HashMap<String, u64> = HashMap::new();
-        let mut pending: HashMap<String, u64> = HashMap::new();
-        let mut last_sent: HashMap<String, Instant> = HashMap::new();
-        let mut over: HashSet<String> = HashSet::new();
+        let mut watch = TopicWatch::default();
         loop {
             let now_ms = self.svc.clock().now_ms();
             let health = tokio::time::timeout(Duration::from_secs(3), self.svc.health())
@@ -145,14 +179,7 @@ impl Alerter {
                 .await;
             }
             if ok {
-                self.check_topics(
-                    now_ms,
-                    &mut dead_seen,
-                    &mut pending,
-                    &mut last_sent,
-                    &mut over,
-                )
-                .await;
+                self.check_topics(now_ms, &mut watch).await;
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -161,45 +188,30 @@ impl Alerter {
         }
     }
 
-    async fn check_topics(
-        &self,
-        now_ms: u64,
-        dead_seen: &mut HashMap<String, u64>,
-        pending: &mut HashMap<String, u64>,
-        last_sent: &mut HashMap<String, Instant>,
-        over: &mut HashSet<String>,
-    ) {
-        let Ok(topics) = self.svc.topics().await else {
+    /// Reads the counts of this round's topics (see [`TopicWatch`]) and
+    /// sends what is due.
+    async fn check_topics(&self, now_ms: u64, w: &mut TopicWatch) {
+        let Some(round) = self.round(w).await else {
             return;
         };
-        for t in topics {
+        for t in round {
             let Ok(s) = self.svc.stats(&t).await else {
                 continue;
             };
             let name = t.to_string();
-            // The first reading is the baseline: old dead letters are not news.
-            if let Some(before) = dead_seen.insert(name.clone(), s.counters.dead) {
+            // The first reading of the topics at start is the baseline: old
+            // dead letters are not news. A topic first seen later is new:
+            // all its dead letters are.
+            let before = dead_seen_before(w, &name);
+            w.dead_seen.insert(name.clone(), s.counters.dead);
+            if let Some(before) = before {
                 let new = s.counters.dead.saturating_sub(before);
                 if new > 0 {
-                    *pending.entry(name.clone()).or_default() += new;
+                    *w.pending.entry(name.clone()).or_default() += new;
                 }
             }
-            let due = last_sent
-                .get(&name)
-                .is_none_or(|at| at.elapsed() >= self.cfg.min_interval);
-            if due && let Some(n) = pending.remove(&name).filter(|n| *n > 0) {
-                last_sent.insert(name.clone(), Instant::now());
-                self.send(Alert {
-                    kind: "jobs_dead",
-                    topic: Some(name.clone()),
-                    count: Some(n),
-                    message: format!("{n} job(s) of topic {name} went to the dead letters"),
-                    at_ms: now_ms,
-                })
-                .await;
-            }
             if let Some(limit) = self.cfg.dead_threshold {
-                if s.dead >= limit && over.insert(name.clone()) {
+                if s.dead >= limit && w.over.insert(name.clone()) {
                     self.send(Alert {
                         kind: "dead_over_threshold",
                         topic: Some(name.clone()),
@@ -212,10 +224,64 @@ impl Alerter {
                     })
                     .await;
                 } else if s.dead < limit {
-                    over.remove(&name);
+                    w.over.remove(&name);
                 }
             }
         }
+        let due: Vec<String> = w
+            .pending
+            .keys()
+            .filter(|name| {
+                w.last_sent
+                    .get(*name)
+                    .is_none_or(|at| at.elapsed() >= self.cfg.min_interval)
+            })
+            .cloned()
+            .collect();
+        w.baselined = true;
+        for name in due {
+            let Some(n) = w.pending.remove(&name).filter(|n| *n > 0) else {
+                continue;
+            };
+            w.last_sent.insert(name.clone(), Instant::now());
+            self.send(Alert {
+                kind: "jobs_dead",
+                topic: Some(name.clone()),
+                count: Some(n),
+                message: format!("{n} job(s) of topic {name} went to the dead letters"),
+                at_ms: now_ms,
+            })
+            .await;
+        }
+    }
+
+    /// This round's topics: every topic at start; then the next
+    /// [`ROUND`] of the rotation, the topics jobs died in through this
+    /// instance since the last round, and those over the threshold.
+    /// `None` when the topics cannot be listed.
+    async fn round(&self, w: &mut TopicWatch) -> Option<Vec<dq_core::Topic>> {
+        if !w.baselined {
+            let all = self.svc.topics().await.ok()?;
+            w.listed = all.clone();
+            w.cursor = all.len();
+            return Some(all);
+        }
+        if w.cursor >= w.listed.len() {
+            w.listed = self.svc.topics().await.ok()?;
+            w.cursor = 0;
+        }
+        let end = (w.cursor + ROUND).min(w.listed.len());
+        let mut round: Vec<dq_core::Topic> = w.listed[w.cursor..end].to_vec();
+        w.cursor = end;
+        round.extend(self.svc.wakers().take_died());
+        round.extend(
+            w.over
+                .iter()
+                .filter_map(|t| dq_core::Topic::new(t.clone()).ok()),
+        );
+        let mut seen = HashSet::new();
+        round.retain(|t| seen.insert(t.clone()));
+        Some(round)
     }
 
     async fn send(&self, alert: Alert) {

@@ -368,6 +368,9 @@ impl Dispatcher {
                 // Jobs back to wait: reserves here look at the topic again.
                 self.wakers.changed(topic.as_str());
             }
+            if r.dead > 0 {
+                self.wakers.died(topic.as_str());
+            }
             for (id, outcome) in &r.jobs {
                 match outcome {
                     NackOutcome::Retry { due_at_ms, attempt } => tracing::info!(

@@ -570,6 +570,9 @@ impl Service {
         let out = self.store.nack(t, id, nack, self.now()).await;
         self.changed(t);
         let out = out?;
+        if matches!(out, NackOutcome::Dead { .. }) {
+            self.wakers.died(t.as_str());
+        }
         let error = limits::clip_error(nack.error);
         match out {
             NackOutcome::Retry { due_at_ms, attempt } => {

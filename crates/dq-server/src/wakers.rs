@@ -41,6 +41,8 @@ pub struct Wakers {
     any: Notify,
     pending: Mutex<Pending>,
     hints: Mutex<Hints>,
+    /// Topics jobs died in through this process, for the alert loop.
+    died: Mutex<HashSet<String>>,
 }
 
 /// What the dispatcher has to look at, collected since it last took it.
@@ -128,6 +130,23 @@ impl Wakers {
             *d = (*d).min(deadline_ms);
         }
         self.any.notify_waiters();
+    }
+
+    /// Notes that jobs of `topic` went to the dead letters through this
+    /// process (the alert loop reads its counts in its next round).
+    pub fn died(&self, topic: &str) {
+        let mut d = self.died.lock().expect("poisoned");
+        if d.len() < MAX_HINTS {
+            d.insert(topic.to_string());
+        }
+    }
+
+    /// Takes the topics jobs died in since the last call.
+    pub fn take_died(&self) -> Vec<dq_core::Topic> {
+        std::mem::take(&mut *self.died.lock().expect("poisoned"))
+            .into_iter()
+            .filter_map(|t| dq_core::Topic::new(t).ok())
+            .collect()
     }
 
     /// Takes what the dispatcher has to look at.

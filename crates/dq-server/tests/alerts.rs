@@ -280,3 +280,120 @@ async fn store_alerts_name_the_shard() {
     assert_eq!(kinds(&got, "store_recovered").len(), 1);
     drop(a);
 }
+
+/// With more topics than one round reads, deaths through another instance
+/// are found by the rotation, those through this one at once; topics made
+/// after the start count all their dead letters as news.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_jobs_among_many_topics_are_alerted() {
+    use dq_core::{Body, Clock, JobId, Nack, NewJob, Store, Topic, When};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (hook, got) = webhook_sink().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(dq_embedded::EmbeddedStore::open(dir.path().join("data")).unwrap());
+    let now = dq_core::SystemClock.now_ms();
+    let job = |id: &str| {
+        NewJob::new(
+            JobId::new(id).unwrap(),
+            Body::Json("{}".into()),
+            When::DelayMs(0),
+        )
+    };
+    let topic = |i: usize| Topic::new(format!("t{i:04}")).unwrap();
+    let server = Server::new(
+        ServerConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            alerts: AlertConfig {
+                webhooks: vec![hook],
+                min_interval: Duration::ZERO,
+                check_every: Duration::from_millis(100),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        store.clone(),
+        Arc::new(dq_core::SystemClock),
+    );
+    let l = server.bind().await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.run(l, async move {
+        let _ = stopped.await;
+    }));
+    // The baseline round (no topics yet), then more than a round (500) of
+    // topics, made after it: each of their dead letters is news.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..1200 {
+        store.enqueue(&topic(i), &[job("j")], now).await.unwrap();
+    }
+    let bury = async |t: &Topic| {
+        let r = store
+            .reserve(t, 1, None, dq_core::SystemClock.now_ms())
+            .await
+            .unwrap();
+        let l = &r.leases[0];
+        let nack = Nack {
+            token: &l.token,
+            error: "no",
+            retry_in_ms: None,
+            dead: true,
+            priority: None,
+        };
+        store
+            .nack(t, &l.id, nack, dq_core::SystemClock.now_ms())
+            .await
+            .unwrap();
+    };
+    let alerted = |t: &str| {
+        kinds(&got, "jobs_dead")
+            .iter()
+            .any(|a| a["topic"] == json!(t) && a["count"] == json!(1))
+    };
+    // Through this instance: alerted in the round after the baseline
+    // round (so once it came, the baseline is taken).
+    let http = reqwest::Client::new();
+    let leased: Value = http
+        .post(format!("{base}/v1/reserve"))
+        .json(&json!({"topics": ["t0007"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let j = &leased["jobs"][0];
+    let s = http
+        .post(format!(
+            "{base}/v1/topics/t0007/jobs/{}/nack",
+            j["id"].as_str().unwrap()
+        ))
+        .json(&json!({"token": j["token"], "dead": true}))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(s, 200);
+    wait_until("the alert of t0007", || alerted("t0007")).await;
+    // Through "another instance" (the store itself), the last topic.
+    bury(&topic(1199)).await;
+    // A topic made after the start.
+    store.enqueue(&topic(1200), &[job("j")], now).await.unwrap();
+    bury(&topic(1200)).await;
+    let t0 = Instant::now();
+    while !(alerted("t1199") && alerted("t1200") && alerted("t0007")) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "not all three alerted: {:?}",
+            kinds(&got, "jobs_dead")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        kinds(&got, "jobs_dead").len(),
+        3,
+        "{:?}",
+        kinds(&got, "jobs_dead")
+    );
+    let _ = stop.send(());
+}
