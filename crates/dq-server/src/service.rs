@@ -131,8 +131,14 @@ const DELIVERED_TTL: Duration = Duration::from_millis(500);
 const VERSION_EVERY: Duration = Duration::from_millis(250);
 
 /// Longest a cached read of settings is kept on an unchanged version (the
-/// backstop for a change whose version bump was lost with its instance).
+/// backstop for a change whose version bump was lost with its instance,
+/// killed between the two writes), per [`KEEPS_PER`] topics the read
+/// covered: a read of every topic's settings then costs the same share of
+/// the store whatever their number (at 100,000 topics, once in 100 min).
 const VERSION_KEEPS: Duration = Duration::from_secs(60);
+
+/// See [`VERSION_KEEPS`].
+const KEEPS_PER: usize = 1000;
 
 /// Most topics whose mode is remembered; beyond it the memory starts over,
 /// so hostile topic names in reserves cannot grow it.
@@ -144,23 +150,27 @@ struct Cached<T> {
     at: Instant,
     version: Option<u64>,
     value: T,
+    /// Topics whose settings the read covered.
+    covered: usize,
 }
 
 impl<T> Cached<T> {
-    fn new(version: Option<u64>, value: T) -> Self {
+    fn new(version: Option<u64>, value: T, covered: usize) -> Self {
         Self {
             at: Instant::now(),
             version,
             value,
+            covered,
         }
     }
 
     /// Whether the read still holds now that the version is `now`: within
     /// `ttl` always, and while the version has not moved for up to
-    /// [`VERSION_KEEPS`].
+    /// [`VERSION_KEEPS`] per [`KEEPS_PER`] topics covered.
     fn fresh(&self, now: Option<u64>, ttl: Duration) -> bool {
         let age = self.at.elapsed();
-        age < ttl || (self.version.is_some() && self.version == now && age < VERSION_KEEPS)
+        let keeps = VERSION_KEEPS * self.covered.div_ceil(KEEPS_PER).max(1) as u32;
+        age < ttl || (self.version.is_some() && self.version == now && age < keeps)
     }
 }
 
@@ -520,7 +530,7 @@ impl Service {
         if modes.len() >= MODE_CACHE_MAX {
             modes.clear();
         }
-        modes.insert(t.clone(), Cached::new(version, push));
+        modes.insert(t.clone(), Cached::new(version, push, 1));
         Ok(push)
     }
 
@@ -911,7 +921,9 @@ impl Service {
         }
         let generation = self.delivered_gen.load(std::sync::atomic::Ordering::SeqCst);
         let mut out = HashMap::new();
-        for t in self.store.topics().await? {
+        let topics = self.store.topics().await?;
+        let covered = topics.len();
+        for t in topics {
             if let Some(cfg) = self.store.topic_config(&t).await?
                 && cfg.delivery.is_delivered_by_dq()
             {
@@ -920,7 +932,7 @@ impl Service {
         }
         let mut cache = self.delivered.lock().expect("poisoned");
         if self.delivered_gen.load(std::sync::atomic::Ordering::SeqCst) == generation {
-            *cache = Some(Cached::new(version, out.clone()));
+            *cache = Some(Cached::new(version, out.clone(), covered));
         }
         Ok(out)
     }
