@@ -923,8 +923,14 @@ impl Service {
         let mut out = HashMap::new();
         let topics = self.store.topics().await?;
         let covered = topics.len();
-        for t in topics {
-            if let Some(cfg) = self.store.topic_config(&t).await?
+        use futures::StreamExt;
+        // 16 reads in flight: with 100,000 topics one after another is a
+        // long wait for a new push topic to be delivered.
+        let mut reads = futures::stream::iter(topics)
+            .map(|t| async move { self.store.topic_config(&t).await.map(|c| (t, c)) })
+            .buffered(16);
+        while let Some(read) = reads.next().await {
+            if let (t, Some(cfg)) = read?
                 && cfg.delivery.is_delivered_by_dq()
             {
                 out.insert(t, cfg.delivery);
