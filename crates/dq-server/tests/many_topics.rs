@@ -78,6 +78,21 @@ async fn settled(redis: &RedisServer, per_second: u64) {
     panic!("the Redis never settled under {per_second} scripts/s");
 }
 
+/// The scripts run over 2 s of idling, once the passes at start (at least
+/// `started` scripts in all) are over.
+async fn idle_scripts(redis: &RedisServer, started: u64) -> u64 {
+    assert!(
+        until(Duration::from_secs(20), async || scripts_run(redis)
+            >= started)
+        .await,
+        "the start pass ran"
+    );
+    settled(redis, (2 * SWEEP * 2) as u64).await;
+    let from = scripts_run(redis);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    scripts_run(redis) - from
+}
+
 /// The service over a store of its own on `redis` (what one `dq serve` has).
 fn instance(redis: &RedisServer) -> (Arc<dyn Store>, AppState) {
     let store: Arc<dyn Store> = Arc::new(support::sharded_redis_at(&redis.url()));
@@ -100,16 +115,7 @@ async fn idle_topics_are_not_passed_again_and_an_announced_one_is_at_once() {
     let cancel = CancellationToken::new();
     let run = tokio::spawn(d.run(cancel.clone()));
     // The pass at start: two scripts per topic.
-    assert!(
-        until(Duration::from_secs(20), async || scripts_run(&redis)
-            >= before + 1200)
-        .await,
-        "the start pass ran"
-    );
-    settled(&redis, (2 * SWEEP * 2) as u64).await;
-    let idle_from = scripts_run(&redis);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let idle = scripts_run(&redis) - idle_from;
+    let idle = idle_scripts(&redis, before + 1200).await;
     // Two seconds of idling: at most three sweep steps of SWEEP topics (two
     // scripts each), where a pass over every topic each second ran 2,400.
     assert!(
@@ -386,16 +392,7 @@ async fn a_dispatcher_among_others_stays_idle_while_they_come_and_go_in_any_orde
     let cancel = CancellationToken::new();
     let run = tokio::spawn(d.run(cancel.clone()));
     // The pass at start: its share of the 600 topics, two scripts each.
-    assert!(
-        until(Duration::from_secs(20), async || scripts_run(&redis)
-            >= before + 200)
-        .await,
-        "the start pass ran"
-    );
-    settled(&redis, (2 * SWEEP * 2) as u64).await;
-    let idle_from = scripts_run(&redis);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let idle = scripts_run(&redis) - idle_from;
+    let idle = idle_scripts(&redis, before + 200).await;
     // Were a new order a change of members, it would pass its ~200 topics
     // again on every look (each second at least): 800 scripts.
     assert!(
