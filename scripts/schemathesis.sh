@@ -28,4 +28,4 @@ for _ in $(seq 100); do
 done
 "$venv/bin/schemathesis" run "http://127.0.0.1:$port/openapi.json" --checks all \
   -H "Authorization: Bearer $token" --exclude-path-regex '/v1/admin/.*' \
-  --seed 1 --workers 1 --max-examples 50 --request-timeout 40 "$@"
+  --seed 1 --workers 1 --max-examples 50 "$@"
