@@ -253,16 +253,33 @@ async fn produce(
     job: Arc<dyn Fn(usize) -> NewJob + Send + Sync>,
     pb: &ProgressBar,
 ) -> Result<u64> {
+    produce_noting(api, topic, n, batch, producers, job, pb, None).await
+}
+
+/// [`produce`], noting in `acked[i]` when (µs, this machine's clock) the
+/// server acknowledged the enqueue of job `i`.
+#[allow(clippy::too_many_arguments)]
+async fn produce_noting(
+    api: &Client,
+    topic: &str,
+    n: usize,
+    batch: usize,
+    producers: usize,
+    job: Arc<dyn Fn(usize) -> NewJob + Send + Sync>,
+    pb: &ProgressBar,
+    acked: Option<Arc<Vec<AtomicU64>>>,
+) -> Result<u64> {
     let next = Arc::new(AtomicUsize::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for _ in 0..producers {
-        let (api, next, errors, job, pb) = (
+        let (api, next, errors, job, pb, acked) = (
             api.clone(),
             next.clone(),
             errors.clone(),
             job.clone(),
             pb.clone(),
+            acked.clone(),
         );
         let topic = topic.to_string();
         tasks.push(tokio::spawn(async move {
@@ -284,6 +301,12 @@ async fn produce(
                 if !ok {
                     errors.fetch_add((end - start) as u64, Ordering::Relaxed);
                 }
+                if let Some(acked) = &acked {
+                    let at = now_us();
+                    for a in &acked[start..end] {
+                        a.store(at, Ordering::Relaxed);
+                    }
+                }
                 pb.inc((end - start) as u64);
             }
         }));
@@ -298,6 +321,8 @@ async fn produce(
 struct Observed {
     /// Hand-outs per id.
     seen: HashMap<String, u32>,
+    /// Per id, its due time and when it was first received (µs).
+    first: HashMap<String, (u64, u64)>,
     /// Lateness in µs.
     lateness: Histogram<u64>,
     early: u64,
@@ -309,6 +334,7 @@ impl Observed {
     fn new(expected: usize) -> Result<Self> {
         Ok(Self {
             seen: HashMap::with_capacity(expected),
+            first: HashMap::with_capacity(expected),
             lateness: Histogram::new_with_bounds(1, 3_600_000_000, 3)?,
             early: 0,
             last_us: 0,
@@ -324,8 +350,30 @@ impl Observed {
         } else {
             let _ = self.lateness.record((received_us - due_us).max(1));
         }
+        self.first
+            .entry(id.clone())
+            .or_insert((due_us, received_us));
         *self.seen.entry(id).or_default() += 1;
         self.last_us = self.last_us.max(received_us);
+    }
+
+    /// Lateness measured from the later of each job's due time and the
+    /// acknowledgement of its enqueue (`acked[i]` for the id ending in
+    /// `-i`): a producer still enqueueing when jobs are due is told apart
+    /// from a slow queue. A job handed out before its enqueue's reply
+    /// arrived counts as on time.
+    fn lateness_from_ack(&self, acked: &[AtomicU64]) -> Result<Histogram<u64>> {
+        let mut h = Histogram::new_with_bounds(1, 3_600_000_000, 3)?;
+        for (id, (due_us, received_us)) in &self.first {
+            let ack = id
+                .rsplit_once('-')
+                .and_then(|(_, i)| i.parse::<usize>().ok())
+                .and_then(|i| acked.get(i))
+                .map_or(0, |a| a.load(Ordering::Relaxed));
+            let from = (*due_us).max(ack);
+            let _ = h.record(received_us.saturating_sub(from).max(1));
+        }
+        Ok(h)
     }
 }
 
@@ -770,7 +818,19 @@ impl BenchArgs {
                     })
                 };
                 let enq_pb = ProgressBar::hidden();
-                let errors = produce(&api, &topic, jobs, 1000, producers, job, &enq_pb).await?;
+                let acked: Arc<Vec<AtomicU64>> =
+                    Arc::new((0..jobs).map(|_| AtomicU64::new(0)).collect());
+                let errors = produce_noting(
+                    &api,
+                    &topic,
+                    jobs,
+                    1000,
+                    producers,
+                    job,
+                    &enq_pb,
+                    Some(acked.clone()),
+                )
+                .await?;
                 let enqueue_s = started.elapsed().as_secs_f64();
                 let obs = consumer.await??;
                 pb.finish_and_clear();
@@ -786,6 +846,7 @@ impl BenchArgs {
                        "seconds": (wall * 1000.0).round() / 1000.0,
                        "jobs_per_s": (obs.seen.len() as f64 / active.max(0.001)).round(),
                        "lateness": lateness_json(&obs.lateness),
+                       "lateness_from_enqueue_ack": lateness_json(&obs.lateness_from_ack(&acked)?),
                        "lost": jobs.saturating_sub(obs.seen.len()), "duplicated": dup, "early": obs.early})
             }
             Scenario::Steady {
