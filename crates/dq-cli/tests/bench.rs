@@ -26,6 +26,13 @@ async fn bench(base: &str, args: &[&str]) -> Value {
     serde_json::from_str(last).unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}"))
 }
 
+/// The number at `path` of a bench's JSON line.
+fn number(v: &Value, path: &str) -> f64 {
+    v.pointer(path)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("no number at {path} in {v}"))
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bench_topics_reports_its_figures_and_deletes_its_topics() {
     let dir = tempfile::tempdir().unwrap();
@@ -51,11 +58,7 @@ async fn bench_topics_reports_its_figures_and_deletes_its_topics() {
         ],
     )
     .await;
-    let num = |path: &str| {
-        v.pointer(path)
-            .and_then(Value::as_f64)
-            .unwrap_or_else(|| panic!("no number at {path} in {v}"))
-    };
+    let num = |path: &str| number(&v, path);
     let text = |path: &str| {
         v.pointer(path)
             .and_then(Value::as_str)
@@ -129,11 +132,7 @@ async fn bench_drain_also_measures_lateness_from_the_enqueue_ack() {
         ],
     )
     .await;
-    let num = |path: &str| {
-        v.pointer(path)
-            .and_then(Value::as_f64)
-            .unwrap_or_else(|| panic!("no number at {path} in {v}"))
-    };
+    let num = |path: &str| number(&v, path);
     assert_eq!(num("/lost"), 0.0);
     // Measured from a later moment (the due time, or the enqueue's reply
     // if later): never more than the plain figure, quantile by quantile
