@@ -96,8 +96,7 @@ const ROUND: usize = 500;
 #[derive(Default)]
 struct TopicWatch {
     baselined: bool,
-    listed: Vec<dq_core::Topic>,
-    cursor: usize,
+    rotation: crate::dispatcher::Rotation,
     dead_seen: HashMap<String, u64>,
     pending: HashMap<String, u64>,
     last_sent: HashMap<String, Instant>,
@@ -262,17 +261,13 @@ impl Alerter {
     async fn round(&self, w: &mut TopicWatch) -> Option<Vec<dq_core::Topic>> {
         if !w.baselined {
             let all = self.svc.topics().await.ok()?;
-            w.listed = all.clone();
-            w.cursor = all.len();
+            w.rotation.finish(all.clone());
             return Some(all);
         }
-        if w.cursor >= w.listed.len() {
-            w.listed = self.svc.topics().await.ok()?;
-            w.cursor = 0;
+        if w.rotation.at_end() {
+            w.rotation.start(self.svc.topics().await.ok()?);
         }
-        let end = (w.cursor + ROUND).min(w.listed.len());
-        let mut round: Vec<dq_core::Topic> = w.listed[w.cursor..end].to_vec();
-        w.cursor = end;
+        let mut round: Vec<dq_core::Topic> = w.rotation.next(ROUND).to_vec();
         round.extend(self.svc.wakers().take_died());
         round.extend(
             w.over

@@ -81,6 +81,40 @@ pub fn owns(members: &[String], me: &str, topic: &str) -> bool {
         .is_none_or(|owner| owner == me)
 }
 
+/// A turn over the topics as listed at its start, a few at a time (the
+/// dispatcher's sweep, the alert loop's rounds).
+#[derive(Default)]
+pub(crate) struct Rotation {
+    listed: Vec<Topic>,
+    cursor: usize,
+}
+
+impl Rotation {
+    /// Whether the turn is over: the next step lists the topics again.
+    pub(crate) fn at_end(&self) -> bool {
+        self.cursor >= self.listed.len()
+    }
+
+    /// Starts a turn over `topics`.
+    pub(crate) fn start(&mut self, topics: Vec<Topic>) {
+        self.listed = topics;
+        self.cursor = 0;
+    }
+
+    /// Ends the turn: every one of `topics` was just looked at.
+    pub(crate) fn finish(&mut self, topics: Vec<Topic>) {
+        self.cursor = topics.len();
+        self.listed = topics;
+    }
+
+    /// The turn's next `n` topics (fewer at its end).
+    pub(crate) fn next(&mut self, n: usize) -> &[Topic] {
+        let from = self.cursor;
+        self.cursor = (from + n).min(self.listed.len());
+        &self.listed[from..self.cursor]
+    }
+}
+
 /// When each topic needs its next pass, and where the sweep is.
 #[derive(Default)]
 struct Plan {
@@ -93,9 +127,8 @@ struct Plan {
     /// Every topic must be passed (start, members changed, a wake-up
     /// possibly missed, or a failed listing).
     full: bool,
-    /// The topics as last listed, and how far the sweep went through them.
-    listed: Vec<Topic>,
-    cursor: usize,
+    /// The sweep's turn over the topics.
+    sweep: Rotation,
     /// When the next sweep step is due.
     next_sweep: Option<Instant>,
 }
@@ -273,26 +306,24 @@ impl Dispatcher {
         todo.extend(plan.take_due(self.clock.now_ms()));
         if plan.next_sweep.is_none_or(|at| Instant::now() >= at) {
             plan.next_sweep = Some(Instant::now() + self.max_sleep);
-            if plan.cursor >= plan.listed.len() {
+            if plan.sweep.at_end() {
                 // A failed listing skips this step only: what is due and
                 // announced is passed all the same.
                 match self.store.topics().await {
-                    Ok(t) => plan.listed = t,
+                    Ok(t) => plan.sweep.start(t),
                     Err(e) => {
                         tracing::debug!(error = %e, "the sweep cannot list the topics");
-                        plan.listed.clear();
+                        plan.sweep.start(Vec::new());
                     }
                 }
-                plan.cursor = 0;
             }
-            let end = (plan.cursor + SWEEP).min(plan.listed.len());
             todo.extend(
-                plan.listed[plan.cursor..end]
+                plan.sweep
+                    .next(SWEEP)
                     .iter()
                     .filter(|t| owns(&members, &self.id, t.as_str()))
                     .cloned(),
             );
-            plan.cursor = end;
         }
         let mut seen = HashSet::new();
         for (i, t) in todo.into_iter().enumerate() {
@@ -320,8 +351,7 @@ impl Dispatcher {
             }
             self.beat(i).await;
         }
-        plan.listed = topics;
-        plan.cursor = plan.listed.len();
+        plan.sweep.finish(topics);
         plan.next_sweep = Some(Instant::now() + self.max_sleep);
         Ok(visited)
     }
@@ -401,8 +431,8 @@ impl Dispatcher {
     }
 }
 
-/// The earlier of two optional times.
-fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+/// The earlier of two optional times (`None`: none).
+pub(crate) fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),

@@ -291,7 +291,7 @@ impl Metrics {
             all = topics.len();
             stats = futures::stream::iter(self.with_series(topics))
                 .map(|t| async move { svc.stats(&t).await.ok().map(|s| (t, s)) })
-                .buffered(16)
+                .buffered(crate::service::READS_IN_FLIGHT)
                 .filter_map(std::future::ready)
                 .collect()
                 .await;

@@ -25,6 +25,7 @@ use dq_core::{Lease, StoreError, Topic};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::dispatcher::earliest;
 use crate::service::Service;
 
 /// Leases up to `max` jobs from `topics`, waiting up to `wait_ms` for one.
@@ -56,12 +57,6 @@ pub(crate) async fn reserve(
         let now = svc.clock().now_ms();
         let mut leases: Vec<Lease> = Vec::new();
         let mut next_due: Option<u64> = None;
-        let mut lower = |d: Option<u64>| {
-            next_due = match (next_due, d) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-        };
         let hinted = topics.len() > 1;
         for i in 0..topics.len() {
             if leases.len() >= max {
@@ -69,10 +64,10 @@ pub(crate) async fn reserve(
             }
             let t = &topics[(start + i) % topics.len()];
             if hinted && let Some(until) = svc.wakers().quiet_until(t.as_str(), now) {
-                lower(Some(until));
+                next_due = earliest(next_due, Some(until));
                 continue;
             }
-            let epoch = svc.wakers().epoch();
+            let epoch = hinted.then(|| svc.wakers().epoch());
             // Until the store answered, whether it handed leases out is not
             // known (the call may time out after the script ran, or this
             // future may be dropped: a beanstalkd client gone): then this
@@ -91,7 +86,9 @@ pub(crate) async fn reserve(
             match got {
                 Ok(c) => {
                     unknown.answered();
-                    if hinted && c.next_due_ms.is_none_or(|d| d > now) {
+                    if let Some(epoch) = epoch
+                        && c.next_due_ms.is_none_or(|d| d > now)
+                    {
                         svc.wakers()
                             .note_quiet(t.as_str(), c.next_due_ms, now, epoch);
                     }
@@ -99,7 +96,7 @@ pub(crate) async fn reserve(
                         svc.wakers().lease_ends(t.as_str(), d);
                     }
                     leases.extend(c.leases);
-                    lower(c.next_due_ms);
+                    next_due = earliest(next_due, c.next_due_ms);
                 }
                 Err(e) if leases.is_empty() => return Err(e),
                 Err(e) => {

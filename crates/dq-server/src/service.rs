@@ -140,6 +140,10 @@ const VERSION_KEEPS: Duration = Duration::from_secs(60);
 /// See [`VERSION_KEEPS`].
 const KEEPS_PER: usize = 1000;
 
+/// Store reads a listing keeps in flight at once (counts or settings of
+/// many topics): a page of 100 costs a few round trips, not 100.
+pub(crate) const READS_IN_FLIGHT: usize = 16;
+
 /// Most topics whose mode is remembered; beyond it the memory starts over,
 /// so hostile topic names in reserves cannot grow it.
 const MODE_CACHE_MAX: usize = 10_000;
@@ -767,9 +771,8 @@ impl Service {
         Ok(self.store.list_topics(&listing).await?)
     }
 
-    /// The counts of each of `topics`, in order: read a few at a time
-    /// (16), not one after another, so a page of 100 costs a few round
-    /// trips of the store, not 100.
+    /// The counts of each of `topics`, in order: [`READS_IN_FLIGHT`] at a
+    /// time, not one after another.
     ///
     /// # Errors
     /// The first store error.
@@ -782,8 +785,10 @@ impl Service {
             .iter()
             .cloned()
             .map(|t| async move { self.store.stats(&t, now).await });
-        let stats: Vec<StoreResult<TopicStats>> =
-            futures::stream::iter(reads).buffered(16).collect().await;
+        let stats: Vec<StoreResult<TopicStats>> = futures::stream::iter(reads)
+            .buffered(READS_IN_FLIGHT)
+            .collect()
+            .await;
         Ok(stats.into_iter().collect::<StoreResult<Vec<_>>>()?)
     }
 
@@ -924,11 +929,11 @@ impl Service {
         let topics = self.store.topics().await?;
         let covered = topics.len();
         use futures::StreamExt;
-        // 16 reads in flight: with 100,000 topics one after another is a
+        // Several in flight: with 100,000 topics one after another is a
         // long wait for a new push topic to be delivered.
         let mut reads = futures::stream::iter(topics)
             .map(|t| async move { self.store.topic_config(&t).await.map(|c| (t, c)) })
-            .buffered(16);
+            .buffered(READS_IN_FLIGHT);
         while let Some(read) = reads.next().await {
             if let (t, Some(cfg)) = read?
                 && cfg.delivery.is_delivered_by_dq()

@@ -4,15 +4,17 @@
 //! know of; wake-up announcements of the store (for changes made through this
 //! process or another one) cut those sleeps short.
 //!
-//! Three more things ride on the announcements, so that nothing dq does
-//! while idle grows with the number of topics:
+//! More rides on them, so that nothing dq does while idle grows with the
+//! number of topics:
 //! - the dispatcher's *pending* work: the topics announced since its last
 //!   look, and the lease deadlines this process handed out
 //!   ([`Wakers::take_pending`]), so it passes only those topics;
 //! - *quiet hints* for reserves naming many topics: a reserve that found
 //!   nothing due in a topic before time T records it, and later reserves of
 //!   this process skip the topic until T or until a change of it is
-//!   announced or made here ([`Wakers::changed`]), whichever comes first.
+//!   announced or made here ([`Wakers::changed`]), whichever comes first;
+//! - the topics jobs died in through this process, for the alert loop
+//!   ([`Wakers::died`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -96,7 +96,10 @@ pub(super) async fn overview(
         let (stats, config) = (svc.stats(&t).await, svc.topic_config(&t).await);
         (t, stats, config)
     });
-    let read: Vec<_> = futures::stream::iter(reads).buffered(16).collect().await;
+    let read: Vec<_> = futures::stream::iter(reads)
+        .buffered(crate::service::READS_IN_FLIGHT)
+        .collect()
+        .await;
     let mut rows = Vec::with_capacity(read.len());
     for (t, stats, config) in read {
         let Ok(s) = stats else {
