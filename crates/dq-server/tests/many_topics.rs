@@ -179,6 +179,16 @@ async fn a_lease_handed_out_here_is_taken_back_here_whoever_owns_the_topic() {
         .await
         .unwrap();
     assert_eq!(leases.len(), 1);
+    // Not cut short: still held until its deadline.
+    while SystemClock.now_ms() + 20 < leases[0].lease_deadline_ms {
+        let s = store.stats(&t, SystemClock.now_ms()).await.unwrap();
+        assert_eq!(
+            (s.reserved, s.counters.expired),
+            (1, 0),
+            "lease taken back before its deadline"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let back = async || {
         let s = store.stats(&t, SystemClock.now_ms()).await.unwrap();
         s.reserved == 0 && s.counters.expired == 1
