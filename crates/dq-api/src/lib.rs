@@ -121,6 +121,10 @@ pub struct EnqueueRequest {
     /// `dedup_ms`; 0: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dedup_ms: Option<u64>,
+    /// Flow-control key (e.g. a customer id): the jobs of one key share the
+    /// topic's `key_concurrency` and `key_rate_limit`, and keys take turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// What an enqueue did (the answer to one job).
@@ -198,6 +202,9 @@ pub struct Job {
     pub lease_deadline_ms: Option<u64>,
     /// When it died (dead letters).
     pub died_at_ms: Option<u64>,
+    /// Its flow-control key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// A JSON body, as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<RawJson>,
@@ -251,6 +258,9 @@ pub struct JobRecord {
     /// When it died (dead jobs; required for them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub died_at_ms: Option<u64>,
+    /// Its flow-control key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
     /// A JSON body, as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<RawJson>,

@@ -463,6 +463,8 @@ async fn put_topic(
         dedup_ms: Some(config.dedup_ms),
         paused: Some(config.paused),
         rate_limit: Some(config.rate_limit),
+        key_concurrency: Some(config.key_concurrency),
+        key_rate_limit: Some(config.key_rate_limit),
     };
     match api.configure_topic(name, &patch).await {
         Err(dq_client::Error::Invalid { code, .. }) if code == "invalid_partitions" => {

@@ -218,6 +218,60 @@ impl<'de> Deserialize<'de> for JobId {
     }
 }
 
+/// A job's flow-control key (e.g. `customer-17`): jobs of one key share
+/// the topic's `key_concurrency` and `key_rate_limit`, and the keys of a
+/// topic take turns at hand-out (issue #18). 1–128 characters, printable,
+/// no whitespace.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct JobKey(String);
+
+impl JobKey {
+    /// Longest key, in characters.
+    pub const MAX_LEN: usize = 128;
+
+    /// Validates a key.
+    ///
+    /// # Errors
+    /// `invalid_key` when empty, too long, or holding whitespace or control
+    /// characters.
+    pub fn new(key: impl Into<String>) -> Result<Self, InvalidInput> {
+        let key = key.into();
+        let chars = key.chars().count();
+        if chars == 0 || chars > Self::MAX_LEN {
+            return Err(InvalidInput::new(
+                "invalid_key",
+                format!("key must be 1-{} characters, got {chars}", Self::MAX_LEN),
+            ));
+        }
+        if let Some(c) = key.chars().find(|c| c.is_whitespace() || c.is_control()) {
+            return Err(InvalidInput::new(
+                "invalid_key",
+                format!("key may not hold whitespace or control characters, found {c:?}"),
+            ));
+        }
+        Ok(Self(key))
+    }
+
+    /// The key.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for JobKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for JobKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        JobKey::new(s).map_err(serde::de::Error::custom)
+    }
+}
+
 /// A job's payload: JSON text, or opaque bytes.
 ///
 /// Kept apart so a JSON body comes back as JSON and bytes come back as base64.
@@ -306,6 +360,8 @@ pub struct NewJob {
     /// or dead, enqueueing its id again stores nothing and answers
     /// [`Enqueued::deduplicated`]. `None`: the topic's `dedup_ms`; 0: none.
     pub dedup_ms: Option<u64>,
+    /// Its flow-control key ([`JobKey`]); `None`: none.
+    pub key: Option<JobKey>,
 }
 
 /// The default priority.
@@ -332,6 +388,7 @@ impl NewJob {
             retry: None,
             replace: false,
             dedup_ms: None,
+            key: None,
         }
     }
 }
@@ -419,6 +476,8 @@ pub struct JobInfo {
     pub body: Body,
     /// What happened to it so far, beyond its attempts.
     pub counts: JobCounts,
+    /// Its flow-control key, if it has one.
+    pub key: Option<JobKey>,
 }
 
 /// A job's history in counts (beanstalkd's `stats-job` shows them).
@@ -738,6 +797,8 @@ pub struct ImportJob {
     pub created_at_ms: u64,
     /// When it died (dead letters; required for them).
     pub died_at_ms: Option<u64>,
+    /// Its flow-control key.
+    pub key: Option<JobKey>,
 }
 
 impl ImportJob {

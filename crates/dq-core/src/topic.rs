@@ -278,7 +278,20 @@ pub struct TopicConfig {
     /// every instance and every kind of hand-out; `None`: unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimit>,
+    /// At most this many unexpired leases at a time of jobs with one
+    /// [`crate::NewJob::key`], counted by the store across every instance
+    /// and every kind of hand-out; a key at its limit waits while the
+    /// topic's other keys go on. `None`: no limit per key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_concurrency: Option<u32>,
+    /// A rate limit of its own for each key (the same shape as
+    /// [`TopicConfig::rate_limit`], one bucket per key); `None`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_rate_limit: Option<RateLimit>,
 }
+
+/// Largest `key_concurrency`.
+pub const MAX_KEY_CONCURRENCY: u32 = 100_000;
 
 fn one() -> u32 {
     1
@@ -311,6 +324,8 @@ impl Default for TopicConfig {
             dedup_ms: 0,
             paused: false,
             rate_limit: None,
+            key_concurrency: None,
+            key_rate_limit: None,
         }
     }
 }
@@ -352,6 +367,22 @@ pub struct TopicConfigPatch {
         deserialize_with = "some_or_null"
     )]
     pub rate_limit: Option<Option<RateLimit>>,
+    /// See [`TopicConfig::key_concurrency`]; `Some(None)` (JSON `null`)
+    /// removes the limit.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_or_null"
+    )]
+    pub key_concurrency: Option<Option<u32>>,
+    /// See [`TopicConfig::key_rate_limit`]; `Some(None)` (JSON `null`)
+    /// removes it. Setting one starts every key with a full bucket.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "some_or_null"
+    )]
+    pub key_rate_limit: Option<Option<RateLimit>>,
 }
 
 /// A field that may be given as a value, given as `null` (`Some(None)`), or
@@ -401,6 +432,17 @@ impl TopicConfigPatch {
         }
         if let Some(Some(r)) = &self.rate_limit {
             r.validate("rate_limit")?;
+        }
+        if let Some(Some(r)) = &self.key_rate_limit {
+            r.validate("key_rate_limit")?;
+        }
+        if let Some(Some(n)) = self.key_concurrency
+            && !(1..=MAX_KEY_CONCURRENCY).contains(&n)
+        {
+            return Err(InvalidInput::new(
+                "invalid_key_concurrency",
+                format!("key_concurrency must be 1-{MAX_KEY_CONCURRENCY}, got {n}"),
+            ));
         }
         if let Some(n) = self.partitions
             && !(1..=MAX_PARTITIONS).contains(&n)
@@ -475,6 +517,12 @@ impl TopicConfigPatch {
         }
         if let Some(v) = self.rate_limit {
             base.rate_limit = v;
+        }
+        if let Some(v) = self.key_concurrency {
+            base.key_concurrency = v;
+        }
+        if let Some(v) = self.key_rate_limit {
+            base.key_rate_limit = v;
         }
         base
     }

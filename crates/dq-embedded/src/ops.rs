@@ -63,7 +63,8 @@ fn config(cx: &Ctx, tid: i64) -> OpResult<TopicConfig> {
     let c = cx
         .conn
         .prepare_cached(
-            "SELECT max_attempts, lease_ms, dead_cap, default_delay_ms, retry, delivery, dedup_ms, paused, rate_limit FROM topics WHERE tid = ?1",
+            "SELECT max_attempts, lease_ms, dead_cap, default_delay_ms, retry, delivery, dedup_ms, paused, rate_limit,
+               key_concurrency, key_rate_limit FROM topics WHERE tid = ?1",
         )?
         .query_row([tid], |r| {
             Ok(TopicConfig {
@@ -84,6 +85,10 @@ fn config(cx: &Ctx, tid: i64) -> OpResult<TopicConfig> {
                 paused: r.get(7)?,
                 rate_limit: r
                     .get::<_, Option<String>>(8)?
+                    .and_then(|s| RateLimit::decode(&s)),
+                key_concurrency: r.get(9)?,
+                key_rate_limit: r
+                    .get::<_, Option<String>>(10)?
                     .and_then(|s| RateLimit::decode(&s)),
             })
         })?;
@@ -241,8 +246,8 @@ pub(crate) fn enqueue(
             Ok(cx
                 .conn
                 .prepare_cached(
-                    "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body, dedup_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                    "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body, dedup_ms, fkey)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
                      ON CONFLICT (tid, id) DO NOTHING",
                 )?
                 .execute(params![
@@ -258,6 +263,7 @@ pub(crate) fn enqueue(
                     j.body.is_json(),
                     j.body.as_bytes(),
                     dedup_ms,
+                    j.key.as_ref().map(JobKey::as_str),
                 ])?)
         };
         let mut replaced = false;
@@ -312,6 +318,9 @@ pub(crate) fn enqueue(
     }
     counts(cx, tid, d)?;
     bump(cx, tid, "enqueued", created)?;
+    if jobs.iter().any(|j| j.key.is_some()) {
+        mark_keyed(cx, tid)?;
+    }
     if wake {
         cx.wake.push(topic.as_str().to_string());
     }
@@ -353,11 +362,23 @@ fn job_row(r: &rusqlite::Row<'_>, cfg: &TopicConfig) -> rusqlite::Result<Row> {
                 buries: r.get(18)?,
                 kicks: r.get(19)?,
             },
+            key: r
+                .get::<_, Option<String>>(20)?
+                .map(|k| {
+                    JobKey::new(k).map_err(|e| {
+                        rusqlite::Error::FromSqlConversionFailure(
+                            20,
+                            rusqlite::types::Type::Text,
+                            Box::new(e),
+                        )
+                    })
+                })
+                .transpose()?,
         },
     ))
 }
 
-const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body, timeouts, releases, buries, kicks";
+const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body, timeouts, releases, buries, kicks, fkey";
 
 pub(crate) fn get(cx: &mut Ctx, topic: &Topic, id: &JobId) -> OpResult<Option<JobInfo>> {
     let Some(tid) = tid(cx, topic)? else {
@@ -427,13 +448,16 @@ pub(crate) fn cancel(
     let Some((seq, state)) = row else {
         return Ok(None);
     };
-    let dedup_ms: Option<i64> = cx
+    let (dedup_ms, fkey): (Option<i64>, Option<String>) = cx
         .conn
-        .prepare_cached("DELETE FROM jobs WHERE seq = ?1 RETURNING dedup_ms")?
-        .query_row([seq], |r| r.get(0))?;
+        .prepare_cached("DELETE FROM jobs WHERE seq = ?1 RETURNING dedup_ms, fkey")?
+        .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?)))?;
     open_window(cx, tid, id.as_str(), dedup_ms, now)?;
     counts(cx, tid, delta(Some(state), None))?;
     bump(cx, tid, "cancelled", 1)?;
+    if state == RESERVED {
+        unlease(cx, topic, tid, fkey)?;
+    }
     Ok(Some(state_of(state)))
 }
 
@@ -484,14 +508,29 @@ pub(crate) fn reserve(
     };
     // A paused topic hands nothing out; the pause's end is when to look
     // again (paused until resumed: no time, the resume wakes waiters).
-    let (paused_until, paused, rate, credit, at): (u64, bool, Option<String>, Option<u64>, u64) =
-        cx.conn
-            .prepare_cached(
-                "SELECT paused_until_ms, paused, rate_limit, rl_credit, rl_at FROM topics WHERE tid = ?1",
-            )?
-            .query_row([tid], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })?;
+    #[allow(clippy::type_complexity)]
+    let (paused_until, paused, rate, credit, at, keyed): (
+        u64,
+        bool,
+        Option<String>,
+        Option<u64>,
+        u64,
+        bool,
+    ) = cx
+        .conn
+        .prepare_cached(
+            "SELECT paused_until_ms, paused, rate_limit, rl_credit, rl_at, keyed FROM topics WHERE tid = ?1",
+        )?
+        .query_row([tid], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })?;
     if paused_until > now || paused {
         return Ok(Reservation {
             leases: Vec::new(),
@@ -508,44 +547,51 @@ pub(crate) fn reserve(
         bucket = Some((r, c));
     }
     promote(cx, tid, now, BATCH)?;
-    let rows: Vec<Leasable> = cx
-        .conn
-        .prepare_cached(&format!(
-            "SELECT {LEASABLE} FROM jobs
-             WHERE tid = ?1 AND state = 1 ORDER BY priority, due_ms, seq LIMIT ?2"
-        ))?
-        .query_map(params![tid, take as i64], Leasable::row)?
-        .collect::<Result<_, _>>()?;
-    let mut cfg: Option<TopicConfig> = None;
-    let prefix = format!("{:016x}.", rand::random::<u64>());
-    let mut leases = Vec::with_capacity(rows.len());
-    for (i, j) in rows.into_iter().enumerate() {
-        let lease_ms = match lease_override.or(j.lease_ms) {
-            Some(l) => l,
-            None => {
-                if cfg.is_none() {
-                    cfg = Some(config(cx, tid)?);
-                }
-                cfg.as_ref().map_or(30_000, |c| c.lease_ms)
-            }
-        };
-        let token = format!("{prefix}{:x}", i + 1);
-        leases.push(lease(cx, topic, j, lease_ms, token, now)?);
-    }
+    let mut hand = HandOut {
+        topic,
+        tid,
+        lease_override,
+        now,
+        cfg: None,
+        prefix: format!("{:016x}.", rand::random::<u64>()),
+        leases: Vec::with_capacity(take.min(BATCH as u64) as usize),
+    };
+    // Whether ready jobs are left that may go now, and when a key out of
+    // tokens has its next one.
+    let (go, key_token_at) = if keyed {
+        reserve_keyed(cx, &mut hand, take)?
+    } else {
+        let rows: Vec<Leasable> = cx
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {LEASABLE} FROM jobs
+                 WHERE tid = ?1 AND state = 1 AND fkey IS NULL ORDER BY priority, due_ms, seq LIMIT ?2"
+            ))?
+            .query_map(params![tid, take as i64], Leasable::row)?
+            .collect::<Result<_, _>>()?;
+        for j in rows {
+            hand.lease(cx, j)?;
+        }
+        let ready: i64 = cx
+            .conn
+            .prepare_cached("SELECT n_ready FROM topics WHERE tid = ?1")?
+            .query_row([tid], |r| r.get(0))?;
+        (ready > hand.leases.len() as i64, None)
+    };
+    let leases = hand.leases;
     let n = leases.len() as i64;
     counts(cx, tid, [0, -n, n, 0])?;
-    let more_ready: bool = cx
-        .conn
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM jobs WHERE tid = ?1 AND state = 1)")?
-        .query_row([tid], |r| r.get(0))?;
-    let mut next_due_ms = if more_ready {
+    let mut next_due_ms = if go {
         Some(now)
     } else {
-        sched_head(cx, tid)?
+        [sched_head(cx, tid)?, key_token_at]
+            .into_iter()
+            .flatten()
+            .min()
     };
     if let Some((r, credit)) = bucket {
         let credit = credit - n as u64 * r.per_ms;
-        let held = if more_ready && take < max as u64 {
+        let held = if go && take < max as u64 {
             max as i64 - n
         } else {
             0
@@ -557,7 +603,7 @@ pub(crate) fn reserve(
             )?
             .execute(params![tid, credit as i64, now as i64, held])?;
         // Ready jobs wait for the next token: that is when to look again.
-        if more_ready && let Some(at) = r.next_token_at(credit, now) {
+        if go && let Some(at) = r.next_token_at(credit, now) {
             next_due_ms = Some(at);
         }
     }
@@ -565,6 +611,277 @@ pub(crate) fn reserve(
         leases,
         next_due_ms,
     })
+}
+
+/// One reserve call's hand-outs: the leases made so far and what making
+/// one needs.
+struct HandOut<'a> {
+    topic: &'a Topic,
+    tid: i64,
+    lease_override: Option<u64>,
+    now: u64,
+    cfg: Option<TopicConfig>,
+    prefix: String,
+    leases: Vec<Lease>,
+}
+
+impl HandOut<'_> {
+    /// Leases ready job `j` (the state counts are the caller's to move).
+    fn lease(&mut self, cx: &Ctx, j: Leasable) -> OpResult<()> {
+        let lease_ms = match self.lease_override.or(j.lease_ms) {
+            Some(l) => l,
+            None => {
+                if self.cfg.is_none() {
+                    self.cfg = Some(config(cx, self.tid)?);
+                }
+                self.cfg.as_ref().map_or(30_000, |c| c.lease_ms)
+            }
+        };
+        let token = format!("{}{:x}", self.prefix, self.leases.len() + 1);
+        let l = lease(cx, self.topic, j, lease_ms, token, self.now)?;
+        self.leases.push(l);
+        Ok(())
+    }
+}
+
+/// Marks the topic as one whose jobs may carry flow-control keys: its
+/// reserves take the keyed path from now on (until the topic is deleted).
+fn mark_keyed(cx: &Ctx, tid: i64) -> OpResult<()> {
+    cx.conn
+        .prepare_cached("UPDATE topics SET keyed = 1 WHERE tid = ?1 AND keyed = 0")?
+        .execute([tid])?;
+    Ok(())
+}
+
+/// The keys with ready jobs, in key order: one index seek per key (a skip
+/// scan of the lanes' index).
+fn ready_keys(cx: &Ctx, tid: i64) -> OpResult<Vec<String>> {
+    Ok(cx
+        .conn
+        .prepare_cached(
+            "WITH RECURSIVE k(f) AS (
+               SELECT (SELECT min(fkey) FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL)
+               UNION ALL
+               SELECT (SELECT min(fkey) FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL AND fkey > k.f)
+               FROM k WHERE k.f IS NOT NULL
+             ) SELECT f FROM k WHERE f IS NOT NULL",
+        )?
+        .query_map([tid], |r| r.get(0))?
+        .collect::<Result<_, _>>()?)
+}
+
+/// The next job of a key's lane (`None`: the jobs without a key).
+fn lane_head(cx: &Ctx, tid: i64, key: Option<&str>) -> OpResult<Option<Leasable>> {
+    let sql = match key {
+        None => format!(
+            "SELECT {LEASABLE} FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NULL
+             ORDER BY priority, due_ms, seq LIMIT 1"
+        ),
+        Some(_) => format!(
+            "SELECT {LEASABLE} FROM jobs WHERE tid = ?1 AND state = 1 AND fkey = ?2
+             ORDER BY priority, due_ms, seq LIMIT 1"
+        ),
+    };
+    let mut st = cx.conn.prepare_cached(&sql)?;
+    Ok(match key {
+        None => st.query_row([tid], Leasable::row),
+        Some(k) => st.query_row(params![tid, k], Leasable::row),
+    }
+    .optional()?)
+}
+
+/// A lease of a job with key `fkey` ended: one lease fewer for the key, and
+/// when that frees a key held at its `key_concurrency`, the topic's waiters
+/// are told.
+fn unlease(cx: &mut Ctx, topic: &Topic, tid: i64, fkey: Option<String>) -> OpResult<()> {
+    let Some(k) = fkey else { return Ok(()) };
+    let after: Option<i64> = cx
+        .conn
+        .prepare_cached(
+            "UPDATE fkeys SET active = max(active - 1, 0) WHERE tid = ?1 AND fkey = ?2 RETURNING active",
+        )?
+        .query_row(params![tid, k], |r| r.get(0))
+        .optional()?;
+    let limit: Option<i64> = cx
+        .conn
+        .prepare_cached("SELECT key_concurrency FROM topics WHERE tid = ?1")?
+        .query_row([tid], |r| r.get(0))?;
+    if let (Some(a), Some(l)) = (after, limit)
+        && a + 1 >= l
+    {
+        cx.wake.push(topic.as_str().to_string());
+    }
+    Ok(())
+}
+
+/// One lane of a keyed reserve: a key's (or, `key: None`, the jobs
+/// without one), with its turn and what its limits allow.
+struct Lane {
+    turn: i64,
+    key: Option<String>,
+    active: i64,
+    credit: Option<u64>,
+    at: u64,
+    touched: bool,
+}
+
+/// The keyed hand-out (issue #18): the lanes take turns, lowest turn
+/// first, one job each per turn; a key goes while it holds fewer than
+/// `key_concurrency` leases and its `key_rate_limit` bucket has a token.
+/// Each lane's turn (the key's in `fkeys`, the jobs without a key in
+/// `topics.uturn`) becomes the topic's next turn number when it hands out,
+/// so a key with a backlog goes once per round. Returns whether ready jobs
+/// that may go are left, and the earliest next token of a key out of them.
+fn reserve_keyed(cx: &mut Ctx, hand: &mut HandOut<'_>, take: u64) -> OpResult<(bool, Option<u64>)> {
+    let (tid, now) = (hand.tid, hand.now);
+    let (limit, krate, mut kturn, uturn): (Option<i64>, Option<String>, i64, i64) = cx
+        .conn
+        .prepare_cached(
+            "SELECT key_concurrency, key_rate_limit, kturn, uturn FROM topics WHERE tid = ?1",
+        )?
+        .query_row([tid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+    let krate = krate.as_deref().and_then(RateLimit::decode);
+    let mut lanes: Vec<Lane> = Vec::new();
+    if lane_head(cx, tid, None)?.is_some() {
+        lanes.push(Lane {
+            turn: uturn,
+            key: None,
+            active: 0,
+            credit: None,
+            at: 0,
+            touched: false,
+        });
+    }
+    for key in ready_keys(cx, tid)? {
+        let row: Option<(i64, i64, Option<u64>, u64)> = cx
+            .conn
+            .prepare_cached("SELECT active, turn, credit, at FROM fkeys WHERE tid = ?1 AND fkey = ?2")?
+            .query_row(params![tid, key], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .optional()?;
+        let (active, turn, credit, at) = row.unwrap_or((0, 0, None, 0));
+        lanes.push(Lane {
+            turn,
+            key: Some(key),
+            active,
+            credit,
+            at,
+            touched: false,
+        });
+    }
+    // Whether lane `l` may hand out now; its next token when it is out of them.
+    let may_go = |l: &Lane| -> (bool, Option<u64>) {
+        if l.key.is_none() {
+            return (true, None);
+        }
+        if limit.is_some_and(|k| l.active >= k) {
+            return (false, None);
+        }
+        match krate {
+            Some(r) => {
+                let c = r.refill(l.credit, l.at, now);
+                match r.next_token_at(c, now) {
+                    None => (true, None),
+                    at => (false, at),
+                }
+            }
+            None => (true, None),
+        }
+    };
+    let mut token_at: Option<u64> = None;
+    let mut held_back = 0i64;
+    // Lanes that may go, by (turn, key): a round-robin over them.
+    let mut open: std::collections::BTreeSet<(i64, Option<String>)> = Default::default();
+    for l in &lanes {
+        match may_go(l) {
+            (true, _) => {
+                open.insert((l.turn, l.key.clone()));
+            }
+            (false, at) => {
+                if at.is_some() {
+                    held_back += 1;
+                }
+                token_at = [token_at, at].into_iter().flatten().min();
+            }
+        }
+    }
+    let find = |lanes: &[Lane], key: &Option<String>| {
+        lanes
+            .iter()
+            .position(|l| &l.key == key)
+            .expect("an open lane is a lane")
+    };
+    while (hand.leases.len() as u64) < take {
+        let Some((_, key)) = open.pop_first() else {
+            break;
+        };
+        let i = find(&lanes, &key);
+        let Some(j) = lane_head(cx, tid, key.as_deref())? else {
+            continue;
+        };
+        hand.lease(cx, j)?;
+        kturn += 1;
+        let l = &mut lanes[i];
+        l.turn = kturn;
+        l.touched = true;
+        if l.key.is_some() {
+            l.active += 1;
+            if let Some(r) = krate {
+                let c = r.refill(l.credit, l.at, now);
+                l.credit = Some(c - r.per_ms);
+                l.at = l.at.max(now);
+            }
+        }
+        match may_go(l) {
+            (true, _) => {
+                open.insert((l.turn, l.key.clone()));
+            }
+            (false, at) => token_at = [token_at, at].into_iter().flatten().min(),
+        }
+    }
+    // The turns and counts of the lanes that handed out.
+    for l in lanes.iter().filter(|l| l.touched) {
+        match &l.key {
+            None => {
+                cx.conn
+                    .prepare_cached("UPDATE topics SET uturn = ?2 WHERE tid = ?1")?
+                    .execute(params![tid, l.turn])?;
+            }
+            Some(k) => {
+                cx.conn
+                    .prepare_cached(
+                        "INSERT INTO fkeys (tid, fkey, active, turn, credit, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                         ON CONFLICT (tid, fkey) DO UPDATE SET active = excluded.active,
+                           turn = excluded.turn, credit = excluded.credit, at = excluded.at",
+                    )?
+                    .execute(params![
+                        tid,
+                        k,
+                        l.active,
+                        l.turn,
+                        l.credit.map(|c| c as i64),
+                        l.at as i64
+                    ])?;
+            }
+        }
+    }
+    cx.conn
+        .prepare_cached(
+            "UPDATE topics SET kturn = ?2, rate_limited = rate_limited + ?3 WHERE tid = ?1",
+        )?
+        .execute(params![tid, kturn, held_back])?;
+    // Keys with no lease, no ready job and a full bucket (or none) are
+    // forgotten: they are the same as a key never seen.
+    let (cap, per) = krate.map_or((None, 1), |r| (Some(r.capacity() as i64), r.limit as i64));
+    cx.conn
+        .prepare_cached(
+            "DELETE FROM fkeys WHERE tid = ?1 AND active <= 0
+               AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.tid = ?1 AND jobs.state = 1 AND jobs.fkey = fkeys.fkey)
+               AND (?2 IS NULL OR credit IS NULL OR at + (?2 - credit + ?3 - 1) / ?3 <= ?4)",
+        )?
+        .execute(params![tid, cap, per, now as i64])?;
+    Ok((!open.is_empty(), token_at))
 }
 
 pub(crate) fn touch(
@@ -594,12 +911,13 @@ pub(crate) fn touch(
 pub(crate) fn ack(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> OpResult<()> {
     let (tid, seq) = held(cx, topic, id, token)?;
     // One statement for the common job without a window.
-    let dedup_ms: Option<i64> = cx
+    let (dedup_ms, fkey): (Option<i64>, Option<String>) = cx
         .conn
-        .prepare_cached("DELETE FROM jobs WHERE seq = ?1 RETURNING dedup_ms")?
-        .query_row([seq], |r| r.get(0))?;
+        .prepare_cached("DELETE FROM jobs WHERE seq = ?1 RETURNING dedup_ms, fkey")?
+        .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?)))?;
     open_window(cx, tid, id.as_str(), dedup_ms, now)?;
     counts(cx, tid, [0, 0, -1, 0])?;
+    unlease(cx, topic, tid, fkey)?;
     bump(cx, tid, "acked", 1)
 }
 
@@ -657,10 +975,11 @@ fn fail(
     rand: f64,
     how: Failed,
 ) -> OpResult<NackOutcome> {
-    let (attempts, max, retry): (u32, Option<u32>, Option<String>) = cx
+    let (attempts, max, retry, fkey): (u32, Option<u32>, Option<String>, Option<String>) = cx
         .conn
-        .prepare_cached("SELECT attempts, max_attempts, retry FROM jobs WHERE seq = ?1")?
-        .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        .prepare_cached("SELECT attempts, max_attempts, retry, fkey FROM jobs WHERE seq = ?1")?
+        .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+    unlease(cx, topic, tid, fkey)?;
     let max = max.unwrap_or(cfg.max_attempts);
     cx.conn
         .prepare_cached(
@@ -772,12 +1091,14 @@ pub(crate) fn release(
     now: u64,
 ) -> OpResult<u64> {
     let (tid, seq) = held(cx, topic, id, token)?;
-    cx.conn
+    let fkey: Option<String> = cx
+        .conn
         .prepare_cached(
             "UPDATE jobs SET attempts = attempts - 1, token = NULL, deadline_ms = NULL,
-             releases = releases + 1 WHERE seq = ?1",
+             releases = releases + 1 WHERE seq = ?1 RETURNING fkey",
         )?
-        .execute([seq])?;
+        .query_row([seq], |r| r.get(0))?;
+    unlease(cx, topic, tid, fkey)?;
     let due = now + delay_ms;
     place(cx, topic, tid, seq, Some(RESERVED), due, now)?;
     Ok(due)
@@ -853,23 +1174,43 @@ pub(crate) fn list_dead(
     offset: usize,
     limit: usize,
 ) -> OpResult<Vec<JobInfo>> {
-    list_in_state(cx, topic, DEAD, "died_ms, seq", offset, limit)
+    list_in_state(cx, topic, "state = 3", "died_ms, seq", offset, limit)
 }
 
 pub(crate) fn list_ready(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<Vec<JobInfo>> {
-    list_in_state(cx, topic, READY, "priority, due_ms, seq", 0, limit)
+    // The jobs without a key in hand-out order, then the keys' lanes.
+    let mut jobs = list_in_state(
+        cx,
+        topic,
+        "state = 1 AND fkey IS NULL",
+        "priority, due_ms, seq",
+        0,
+        limit,
+    )?;
+    if jobs.len() < limit {
+        jobs.extend(list_in_state(
+            cx,
+            topic,
+            "state = 1 AND fkey IS NOT NULL",
+            "fkey, priority, due_ms, seq",
+            0,
+            limit - jobs.len(),
+        )?);
+    }
+    Ok(jobs)
 }
 
 pub(crate) fn list_scheduled(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<Vec<JobInfo>> {
-    list_in_state(cx, topic, SCHEDULED, "due_ms, seq", 0, limit)
+    list_in_state(cx, topic, "state = 0", "due_ms, seq", 0, limit)
 }
 
-/// Jobs of `topic` in `state`, ordered by `order` (columns of the state's
-/// partial index, so the scan follows it).
+/// Jobs of `topic` that meet `cond` (a state and what its partial index
+/// covers), ordered by `order` (columns of that index, so the scan follows
+/// it).
 fn list_in_state(
     cx: &mut Ctx,
     topic: &Topic,
-    state: i64,
+    cond: &'static str,
     order: &'static str,
     offset: usize,
     limit: usize,
@@ -881,7 +1222,7 @@ fn list_in_state(
     let rows = cx
         .conn
         .prepare_cached(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND state = {state} ORDER BY {order} LIMIT ?2 OFFSET ?3"
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND {cond} ORDER BY {order} LIMIT ?2 OFFSET ?3"
         ))?
         .query_map(params![tid, limit as i64, offset as i64], |r| {
             job_row(r, &cfg)
@@ -1068,8 +1409,31 @@ pub(crate) fn configure_topic(
             )?
             .execute(params![tid, r.map(|r| r.encode())])?;
     }
+    // Keys: a new or changed key_rate_limit starts every key with a full
+    // bucket; reserve reads key_concurrency afresh each time.
+    let key_limit_changed = p.key_rate_limit.is_some_and(|r| r != before.key_rate_limit);
+    if let Some(r) = p.key_rate_limit.filter(|_| key_limit_changed) {
+        cx.conn
+            .prepare_cached("UPDATE topics SET key_rate_limit = ?2 WHERE tid = ?1")?
+            .execute(params![tid, r.map(|r| r.encode())])?;
+        cx.conn
+            .prepare_cached("UPDATE fkeys SET credit = NULL, at = 0 WHERE tid = ?1")?
+            .execute([tid])?;
+    }
+    let concurrency_changed = p
+        .key_concurrency
+        .is_some_and(|k| k != before.key_concurrency);
+    if let Some(k) = p.key_concurrency.filter(|_| concurrency_changed) {
+        cx.conn
+            .prepare_cached("UPDATE topics SET key_concurrency = ?2 WHERE tid = ?1")?
+            .execute(params![tid, k])?;
+    }
     // A resume or a new limit lets waiters look again at once.
-    if limit_changed || (before.paused && p.paused == Some(false)) {
+    if limit_changed
+        || key_limit_changed
+        || concurrency_changed
+        || (before.paused && p.paused == Some(false))
+    {
         cx.wake.push(topic.as_str().to_string());
     }
     config(cx, tid)
@@ -1106,6 +1470,9 @@ pub(crate) fn delete_topic(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<
     }
     cx.conn
         .prepare_cached("DELETE FROM dedup WHERE tid = ?1")?
+        .execute([tid])?;
+    cx.conn
+        .prepare_cached("DELETE FROM fkeys WHERE tid = ?1")?
         .execute([tid])?;
     cx.conn
         .prepare_cached("DELETE FROM topics WHERE tid = ?1")?
@@ -1149,14 +1516,20 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
     let ready_head: Option<u64> = cx
         .conn
         .prepare_cached(
-            "SELECT due_ms FROM jobs WHERE tid = ?1 AND state = 1 ORDER BY priority, due_ms, seq LIMIT 1",
+            "SELECT due_ms FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NULL ORDER BY priority, due_ms, seq LIMIT 1",
         )?
         .query_row([tid], |r| r.get(0))
         .optional()?;
-    let oldest = match (sched_head(cx, tid)?, ready_head) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
+    // The head of each key's lane (one index seek per key with ready jobs).
+    let mut key_heads = None;
+    for key in ready_keys(cx, tid)? {
+        let due = lane_head(cx, tid, Some(&key))?.map(|j| j.due);
+        key_heads = key_heads.min(due).or(key_heads).or(due);
+    }
+    let oldest = [sched_head(cx, tid)?, ready_head, key_heads]
+        .into_iter()
+        .flatten()
+        .min();
     st.oldest_overdue_ms = oldest.map_or(0, |d| now.saturating_sub(d));
     Ok(st)
 }
@@ -1188,13 +1561,21 @@ pub(crate) fn reserve_job(
     };
     let from = j.state;
     let token = format!("{:016x}.1", rand::random::<u64>());
+    if let Some(k) = &j.fkey {
+        cx.conn
+            .prepare_cached(
+                "INSERT INTO fkeys (tid, fkey, active) VALUES (?1, ?2, 1)
+                 ON CONFLICT (tid, fkey) DO UPDATE SET active = active + 1",
+            )?
+            .execute(params![tid, k])?;
+    }
     let l = lease(cx, topic, j, lease_ms, token, now)?;
     counts(cx, tid, delta(Some(from), Some(RESERVED)))?;
     Ok(Some(l))
 }
 
 /// The columns a lease is made of.
-const LEASABLE: &str = "seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state";
+const LEASABLE: &str = "seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey";
 
 /// A job about to be leased.
 struct Leasable {
@@ -1207,6 +1588,7 @@ struct Leasable {
     body: Vec<u8>,
     attempts: u32,
     state: i64,
+    fkey: Option<String>,
 }
 
 impl Leasable {
@@ -1221,6 +1603,7 @@ impl Leasable {
             body: r.get(6)?,
             attempts: r.get(7)?,
             state: r.get(8)?,
+            fkey: r.get(9)?,
         })
     }
 }
@@ -1415,7 +1798,7 @@ pub(crate) fn list_jobs(
                 retry: r
                     .get::<_, Option<String>>(8)?
                     .and_then(|s| RetryPolicy::decode(&s)),
-                dedup_ms: r.get::<_, Option<u64>>(20)?.filter(|ms| *ms > 0),
+                dedup_ms: r.get::<_, Option<u64>>(21)?.filter(|ms| *ms > 0),
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
@@ -1464,8 +1847,8 @@ pub(crate) fn import_jobs(
             .conn
             .prepare_cached(
                 "INSERT INTO jobs (tid, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry,
-                   last_error, created_ms, died_ms, is_json, body, dedup_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                   last_error, created_ms, died_ms, is_json, body, dedup_ms, fkey)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
                  ON CONFLICT (tid, id) DO NOTHING",
             )?
             .execute(params![
@@ -1484,6 +1867,7 @@ pub(crate) fn import_jobs(
                 j.body.is_json(),
                 j.body.as_bytes(),
                 j.dedup_ms.filter(|ms| *ms > 0).map(|v| v as i64),
+                j.key.as_ref().map(JobKey::as_str),
             ])?
             == 1;
         if !written {
@@ -1516,6 +1900,9 @@ pub(crate) fn import_jobs(
         });
     }
     bump(cx, tid, "enqueued", created)?;
+    if jobs.iter().any(|j| j.key.is_some()) {
+        mark_keyed(cx, tid)?;
+    }
     if dead > 0 {
         let cap = config(cx, tid)?.dead_cap;
         trim_dead(cx, tid, cap)?;

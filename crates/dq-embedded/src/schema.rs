@@ -6,7 +6,7 @@
 //! | state | meaning | index |
 //! | --- | --- | --- |
 //! | 0 | scheduled | `(tid, due_ms)` |
-//! | 1 | ready | `(tid, priority, due_ms, seq)` — the hand-out order |
+//! | 1 | ready | `(tid, priority, due_ms, seq)` — the hand-out order (jobs without a flow-control key); `(tid, fkey, priority, due_ms, seq)` — each key's lane |
 //! | 2 | reserved | `(tid, deadline_ms)` |
 //! | 3 | dead | `(tid, died_ms, seq)` |
 //!
@@ -122,6 +122,26 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
               ALTER TABLE topics ADD COLUMN rl_credit INTEGER;
               ALTER TABLE topics ADD COLUMN rl_at INTEGER NOT NULL DEFAULT 0;
               ALTER TABLE topics ADD COLUMN rate_limited INTEGER NOT NULL DEFAULT 0;",
+    },
+    // → 5
+    Migration {
+        what: "flow-control keys: a job's key, the keys' lanes, leases, turns and buckets; key_concurrency and key_rate_limit",
+        sql: "ALTER TABLE jobs ADD COLUMN fkey TEXT;
+              ALTER TABLE topics ADD COLUMN keyed INTEGER NOT NULL DEFAULT 0;
+              ALTER TABLE topics ADD COLUMN key_concurrency INTEGER;
+              ALTER TABLE topics ADD COLUMN key_rate_limit TEXT;
+              ALTER TABLE topics ADD COLUMN kturn INTEGER NOT NULL DEFAULT 0;
+              ALTER TABLE topics ADD COLUMN uturn INTEGER NOT NULL DEFAULT 0;
+              DROP INDEX jobs_ready;
+              CREATE INDEX jobs_ready ON jobs(tid, priority, due_ms, seq) WHERE state = 1 AND fkey IS NULL;
+              CREATE INDEX jobs_kready ON jobs(tid, fkey, priority, due_ms, seq) WHERE state = 1 AND fkey IS NOT NULL;
+              CREATE TABLE fkeys (
+                tid INTEGER NOT NULL, fkey TEXT NOT NULL,
+                active INTEGER NOT NULL DEFAULT 0, turn INTEGER NOT NULL DEFAULT 0,
+                credit INTEGER, at INTEGER NOT NULL DEFAULT 0,
+                PRIMARY KEY (tid, fkey)
+              ) WITHOUT ROWID;
+              CREATE INDEX fkeys_idle ON fkeys(tid, active);",
     },
 ];
 

@@ -339,7 +339,8 @@ async fn open_when_free(dir: &std::path::Path) -> EmbeddedStore {
 }
 
 /// A file of schema version 1 (per-state counts named n0..n3, no per-job
-/// counts, no dedup windows or records, no flow control) opens with its
+/// counts, no dedup windows or records, no flow control, no flow-control
+/// keys) opens with its
 /// jobs and counts kept, as the current version; a version this dq does not know is
 /// refused at start, file untouched.
 #[tokio::test]
@@ -360,7 +361,17 @@ async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
     // The store's writer may still be closing: wait for the lock first.
     drop(open_when_free(dir.path()).await);
     downgrade(
-        "ALTER TABLE topics RENAME COLUMN n_scheduled TO n0;
+        "DROP INDEX jobs_kready;
+         DROP INDEX jobs_ready;
+         ALTER TABLE jobs DROP COLUMN fkey;
+         CREATE INDEX jobs_ready ON jobs(tid, priority, due_ms, seq) WHERE state = 1;
+         DROP TABLE fkeys;
+         ALTER TABLE topics DROP COLUMN keyed;
+         ALTER TABLE topics DROP COLUMN key_concurrency;
+         ALTER TABLE topics DROP COLUMN key_rate_limit;
+         ALTER TABLE topics DROP COLUMN kturn;
+         ALTER TABLE topics DROP COLUMN uturn;
+         ALTER TABLE topics RENAME COLUMN n_scheduled TO n0;
          ALTER TABLE topics RENAME COLUMN n_ready TO n1;
          ALTER TABLE topics RENAME COLUMN n_reserved TO n2;
          ALTER TABLE topics RENAME COLUMN n_dead TO n3;

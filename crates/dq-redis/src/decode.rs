@@ -180,13 +180,13 @@ pub(crate) fn decode_reserved(topic: &Topic, v: Value) -> StoreResult<Reservatio
 /// The `get` script's reply (14 values per job) to [`JobInfo`]s.
 pub(crate) fn decode_jobs(v: Value) -> StoreResult<Vec<JobInfo>> {
     let items = array(v)?;
-    if !items.len().is_multiple_of(18) {
+    if !items.len().is_multiple_of(19) {
         return Err(protocol("get reply length"));
     }
-    items.chunks(18).map(job_info).collect()
+    items.chunks(19).map(job_info).collect()
 }
 
-/// The 18 values of one job in get's (and list_jobs's) reply.
+/// The 19 values of one job in get's (and list_jobs's) reply.
 fn job_info(c: &[Value]) -> StoreResult<JobInfo> {
     let opt = |v: &Value| -> StoreResult<Option<u64>> { Ok(opt_time(int(v)?)) };
     let id = JobId::new(string(&c[0])?).map_err(|_| protocol("bad id"))?;
@@ -214,30 +214,34 @@ fn job_info(c: &[Value]) -> StoreResult<JobInfo> {
             buries: int(&c[16])? as u32,
             kicks: int(&c[17])? as u32,
         },
+        key: match string(&c[18])? {
+            k if k.is_empty() => None,
+            k => Some(JobKey::new(k).map_err(|_| protocol("bad key"))?),
+        },
     })
 }
 
-/// list_jobs's `{cursor, (22 per job)*}`: the jobs and the next HSCAN
+/// list_jobs's `{cursor, (23 per job)*}`: the jobs and the next HSCAN
 /// cursor (`None` when the scan is complete).
 pub(crate) fn decode_page(v: Value) -> StoreResult<(Vec<ListedJob>, Option<String>)> {
     let mut items = array(v)?;
-    if items.is_empty() || !(items.len() - 1).is_multiple_of(22) {
+    if items.is_empty() || !(items.len() - 1).is_multiple_of(23) {
         return Err(protocol("list_jobs reply length"));
     }
     let cursor = string(&items[0])?;
     let rest = items.split_off(1);
     let jobs = rest
-        .chunks(22)
+        .chunks(23)
         .map(|c| {
-            let retry = string(&c[20])?;
+            let retry = string(&c[21])?;
             Ok(ListedJob {
-                info: job_info(&c[..18])?,
-                max_attempts: opt_time(int(&c[18])?).map(|n| n as u32),
-                lease_ms: opt_time(int(&c[19])?),
+                info: job_info(&c[..19])?,
+                max_attempts: opt_time(int(&c[19])?).map(|n| n as u32),
+                lease_ms: opt_time(int(&c[20])?),
                 retry: (!retry.is_empty())
                     .then(|| RetryPolicy::decode(&retry))
                     .flatten(),
-                dedup_ms: opt_time(int(&c[21])?),
+                dedup_ms: opt_time(int(&c[22])?),
             })
         })
         .collect::<StoreResult<_>>()?;
@@ -278,6 +282,8 @@ pub(crate) fn decode_config(fields: &[(String, String)]) -> TopicConfig {
             "dedup_ms" => c.dedup_ms = v.parse().unwrap_or(c.dedup_ms),
             "paused" => c.paused = v == "1",
             "rate_limit" => c.rate_limit = RateLimit::decode(v),
+            "key_rate_limit" => c.key_rate_limit = RateLimit::decode(v),
+            "key_concurrency" => c.key_concurrency = v.parse().ok(),
             "retry" => {
                 if let Some(r) = RetryPolicy::decode(v) {
                     c.retry = r;

@@ -15,7 +15,7 @@ pub struct Keys {
 /// The keys of one topic, in the order every script receives them in KEYS.
 #[derive(Debug, Clone)]
 pub(crate) struct TopicKeys {
-    pub(crate) all: [String; 10],
+    pub(crate) all: [String; 11],
 }
 
 impl TopicKeys {
@@ -36,6 +36,18 @@ impl TopicKeys {
     }
     pub(crate) fn cfg(&self) -> &str {
         &self.all[5]
+    }
+    /// The HASH of the key_rate_limit buckets (see common.lua's `KR.rl`).
+    pub(crate) fn key_buckets(&self) -> String {
+        format!("{}rl", self.all[10])
+    }
+    /// The ZSET of the keys' lane heads by due time (common.lua's `KR.due`).
+    pub(crate) fn key_heads(&self) -> String {
+        format!("{}due", self.all[10])
+    }
+    /// When those buckets are full again (common.lua's `KR.full`).
+    pub(crate) fn key_buckets_full(&self) -> String {
+        format!("{}full", self.all[10])
     }
 }
 
@@ -92,8 +104,9 @@ impl Keys {
     }
 
     /// The keys of one topic: sched, ready, lease, dead, ctr, cfg, jobs,
-    /// wheel, the prefix of the wheel's bucket lists (`w:<bucket ms>`), and
-    /// the ids in a dedup window (`dedup`).
+    /// wheel, the prefix of the wheel's bucket lists (`w:<bucket ms>`),
+    /// the ids in a dedup window (`dedup`), and the prefix of the
+    /// flow-control keys' structures (`k:`, see common.lua).
     pub(crate) fn topic(&self, topic: &Topic) -> TopicKeys {
         let base = format!("{}:{{{}}}:", self.prefix, topic.as_str());
         TopicKeys {
@@ -108,6 +121,7 @@ impl Keys {
                 format!("{base}wheel"),
                 format!("{base}w:"),
                 format!("{base}dedup"),
+                format!("{base}k:"),
             ],
         }
     }

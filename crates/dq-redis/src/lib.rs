@@ -478,7 +478,7 @@ impl Store for RedisStore {
             .iter()
             .map(|j| j.id.clone().unwrap_or_else(JobId::generate))
             .collect();
-        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 11);
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 12);
         args.push(self.now_arg(now_ms));
         for (j, id) in jobs.iter().zip(&ids) {
             let (kind, value) = match j.when {
@@ -505,6 +505,7 @@ impl Store for RedisStore {
                 b"0".to_vec()
             });
             args.push(opt(j.dedup_ms));
+            args.push(opt(j.key.as_ref().map(JobKey::as_str)));
         }
         let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         let v = self.enqueue_durably(topic, &refs).await?;
@@ -895,7 +896,7 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         }
         self.register(topic).await?;
-        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 15);
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 16);
         args.push(self.now_arg(now_ms));
         for j in jobs {
             let dead = j.state == JobState::Dead;
@@ -927,6 +928,7 @@ impl Store for RedisStore {
             } else {
                 b"0".to_vec()
             });
+            args.push(opt(j.key.as_ref().map(JobKey::as_str)));
         }
         let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         let v = self
@@ -1044,15 +1046,43 @@ impl Store for RedisStore {
         if let Some(Some(r)) = &patch.rate_limit {
             fields.push(("rate_limit", r.encode()));
         }
-        // A new or changed rate limit starts with a full bucket; a resume or
-        // a new limit lets waiters look again at once.
-        let before = match patch.rate_limit.is_some() || patch.paused == Some(false) {
+        if let Some(Some(r)) = &patch.key_rate_limit {
+            fields.push(("key_rate_limit", r.encode()));
+        }
+        if let Some(Some(k)) = patch.key_concurrency {
+            fields.push(("key_concurrency", k.to_string()));
+        }
+        let mut removed: Vec<&str> = Vec::new();
+        if patch.rate_limit == Some(None) {
+            removed.push("rate_limit");
+        }
+        if patch.key_rate_limit == Some(None) {
+            removed.push("key_rate_limit");
+        }
+        if patch.key_concurrency == Some(None) {
+            removed.push("key_concurrency");
+        }
+        // A new or changed rate limit starts with a full bucket (every key's,
+        // for key_rate_limit); a resume or a new limit lets waiters look
+        // again at once (reserve re-reads the keys held or waiting).
+        let before = match patch.rate_limit.is_some()
+            || patch.key_rate_limit.is_some()
+            || patch.key_concurrency.is_some()
+            || patch.paused == Some(false)
+        {
             true => self.topic_config(topic).await?,
             false => None,
         };
         let limit_changed = patch
             .rate_limit
             .is_some_and(|r| before.as_ref().is_none_or(|b| b.rate_limit != r));
+        let key_limit_changed = patch
+            .key_rate_limit
+            .is_some_and(|r| before.as_ref().is_none_or(|b| b.key_rate_limit != r));
+        let keys_changed = key_limit_changed
+            || patch
+                .key_concurrency
+                .is_some_and(|k| before.as_ref().is_none_or(|b| b.key_concurrency != k));
         let resumed = patch.paused == Some(false) && before.as_ref().is_some_and(|b| b.paused);
         let mut conn = self.conn.clone();
         // One slot (the topic's hash tag): one pipeline on a Cluster too.
@@ -1060,18 +1090,21 @@ impl Store for RedisStore {
         if !fields.is_empty() {
             pipe.hset_multiple(tk.cfg(), &fields).ignore();
         }
-        if patch.rate_limit == Some(None) {
-            pipe.hdel(tk.cfg(), "rate_limit").ignore();
+        if !removed.is_empty() {
+            pipe.hdel(tk.cfg(), &removed).ignore();
         }
         if limit_changed {
             pipe.hdel(tk.ctr(), &["rl_credit", "rl_at"]).ignore();
         }
-        if !fields.is_empty() || patch.rate_limit == Some(None) || limit_changed {
+        if key_limit_changed {
+            pipe.del(&[tk.key_buckets(), tk.key_buckets_full()]).ignore();
+        }
+        if !fields.is_empty() || !removed.is_empty() || limit_changed || key_limit_changed {
             let _: () = pipe.query_async(&mut conn).await.map_err(unavailable)?;
         }
         // As for a timed pause: the setting holds either way, a lost
         // announcement only leaves waiters until their next timeout.
-        if (limit_changed || resumed)
+        if (limit_changed || keys_changed || resumed)
             && let Err(e) = redis::cmd("PUBLISH")
                 .arg(self.keys.wake_channel())
                 .arg(topic.as_str())
@@ -1122,7 +1155,7 @@ impl Store for RedisStore {
         let tk = self.keys.topic(topic);
         let mut conn = self.conn.clone();
         #[allow(clippy::type_complexity)]
-        let (sched, ready, lease, dead, ctr, head, ready_head): (
+        let (sched, ready, lease, dead, ctr, head, ready_head, key_head): (
             u64,
             u64,
             u64,
@@ -1130,6 +1163,7 @@ impl Store for RedisStore {
             Vec<(String, i64)>,
             Vec<(String, f64)>,
             Vec<String>,
+            Vec<(String, f64)>,
         ) = redis::pipe()
             .zcard(tk.sched())
             .zcard(tk.ready())
@@ -1138,6 +1172,7 @@ impl Store for RedisStore {
             .hgetall(tk.ctr())
             .zrange_withscores(tk.sched(), 0, 0)
             .zrange(tk.ready(), 0, 0)
+            .zrange_withscores(tk.key_heads(), 0, 0)
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
@@ -1145,7 +1180,11 @@ impl Store for RedisStore {
         if let Some((_, due)) = head.first() {
             oldest_due = Some(*due as u64);
         }
-        if let Some(due) = ready_head.first().and_then(|m| ready_member_due(m)) {
+        let key_head = key_head.first().map(|(_, due)| *due as u64);
+        for due in [ready_head.first().and_then(|m| ready_member_due(m)), key_head]
+            .into_iter()
+            .flatten()
+        {
             oldest_due = Some(oldest_due.map_or(due, |d| d.min(due)));
         }
         let c = |name: &str| {
@@ -1156,7 +1195,8 @@ impl Store for RedisStore {
         Ok(TopicStats {
             // Jobs due soon are in the schedule ZSET, the rest in the wheel.
             scheduled: sched + c("far"),
-            ready,
+            // Jobs with a flow-control key wait in their key's lane.
+            ready: ready + c("kready"),
             reserved: lease,
             dead,
             oldest_overdue_ms: oldest_due.map_or(0, |d| now_ms.saturating_sub(d)),

@@ -1060,6 +1060,8 @@ impl Store for ShardedStore {
             dedup_ms: Some(result.dedup_ms),
             paused: Some(result.paused),
             rate_limit: Some(result.rate_limit),
+            key_concurrency: Some(result.key_concurrency),
+            key_rate_limit: Some(result.key_rate_limit),
         };
         // Partition 0 last: it holds the count the others are found by.
         for p in (1..new_n).chain([0]) {

@@ -442,6 +442,7 @@ fn imported(id: &str, state: JobState, due: u64) -> ImportJob {
         last_error: None,
         created_at_ms: T0,
         died_at_ms: None,
+        key: None,
     }
 }
 

@@ -103,6 +103,7 @@ fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<Ne
     if let Some(ms) = req.dedup_ms {
         limits::check_dedup(ms)?;
     }
+    let key = req.key.map(JobKey::new).transpose()?;
     Ok(NewJob {
         id,
         body,
@@ -113,6 +114,7 @@ fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<Ne
         retry: req.retry,
         replace: req.replace,
         dedup_ms: req.dedup_ms,
+        key,
     })
 }
 
@@ -157,6 +159,7 @@ fn job(view: &JobView) -> wire::Job {
         created_at_ms: j.created_at_ms,
         lease_deadline_ms: j.lease_deadline_ms,
         died_at_ms: j.died_at_ms,
+        key: j.key.as_ref().map(ToString::to_string),
         body,
         body_base64,
     }
@@ -258,6 +261,7 @@ fn record(j: &ListedJob) -> wire::JobRecord {
         created_at_ms: Some(i.created_at_ms),
         lease_deadline_ms: i.lease_deadline_ms,
         died_at_ms: i.died_at_ms,
+        key: i.key.as_ref().map(ToString::to_string),
         body,
         body_base64,
     }
@@ -270,6 +274,12 @@ fn import_job(r: wire::JobRecord, i: usize, now_ms: u64) -> Result<ImportJob, Ap
         ApiError::bad_request(code, format!("jobs[{i}] ({}): {what}", r.id))
     };
     let id = JobId::new(r.id.clone()).map_err(|e| at(e.code, e.message))?;
+    let key = r
+        .key
+        .clone()
+        .map(JobKey::new)
+        .transpose()
+        .map_err(|e| at(e.code, e.message))?;
     if r.lease_deadline_ms.is_some() {
         return Err(at(
             "invalid_lease_deadline",
@@ -307,6 +317,7 @@ fn import_job(r: wire::JobRecord, i: usize, now_ms: u64) -> Result<ImportJob, Ap
         last_error: r.last_error,
         created_at_ms: r.created_at_ms.unwrap_or(now_ms),
         died_at_ms: r.died_at_ms,
+        key,
     })
 }
 

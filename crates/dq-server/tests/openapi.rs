@@ -68,6 +68,7 @@ fn enqueue_request() -> EnqueueRequest {
         retry: Some(RetryPolicy::FixedMs(1)),
         replace: true,
         dedup_ms: Some(1),
+        key: Some("customer-17".into()),
     }
 }
 
@@ -96,6 +97,7 @@ fn job() -> Job {
         created_at_ms: 1,
         lease_deadline_ms: Some(1),
         died_at_ms: Some(1),
+        key: Some("customer-17".into()),
         body: Some(raw(json!(1))),
         body_base64: Some("AA==".into()),
     }
@@ -116,6 +118,7 @@ fn job_record() -> JobRecord {
         created_at_ms: Some(1),
         lease_deadline_ms: Some(1),
         died_at_ms: Some(1),
+        key: Some("customer-17".into()),
         body: Some(raw(json!(1))),
         body_base64: Some("AA==".into()),
     }
@@ -168,6 +171,8 @@ fn config() -> TopicConfig {
         dedup_ms: 1,
         paused: true,
         rate_limit: Some(rate_limit()),
+        key_concurrency: Some(1),
+        key_rate_limit: Some(rate_limit()),
     }
 }
 
@@ -191,6 +196,8 @@ fn patch() -> TopicConfigPatch {
         dedup_ms: Some(1),
         paused: Some(true),
         rate_limit: Some(Some(rate_limit())),
+        key_concurrency: Some(Some(1)),
+        key_rate_limit: Some(Some(rate_limit())),
     }
 }
 

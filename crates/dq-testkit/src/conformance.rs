@@ -2459,6 +2459,7 @@ fn import(i: &str, state: JobState, due: u64) -> ImportJob {
         last_error: None,
         created_at_ms: T0 - 1000,
         died_at_ms: None,
+        key: None,
     }
 }
 

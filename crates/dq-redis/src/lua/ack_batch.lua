@@ -7,12 +7,14 @@
 --   {-2} token mismatch | {-3, DEAD} dead
 -- Side effects: per job acked, as ack.lua's: HDEL job record, ZREM lease,
 --   the id's dedup window (if it has one) from now; ctr.acked + the number
---   acked, once.
+--   acked, once; keyed jobs' lease counts (a key freed from held: one
+--   PUBLISH).
 local n = (#ARGV - 2) / 2
 if n > MAX_BATCH then return redis.error_reply('ERR ack_batch: more than MAX_BATCH jobs') end
 local out = {}
 local now = clock_ms(ARGV[2])
 local acked = 0
+local freed = false
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
   local j, err = held(id, ARGV[i + 1])
@@ -22,9 +24,11 @@ for i = 3, #ARGV, 2 do
     redis.call('HDEL', K.jobs, id)
     remember(K, id, j, now)
     redis.call('ZREM', K.lease, id)
+    if j.g and key_unlease(j.g) then freed = true end
     acked = acked + 1
     out[#out + 1] = { 1 }
   end
 end
 if acked > 0 then redis.call('HINCRBY', K.ctr, 'acked', acked) end
+if freed then wake() end
 return out

@@ -8,7 +8,10 @@ local id = ARGV[2]
 local j = load(id)
 if not j then return false end
 unplace(K, id, j)
-if j.s == RESERVED then redis.call('ZREM', K.lease, id) end
+if j.s == RESERVED then
+  redis.call('ZREM', K.lease, id)
+  if j.g and key_unlease(j.g) then wake() end
+end
 if j.s == DEAD then redis.call('ZREM', K.dead, id) end
 redis.call('HDEL', K.jobs, id)
 remember(K, id, j, clock_ms(ARGV[3]))

@@ -17,6 +17,8 @@
 --   K.dedup  ZSET  score = end of the id's dedup window (ms), member = id:
 --                  ids of jobs that ended (acked, cancelled, dead) whose
 --                  enqueue is refused as a duplicate until then
+--   K.kp     prefix of the flow-control keys' structures (issue #18), see
+--            "Keys" below
 -- The timing wheel: a job due later than the next bucket waits as one LIST
 -- entry (~15 bytes) in its bucket instead of a schedule ZSET entry (~110);
 -- a bucket is moved ("rolled") into the schedule one bucket ahead of time
@@ -26,7 +28,8 @@
 -- live when its record is scheduled, in the wheel, and due in that bucket).
 -- ctr.far counts the jobs in the wheel.
 -- A job record is one MessagePack string of 16 values, 20 once one of
--- the job's counts is set, 21 when it has a dedup window, in this order (nil when absent), read by load()
+-- the job's counts is set, 21 when it has a dedup window, 22 when it has a
+-- flow-control key, in this order (nil when absent), read by load()
 -- into a table with these fields:
 --   d due ms, p priority, q seq, a attempts handed out,
 --   s state (s scheduled | y ready | r reserved | d dead), c created ms,
@@ -35,7 +38,7 @@
 --   t lease token, u lease deadline, x died-at ms, w true while in the wheel,
 --   and the job's counts: to leases expired, rl attempts given back by the
 --   holder (nack to retry, release), bu times dead, ki times replayed,
---   and dd its dedup window in ms (nil: none).
+--   dd its dedup window in ms (nil: none), and g its flow-control key.
 -- One string per job in one hash per topic keeps a job at ~150 bytes of
 -- Redis memory (a hash per job with a 64-byte body is several times that).
 -- Time: every script takes "now" from clock_ms(ARGV[...]): the Redis server's
@@ -51,8 +54,34 @@ local SCHEDULED, READY, RESERVED, DEAD = 's', 'y', 'r', 'd'
 local K = {
   sched = KEYS[1], ready = KEYS[2], lease = KEYS[3], dead = KEYS[4],
   ctr = KEYS[5], cfg = KEYS[6], jobs = KEYS[7], wheel = KEYS[8], wp = KEYS[9],
-  dedup = KEYS[10],
+  dedup = KEYS[10], kp = KEYS[11],
 }
+
+-- Keys (issue #18). A ready job with a flow-control key waits in its key's
+-- lane instead of K.ready; every key with ready jobs is in exactly one of
+-- ring (may go), held (at key_concurrency) or wait (out of key_rate_limit
+-- tokens), and a key without ready jobs in none of them:
+--   KR.ring  ZSET  score = turn, member = key: keys that may go, in turn
+--                  order (ctr.kturn numbers the turns; the jobs without a
+--                  key take their turn as one more key, ctr.uturn)
+--   KR.held  SET   keys at their key_concurrency
+--   KR.wait  ZSET  score = next token ms, member = key
+--   KR.act   HASH  key -> its unexpired leases
+--   KR.due   ZSET  score = due ms of the lane's head, member = key (the
+--                  oldest-overdue figure)
+--   KR.rl    HASH  key -> its key_rate_limit bucket, 'credit,at'
+--   KR.full  ZSET  score = when that bucket is full again, member = key
+--                  (a full bucket is the same as none: dropped then)
+--   lane(g)  ZSET  as K.ready, the ready jobs of key g
+-- ctr.kready counts the jobs in the lanes (0: the topic has none, and the
+-- scripts take the plain path).
+local KR = {
+  ring = K.kp .. 'ring', held = K.kp .. 'held', wait = K.kp .. 'wait',
+  act = K.kp .. 'act', due = K.kp .. 'due', rl = K.kp .. 'rl', full = K.kp .. 'full',
+}
+local function lane(g)
+  return K.kp .. 'q:' .. g
+end
 
 -- Now in ms: the caller's time when it passes one, else the server's clock.
 local function clock_ms(arg)
@@ -130,16 +159,20 @@ end
 local function load(id)
   local raw = redis.call('HGET', K.jobs, id)
   if not raw then return nil end
-  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd = cmsgpack.unpack(raw)
+  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g = cmsgpack.unpack(raw)
   return {d = d, p = p, q = q, a = a, s = s, c = c, k = k, b = b,
           m = m, L = L, r = r, e = e, t = t, u = u, x = x, w = w,
-          to = to, rl = rl, bu = bu, ki = ki, dd = dd}
+          to = to, rl = rl, bu = bu, ki = ki, dd = dd, g = g}
 end
 
 -- The stored form of record `j`.
 local function pack(j)
   -- The counts only once one of them is set: most jobs never need them,
   -- and four nils would make every record (and its allocation) larger.
+  if j.g then
+    return cmsgpack.pack(j.d, j.p, j.q, j.a, j.s, j.c, j.k, j.b,
+      j.m, j.L, j.r, j.e, j.t, j.u, j.x, j.w, j.to, j.rl, j.bu, j.ki, j.dd, j.g)
+  end
   if j.dd then
     return cmsgpack.pack(j.d, j.p, j.q, j.a, j.s, j.c, j.k, j.b,
       j.m, j.L, j.r, j.e, j.t, j.u, j.x, j.w, j.to, j.rl, j.bu, j.ki, j.dd)
@@ -159,6 +192,103 @@ end
 
 local function bucket(ms)
   return ms - (ms % WHEEL_MS)
+end
+
+-- The topic's key_concurrency for this partition (nil: none), read once
+-- per script call: each of P partitions allows 1/P of it (at least 1).
+local key_limit_read, key_limit = false, nil
+local function key_concurrency()
+  if not key_limit_read then
+    local v = redis.call('HMGET', K.cfg, 'key_concurrency', 'partitions')
+    key_limit = tonumber(v[1])
+    if key_limit then
+      key_limit = math.max(1, math.floor(key_limit / num(v[2], 1)))
+    end
+    key_limit_read = true
+  end
+  return key_limit
+end
+
+-- Set when a job went into a key's lane during this call.
+local KEYED = false
+
+-- A key that has ready jobs again (in none of ring, held, wait) joins the
+-- ring at the end of the round, or held when at its key_concurrency.
+local function key_enter(g)
+  local lim = key_concurrency()
+  if lim and num(redis.call('HGET', KR.act, g), 0) >= lim then
+    redis.call('SADD', KR.held, g)
+  else
+    redis.call('ZADD', KR.ring, redis.call('HINCRBY', K.ctr, 'kturn', 1), g)
+  end
+end
+
+-- The due time at the front of a ready member.
+local function member_due(m)
+  return tonumber(string.sub(m, 1, 11), 16)
+end
+
+-- Ready job (member `m`, priority `p`) of key `g` into its lane.
+local function key_ready(g, p, m)
+  KEYED = true
+  local lk = lane(g)
+  redis.call('ZADD', lk, p, m)
+  redis.call('HINCRBY', K.ctr, 'kready', 1)
+  local head = redis.call('ZRANGE', lk, 0, 0)[1]
+  if head == m then redis.call('ZADD', KR.due, member_due(m), g) end
+  if redis.call('ZCARD', lk) == 1 then key_enter(g) end
+end
+
+-- Forgets key `g` in the ring, held and wait once its lane is empty, else
+-- keeps KR.due at the lane's head.
+local function key_lane_left(g)
+  local head = redis.call('ZRANGE', lane(g), 0, 0)[1]
+  if head then
+    redis.call('ZADD', KR.due, member_due(head), g)
+    return true
+  end
+  redis.call('ZREM', KR.ring, g)
+  redis.call('SREM', KR.held, g)
+  redis.call('ZREM', KR.wait, g)
+  redis.call('ZREM', KR.due, g)
+  return false
+end
+
+-- Ready job (member `m`) of key `g` out of its lane (cancel, reschedule,
+-- replace, reserve by id).
+local function key_unready(g, m)
+  if redis.call('ZREM', lane(g), m) == 0 then return end
+  redis.call('HINCRBY', K.ctr, 'kready', -1)
+  key_lane_left(g)
+end
+
+-- A lease of key `g` began.
+local function key_lease(g)
+  return redis.call('HINCRBY', KR.act, g, 1)
+end
+
+-- A lease of key `g` ended (ack, nack, expiry, release, cancel): a key held
+-- at its key_concurrency under the limit again rejoins the ring, and the
+-- topic's waiters are told (returns true then).
+local function key_unlease(g)
+  local n = redis.call('HINCRBY', KR.act, g, -1)
+  if n <= 0 then redis.call('HDEL', KR.act, g) end
+  if redis.call('SISMEMBER', KR.held, g) == 0 then return false end
+  local lim = key_concurrency()
+  if lim and n >= lim then return false end
+  redis.call('SREM', KR.held, g)
+  redis.call('ZADD', KR.ring, redis.call('HINCRBY', K.ctr, 'kturn', 1), g)
+  return true
+end
+
+-- Job `id` (record `j`, due `due`) into the ready set, or its key's lane.
+local function ready_add(id, j, due)
+  local m = ready_member(due, j.q, id)
+  if j.g then
+    key_ready(j.g, j.p, m)
+  else
+    redis.call('ZADD', K.ready, j.p, m)
+  end
 end
 
 -- Whether a job due at `due` belongs in the schedule (not the wheel) now.
@@ -189,7 +319,7 @@ local function place(K, id, j, due, now)
   j.d = due
   j.w = nil
   if due <= now then
-    redis.call('ZADD', K.ready, j.p, ready_member(due, j.q, id))
+    ready_add(id, j, due)
     j.s = READY
     return true
   end
@@ -222,7 +352,11 @@ local function unplace(K, id, j)
       redis.call('ZREM', K.sched, id)
     end
   elseif j.s == READY then
-    redis.call('ZREM', K.ready, ready_member(j.d, j.q, id))
+    if j.g then
+      key_unready(j.g, ready_member(j.d, j.q, id))
+    else
+      redis.call('ZREM', K.ready, ready_member(j.d, j.q, id))
+    end
   end
 end
 
@@ -268,7 +402,7 @@ local function promote(K, now, max)
     local j = load(id)
     redis.call('ZREM', K.sched, id)
     if j and j.s == SCHEDULED then
-      redis.call('ZADD', K.ready, j.p, ready_member(due, j.q, id))
+      ready_add(id, j, due)
       j.s = READY
       save(id, j)
       moved = moved + 1
@@ -302,6 +436,7 @@ local function fail(K, cfg, id, j, now, err, retry_in, rand, bury)
   local attempts = j.a or 0
   local max = j.m or cfg.max_attempts
   redis.call('ZREM', K.lease, id)
+  local freed = j.g and key_unlease(j.g)
   j.t, j.u, j.e = nil, nil, err
   redis.call('HINCRBY', K.ctr, 'failed', 1)
   if bury or attempts >= max then
@@ -312,14 +447,14 @@ local function fail(K, cfg, id, j, now, err, retry_in, rand, bury)
     remember(K, id, j, now)
     redis.call('HINCRBY', K.ctr, 'dead', 1)
     trim_dead(K, cfg.dead_cap)
-    return -1, false, attempts
+    return -1, freed, attempts
   end
   local wait = retry_in
   if wait == nil then wait = backoff(j.r or cfg.retry, attempts, rand) end
   local due = now + wait
   local woke = place(K, id, j, due, now)
   save(id, j)
-  return due, woke, attempts
+  return due, woke or freed, attempts
 end
 
 -- The lease holder check of ack, nack, touch, bury and release: returns the

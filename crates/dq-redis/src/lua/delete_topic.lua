@@ -21,6 +21,24 @@ for _, z in ipairs({K.sched, K.lease, K.dead, K.ready}) do
     left = left - #ms
   end
 end
+-- The keys' lanes (every key with ready jobs is in the ring, held or wait).
+while left > 0 do
+  local g = redis.call('ZRANGE', KR.ring, 0, 0)[1]
+    or redis.call('SRANDMEMBER', KR.held)
+    or redis.call('ZRANGE', KR.wait, 0, 0)[1]
+  if not g then break end
+  local ms = redis.call('ZRANGE', lane(g), 0, left - 1)
+  if #ms > 0 then
+    local ids = {}
+    for i, m in ipairs(ms) do ids[i] = string.sub(m, READY_PREFIX + 1) end
+    redis.call('HDEL', K.jobs, unpack(ids))
+    redis.call('ZREMRANGEBYRANK', lane(g), 0, #ms - 1)
+    redis.call('HINCRBY', K.ctr, 'kready', -#ms)
+  end
+  key_lane_left(g)
+  deleted = deleted + #ms
+  left = left - #ms
+end
 -- The wheel: pop bucket lists, deleting the records of the jobs still there.
 while left > 0 do
   local w = redis.call('ZRANGE', K.wheel, 0, 0)
@@ -44,8 +62,9 @@ while left > 0 do
 end
 local rest = redis.call('ZCARD', K.sched) + redis.call('ZCARD', K.ready)
   + redis.call('ZCARD', K.lease) + redis.call('ZCARD', K.dead) + redis.call('ZCARD', K.wheel)
+  + redis.call('ZCARD', KR.ring) + redis.call('SCARD', KR.held) + redis.call('ZCARD', KR.wait)
 if rest == 0 then
-  redis.call('DEL', K.cfg, K.ctr, K.jobs, K.dedup)
+  redis.call('DEL', K.cfg, K.ctr, K.jobs, K.dedup, KR.act, KR.due, KR.rl, KR.full)
   return {deleted, 1}
 end
 return {deleted, 0}

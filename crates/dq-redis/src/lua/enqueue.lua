@@ -1,9 +1,10 @@
 -- enqueue: writes up to MAX_BATCH new jobs of one topic.
 -- KEYS: the topic's keys (see common.lua).
--- ARGV: topic, now, then 11 per job:
+-- ARGV: topic, now, then 12 per job:
 --   id, when-kind (d delay | a absolute | t topic default), when-value (ms),
 --   priority, max_attempts or '', lease_ms or '', retry (encoded) or '',
---   kind (j | b), body, replace (1 | 0), dedup window ms or '' (the topic's)
+--   kind (j | b), body, replace (1 | 0), dedup window ms or '' (the topic's),
+--   flow-control key or ''
 -- Returns: 3 per job: outcome (1 created | 2 replaced | 0 exists |
 --   3 deduplicated: the id is in its dedup window, nothing written),
 --   due ms, state letter (s | y | r | d).
@@ -12,7 +13,7 @@
 -- is one HGET per call. A job that exists is answered as existing, in its
 -- window or not (a replayed dead letter is live again).
 -- Side effects: job records (HSETNX for a new id, HSET when replacing),
---   sched/ready/wheel, ctr.enqueued, ctr.seq (once per call) and ctr.far;
+--   sched/ready (or the key's lane)/wheel, ctr.enqueued, ctr.seq (once per call) and ctr.far;
 --   one PUBLISH on WAKE_CHANNEL when a job is due now or makes the next
 --   event earlier.
 -- The next event is read once and kept in `head` over the batch (it decides
@@ -35,7 +36,7 @@ if dedup then
   redis.call('ZREMRANGEBYSCORE', K.dedup, '-inf', now)
   dedup = redis.call('EXISTS', K.dedup) == 1
 end
-for i = 3, #ARGV, 11 do
+for i = 3, #ARGV, 12 do
   local id = ARGV[i]
   local wk, wv = ARGV[i + 1], tonumber(ARGV[i + 2])
   local replace = ARGV[i + 9] == '1'
@@ -76,6 +77,7 @@ for i = 3, #ARGV, 11 do
                a = 0, c = now, k = ARGV[i + 7], b = ARGV[i + 8],
                m = tonumber(ARGV[i + 4]), L = tonumber(ARGV[i + 5])}
     if ARGV[i + 6] ~= '' then j.r = ARGV[i + 6] end
+    if ARGV[i + 11] ~= '' then j.g = ARGV[i + 11] end
     local dd = tonumber(ARGV[i + 10])
     if dd == nil then
       if topic_dd == nil then topic_dd = num(redis.call('HGET', K.cfg, 'dedup_ms'), 0) end
@@ -106,7 +108,7 @@ for i = 3, #ARGV, 11 do
     end
     if written then
       if j.s == READY then
-        redis.call('ZADD', K.ready, j.p, ready_member(due, j.q, id))
+        ready_add(id, j, due)
         woke = true
       else
         local event = due

@@ -43,6 +43,7 @@ while i <= #ARGV do
       redis.call('HDEL', K.jobs, id)
       remember(K, id, j, now)
       redis.call('ZREM', K.lease, id)
+      if j.g and key_unlease(j.g) then wake() end
       redis.call('HINCRBY', K.ctr, 'acked', 1)
       out[#out + 1] = { 1 }
     end

@@ -8,7 +8,8 @@
 --   kind, body, max_attempts and lease_ms in effect (the job's override, else
 --   the topic's), lease deadline or -1,
 --   died-at or -1, has-error (1 | 0), error or '', then its counts:
---   leases expired, given back, times dead, times replayed (18 in all)
+--   leases expired, given back, times dead, times replayed, then its
+--   flow-control key or '' (19 in all)
 -- Side effects: none.
 local ids
 if ARGV[2] == 'd' then
@@ -16,8 +17,19 @@ if ARGV[2] == 'd' then
   ids = redis.call('ZRANGE', K.dead, off, off + lim - 1)
 elseif ARGV[2] == 'r' then
   ids = {}
-  for _, m in ipairs(redis.call('ZRANGE', K.ready, 0, tonumber(ARGV[3]) - 1)) do
+  local lim = tonumber(ARGV[3])
+  for _, m in ipairs(redis.call('ZRANGE', K.ready, 0, lim - 1)) do
     ids[#ids + 1] = string.sub(m, READY_PREFIX + 1)
+  end
+  -- Then the keys' lanes: the ring in turn order, the held, the waiting.
+  local keys = redis.call('ZRANGE', KR.ring, 0, lim - 1)
+  for _, g in ipairs(redis.call('SRANDMEMBER', KR.held, lim)) do keys[#keys + 1] = g end
+  for _, g in ipairs(redis.call('ZRANGE', KR.wait, 0, lim - 1)) do keys[#keys + 1] = g end
+  for _, g in ipairs(keys) do
+    if #ids >= lim then break end
+    for _, m in ipairs(redis.call('ZRANGE', lane(g), 0, lim - #ids - 1)) do
+      ids[#ids + 1] = string.sub(m, READY_PREFIX + 1)
+    end
   end
 elseif ARGV[2] == 'u' then
   local lim = tonumber(ARGV[3])
@@ -74,6 +86,7 @@ for _, id in ipairs(ids) do
     out[n + 16] = j.rl or 0
     out[n + 17] = j.bu or 0
     out[n + 18] = j.ki or 0
+    out[n + 19] = j.g or ''
   end
 end
 return out

@@ -6,10 +6,11 @@
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, cursor (HSCAN's; '0' to start), count (jobs looked at, about),
 --   state letter (s | y | r | d) or '' for every state.
--- Returns: the next cursor ('0': done), then 22 per job: the 18 of get.lua
+-- Returns: the next cursor ('0': done), then 23 per job: the 19 of get.lua
 --   (id, state, due, priority, attempts, created, kind, body, max_attempts
 --   and lease_ms in effect, lease deadline or -1, died-at or -1, has-error,
---   error or '', leases expired, given back, times dead, times replayed),
+--   error or '', leases expired, given back, times dead, times replayed,
+--   key or ''),
 --   then the job's own overrides: max_attempts or -1, lease_ms or -1,
 --   retry (encoded) or '', dedup window ms or -1.
 -- Side effects: none.
@@ -20,7 +21,7 @@ local out = {res[1]}
 local kv = res[2]
 for i = 1, #kv, 2 do
   local id = kv[i]
-  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd = cmsgpack.unpack(kv[i + 1])
+  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g = cmsgpack.unpack(kv[i + 1])
   if want == '' or s == want then
     local n = #out
     out[n + 1] = id
@@ -41,10 +42,11 @@ for i = 1, #kv, 2 do
     out[n + 16] = rl or 0
     out[n + 17] = bu or 0
     out[n + 18] = ki or 0
-    out[n + 19] = m or -1
-    out[n + 20] = L or -1
-    out[n + 21] = r or ''
-    out[n + 22] = dd or -1
+    out[n + 19] = g or ''
+    out[n + 20] = m or -1
+    out[n + 21] = L or -1
+    out[n + 22] = r or ''
+    out[n + 23] = dd or -1
   end
 end
 return out

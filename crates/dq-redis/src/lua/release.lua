@@ -11,10 +11,11 @@ if not j then return err end
 local now = clock_ms(ARGV[5])
 local due = now + tonumber(ARGV[4])
 redis.call('ZREM', K.lease, id)
+local freed = j.g and key_unlease(j.g)
 j.t, j.u = nil, nil
 j.a = (j.a or 1) - 1
 j.rl = (j.rl or 0) + 1
 local woke = place(K, id, j, due, now)
 save(id, j)
-if woke then wake() end
+if woke or freed then wake() end
 return {1, due}

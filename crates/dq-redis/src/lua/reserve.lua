@@ -1,7 +1,11 @@
--- reserve: promotes due jobs, then leases up to `max` ready jobs, most urgent
--- first (priority, then due, then enqueue order), within the topic's flow
--- control: nothing while it is paused, and no more than its rate limit's
--- token bucket allows (see dq-core's flow.rs: the same integer sums).
+-- reserve: promotes due jobs, then leases up to `max` ready jobs within the
+-- topic's flow control: nothing while it is paused, no more than its rate
+-- limit's token bucket allows (see dq-core's flow.rs: the same integer
+-- sums), and for jobs with a flow-control key, no more than key_concurrency
+-- leases per key and its key_rate_limit, the keys taking turns (one job
+-- each per turn; the jobs without a key take one turn as one more key).
+-- Without keyed ready jobs (ctr.kready 0) the order is K.ready's: priority,
+-- then due, then enqueue order; within a key it is the same.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, now, max, lease_ms override or '', token prefix (random per call)
 -- Returns: {next_due (-1 none; now if ready jobs remain and may go; the next
@@ -9,88 +13,211 @@
 --   id, token, attempt, due, lease deadline, priority, kind, body}
 -- Side effects: sched -> ready (at most MAX_BATCH), ready -> lease, job records
 --   (s=r, a+1, t, u); with a rate limit, ctr.rl_credit and ctr.rl_at (the
---   bucket after this call) and ctr.rate_limited (ready jobs held back).
+--   bucket after this call) and ctr.rate_limited (ready jobs held back);
+--   with keyed jobs, the key structures of common.lua.
 local now, max = clock_ms(ARGV[2]), tonumber(ARGV[3])
 local lease_override = tonumber(ARGV[4])
+local st = redis.call('HMGET', K.ctr, 'paused_until', 'kready', 'uturn', 'klim')
 -- A paused topic hands nothing out; the pause's end is when to look again.
-local paused = tonumber(redis.call('HGET', K.ctr, 'paused_until') or '0')
+local paused = tonumber(st[1] or '0')
 if paused > now then return {paused} end
 -- Paused until resumed: no time to look again (the resume wakes waiters).
-local flow = redis.call('HMGET', K.cfg, 'paused', 'rate_limit', 'partitions')
+local flow = redis.call('HMGET', K.cfg, 'paused', 'rate_limit', 'partitions', 'key_rate_limit')
 if flow[1] == '1' then return {-1} end
--- The rate limit: `limit` credits a ms, a hand-out costs `per`, at most
--- `burst * per` kept; each of P partitions has 1/P of the rate and burst.
+local parts = num(flow[3], 1)
+-- A token bucket of `enc` ('limit,per_ms,burst'): `limit` credits a ms, a
+-- hand-out costs `per`, at most `cap` kept; each of P partitions has 1/P
+-- of the rate and burst.
+local function bucket_of(enc)
+  local l, per, burst = string.match(enc, '^(%d+),(%d+),(%d+)$')
+  local b = {limit = tonumber(l), per = tonumber(per) * parts}
+  burst = math.floor(tonumber(burst) / parts)
+  if burst < 1 then burst = 1 end
+  b.cap = burst * b.per
+  return b
+end
+-- `credit` (nil: full) kept at `at`, refilled to now; a clock that went
+-- back refills nothing. Returns the credit and the bucket's new time.
+local function refill(b, credit, at)
+  credit = credit or b.cap
+  if credit > b.cap then credit = b.cap end
+  at = at or now
+  if now > at then
+    credit = credit + (now - at) * b.limit
+    if credit > b.cap then credit = b.cap end
+  end
+  return credit, math.max(now, at)
+end
+-- When a bucket short of a hand-out has one.
+local function next_token(b, credit)
+  return now + math.ceil((b.per - credit) / b.limit)
+end
 local rate = nil
 local take = max
 if flow[2] then
-  local l, per, burst = string.match(flow[2], '^(%d+),(%d+),(%d+)$')
-  local parts = num(flow[3], 1)
-  rate = {limit = tonumber(l), per = tonumber(per) * parts}
-  burst = math.floor(tonumber(burst) / parts)
-  if burst < 1 then burst = 1 end
-  local cap = burst * rate.per
-  local st = redis.call('HMGET', K.ctr, 'rl_credit', 'rl_at')
-  local credit = num(st[1], cap)
-  if credit > cap then credit = cap end
-  local at = num(st[2], now)
-  -- A clock that went back refills nothing.
-  if now > at then
-    credit = credit + (now - at) * rate.limit
-    if credit > cap then credit = cap end
-  end
-  rate.credit = credit
-  rate.at = math.max(now, at)
-  local allowed = math.floor(credit / rate.per)
+  rate = bucket_of(flow[2])
+  local s = redis.call('HMGET', K.ctr, 'rl_credit', 'rl_at')
+  rate.credit, rate.at = refill(rate, tonumber(s[1]), tonumber(s[2]))
+  local allowed = math.floor(rate.credit / rate.per)
   if allowed < take then take = allowed end
 end
 promote(K, now, MAX_BATCH)
-local members = {}
-if take > 0 then members = redis.call('ZRANGE', K.ready, 0, take - 1) end
 local out = {0}
 local cfg = nil
-if #members > 0 then redis.call('ZREM', K.ready, unpack(members)) end
-for i, m in ipairs(members) do
-  local id = string.sub(m, READY_PREFIX + 1)
+local n = 0
+-- Leases ready job `id` (already out of its ready set); false when its
+-- record is not ready.
+local function hand_out(id)
   local j = load(id)
-  if j and j.s == READY then
-    local lease = lease_override or j.L
-    if lease == nil then
-      if cfg == nil then cfg = topic_cfg(K) end
-      lease = cfg.lease_ms
-    end
-    local deadline = now + lease
-    j.a = (j.a or 0) + 1
-    j.s, j.t, j.u = RESERVED, ARGV[5] .. string.format('%x', i), deadline
-    save(id, j)
-    redis.call('ZADD', K.lease, deadline, id)
-    out[#out + 1] = id
-    out[#out + 1] = j.t
-    out[#out + 1] = j.a
-    out[#out + 1] = j.d
-    out[#out + 1] = deadline
-    out[#out + 1] = j.p
-    out[#out + 1] = j.k
-    out[#out + 1] = j.b
+  if not (j and j.s == READY) then return false end
+  local lease = lease_override or j.L
+  if lease == nil then
+    if cfg == nil then cfg = topic_cfg(K) end
+    lease = cfg.lease_ms
   end
+  local deadline = now + lease
+  n = n + 1
+  j.a = (j.a or 0) + 1
+  j.s, j.t, j.u = RESERVED, ARGV[5] .. string.format('%x', n), deadline
+  save(id, j)
+  redis.call('ZADD', K.lease, deadline, id)
+  local o = #out
+  out[o + 1] = id
+  out[o + 2] = j.t
+  out[o + 3] = j.a
+  out[o + 4] = j.d
+  out[o + 5] = deadline
+  out[o + 6] = j.p
+  out[o + 7] = j.k
+  out[o + 8] = j.b
+  return true
 end
-local left = redis.call('ZCARD', K.ready)
+local keyed = num(st[2], 0) > 0 or KEYED
+local left, go, wait_at
+if not keyed then
+  local members = {}
+  if take > 0 then members = redis.call('ZRANGE', K.ready, 0, take - 1) end
+  if #members > 0 then redis.call('ZREM', K.ready, unpack(members)) end
+  for _, m in ipairs(members) do hand_out(string.sub(m, READY_PREFIX + 1)) end
+  left = redis.call('ZCARD', K.ready)
+  go = left > 0
+else
+  local lim = key_concurrency()
+  local krate = flow[4] and bucket_of(flow[4])
+  -- A changed key_concurrency: keys held at the old one look again.
+  local klim = lim and fmt(lim) or '0'
+  if (st[4] or '0') ~= klim then
+    for _, g in ipairs(redis.call('SMEMBERS', KR.held)) do
+      if not lim or num(redis.call('HGET', KR.act, g), 0) < lim then
+        redis.call('SREM', KR.held, g)
+        redis.call('ZADD', KR.ring, redis.call('HINCRBY', K.ctr, 'kturn', 1), g)
+      end
+    end
+    redis.call('HSET', K.ctr, 'klim', klim)
+  end
+  -- Keys whose next token has come (all of them once the limit is gone)
+  -- take their turn again; full buckets are forgotten.
+  local back
+  if krate then
+    back = redis.call('ZRANGEBYSCORE', KR.wait, '-inf', now, 'LIMIT', 0, MAX_BATCH)
+    local full = redis.call('ZRANGEBYSCORE', KR.full, '-inf', now, 'LIMIT', 0, MAX_BATCH)
+    if #full > 0 then
+      redis.call('HDEL', KR.rl, unpack(full))
+      redis.call('ZREM', KR.full, unpack(full))
+    end
+  else
+    back = redis.call('ZRANGE', KR.wait, 0, MAX_BATCH - 1)
+    if redis.call('EXISTS', KR.full) == 1 then redis.call('DEL', KR.rl, KR.full) end
+  end
+  for _, g in ipairs(back) do
+    redis.call('ZREM', KR.wait, g)
+    key_enter(g)
+  end
+  local uturn = num(st[3], 0)
+  local uturn0 = uturn
+  local ulen = redis.call('ZCARD', K.ready)
+  -- Key `g` out of the ring until its next token.
+  local function to_wait(g, credit)
+    redis.call('ZREM', KR.ring, g)
+    redis.call('ZADD', KR.wait, next_token(krate, credit), g)
+  end
+  while n < take do
+    local r = redis.call('ZRANGE', KR.ring, 0, 0, 'WITHSCORES')
+    if ulen > 0 and (not r[1] or uturn <= tonumber(r[2])) then
+      local m = redis.call('ZPOPMIN', K.ready)
+      ulen = ulen - 1
+      hand_out(string.sub(m[1], READY_PREFIX + 1))
+      uturn = redis.call('HINCRBY', K.ctr, 'kturn', 1)
+    elseif r[1] then
+      local g = r[1]
+      local credit, at
+      if krate then
+        local v = redis.call('HGET', KR.rl, g)
+        local c, a
+        if v then c, a = string.match(v, '^(%-?%d+),(%d+)$') end
+        credit, at = refill(krate, tonumber(c), tonumber(a))
+      end
+      if lim and num(redis.call('HGET', KR.act, g), 0) >= lim then
+        -- At a key_concurrency lowered since it joined the ring.
+        redis.call('ZREM', KR.ring, g)
+        redis.call('SADD', KR.held, g)
+      elseif krate and credit < krate.per then
+        to_wait(g, credit)
+        redis.call('HINCRBY', K.ctr, 'rate_limited', 1)
+      else
+        local m = redis.call('ZPOPMIN', lane(g))
+        local act = 0
+        if m[1] then
+          redis.call('HINCRBY', K.ctr, 'kready', -1)
+          if hand_out(string.sub(m[1], READY_PREFIX + 1)) then act = key_lease(g) end
+        end
+        if krate then
+          credit = credit - krate.per
+          redis.call('HSET', KR.rl, g, fmt(credit) .. ',' .. fmt(at))
+          redis.call('ZADD', KR.full, at + math.ceil((krate.cap - credit) / krate.limit), g)
+        end
+        if key_lane_left(g) then
+          if lim and act >= lim then
+            redis.call('ZREM', KR.ring, g)
+            redis.call('SADD', KR.held, g)
+          elseif krate and credit < krate.per then
+            to_wait(g, credit)
+          else
+            redis.call('ZADD', KR.ring, redis.call('HINCRBY', K.ctr, 'kturn', 1), g)
+          end
+        end
+      end
+    else
+      break
+    end
+  end
+  if uturn ~= uturn0 then redis.call('HSET', K.ctr, 'uturn', uturn) end
+  left = ulen + num(redis.call('HGET', K.ctr, 'kready'), 0)
+  go = ulen > 0 or redis.call('EXISTS', KR.ring) == 1
+  local w = redis.call('ZRANGE', KR.wait, 0, 0, 'WITHSCORES')
+  if w[2] then wait_at = tonumber(w[2]) end
+end
 if rate then
-  local leased = (#out - 1) / 8
-  rate.credit = rate.credit - leased * rate.per
+  rate.credit = rate.credit - n * rate.per
   redis.call('HSET', K.ctr, 'rl_credit', fmt(rate.credit), 'rl_at', fmt(rate.at))
   if take < max then
-    local held = math.min(max - leased, left)
+    local held = math.min(max - n, left)
     if held > 0 then redis.call('HINCRBY', K.ctr, 'rate_limited', held) end
   end
-  if left > 0 and rate.credit < rate.per then
+  if go and rate.credit < rate.per then
     -- Ready jobs wait for the next token: that is when to look again.
-    out[1] = now + math.ceil((rate.per - rate.credit) / rate.limit)
+    out[1] = next_token(rate, rate.credit)
     return out
   end
 end
-if left > 0 then
+if go then
   out[1] = now
 else
-  out[1] = next_due(K)
+  -- Nothing may go now: the next due job, or a key's next token (a key
+  -- held at its key_concurrency goes again when a lease ends, which
+  -- announces a wake-up).
+  local t = next_due(K)
+  if wait_at and (t < 0 or wait_at < t) then t = wait_at end
+  out[1] = t
 end
 return out

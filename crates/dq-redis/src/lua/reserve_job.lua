@@ -22,4 +22,5 @@ j.a = (j.a or 0) + 1
 j.s, j.t, j.u = RESERVED, ARGV[5], deadline
 save(id, j)
 redis.call('ZADD', K.lease, deadline, id)
+if j.g then key_lease(j.g) end
 return {0, id, j.t, j.a, j.d, deadline, j.p, j.k, j.b}

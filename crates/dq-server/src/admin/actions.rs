@@ -231,6 +231,9 @@ pub(super) async fn save_settings(
             // Kept as it is: the pause has its own buttons.
             paused: None,
             rate_limit: Some(rate_limit(&f)?),
+            // Kept as they are: set through the API, the CLI or dq.toml.
+            key_concurrency: None,
+            key_rate_limit: None,
             retry,
             delivery: Some(match f.get("mode") {
                 Some("push") => Delivery::Push(push_config(&f, old_push)?),
