@@ -137,9 +137,11 @@ else
   local uturn0 = uturn
   local ulen = redis.call('ZCARD', K.ready)
   -- Key `g` out of the ring until its next token.
+  -- (A key held back with ready jobs counts in ctr.rate_limited.)
   local function to_wait(g, credit)
     redis.call('ZREM', KR.ring, g)
     redis.call('ZADD', KR.wait, next_token(krate, credit), g)
+    redis.call('HINCRBY', K.ctr, 'rate_limited', 1)
   end
   while n < take do
     local r = redis.call('ZRANGE', KR.ring, 0, 0, 'WITHSCORES')
@@ -163,7 +165,6 @@ else
         redis.call('SADD', KR.held, g)
       elseif krate and credit < krate.per then
         to_wait(g, credit)
-        redis.call('HINCRBY', K.ctr, 'rate_limited', 1)
       else
         local m = redis.call('ZPOPMIN', lane(g))
         local act = 0
