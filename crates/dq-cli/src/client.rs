@@ -100,6 +100,10 @@ pub(crate) enum ClientCmd {
         /// Dedup window, e.g. 1h: for this long after the job ended, pushing its id again stores nothing [default: the topic's]
         #[arg(long)]
         dedup: Option<String>,
+        /// Flow-control key, e.g. customer-17: the jobs of one key share the
+        /// topic's --key-concurrency and --key-rate-limit, and keys take turns
+        #[arg(long)]
+        key: Option<String>,
     },
     /// Show a job
     Get {
@@ -391,6 +395,22 @@ pub(crate) enum TopicsCmd {
         /// Remove the topic's rate limit
         #[arg(long)]
         no_rate_limit: bool,
+        /// At most N unexpired leases at a time per flow-control key (jobs
+        /// pushed with --key), across every instance, pull and push
+        #[arg(long, conflicts_with = "no_key_concurrency")]
+        key_concurrency: Option<u32>,
+        /// Remove the topic's key concurrency limit
+        #[arg(long)]
+        no_key_concurrency: bool,
+        /// A rate limit for each key of its own: N/WINDOW, e.g. 5/1s
+        #[arg(long, conflicts_with = "no_key_rate_limit")]
+        key_rate_limit: Option<String>,
+        /// The key rate limit's burst [default: N]
+        #[arg(long, requires = "key_rate_limit")]
+        key_rate_burst: Option<u64>,
+        /// Remove the topic's key rate limit
+        #[arg(long)]
+        no_key_rate_limit: bool,
     },
     /// Hold every hand-out of a topic (pull and push, on every instance)
     /// until resumed; enqueues go on
@@ -466,17 +486,17 @@ async fn set_paused(api: &Client, topic: String, paused: bool, json: bool) -> Re
 }
 
 /// `--rate-limit N/WINDOW` (e.g. 50/1s) and its burst.
-fn parse_rate(text: &str, burst: Option<u64>) -> Result<dq_core::RateLimit> {
+fn parse_rate(text: &str, burst: Option<u64>, flag: &str) -> Result<dq_core::RateLimit> {
     let (n, window) = text
         .split_once('/')
-        .with_context(|| format!("--rate-limit: {text:?} is not N/WINDOW like 50/1s"))?;
+        .with_context(|| format!("{flag}: {text:?} is not N/WINDOW like 50/1s"))?;
     let limit: u64 = n
         .trim()
         .parse()
-        .with_context(|| format!("--rate-limit: {n:?} is not a number"))?;
+        .with_context(|| format!("{flag}: {n:?} is not a number"))?;
     Ok(dq_core::RateLimit {
         limit,
-        per_ms: ms(window.trim(), "--rate-limit")?,
+        per_ms: ms(window.trim(), flag)?,
         burst: burst.unwrap_or(limit),
     })
 }
@@ -728,9 +748,13 @@ impl ClientCmd {
                 replace,
                 raw,
                 dedup,
+                key,
             } => {
                 let api = conn.client()?;
                 let mut job = push_body(body, raw)?;
+                if let Some(k) = key {
+                    job = job.key(k);
+                }
                 if let Some(id) = id {
                     job = job.id(id);
                 }
@@ -1047,7 +1071,7 @@ impl ClientCmd {
                         rate_limit,
                         rate_burst,
                     } => {
-                        let rate = rate_limit.map(|r| parse_rate(&r, rate_burst)).transpose()?;
+                        let rate = rate_limit.map(|r| parse_rate(&r, rate_burst, "--rate-limit")).transpose()?;
                         print_secret(&api.create_key(&name, &scopes, rate).await?, conn.json);
                     }
                     KeysCmd::Rotate { name } => {
@@ -1116,6 +1140,11 @@ impl ClientCmd {
                         rate_limit,
                         rate_burst,
                         no_rate_limit,
+                        key_concurrency,
+                        no_key_concurrency,
+                        key_rate_limit,
+                        key_rate_burst,
+                        no_key_rate_limit,
                     } => {
                         let mut patch = TopicConfigPatch {
                             partitions,
@@ -1133,10 +1162,24 @@ impl ClientCmd {
                             patch.dedup_ms = Some(ms(&d, "--dedup")?);
                         }
                         if let Some(r) = rate_limit {
-                            patch.rate_limit = Some(Some(parse_rate(&r, rate_burst)?));
+                            patch.rate_limit = Some(Some(parse_rate(&r, rate_burst, "--rate-limit")?));
                         }
                         if no_rate_limit {
                             patch.rate_limit = Some(None);
+                        }
+                        if let Some(k) = key_concurrency {
+                            patch.key_concurrency = Some(Some(k));
+                        }
+                        if no_key_concurrency {
+                            patch.key_concurrency = Some(None);
+                        }
+                        if let Some(r) = key_rate_limit {
+                            patch.key_rate_limit = Some(Some(
+                                parse_rate(&r, key_rate_burst, "--key-rate-limit")?,
+                            ));
+                        }
+                        if no_key_rate_limit {
+                            patch.key_rate_limit = Some(None);
                         }
                         if let Some(r) = retry {
                             patch.retry = Some(

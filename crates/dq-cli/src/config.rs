@@ -698,7 +698,7 @@ mod tests {
         let path = dir.path().join("dq.toml");
         std::fs::write(
             &path,
-            "[topics.orders]\nmax_attempts = 3\nretry = { delays_ms = [60000, 180000] }\n\n[topics.hooks]\ndelivery = { mode = \"push\", url = \"http://127.0.0.1:9/h\" }\nrate_limit = { limit = 50, per_ms = 1000 }\npaused = true\n\n[topics.due]\ndelivery = { mode = \"redis_list\", url = \"redis://127.0.0.1:6379/0\", list = \"ready\" }\n",
+            "[topics.orders]\nmax_attempts = 3\nretry = { delays_ms = [60000, 180000] }\n\n[topics.hooks]\ndelivery = { mode = \"push\", url = \"http://127.0.0.1:9/h\" }\nrate_limit = { limit = 50, per_ms = 1000 }\npaused = true\nkey_concurrency = 2\nkey_rate_limit = { limit = 5, per_ms = 1000, burst = 1 }\n\n[topics.due]\ndelivery = { mode = \"redis_list\", url = \"redis://127.0.0.1:6379/0\", list = \"ready\" }\n",
         )
         .unwrap();
         let s = ServeArgs {
@@ -721,6 +721,15 @@ mod tests {
             }))
         );
         assert_eq!(s.topics["hooks"].paused, Some(true));
+        assert_eq!(s.topics["hooks"].key_concurrency, Some(Some(2)));
+        assert_eq!(
+            s.topics["hooks"].key_rate_limit,
+            Some(Some(dq_core::RateLimit {
+                limit: 5,
+                per_ms: 1000,
+                burst: 1
+            }))
+        );
         assert_eq!(s.topics["orders"].rate_limit, None, "left out: kept");
         assert!(matches!(
             &s.topics["due"].delivery,

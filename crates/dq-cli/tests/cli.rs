@@ -299,6 +299,74 @@ async fn topics_flow_control_from_the_cli() {
     assert!(json_of(&out)["config"].get("rate_limit").is_none(), "{out}");
 }
 
+/// `dq topics put --key-concurrency N --key-rate-limit N/WINDOW
+/// [--key-rate-burst B]`, their `--no-…` forms, and `dq push --key`: the
+/// settings as the API shows them, the key on the job, a key at its limit
+/// holding its other jobs while another key goes; bad values are the API's
+/// codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Dq::start_embedded(dir.path()).await;
+    let base = d.base.as_str();
+    let put = |args: &[&str]| {
+        let mut all = vec!["topics", "put", "tenants"];
+        all.extend_from_slice(args);
+        all.push("--json");
+        dq(base, &all, "")
+    };
+    let (ok, out, err) = put(&[
+        "--key-concurrency",
+        "1",
+        "--key-rate-limit",
+        "5/1s",
+        "--key-rate-burst",
+        "2",
+    ]);
+    assert!(ok, "{err}");
+    let c = &json_of(&out)["config"];
+    assert_eq!(c["key_concurrency"], json!(1));
+    assert_eq!(
+        c["key_rate_limit"],
+        json!({"limit": 5, "per_ms": 1000, "burst": 2})
+    );
+    let (ok, _, err) = put(&["--key-concurrency", "0"]);
+    assert!(!ok && err.contains("invalid_key_concurrency"), "{err}");
+    let (ok, _, err) = put(&["--key-rate-limit", "5"]);
+    assert!(!ok && err.contains("--key-rate-limit") && err.contains("N/WINDOW"), "{err}");
+    for (id, key) in [("a1", "a"), ("a2", "a"), ("b1", "b")] {
+        let (ok, _, err) = dq(
+            base,
+            &["push", "tenants", "{}", "--id", id, "--key", key],
+            "",
+        );
+        assert!(ok, "{err}");
+    }
+    let (ok, _, err) = dq(base, &["push", "tenants", "{}", "--key", "has space"], "");
+    assert!(!ok && err.contains("invalid_key"), "{err}");
+    let (_, v) = d.get("/v1/topics/tenants/jobs/a1").await;
+    assert_eq!(v["key"], json!("a"), "{v}");
+    let (_, v) = d
+        .post("/v1/reserve", json!({"topics": ["tenants"], "max": 10}))
+        .await;
+    let mut got: Vec<&str> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    got.sort();
+    assert_eq!(got, vec!["a1", "b1"], "one lease per key: {v}");
+    let (ok, out, err) = put(&["--no-key-concurrency", "--no-key-rate-limit"]);
+    assert!(ok, "{err}");
+    let c = &json_of(&out)["config"];
+    assert!(c.get("key_concurrency").is_none() && c.get("key_rate_limit").is_none(), "{c}");
+    let (_, v) = d
+        .post("/v1/reserve", json!({"topics": ["tenants"], "max": 10}))
+        .await;
+    assert_eq!(v["jobs"][0]["id"], json!("a2"), "{v}");
+}
+
 /// `dq topics list` follows the pages by default (more topics than one
 /// page of the client's), `--prefix` filters, `--limit N` prints one page
 /// and where the next starts, `--cursor` goes on from there.

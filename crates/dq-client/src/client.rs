@@ -109,6 +109,14 @@ impl NewJob {
         self
     }
 
+    /// Flow-control key (e.g. a customer id): the jobs of one key share
+    /// the topic's `key_concurrency` and `key_rate_limit`, and keys take
+    /// turns at hand-out.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.0.key = Some(key.into());
+        self
+    }
+
     /// The request as it goes on the wire.
     pub fn request(&self) -> &wire::EnqueueRequest {
         &self.0
@@ -658,11 +666,17 @@ impl Client {
     ) -> Result<TopicConfig> {
         let body = serde_json::to_value(patch).map_err(|e| Error::Decode(e.to_string()))?;
         let mut body = strip_nulls(body);
-        // The one null that means something: remove the rate limit.
-        if patch.rate_limit == Some(None)
-            && let Value::Object(m) = &mut body
-        {
-            m.insert("rate_limit".into(), Value::Null);
+        // The nulls that mean something: remove a limit.
+        if let Value::Object(m) = &mut body {
+            for (name, removed) in [
+                ("rate_limit", patch.rate_limit == Some(None)),
+                ("key_rate_limit", patch.key_rate_limit == Some(None)),
+                ("key_concurrency", patch.key_concurrency == Some(None)),
+            ] {
+                if removed {
+                    m.insert(name.into(), Value::Null);
+                }
+            }
         }
         let r: wire::TopicConfigured = self
             .call(
