@@ -1071,7 +1071,9 @@ impl ClientCmd {
                         rate_limit,
                         rate_burst,
                     } => {
-                        let rate = rate_limit.map(|r| parse_rate(&r, rate_burst, "--rate-limit")).transpose()?;
+                        let rate = rate_limit
+                            .map(|r| parse_rate(&r, rate_burst, "--rate-limit"))
+                            .transpose()?;
                         print_secret(&api.create_key(&name, &scopes, rate).await?, conn.json);
                     }
                     KeysCmd::Rotate { name } => {
@@ -1162,7 +1164,8 @@ impl ClientCmd {
                             patch.dedup_ms = Some(ms(&d, "--dedup")?);
                         }
                         if let Some(r) = rate_limit {
-                            patch.rate_limit = Some(Some(parse_rate(&r, rate_burst, "--rate-limit")?));
+                            patch.rate_limit =
+                                Some(Some(parse_rate(&r, rate_burst, "--rate-limit")?));
                         }
                         if no_rate_limit {
                             patch.rate_limit = Some(None);
@@ -1174,9 +1177,8 @@ impl ClientCmd {
                             patch.key_concurrency = Some(None);
                         }
                         if let Some(r) = key_rate_limit {
-                            patch.key_rate_limit = Some(Some(
-                                parse_rate(&r, key_rate_burst, "--key-rate-limit")?,
-                            ));
+                            patch.key_rate_limit =
+                                Some(Some(parse_rate(&r, key_rate_burst, "--key-rate-limit")?));
                         }
                         if no_key_rate_limit {
                             patch.key_rate_limit = Some(None);

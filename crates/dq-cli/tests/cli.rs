@@ -333,7 +333,10 @@ async fn keys_from_the_cli() {
     let (ok, _, err) = put(&["--key-concurrency", "0"]);
     assert!(!ok && err.contains("invalid_key_concurrency"), "{err}");
     let (ok, _, err) = put(&["--key-rate-limit", "5"]);
-    assert!(!ok && err.contains("--key-rate-limit") && err.contains("N/WINDOW"), "{err}");
+    assert!(
+        !ok && err.contains("--key-rate-limit") && err.contains("N/WINDOW"),
+        "{err}"
+    );
     for (id, key) in [("a1", "a"), ("a2", "a"), ("b1", "b")] {
         let (ok, _, err) = dq(
             base,
@@ -360,7 +363,10 @@ async fn keys_from_the_cli() {
     let (ok, out, err) = put(&["--no-key-concurrency", "--no-key-rate-limit"]);
     assert!(ok, "{err}");
     let c = &json_of(&out)["config"];
-    assert!(c.get("key_concurrency").is_none() && c.get("key_rate_limit").is_none(), "{c}");
+    assert!(
+        c.get("key_concurrency").is_none() && c.get("key_rate_limit").is_none(),
+        "{c}"
+    );
     let (_, v) = d
         .post("/v1/reserve", json!({"topics": ["tenants"], "max": 10}))
         .await;

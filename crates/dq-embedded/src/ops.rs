@@ -755,7 +755,9 @@ fn reserve_keyed(cx: &mut Ctx, hand: &mut HandOut<'_>, take: u64) -> OpResult<(b
     for key in ready_keys(cx, tid)? {
         let row: Option<(i64, i64, Option<u64>, u64)> = cx
             .conn
-            .prepare_cached("SELECT active, turn, credit, at FROM fkeys WHERE tid = ?1 AND fkey = ?2")?
+            .prepare_cached(
+                "SELECT active, turn, credit, at FROM fkeys WHERE tid = ?1 AND fkey = ?2",
+            )?
             .query_row(params![tid, key], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })

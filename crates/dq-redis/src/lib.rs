@@ -1097,7 +1097,8 @@ impl Store for RedisStore {
             pipe.hdel(tk.ctr(), &["rl_credit", "rl_at"]).ignore();
         }
         if key_limit_changed {
-            pipe.del(&[tk.key_buckets(), tk.key_buckets_full()]).ignore();
+            pipe.del(&[tk.key_buckets(), tk.key_buckets_full()])
+                .ignore();
         }
         if !fields.is_empty() || !removed.is_empty() || limit_changed || key_limit_changed {
             let _: () = pipe.query_async(&mut conn).await.map_err(unavailable)?;
@@ -1181,9 +1182,12 @@ impl Store for RedisStore {
             oldest_due = Some(*due as u64);
         }
         let key_head = key_head.first().map(|(_, due)| *due as u64);
-        for due in [ready_head.first().and_then(|m| ready_member_due(m)), key_head]
-            .into_iter()
-            .flatten()
+        for due in [
+            ready_head.first().and_then(|m| ready_member_due(m)),
+            key_head,
+        ]
+        .into_iter()
+        .flatten()
         {
             oldest_due = Some(oldest_due.map_or(due, |d| d.min(due)));
         }

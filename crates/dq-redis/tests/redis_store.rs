@@ -763,6 +763,85 @@ async fn ack_batch_runs_one_script_per_topic_and_batch_bound() {
     assert_eq!(window, vec![("j0".to_string(), T0 + 10 + 5_000)]);
 }
 
+/// The flow-control keys' structures (common.lua's KR) hold only what is
+/// live: once every keyed job is acked, no lane, ring, held, wait, lease
+/// count or head entry is left (only the key buckets, until a keyed
+/// reserve finds them full again); a deleted topic leaves nothing of them.
+#[tokio::test]
+async fn key_structures_hold_only_live_keys() {
+    let server = RedisServer::start();
+    let s = store(server.url());
+    let mut conn = server.connection();
+    let t = Topic::new("tenants").unwrap();
+    s.configure_topic(
+        &t,
+        &TopicConfigPatch {
+            key_concurrency: Some(Some(1)),
+            key_rate_limit: Some(Some(RateLimit {
+                limit: 100,
+                per_ms: 1000,
+                burst: 100,
+            })),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let jobs: Vec<NewJob> = (0..6)
+        .map(|i| NewJob {
+            key: Some(JobKey::new(format!("c{}", i % 3)).unwrap()),
+            ..job(&format!("j{i}"), 0)
+        })
+        .collect();
+    s.enqueue(&t, &jobs, T0).await.unwrap();
+    let k_keys = |conn: &mut redis::Connection| -> Vec<String> {
+        let mut k: Vec<String> = conn.keys("dq:{tenants}:k:*").unwrap();
+        k.sort();
+        k
+    };
+    assert!(k_keys(&mut conn).contains(&"dq:{tenants}:k:q:c0".to_string()));
+    let mut now = T0;
+    loop {
+        let r = s.reserve(&t, 10, None, now).await.unwrap();
+        if r.leases.is_empty() {
+            break;
+        }
+        assert!(r.leases.len() <= 3, "one per key");
+        for l in &r.leases {
+            s.ack(&t, &l.id, &l.token, now).await.unwrap();
+        }
+        now += 1;
+    }
+    assert_eq!(
+        k_keys(&mut conn),
+        vec!["dq:{tenants}:k:full", "dq:{tenants}:k:rl"],
+        "only the buckets, until full"
+    );
+    // A keyed reserve after the buckets refilled forgets them (the one
+    // key it hands out to keeps its own).
+    put_keyed(&s, &t, "late", "c9", now).await;
+    let r = s.reserve(&t, 10, None, now + 60_000).await.unwrap();
+    s.ack(&t, &r.leases[0].id, &r.leases[0].token, now + 60_000)
+        .await
+        .unwrap();
+    let buckets: Vec<String> = conn.hkeys("dq:{tenants}:k:rl").unwrap();
+    assert_eq!(buckets, vec!["c9"]);
+    // Delete with keyed jobs ready, held and reserved.
+    s.enqueue(&t, &jobs, now).await.unwrap();
+    s.reserve(&t, 1, None, now).await.unwrap();
+    while !s.delete_topic(&t, 2).await.unwrap().1 {}
+    let left: Vec<String> = conn.keys("dq:{tenants}:*").unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+async fn put_keyed(s: &RedisStore, t: &Topic, id: &str, key: &str, now: u64) {
+    let j = NewJob {
+        key: Some(JobKey::new(key).unwrap()),
+        ..job(id, 0)
+    };
+    s.enqueue(t, &[j], now).await.unwrap();
+}
+
 /// The sorted topic names mirror the topics set: written and removed with
 /// it; names an older dq wrote to the set alone (or removed from it alone)
 /// are mended at the layout check and at a listing's first page.

@@ -510,6 +510,54 @@ async fn a_partitioned_topic_keeps_its_rate_limit() {
     assert!(st.counters.rate_limited > 0);
 }
 
+/// A partitioned topic splits `key_concurrency` over its partitions (each
+/// allows K / P, at least 1), so one key never holds more than K leases
+/// when K >= P, and at most P when K < P (docs/design.md says so); the
+/// keys' turns and lanes hold in every partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_topic_splits_its_key_concurrency() {
+    let (s, _servers) = fresh().await;
+    let t = Topic::new("keyed-hot").unwrap();
+    partitioned(&s, &t, 4).await;
+    let limit = |k| TopicConfigPatch {
+        key_concurrency: Some(Some(k)),
+        ..Default::default()
+    };
+    s.configure_topic(&t, &limit(8)).await.unwrap();
+    let jobs: Vec<NewJob> = (0..200)
+        .map(|i| NewJob {
+            key: Some(JobKey::new("x").unwrap()),
+            ..job(&format!("x{i}"), When::DelayMs(0))
+        })
+        .collect();
+    for chunk in jobs.chunks(100) {
+        s.enqueue(&t, chunk, T0).await.unwrap();
+    }
+    let count = |now| {
+        let s = &s;
+        let t = &t;
+        async move {
+            let mut n = 0;
+            loop {
+                let r = s.reserve(t, 1000, None, now).await.unwrap();
+                if r.leases.is_empty() {
+                    break n;
+                }
+                n += r.leases.len();
+            }
+        }
+    };
+    assert_eq!(count(T0).await, 8, "2 in each of 4 partitions");
+    s.configure_topic(&t, &limit(10)).await.unwrap();
+    assert_eq!(count(T0 + 1).await, 0, "10 / 4 is still 2 each");
+    s.configure_topic(&t, &limit(2)).await.unwrap();
+    let st = s.stats(&t, T0 + 2).await.unwrap();
+    assert_eq!((st.reserved, st.ready), (8, 192));
+    // Expired leases come back; at K < P each partition allows one.
+    s.requeue_expired(&t, 1000, T0 + 60_000).await.unwrap();
+    assert_eq!(count(T0 + 60_000).await, 4, "one in each partition");
+}
+
 /// A second instance that looked at a topic before it existed, then
 /// enqueues right after another instance made it with 8 partitions: its
 /// jobs go where their ids lead, so the first instance finds and acks

@@ -1945,7 +1945,11 @@ pub async fn key_concurrency_holds_per_key_without_blocking_others(s: &dyn Store
     let r = s.reserve(&t, 100, None, T0 + 1).await.unwrap();
     let n = per_prefix(&r.leases);
     assert_eq!(n.get("big"), Some(&2), "{n:?}");
-    assert_eq!(r.leases.len(), 13, "the 10 small keys and the job without a key at once");
+    assert_eq!(
+        r.leases.len(),
+        13,
+        "the 10 small keys and the job without a key at once"
+    );
     let bigs: Vec<&Lease> = r
         .leases
         .iter()
@@ -1966,7 +1970,9 @@ pub async fn key_concurrency_holds_per_key_without_blocking_others(s: &dyn Store
     assert_eq!((st.ready, st.reserved), (48, 13));
     assert_eq!(st.oldest_overdue_ms, 10, "the held jobs' lateness shows");
     // An ack frees one slot: one more of the key, no more.
-    s.ack(&t, &bigs[0].id, &bigs[0].token, T0 + 3).await.unwrap();
+    s.ack(&t, &bigs[0].id, &bigs[0].token, T0 + 3)
+        .await
+        .unwrap();
     let r = s.reserve(&t, 100, None, T0 + 3).await.unwrap();
     assert_eq!(ids(&r), vec!["big-02"]);
     // A nack to retry at once frees one; the job goes back to its key's
@@ -1990,7 +1996,10 @@ pub async fn key_concurrency_holds_per_key_without_blocking_others(s: &dyn Store
     let st = s.stats(&t, T0 + 5).await.unwrap();
     assert_eq!(st.reserved, 13);
     s.cancel(&t, &r.leases[0].id, T0 + 6).await.unwrap();
-    assert_eq!(s.reserve(&t, 100, None, T0 + 6).await.unwrap().leases.len(), 1);
+    assert_eq!(
+        s.reserve(&t, 100, None, T0 + 6).await.unwrap().leases.len(),
+        1
+    );
     // Expired leases free theirs (default lease 30 s).
     let back = s.requeue_expired(&t, 100, T0 + 60_000).await.unwrap();
     assert!(back.retried >= 2, "{back:?}");
@@ -2021,7 +2030,10 @@ pub async fn keys_take_turns(s: &dyn Store) {
     // Only a and b have jobs left: they alternate, within one call and
     // from one call to the next.
     let r = s.reserve(&t, 10, None, T0).await.unwrap();
-    assert_eq!(per_prefix(&r.leases), [("a".into(), 5), ("b".into(), 5)].into());
+    assert_eq!(
+        per_prefix(&r.leases),
+        [("a".into(), 5), ("b".into(), 5)].into()
+    );
     let mut got = Vec::new();
     for _ in 0..6 {
         got.extend(s.reserve(&t, 1, None, T0).await.unwrap().leases);
@@ -2056,21 +2068,33 @@ pub async fn key_rate_limit_per_key(s: &dyn Store) {
         s.enqueue(&t, &jobs, T0).await.unwrap();
     }
     let r = s.reserve(&t, 100, None, T0).await.unwrap();
-    assert_eq!(per_prefix(&r.leases), [("a".into(), 2), ("b".into(), 2)].into());
+    assert_eq!(
+        per_prefix(&r.leases),
+        [("a".into(), 2), ("b".into(), 2)].into()
+    );
     assert_eq!(r.next_due_ms, Some(T0 + 500), "the next token");
     let r = s.reserve(&t, 100, None, T0 + 499).await.unwrap();
     assert!(r.leases.is_empty(), "1 ms before the next token");
     assert_eq!(r.next_due_ms, Some(T0 + 500));
     let r = s.reserve(&t, 100, None, T0 + 500).await.unwrap();
-    assert_eq!(per_prefix(&r.leases), [("a".into(), 1), ("b".into(), 1)].into());
+    assert_eq!(
+        per_prefix(&r.leases),
+        [("a".into(), 1), ("b".into(), 1)].into()
+    );
     // Another key is not held by these.
     put(s, &t, keyed("c-00", "c", When::DelayMs(0)), T0 + 501).await;
-    assert_eq!(ids(&s.reserve(&t, 100, None, T0 + 501).await.unwrap()), vec!["c-00"]);
+    assert_eq!(
+        ids(&s.reserve(&t, 100, None, T0 + 501).await.unwrap()),
+        vec!["c-00"]
+    );
     let held = s.get(&t, &id("a-09")).await.unwrap().unwrap();
     assert_eq!((held.state, held.attempts), (JobState::Ready, 0));
     assert!(s.stats(&t, T0 + 501).await.unwrap().counters.rate_limited > 0);
     key_limits(s, &t, None, Some(None)).await;
-    assert_eq!(s.topic_config(&t).await.unwrap().unwrap().key_rate_limit, None);
+    assert_eq!(
+        s.topic_config(&t).await.unwrap().unwrap().key_rate_limit,
+        None
+    );
     let r = s.reserve(&t, 100, None, T0 + 502).await.unwrap();
     assert_eq!(r.leases.len(), 14);
 }
@@ -2093,9 +2117,15 @@ pub async fn key_concurrency_is_shared_and_changes_take_effect(s: &dyn Store) {
     }
     assert_eq!(leases.len(), 3);
     key_limits(s, &t, Some(Some(5)), None).await;
-    assert_eq!(s.reserve(&t, 100, None, T0 + 2).await.unwrap().leases.len(), 2);
+    assert_eq!(
+        s.reserve(&t, 100, None, T0 + 2).await.unwrap().leases.len(),
+        2
+    );
     key_limits(s, &t, Some(None), None).await;
-    assert_eq!(s.reserve(&t, 100, None, T0 + 3).await.unwrap().leases.len(), 35);
+    assert_eq!(
+        s.reserve(&t, 100, None, T0 + 3).await.unwrap().leases.len(),
+        35
+    );
     // Import: the key is kept and counts.
     let t2 = topic("key-import");
     key_limits(s, &t2, Some(Some(1)), None).await;
@@ -2139,7 +2169,10 @@ pub async fn key_concurrency_is_shared_and_changes_take_effect(s: &dyn Store) {
     assert_eq!((st.ready, st.reserved), (0, 0));
     key_limits(s, &t2, Some(Some(1)), None).await;
     put(s, &t2, keyed("n-0", "imp", When::DelayMs(0)), T0 + 1).await;
-    assert_eq!(ids(&s.reserve(&t2, 10, None, T0 + 1).await.unwrap()), vec!["n-0"]);
+    assert_eq!(
+        ids(&s.reserve(&t2, 10, None, T0 + 1).await.unwrap()),
+        vec!["n-0"]
+    );
 }
 
 /// `pause_topic`: nothing is handed out before the pause ends (the reserve
