@@ -242,6 +242,18 @@ async fn every_action(a: Admin) {
     assert_eq!(cfg["max_attempts"], json!(2));
     assert_eq!(cfg["lease_ms"], json!(15000));
     assert_eq!(cfg["retry"], json!({"fixed_ms": 5000}));
+    let r = a
+        .form(
+            "/admin/topics/shop/settings",
+            &[("max_attempts", "9"), ("lease", "1h"), ("mode", "pull")],
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::FORBIDDEN,
+        "settings need the CSRF token"
+    );
+    assert!(r.text.contains("csrf_mismatch"));
     let doc = a.get(&format!("{page}?done=saved")).await.doc();
     assert_eq!(text_of(&doc, "#flash").unwrap(), "Settings saved.");
     let value = |doc: &scraper::Html, id: &str| {
@@ -592,12 +604,22 @@ async fn job_lists_by_state(a: Admin) {
         "nothing sent becomes markup"
     );
     assert!(
-        r.text.contains(&format!("?job={}", enc(hostile))),
+        r.text
+            .contains(&format!("?state=reserved&amp;job={}#found", enc(hostile)))
+            || r.text
+                .contains(&format!("?state=reserved&#38;job={}#found", enc(hostile))),
         "the row links to the job, its id encoded"
     );
     assert_eq!(
         text_of(&doc, "table#jobs th:nth-child(2)").unwrap(),
         "lease ends"
+    );
+    // The chart: drawn on the server, empty until a minute has two samples.
+    let svg = scraper::Selector::parse("svg#chart").unwrap();
+    let chart = doc.select(&svg).next().expect("the chart");
+    assert!(
+        chart.text().any(|t| t.contains("no samples yet")),
+        "fresh: nothing to draw"
     );
 
     // The job's details: its body in full, indented, keys in the order

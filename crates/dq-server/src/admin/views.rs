@@ -720,7 +720,7 @@ impl DeadRow {
     fn new(base: &str, j: &JobInfo, now: u64) -> Self {
         Self {
             id: j.id.as_str().to_string(),
-            href: format!("{base}?job={}", enc(j.id.as_str())),
+            href: format!("{base}?job={}#found", enc(j.id.as_str())),
             attempts: j.attempts,
             died_at: j.died_at_ms.map(at).unwrap_or_default(),
             died_ago: j.died_at_ms.map_or("–".into(), |d| relative(d, now)),
@@ -811,7 +811,11 @@ impl JobRow {
         };
         Self {
             id: j.id.as_str().to_string(),
-            href: format!("{base}?job={}", enc(j.id.as_str())),
+            href: format!(
+                "{base}?state={}&job={}#found",
+                j.state.as_str(),
+                enc(j.id.as_str())
+            ),
             when_at: when_ms.map(at).unwrap_or_default(),
             when: when_ms.map_or("–".into(), |w| relative(w, now)),
             attempt: format!("{} of {}", j.attempts, j.max_attempts),
@@ -990,6 +994,30 @@ mod tests {
         assert_eq!(relative(1000, 4000), "3.0 s ago");
         assert_eq!(secs_bound(0.05), "≤ 50 ms");
         assert_eq!(secs_bound(f64::INFINITY), "> 60 s");
+    }
+
+    #[test]
+    fn the_chart_scales_and_places_its_points() {
+        let hour = 3_600_000;
+        let p = |at, enqueued, acked, overdue_s| Point {
+            at,
+            enqueued,
+            acked,
+            overdue_s,
+        };
+        let c = Chart::new(&[p(hour / 2, 3.0, 1.5, 0.0), p(hour, 6.0, 0.0, 12.0)], hour);
+        assert_eq!(c.points, 2);
+        assert_eq!(c.rate_max, "10/s", "a round top above 6");
+        assert_eq!(c.overdue_max, "20.0 s");
+        assert_eq!(c.enqueued, "300.0,101.0 556.0,62.0");
+        assert_eq!(c.acked, "300.0,120.5 556.0,140.0");
+        assert_eq!(c.overdue, "300.0,140.0 556.0,62.0");
+        assert!(c.latest.contains("6.0 enqueued/s"), "{}", c.latest);
+        assert_eq!(Chart::new(&[], hour).latest, "no samples yet");
+        assert_eq!(nice_top(0.0), 1.0);
+        assert_eq!(nice_top(1.5), 2.0);
+        assert_eq!(nice_top(20.0), 20.0);
+        assert_eq!(nice_top(501.0), 1000.0);
     }
 
     #[test]
