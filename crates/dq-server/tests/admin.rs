@@ -692,6 +692,14 @@ async fn job_lists_by_state(a: Admin) {
         let r = a.get(&uri).await;
         assert_eq!(r.status, status, "{uri}: {}", r.text);
         assert!(r.text.contains(code), "{uri}: {}", r.text);
+        if status == StatusCode::BAD_REQUEST {
+            let back = scraper::Selector::parse("a[href='/admin/topics/shop']").unwrap();
+            assert!(
+                r.doc().select(&back).next().is_some(),
+                "back to the topic: {}",
+                r.text
+            );
+        }
     }
 
     // Enough jobs for several pages: following "next" lists each once.

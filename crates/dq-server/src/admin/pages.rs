@@ -196,8 +196,11 @@ pub(super) async fn topic_page(
     Query(q): Query<TopicQuery>,
 ) -> Response {
     let v = Viewer::of(&st, &headers);
+    let page = super::views::topic_href(&name);
     match topic_parts(&st, name, q).await {
         Ok((t, parts)) => render(&TopicPage::new(&v, &t, parts)),
+        // A bad state or page link: back to the topic's first page.
+        Err(e) if e.status == axum::http::StatusCode::BAD_REQUEST => error_page(&v, &e, &page),
         Err(e) => error_page(&v, &e, "/"),
     }
 }
