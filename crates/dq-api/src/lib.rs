@@ -13,6 +13,11 @@
 //! [`RawJson`]: the JSON text exactly as it was sent.
 //!
 //! docs/api.md describes each route; this crate is its vocabulary.
+//!
+//! [`units`] is the text form of durations and retry policies the CLI's
+//! flags and the admin page's settings share (`30s`, `1m,3m,5m`).
+
+pub mod units;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;

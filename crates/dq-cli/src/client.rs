@@ -353,7 +353,7 @@ pub(crate) enum TopicsCmd {
         /// Delay of jobs enqueued without one, e.g. 30m
         #[arg(long)]
         default_delay: Option<String>,
-        /// Retry waits: a list like 1m,3m,5m,7m; or exp:1s,2,1h (initial, factor, cap); or fixed:30s
+        /// Retry waits: a list like 1m,3m,5m,7m; or exp:1s,2,1h (initial, factor, cap; a 4th part: jitter, 0.1 if not given); or fixed:30s
         #[arg(long)]
         retry: Option<String>,
         /// Push delivery: dq calls this URL when each job is due
@@ -525,27 +525,11 @@ fn rfc3339(ms: Option<u64>) -> String {
     }
 }
 
+/// `--retry`: the text form `dq_api::units` reads (the admin page's
+/// settings take the same), as the API's JSON.
 fn parse_retry(text: &str) -> Result<Value> {
-    if let Some(rest) = text.strip_prefix("fixed:") {
-        return Ok(json!({"fixed_ms": ms(rest, "--retry")?}));
-    }
-    if let Some(rest) = text.strip_prefix("exp:") {
-        let parts: Vec<&str> = rest.split(',').collect();
-        let [initial, factor, max] = parts.as_slice() else {
-            bail!("--retry exp: needs initial,factor,cap like exp:1s,2,1h");
-        };
-        let factor: f64 = factor
-            .parse()
-            .context("--retry exp: factor is not a number")?;
-        return Ok(json!({"exponential": {
-            "initial_ms": ms(initial, "--retry")?, "factor": factor, "max_ms": ms(max, "--retry")?, "jitter": 0.1
-        }}));
-    }
-    let list = text
-        .split(',')
-        .map(|d| ms(d.trim(), "--retry"))
-        .collect::<Result<Vec<u64>>>()?;
-    Ok(json!({ "delays_ms": list }))
+    let policy = dq_api::units::parse_retry(text).map_err(|e| anyhow!("--{e}"))?;
+    Ok(serde_json::to_value(policy)?)
 }
 
 /// `dq topics list --limit N`: one page of topics; where the next one

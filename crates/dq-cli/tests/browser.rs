@@ -1,11 +1,16 @@
 //! The admin page in a real browser: headless Chromium driven over WebDriver
 //! (Debian's `chromium` + `chromium-driver`; `.ci/run` installs them, and
 //! this test installs them itself with apt-get when run as root without
-//! them). It registers a topic and edits its settings through the page,
-//! enqueues jobs through the API, sees the counts change, opens a dead
-//! letter and replays it, and saves screenshots of the overview and the
-//! topic page (into `$DQ_SCREENSHOTS` when set, e.g. `docs/img`, else into
-//! the test's temp dir).
+//! them). It registers a topic and edits its settings through the page (in
+//! the CLI's units, read back as typed), enqueues jobs through the API, sees
+//! the counts change, checks that the overview and the topic page fit 1280
+//! px and a 390 px phone without the page scrolling sideways, lists the
+//! scheduled, ready and reserved jobs (a reserved one with its attempt and
+//! lease deadline), opens a job's details (its body indented), finds the
+//! chart, opens a dead letter and replays it, and saves screenshots of the
+//! overview, the topic page, a job and the overview on a phone (into
+//! `$DQ_SCREENSHOTS` when set, e.g. `docs/img`, else into the test's temp
+//! dir).
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -70,7 +75,7 @@ impl Browser {
                 "binary": CHROMIUM,
                 "args": [
                     "--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                    "--disable-gpu", "--window-size=1400,1000",
+                    "--disable-gpu", "--window-size=1280,1000",
                     format!("--user-data-dir={}", profile.display()),
                 ]
             }
@@ -195,6 +200,61 @@ impl Browser {
         serde_json::from_value(self.script(&script).await).unwrap()
     }
 
+    /// Sets the window's size (headless: the viewport's).
+    async fn resize(&self, width: u32, height: u32) {
+        self.cmd(
+            reqwest::Method::POST,
+            "/window/rect",
+            Some(json!({"width": width, "height": height})),
+        )
+        .await;
+    }
+
+    /// The page's width and the viewport's (the page scrolls sideways when
+    /// the first is larger).
+    async fn widths(&self) -> (u64, u64) {
+        let v = self
+            .script("const e = document.documentElement; return [e.scrollWidth, e.clientWidth]")
+            .await;
+        (v[0].as_u64().unwrap(), v[1].as_u64().unwrap())
+    }
+
+    /// Asserts the page at hand does not scroll sideways at `width` px.
+    async fn fits(&self, width: u64, what: &str) {
+        let (page, viewport) = self.widths().await;
+        assert!(
+            viewport <= width && viewport + 40 >= width,
+            "{what}: the viewport is {viewport} px, not about {width}"
+        );
+        if page > viewport {
+            let wide = self
+                .script(
+                    "const w = document.documentElement.clientWidth; return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > w + 1 && !e.closest('.scroll')).slice(0, 8).map(e => e.tagName + (e.id ? '#' + e.id : '') + ' ' + Math.round(e.getBoundingClientRect().right))",
+                )
+                .await;
+            panic!(
+                "{what}: the page is {page} px wide in a {viewport} px viewport; too wide: {wide}"
+            );
+        }
+    }
+
+    async fn value(&self, css: &str) -> String {
+        let v = self
+            .script(&format!("return document.querySelector('{css}').value"))
+            .await;
+        v.as_str().unwrap().to_string()
+    }
+
+    /// The pictures are for the docs: the store's line names the test's
+    /// temp dir, which would mean nothing there (and go stale); show a
+    /// typical data dir instead.
+    async fn hide_temp_paths(&self) {
+        self.script(
+            "for (const td of document.querySelectorAll('#stores td')) td.textContent = td.textContent.replace(/data in \\S+/, 'data in /var/lib/dq')",
+        )
+        .await;
+    }
+
     async fn screenshot(&self, to: &Path) {
         let v = self.cmd(reqwest::Method::GET, "/screenshot", None).await;
         let png = base64::engine::general_purpose::STANDARD
@@ -243,14 +303,25 @@ async fn admin_page_in_headless_chromium() {
     );
     assert_eq!(b.text("#flash").await, "Topic registered.");
 
-    // Edit its settings: one attempt, so a failure is a dead letter.
+    // Edit its settings: one attempt, so a failure is a dead letter; the
+    // lease and the retry waits in the CLI's units, read back as typed.
+    b.resize(1280, 1000).await;
     b.clear_and_type("#settings #max_attempts", "1").await;
+    b.clear_and_type("#settings #lease", "45s").await;
+    b.clear_and_type("#settings #retry", "1m,3m,5m").await;
     b.click("#settings button").await;
     assert_eq!(b.text("#flash").await, "Settings saved.");
     let (_, v, _) = dq
         .call(reqwest::Method::GET, "/v1/topics/orders", None)
         .await;
     assert_eq!(v["config"]["max_attempts"], json!(1));
+    assert_eq!(v["config"]["lease_ms"], json!(45_000));
+    assert_eq!(
+        v["config"]["retry"],
+        json!({"delays_ms": [60_000, 180_000, 300_000]})
+    );
+    assert_eq!(b.value("#settings #retry").await, "1m,3m,5m");
+    assert_eq!(b.value("#settings #lease").await, "45s");
 
     // Jobs come in through the API; the overview's counts follow.
     let mut jobs = Vec::new();
@@ -290,6 +361,8 @@ async fn admin_page_in_headless_chromium() {
     let rows = b.rows("topics").await;
     let orders = rows.iter().find(|r| r[0] == "orders").unwrap();
     assert_eq!(orders[1..6], ["pull", "3", "4", "1", "1"].map(String::from));
+    b.fits(1280, "the overview").await;
+    b.hide_temp_paths().await;
     b.screenshot(&shots.join("admin-overview.png")).await;
 
     // Open the dead letter from the topic page and replay it.
@@ -298,8 +371,62 @@ async fn admin_page_in_headless_chromium() {
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0][1], dead_id);
     assert_eq!(dead[0][4], "payment gateway timed out after 30 s");
-    assert_eq!(b.rows("upcoming").await.len(), 3, "the three delayed jobs");
+    assert_eq!(b.rows("jobs").await.len(), 3, "the three delayed jobs");
+    b.fits(1280, "the topic page").await;
+    let chart = b
+        .script("const c = document.querySelector('svg#chart'); return c !== null && c.getBoundingClientRect().width > 100")
+        .await;
+    assert_eq!(chart, json!(true), "the chart is drawn");
+
+    // The state lists: the job still held, with its attempt and lease
+    // deadline; the ready ones.
+    b.click("#tab-reserved").await;
+    let reserved = b.rows("jobs").await;
+    assert_eq!(reserved.len(), 1, "{reserved:?}");
+    assert_ne!(reserved[0][0], dead_id);
+    assert_eq!(reserved[0][2], "1 of 1", "attempt of max attempts");
+    assert!(
+        reserved[0][1].starts_with("in "),
+        "lease deadline: {reserved:?}"
+    );
+    b.click("#tab-ready").await;
+    let ready = b.rows("jobs").await;
+    assert_eq!(ready.len(), 4, "{ready:?}");
+    assert!(ready.iter().all(|r| r[2] == "0 of 1"), "{ready:?}");
+    b.resize(1280, 2000).await;
     b.screenshot(&shots.join("admin-topic.png")).await;
+    b.resize(1280, 1000).await;
+
+    // A job's details: its body indented, the limits in the CLI's units.
+    let first = ready[0][0].clone();
+    b.click(&format!("table#jobs a[href*='job={first}#']"))
+        .await;
+    let body = b.text("#job-body").await;
+    let n: u32 = first.trim_start_matches("order-").parse().unwrap();
+    assert_eq!(
+        body,
+        format!("{{\n  \"action\": \"close-unpaid\",\n  \"order\": {n}\n}}"),
+        "indented, keys in the order sent (serde_json's map sorts them)"
+    );
+    let limits = b.text("#job-limits").await;
+    assert!(
+        limits.starts_with("max attempts 1 · lease 45s · retry 1m,3m,5m"),
+        "{limits}"
+    );
+    b.fits(1280, "a job's page").await;
+    b.screenshot(&shots.join("admin-job.png")).await;
+
+    // A phone: nothing scrolls sideways but the tables, in their own box.
+    b.resize(390, 844).await;
+    b.go(&format!("{}/", dq.base)).await;
+    b.fits(390, "the overview on a phone").await;
+    b.hide_temp_paths().await;
+    b.screenshot(&shots.join("admin-phone.png")).await;
+    b.go(&format!("{}/admin/topics/orders", dq.base)).await;
+    b.fits(390, "the topic page on a phone").await;
+    b.resize(1280, 1000).await;
+
+    b.go(&format!("{}/admin/topics/orders", dq.base)).await;
     b.click("table#dead a").await;
     assert_eq!(
         b.rows("job").await[1],

@@ -229,10 +229,10 @@ async fn every_action(a: Admin) {
             "/admin/topics/shop/settings",
             &[
                 ("max_attempts", "2"),
-                ("lease_ms", "15000"),
+                ("lease", "15s"),
                 ("dead_cap", "50"),
-                ("default_delay_ms", "0"),
-                ("retry", r#"{"fixed_ms":5000}"#),
+                ("default_delay", "0s"),
+                ("retry", "fixed:5s"),
                 ("mode", "pull"),
             ],
         )
@@ -242,10 +242,53 @@ async fn every_action(a: Admin) {
     assert_eq!(cfg["max_attempts"], json!(2));
     assert_eq!(cfg["lease_ms"], json!(15000));
     assert_eq!(cfg["retry"], json!({"fixed_ms": 5000}));
+    let r = a
+        .form(
+            "/admin/topics/shop/settings",
+            &[("max_attempts", "9"), ("lease", "1h"), ("mode", "pull")],
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::FORBIDDEN,
+        "settings need the CSRF token"
+    );
+    assert!(r.text.contains("csrf_mismatch"));
     let doc = a.get(&format!("{page}?done=saved")).await.doc();
     assert_eq!(text_of(&doc, "#flash").unwrap(), "Settings saved.");
+    let value = |doc: &scraper::Html, id: &str| {
+        doc.select(&scraper::Selector::parse(&format!("#settings #{id}")).unwrap())
+            .next()
+            .and_then(|e| e.value().attr("value").map(str::to_string))
+    };
+    assert_eq!(
+        value(&doc, "lease").as_deref(),
+        Some("15s"),
+        "the CLI's units"
+    );
+    assert_eq!(value(&doc, "retry").as_deref(), Some("fixed:5s"));
+    // A list of waits, as `dq topics put --retry` takes it, reads back as
+    // it was typed.
+    let r = a
+        .submit(
+            page,
+            "/admin/topics/shop/settings",
+            &[("retry", "1m,3m,5m"), ("lease", "1m30s"), ("mode", "pull")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let cfg = a.api("GET", "/v1/topics/shop", None).await.json()["config"].clone();
+    assert_eq!(cfg["retry"], json!({"delays_ms": [60000, 180000, 300000]}));
+    assert_eq!(cfg["lease_ms"], json!(90000));
+    let doc = a.get(page).await.doc();
+    assert_eq!(value(&doc, "retry").as_deref(), Some("1m,3m,5m"));
+    assert_eq!(value(&doc, "lease").as_deref(), Some("1m30s"));
     for (bad_field, bad_value, code) in [
         ("retry", "{oops", "invalid_config"),
+        ("retry", "exp:1s", "invalid_config"),
+        ("retry", "0.5m,soon", "invalid_config"),
+        ("lease", "15000", "invalid_config"),
+        ("lease", "a while", "invalid_config"),
         ("max_attempts", "lots", "invalid_config"),
         ("max_attempts", "0", "invalid_max_attempts"),
     ] {
@@ -274,6 +317,12 @@ async fn every_action(a: Admin) {
         json!(2),
         "refused forms change nothing"
     );
+    assert_eq!(
+        cfg["lease_ms"],
+        json!(90000),
+        "refused forms change nothing"
+    );
+    assert_eq!(cfg["retry"], json!({"delays_ms": [60000, 180000, 300000]}));
     assert_eq!(cfg["delivery"]["mode"], json!("pull"));
 
     // Jobs, as the next-due list and lookup show them.
@@ -290,12 +339,12 @@ async fn every_action(a: Admin) {
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let doc = a.get(page).await.doc();
-    let next = cells(&doc, "upcoming");
-    assert_eq!(
-        next.iter().map(|r| r[0].as_str()).collect::<Vec<_>>(),
-        ["later", "far"]
-    );
-    assert!(next[0][2].starts_with("in "), "{:?}", next[0]);
+    let scheduled = cells(&doc, "jobs");
+    let mut ids: Vec<&str> = scheduled.iter().map(|r| r[0].as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["far", "later"], "scheduled jobs by default");
+    assert!(scheduled[0][1].starts_with("in "), "{:?}", scheduled[0]);
+    assert_eq!(scheduled[0][2], "0 of 2", "attempts of max_attempts");
     let counts = cells(&doc, "counts");
     assert_eq!(
         counts[0][..4],
@@ -484,6 +533,217 @@ async fn every_action(a: Admin) {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
+/// The topic page's job lists: a tab per state with its count, the reserved
+/// list with each job's lease deadline and attempt, hostile ids and bodies
+/// shown as text; pages follow the store's cursor to the end with every job
+/// once; a bad state or cursor is refused with a page saying so.
+async fn job_lists_by_state(a: Admin) {
+    let hostile = "<script>alert(1)</script>";
+    let r = a
+        .api(
+            "POST",
+            "/v1/topics/shop/jobs:batch",
+            Some(json!({"jobs": [
+                {"id": hostile, "body": {"x": "</code><script>alert(2)</script>"}, "priority": 0},
+                {"id": "r1", "body": {"n": 1}, "priority": 5},
+                {"id": "s1", "delay_ms": 3_600_000},
+            ]})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let v = a
+        .api(
+            "POST",
+            "/v1/reserve",
+            Some(json!({"topics": ["shop"], "lease_ms": 60_000})),
+        )
+        .await
+        .json();
+    assert_eq!(v["jobs"][0]["id"], json!(hostile), "{v}");
+
+    let page = "/admin/topics/shop";
+    let doc = a.get(page).await.doc();
+    let tab = |doc: &scraper::Html, name: &str| text_of(doc, &format!("#tab-{name}")).unwrap();
+    assert_eq!(tab(&doc, "scheduled"), "scheduled (1)");
+    assert_eq!(tab(&doc, "ready"), "ready (1)");
+    assert_eq!(tab(&doc, "reserved"), "reserved (1)");
+    assert_eq!(tab(&doc, "dead"), "dead (0)");
+    assert_eq!(cells(&doc, "jobs").len(), 1, "scheduled by default");
+    assert_eq!(cells(&doc, "jobs")[0][0], "s1");
+
+    let doc = a.get(&format!("{page}?state=ready")).await.doc();
+    let ready = cells(&doc, "jobs");
+    assert_eq!(ready.len(), 1);
+    assert_eq!(ready[0][0], "r1");
+    assert!(
+        ready[0][1].ends_with(" ago") || ready[0][1].starts_with("in "),
+        "{ready:?}"
+    );
+    assert_eq!(ready[0][3], "5", "priority");
+    assert_eq!(ready[0][4], r#"{"n":1}"#);
+
+    let r = a.get(&format!("{page}?state=reserved")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let doc = r.doc();
+    let reserved = cells(&doc, "jobs");
+    assert_eq!(reserved.len(), 1);
+    assert_eq!(reserved[0][0], hostile, "ids are text");
+    assert!(
+        reserved[0][1].starts_with("in "),
+        "lease deadline ahead: {reserved:?}"
+    );
+    assert_eq!(
+        reserved[0][2].split(' ').next(),
+        Some("1"),
+        "first attempt: {reserved:?}"
+    );
+    assert!(reserved[0][4].contains("</code><script>"), "{reserved:?}");
+    let script = scraper::Selector::parse("script").unwrap();
+    assert!(
+        doc.select(&script).next().is_none(),
+        "nothing sent becomes markup"
+    );
+    assert!(
+        r.text
+            .contains(&format!("?state=reserved&amp;job={}#found", enc(hostile)))
+            || r.text
+                .contains(&format!("?state=reserved&#38;job={}#found", enc(hostile))),
+        "the row links to the job, its id encoded"
+    );
+    assert_eq!(
+        text_of(&doc, "table#jobs th:nth-child(2)").unwrap(),
+        "lease ends"
+    );
+    // The chart: drawn on the server, empty until a minute has two samples.
+    let svg = scraper::Selector::parse("svg#chart").unwrap();
+    let chart = doc.select(&svg).next().expect("the chart");
+    assert!(
+        chart.text().any(|t| t.contains("no samples yet")),
+        "fresh: nothing to draw"
+    );
+
+    // The job's details: its body in full, indented, keys in the order
+    // sent; the lease deadline; the limits in the CLI's units.
+    let r = a.get(&format!("{page}?job={}", enc(hostile))).await;
+    let doc = r.doc();
+    assert_eq!(
+        text_of(&doc, "#job-body").unwrap(),
+        "{\n  \"x\": \"</code><script>alert(2)</script>\"\n}"
+    );
+    assert!(
+        doc.select(&script).next().is_none(),
+        "nothing sent becomes markup"
+    );
+    let job = cells(&doc, "job");
+    let row = |name: &str| {
+        job.iter()
+            .find(|r| r[0] == name)
+            .unwrap_or_else(|| panic!("no {name} in {job:?}"))[1]
+            .clone()
+    };
+    assert_eq!(row("state"), "reserved");
+    assert!(row("lease deadline").contains("(in "), "{job:?}");
+    assert!(row("attempts").starts_with("1 of "), "{job:?}");
+    assert!(
+        row("limits").starts_with("max attempts 5 · lease 30s · retry exp:1s,2,1h"),
+        "the topic's defaults: {job:?}"
+    );
+    let r = a
+        .api(
+            "POST",
+            "/v1/topics/shop/jobs",
+            Some(json!({"id": "raw", "body_base64": "PHNjcmlwdD4=", "delay_ms": 60_000, "max_attempts": 7})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let doc = a.get(&format!("{page}?job=raw")).await.doc();
+    assert_eq!(
+        text_of(&doc, "#job-body").unwrap(),
+        "PHNjcmlwdD4=",
+        "bytes as base64"
+    );
+    let job = cells(&doc, "job");
+    assert!(
+        job.iter().any(|r| r[1] == "binary, 8 bytes, as base64"),
+        "{job:?}"
+    );
+    assert!(
+        job.iter().any(|r| r[1].starts_with("max attempts 7 ·")),
+        "the job's own override: {job:?}"
+    );
+
+    for (uri, status, code) in [
+        (
+            format!("{page}?state=bogus"),
+            StatusCode::BAD_REQUEST,
+            "invalid_state",
+        ),
+        (
+            format!("{page}?state=ready&cursor={}", "x".repeat(2000)),
+            StatusCode::BAD_REQUEST,
+            "invalid_cursor",
+        ),
+        (
+            "/admin/topics/nope?state=ready".to_string(),
+            StatusCode::NOT_FOUND,
+            "topic_not_found",
+        ),
+    ] {
+        let r = a.get(&uri).await;
+        assert_eq!(r.status, status, "{uri}: {}", r.text);
+        assert!(r.text.contains(code), "{uri}: {}", r.text);
+        if status == StatusCode::BAD_REQUEST {
+            let back = scraper::Selector::parse("a[href='/admin/topics/shop']").unwrap();
+            assert!(
+                r.doc().select(&back).next().is_some(),
+                "back to the topic: {}",
+                r.text
+            );
+        }
+    }
+
+    // Enough jobs for several pages: following "next" lists each once.
+    let jobs: Vec<Value> = (0..600)
+        .map(|i| json!({"id": format!("m{i:03}")}))
+        .collect();
+    let r = a
+        .api(
+            "POST",
+            "/v1/topics/many/jobs:batch",
+            Some(json!({ "jobs": jobs })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let mut seen = std::collections::BTreeSet::new();
+    let mut uri = "/admin/topics/many?state=ready".to_string();
+    let mut pages = 0;
+    loop {
+        let doc = a.get(&uri).await.doc();
+        pages += 1;
+        for row in cells(&doc, "jobs") {
+            assert!(seen.insert(row[0].clone()), "{} listed twice", row[0]);
+        }
+        if pages > 1 {
+            assert!(
+                text_of(&doc, "#jobs-first").is_some(),
+                "a way back to the first page"
+            );
+        }
+        let next = scraper::Selector::parse("a#jobs-next").unwrap();
+        match doc.select(&next).next() {
+            Some(link) => {
+                let href = link.value().attr("href").unwrap();
+                uri = href.split('#').next().unwrap().to_string();
+                assert!(uri.contains("cursor="), "{uri}");
+            }
+            None => break,
+        }
+        assert!(pages < 30, "the pages end");
+    }
+    assert_eq!(seen.len(), 600);
+    assert!(pages > 1, "more than one page");
+}
+
 /// The names in the overview's topics table, and its previous and next
 /// links.
 fn overview_page(doc: &scraper::Html) -> (Vec<String>, Option<String>, Option<String>) {
@@ -587,7 +847,7 @@ async fn overview_pages_and_searches(a: Admin) {
 dq_testkit::router_tests! {
     embedded: embedded(),
     sharded_redis: sharded_redis(),
-    tests: [every_action, overview_pages_and_searches],
+    tests: [every_action, overview_pages_and_searches, job_lists_by_state],
 }
 
 #[tokio::test]
@@ -890,11 +1150,7 @@ async fn pause_until_resumed_and_rate_limit_from_the_page() {
         .submit(
             page,
             "/admin/topics/shop/settings",
-            &[
-                ("rate_limit", "2"),
-                ("rate_per_ms", "60000"),
-                ("mode", "pull"),
-            ],
+            &[("rate_limit", "2"), ("rate_per", "1m"), ("mode", "pull")],
         )
         .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);

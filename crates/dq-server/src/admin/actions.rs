@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use dq_core::{Delivery, JobId, RateLimit, RetryPolicy, Topic, TopicConfigPatch};
+use dq_core::{Delivery, JobId, RateLimit, Topic, TopicConfigPatch};
 
 use super::forms::{Form, checked, push_config};
 use super::views::{ConfirmPage, enc, topic_href};
@@ -196,7 +196,9 @@ pub(super) async fn delete_topic(
     }
 }
 
-/// `POST /admin/topics/{topic}/settings`.
+/// `POST /admin/topics/{topic}/settings`: durations (`lease`,
+/// `default_delay`, `rate_per`, `timeout`) and the retry policy in the
+/// CLI's units (`30s`, `1m,3m,5m`, `exp:1s,2,1h`), the rest numbers.
 pub(super) async fn save_settings(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -212,9 +214,8 @@ pub(super) async fn save_settings(
         let retry = f
             .get("retry")
             .map(|r| {
-                serde_json::from_str::<RetryPolicy>(r).map_err(|e| {
-                    ApiError::bad_request("invalid_config", format!("retry policy: {e}"))
-                })
+                dq_api::units::parse_retry(r)
+                    .map_err(|e| ApiError::bad_request("invalid_config", e))
             })
             .transpose()?;
         let old_push = match &old.delivery {
@@ -223,9 +224,9 @@ pub(super) async fn save_settings(
         };
         let patch = TopicConfigPatch {
             max_attempts: f.number("max_attempts")?,
-            lease_ms: f.number("lease_ms")?,
+            lease_ms: f.setting_ms("lease")?,
             dead_cap: f.number("dead_cap")?,
-            default_delay_ms: f.number("default_delay_ms")?,
+            default_delay_ms: f.setting_ms("default_delay")?,
             partitions: f.number("partitions")?,
             dedup_ms: f.number("dedup_ms")?,
             // Kept as it is: the pause has its own buttons.
@@ -261,7 +262,7 @@ fn rate_limit(f: &Form) -> Result<Option<RateLimit>, ApiError> {
     };
     Ok(Some(RateLimit {
         limit,
-        per_ms: f.number("rate_per_ms")?.unwrap_or(1000),
+        per_ms: f.setting_ms("rate_per")?.unwrap_or(1000),
         burst: f.number("rate_burst")?.unwrap_or(limit),
     }))
 }

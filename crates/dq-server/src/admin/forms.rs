@@ -58,9 +58,22 @@ impl Form {
         let text = self.get(name).ok_or_else(|| {
             ApiError::bad_request("invalid_delay", format!("give a {what} such as 10m or 2h"))
         })?;
-        let d = humantime::parse_duration(text)
-            .map_err(|e| ApiError::bad_request("invalid_delay", format!("{what} {text:?}: {e}")))?;
-        Ok(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        dq_api::units::parse_ms(text, what).map_err(|e| ApiError::bad_request("invalid_delay", e))
+    }
+
+    /// `name` as a duration in the CLI's units (`30s`, `5m`), in ms, if
+    /// given: a setting.
+    ///
+    /// # Errors
+    ///
+    /// `invalid_config` when it is given but is not a duration.
+    pub(super) fn setting_ms(&self, name: &str) -> Result<Option<u64>, ApiError> {
+        self.get(name)
+            .map(|v| {
+                dq_api::units::parse_ms(v, name)
+                    .map_err(|e| ApiError::bad_request("invalid_config", e))
+            })
+            .transpose()
     }
 
     /// `name` as a number, if given.
@@ -106,7 +119,8 @@ pub(super) fn checked(st: &AppState, v: &Viewer, body: &Bytes) -> Result<Form, A
 /// # Errors
 ///
 /// `invalid_callback` without a URL or with a method other than POST or
-/// GET; `invalid_config` for a timeout or concurrency that is not a number.
+/// GET; `invalid_config` for a timeout that is not a duration or a
+/// concurrency that is not a number.
 pub(super) fn push_config(f: &Form, old: Option<&PushConfig>) -> Result<PushConfig, ApiError> {
     let url = f.get("url").ok_or_else(|| {
         ApiError::bad_request("invalid_callback", "push delivery needs a callback URL")
@@ -129,7 +143,7 @@ pub(super) fn push_config(f: &Form, old: Option<&PushConfig>) -> Result<PushConf
         url: url.to_string(),
         method,
         timeout_ms: f
-            .number("timeout_ms")?
+            .setting_ms("timeout")?
             .or(old.map(|o| o.timeout_ms))
             .unwrap_or(3000),
         headers: old.map(|o| o.headers.clone()).unwrap_or_default(),

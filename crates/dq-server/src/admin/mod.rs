@@ -2,18 +2,55 @@
 //! build step). Every value shown is escaped; every form carries a CSRF
 //! token; who may see it is decided by [`crate::auth`].
 //!
-//! - `/` — every topic with counts, enqueue/ack rates, oldest overdue age and
-//!   lateness; the store's health; a form registering a topic.
+//! - `/` — a page of the topics (100, name order, search by prefix) with
+//!   counts, oldest overdue age, enqueue/ack rates, lateness and totals in
+//!   ten columns (rates, lateness and totals grouped); the store's health;
+//!   a form registering a topic.
 //! - `/admin/topics/{t}` — counts (and which store parts did not answer),
-//!   pause for a duration / resume, delete the topic (confirmed), settings (editable, push callback
-//!   included; a forwarding target is shown and kept), the next due jobs, job lookup (`?job=ID`) with cancel /
-//!   reschedule / run now, and dead letters (newest first, `?died=1h|24h|7d`)
-//!   with replay one / selected / all and purge, each confirmed on a second
-//!   page before anything changes.
+//!   pause for a duration / resume, delete the topic (confirmed);
+//!   - a chart of the last hour (below);
+//!   - the jobs of one state (`?state=scheduled|ready|reserved|dead`, tabs
+//!     with their counts), about 50 a page (`&cursor=`, the cursor of the
+//!     API's `GET /v1/topics/{t}/jobs`, through the same
+//!     [`Service::list_jobs`](crate::Service::list_jobs); the store's order),
+//!     each with its due time, lease deadline (reserved) or death (dead),
+//!     attempt of max attempts, priority, body or last error;
+//!   - a job's details (`?job=ID`, linked from every list): state, due,
+//!     attempts, lease deadline, died at, last error, its history counts,
+//!     the limits in effect in the CLI's units (max attempts and lease: the
+//!     job's own, else the topic's; retry: the topic's, as `get` does not
+//!     return a job's own retry policy), and its body in full: JSON
+//!     indented as sent, bytes as base64 (cut past 64 KiB); with cancel /
+//!     reschedule / run now, or replay;
+//!   - dead letters (newest first, `?died=1h|24h|7d`) with replay one /
+//!     selected / all and purge, each confirmed on a second page before
+//!     anything changes;
+//!   - settings, editable, durations and retry waits in the CLI's units
+//!     (`30s`, `1m,3m,5m`, `fixed:30s`, `exp:1s,2,1h`: `dq_api::units`
+//!     reads and writes them for both), push callback included; a
+//!     forwarding target is shown and kept.
 //! - `/admin/login` — the sign-in form, when an admin token is configured.
 //!
 //! Actions answer with a redirect (303) back to the page and a `done=` code
-//! shown as a fixed sentence; refused input shows the API's error message.
+//! shown as a fixed sentence; refused input (a bad form field, an unknown
+//! `state=`, a cursor the store did not hand out) shows the API's error
+//! message with its status and changes nothing.
+//!
+//! The chart of the topic page is SVG written by the template from numbers
+//! only (no script, no build step): enqueues and acks per second (left
+//! scale) and the oldest overdue job's age (right scale; the store's
+//! figure, the same on every instance — the lateness histogram of
+//! `/metrics` counts since start and cannot give a minute's figure), a
+//! point a minute over the last hour. The samples come from `rates`: kept
+//! in this process's memory, one a minute per topic, 61 per topic for at
+//! most 1000 topics, taken when the overview or the topic page renders (the
+//! overview reloads itself every 5 s). So each instance draws its own
+//! history, with gaps while no page of it is open, and starts empty after
+//! a restart.
+//!
+//! The layout (CSS in `base.html`) fits 1280 px without sideways scrolling
+//! and works on a phone: tables too wide for the screen scroll inside
+//! their own box (`div.scroll`).
 //!
 //! The HTML lives in askama templates in `crates/dq-server/templates/`
 //! (`base.html` is the layout every page extends; askama escapes every value
@@ -24,8 +61,10 @@
 //!   confirmation page or an error page.
 //! - `forms` — a posted form's fields, its CSRF check, the push settings in it.
 //! - `views` — one template struct per page, and the text they show
-//!   (durations, relative times, body previews, `done=` sentences).
-//! - `rates` — the enqueue/ack rates of the overview.
+//!   (durations, relative times, body previews and indented bodies, the
+//!   chart's lines, `done=` sentences).
+//! - `rates` — the enqueue/ack rates of the overview, and the per-minute
+//!   history the chart draws.
 
 mod actions;
 mod forms;

@@ -4,7 +4,7 @@
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use dq_core::{JobId, JobInfo, StoreError, Topic};
+use dq_core::{JobId, JobInfo, JobState, StoreError, Topic};
 use serde::Deserialize;
 
 use super::views::{
@@ -21,8 +21,14 @@ const DEAD_SHOWN: usize = 100;
 const DEAD_LOOKED_AT: usize = 10_000;
 /// Dead letters are read in pages of this many (the most `list_dead` gives).
 const DEAD_PAGE: usize = 1000;
-/// The next-due list's length.
-const UPCOMING: usize = 20;
+/// A page of a state's job list holds about this many jobs: store pages
+/// are read until it does ...
+const JOBS_PAGE: usize = 50;
+/// ... or this many of them were read (a store page keeps only the jobs in
+/// the state asked, so it may be short or empty while more follow) ...
+const JOBS_STORE_PAGES: usize = 10;
+/// ... of this many jobs each.
+const JOBS_STORE_PAGE: usize = 100;
 
 /// Topics on one page of the overview.
 const OVERVIEW_PAGE: usize = 100;
@@ -113,6 +119,7 @@ pub(super) async fn overview(
             .rates
             .observe(t.as_str(), now, s.counters.enqueued, s.counters.acked);
         let lateness = st.metrics.lateness_quantiles(t.as_str());
+        st.rates.sample(t.as_str(), now, &s);
         rows.push(TopicRow::new(&t, mode, s, rates, lateness));
     }
     let done = q.done.map(|d| (d, q.n.unwrap_or(0)));
@@ -174,10 +181,14 @@ pub(super) struct TopicQuery {
     n: Option<u64>,
     job: Option<String>,
     died: Option<String>,
+    /// The job list's state (scheduled when not given) ...
+    state: Option<String>,
+    /// ... and where its page starts (a cursor the last page gave).
+    cursor: Option<String>,
 }
 
-/// `GET /admin/topics/{topic}`: counts, settings, next due jobs, lookup,
-/// dead letters.
+/// `GET /admin/topics/{topic}?state=&cursor=&job=&died=`: counts, the jobs
+/// of one state a page at a time, a job's details, dead letters, settings.
 pub(super) async fn topic_page(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -185,8 +196,11 @@ pub(super) async fn topic_page(
     Query(q): Query<TopicQuery>,
 ) -> Response {
     let v = Viewer::of(&st, &headers);
+    let page = super::views::topic_href(&name);
     match topic_parts(&st, name, q).await {
         Ok((t, parts)) => render(&TopicPage::new(&v, &t, parts)),
+        // A bad state or page link: back to the topic's first page.
+        Err(e) if e.status == axum::http::StatusCode::BAD_REQUEST => error_page(&v, &e, &page),
         Err(e) => error_page(&v, &e, "/"),
     }
 }
@@ -214,7 +228,23 @@ async fn topic_parts(
         _ => None,
     };
     let dead = dead_letters(st, &t, stats.dead, died.map(|(_, w)| now.saturating_sub(w))).await?;
-    let upcoming = st.service.list_scheduled(&t, UPCOMING).await?;
+    let state = match q.state.as_deref() {
+        None | Some("") | Some("scheduled") => JobState::Scheduled,
+        Some("ready") => JobState::Ready,
+        Some("reserved") => JobState::Reserved,
+        Some("dead") => JobState::Dead,
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "invalid_state",
+                format!("no job state {other:?}: scheduled, ready, reserved or dead"),
+            ));
+        }
+    };
+    st.rates.sample(t.as_str(), now, &stats);
+    let chart = st.rates.last_hour(t.as_str(), now);
+    let cursor = q.cursor.filter(|c| !c.is_empty());
+    let later = cursor.is_some();
+    let (jobs, next) = jobs_in_state(st, &t, state, cursor).await?;
     let parts = TopicParts {
         stats,
         config,
@@ -222,10 +252,38 @@ async fn topic_parts(
         job,
         dead,
         died: died.map(|(d, _)| d),
-        upcoming,
+        state,
+        jobs,
+        next,
+        later,
+        chart,
         now,
     };
     Ok((t, parts))
+}
+
+/// A page of `t`'s jobs in `state` from `cursor`, through the listing the
+/// API's `GET /v1/topics/{t}/jobs` uses (the store's order, which keeps a
+/// job's place while it changes); the cursor of the page after, if any.
+async fn jobs_in_state(
+    st: &AppState,
+    t: &Topic,
+    state: JobState,
+    mut cursor: Option<String>,
+) -> Result<(Vec<JobInfo>, Option<String>), ApiError> {
+    let mut jobs = Vec::new();
+    for _ in 0..JOBS_STORE_PAGES {
+        let page = st
+            .service
+            .list_jobs(t, Some(state), cursor.as_deref(), JOBS_STORE_PAGE)
+            .await?;
+        jobs.extend(page.jobs.into_iter().map(|j| j.info));
+        cursor = page.cursor;
+        if cursor.is_none() || jobs.len() >= JOBS_PAGE {
+            break;
+        }
+    }
+    Ok((jobs, cursor))
 }
 
 /// The job `id` of `t`; None for an id that is not one or not there.

@@ -10,9 +10,12 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use askama::Template;
+use base64::Engine;
+use dq_api::units;
 use dq_core::{Body, Delivery, JobInfo, JobState, PushMethod, Topic, TopicConfig, TopicStats};
 
 use super::Viewer;
+use super::rates::Point;
 use crate::error::ApiError;
 
 /// Percent-encodes a path segment or query value.
@@ -61,6 +64,76 @@ fn preview(b: &Body) -> String {
         Body::Json(s) => s.clone(),
         Body::Bytes(b) => format!("({} bytes, binary)", b.len()),
     }
+}
+
+/// JSON text (valid: bodies are checked on the way in) indented by two
+/// spaces a level, keys and numbers kept exactly as sent (a parse into a
+/// `serde_json::Value` would sort the keys and round big numbers).
+fn indent_json(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 2);
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let mut chars = text.chars().peekable();
+    let newline = |out: &mut String, depth: usize| {
+        out.push('\n');
+        out.extend(std::iter::repeat_n("  ", depth));
+    };
+    while let Some(ch) = chars.next() {
+        if in_string {
+            out.push(ch);
+            match ch {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match ch {
+            '"' => {
+                in_string = true;
+                out.push(ch);
+            }
+            '{' | '[' => {
+                out.push(ch);
+                while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                    chars.next();
+                }
+                if chars.peek().is_some_and(|c| matches!(c, '}' | ']')) {
+                    out.extend(chars.next());
+                } else {
+                    depth += 1;
+                    newline(&mut out, depth);
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(ch);
+            }
+            ',' => {
+                out.push(ch);
+                newline(&mut out, depth);
+            }
+            ':' => out.push_str(": "),
+            c if c.is_whitespace() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `text` cut to [`BODY_SHOWN`] bytes (at a character), saying so.
+fn cut(mut text: String) -> String {
+    if text.len() > BODY_SHOWN {
+        let mut end = BODY_SHOWN;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let all = text.len();
+        text.truncate(end);
+        text.push_str(&format!("\n… (cut: the first {end} of {all} bytes shown)"));
+    }
+    text
 }
 
 /// A lateness bucket bound in seconds as "≤ 50 ms" (the last: "> 60 s").
@@ -407,7 +480,8 @@ pub(super) struct TopicPage<'a> {
     missing: Vec<String>,
     lookup: Lookup,
     dead: DeadLetters,
-    upcoming: Vec<Upcoming>,
+    jobs: JobList,
+    chart: Chart,
     settings: Settings,
     /// The viewer may change the topic: the page shows its forms.
     manage: bool,
@@ -424,13 +498,22 @@ pub(super) struct TopicParts {
     pub(super) dead: Vec<JobInfo>,
     /// The `died=` filter, when one of 1h, 24h, 7d.
     pub(super) died: Option<&'static str>,
-    pub(super) upcoming: Vec<JobInfo>,
+    /// The state the job list shows, a page of its jobs, and the cursor
+    /// of the page after (None: the last page).
+    pub(super) state: JobState,
+    pub(super) jobs: Vec<JobInfo>,
+    pub(super) next: Option<String>,
+    /// The page shown is not the first.
+    pub(super) later: bool,
+    /// The last hour of this instance's samples of the topic.
+    pub(super) chart: Vec<Point>,
     pub(super) now: u64,
 }
 
 impl<'a> TopicPage<'a> {
     pub(super) fn new(v: &'a Viewer, t: &Topic, p: TopicParts) -> Self {
         let base = topic_href(t.as_str());
+        let jobs = JobList::new(&base, &p);
         let s = &p.stats;
         let counts = [
             ("scheduled", s.scheduled),
@@ -459,7 +542,7 @@ impl<'a> TopicPage<'a> {
             },
             Some((query, job)) => Lookup {
                 found: (!query.is_empty()).then(|| match job {
-                    Some(j) => Found::Job(JobDetails::new(&base, &j, p.now)),
+                    Some(j) => Found::Job(Box::new(JobDetails::new(&base, &j, p.now, &p.config))),
                     None => Found::Missing(format!("{query:?}")),
                 }),
                 query,
@@ -501,11 +584,8 @@ impl<'a> TopicPage<'a> {
             },
             lookup,
             dead,
-            upcoming: p
-                .upcoming
-                .iter()
-                .map(|j| Upcoming::new(&base, j, p.now))
-                .collect(),
+            jobs,
+            chart: Chart::new(&p.chart, p.now),
             settings: Settings::new(&p.config),
             base,
         }
@@ -528,12 +608,13 @@ struct Lookup {
 }
 
 enum Found {
-    Job(JobDetails),
+    Job(Box<JobDetails>),
     /// The id asked for, quoted.
     Missing(String),
 }
 
-/// A job found by the lookup, with what may be done to it.
+/// A job found by the lookup: everything known about it, its body in full
+/// (pretty-printed), the limits in effect for it, what may be done to it.
 struct JobDetails {
     id: String,
     /// Where its forms post (`…/jobs/{id}`).
@@ -541,26 +622,62 @@ struct JobDetails {
     state: JobState,
     due_at: String,
     due_in: String,
-    attempts: u32,
+    /// "1 of 3": hand-outs so far of those allowed.
+    attempts: String,
     priority: u32,
     created_at: String,
+    /// The lease's deadline and how far off, when reserved.
+    lease_deadline: Option<String>,
+    /// When it died and how long ago, when dead.
+    died_at: Option<String>,
     last_error: String,
+    /// Timeouts, releases, buries, kicks so far.
+    history: String,
+    /// "JSON, 42 bytes" / "binary, 3 bytes, as base64".
+    body_kind: String,
+    /// The body: JSON indented, bytes as base64; cut past [`BODY_SHOWN`].
     body: String,
+    /// The limits in effect, in the CLI's units.
+    max_attempts: u32,
+    lease: String,
+    retry: String,
 }
 
+/// At most this much of a body is shown (bytes of its text).
+const BODY_SHOWN: usize = 64 * 1024;
+
 impl JobDetails {
-    fn new(base: &str, j: &JobInfo, now: u64) -> Self {
+    fn new(base: &str, j: &JobInfo, now: u64, cfg: &TopicConfig) -> Self {
+        let when = |ms: u64| format!("{} ({})", at(ms), relative(ms, now));
+        let c = &j.counts;
+        let (body_kind, body) = match &j.body {
+            Body::Json(text) => (format!("JSON, {} bytes", text.len()), indent_json(text)),
+            Body::Bytes(b) => (
+                format!("binary, {} bytes, as base64", b.len()),
+                base64::engine::general_purpose::STANDARD.encode(b),
+            ),
+        };
         Self {
             id: j.id.as_str().to_string(),
             action: format!("{base}/jobs/{}", enc(j.id.as_str())),
             state: j.state,
             due_at: at(j.due_at_ms),
             due_in: relative(j.due_at_ms, now),
-            attempts: j.attempts,
+            attempts: format!("{} of {}", j.attempts, j.max_attempts),
             priority: j.priority,
             created_at: at(j.created_at_ms),
+            lease_deadline: j.lease_deadline_ms.map(when),
+            died_at: j.died_at_ms.map(when),
             last_error: j.last_error.clone().unwrap_or_else(|| "–".into()),
-            body: preview(&j.body),
+            history: format!(
+                "{} lease(s) expired, {} given back, {} buried, {} replayed",
+                c.timeouts, c.releases, c.buries, c.kicks
+            ),
+            body_kind,
+            body: cut(body),
+            max_attempts: j.max_attempts,
+            lease: units::format_ms(j.lease_ms),
+            retry: units::format_retry(&cfg.retry),
         }
     }
 
@@ -603,7 +720,7 @@ impl DeadRow {
     fn new(base: &str, j: &JobInfo, now: u64) -> Self {
         Self {
             id: j.id.as_str().to_string(),
-            href: format!("{base}?job={}", enc(j.id.as_str())),
+            href: format!("{base}?job={}#found", enc(j.id.as_str())),
             attempts: j.attempts,
             died_at: j.died_at_ms.map(at).unwrap_or_default(),
             died_ago: j.died_at_ms.map_or("–".into(), |d| relative(d, now)),
@@ -612,42 +729,201 @@ impl DeadRow {
     }
 }
 
-/// A job of the next-due list.
-struct Upcoming {
-    id: String,
-    href: String,
-    due_at: String,
-    due_in: String,
-    attempts: u32,
-    body: String,
+/// One page of the topic's jobs in one state, with the tabs to the others.
+struct JobList {
+    /// The four states: name, count, link, whether it is the one shown.
+    tabs: Vec<Tab>,
+    /// The state shown.
+    state: JobState,
+    /// What the "when" column holds for it.
+    when: &'static str,
+    rows: Vec<JobRow>,
+    /// The link to the page after, when there is one.
+    next: Option<String>,
+    /// The link to the first page, when this is not it.
+    first: Option<String>,
 }
 
-impl Upcoming {
-    fn new(base: &str, j: &JobInfo, now: u64) -> Self {
+struct Tab {
+    name: &'static str,
+    n: u64,
+    href: String,
+    on: bool,
+}
+
+impl JobList {
+    fn new(base: &str, p: &TopicParts) -> Self {
+        let (s, state) = (&p.stats, p.state);
+        let href = |st: JobState| format!("{base}?state={}", st.as_str());
+        let tabs = [
+            (JobState::Scheduled, s.scheduled),
+            (JobState::Ready, s.ready),
+            (JobState::Reserved, s.reserved),
+            (JobState::Dead, s.dead),
+        ]
+        .into_iter()
+        .map(|(st, n)| Tab {
+            name: st.as_str(),
+            n,
+            href: href(st),
+            on: st == state,
+        })
+        .collect();
         Self {
-            id: j.id.as_str().to_string(),
-            href: format!("{base}?job={}", enc(j.id.as_str())),
-            due_at: at(j.due_at_ms),
-            due_in: relative(j.due_at_ms, now),
-            attempts: j.attempts,
-            body: preview(&j.body),
+            tabs,
+            state,
+            when: match state {
+                JobState::Scheduled | JobState::Ready => "due",
+                JobState::Reserved => "lease ends",
+                JobState::Dead => "died",
+            },
+            rows: p.jobs.iter().map(|j| JobRow::new(base, j, p.now)).collect(),
+            next: p
+                .next
+                .as_ref()
+                .map(|c| format!("{}&cursor={}", href(state), enc(c))),
+            first: p.later.then(|| href(state)),
         }
     }
 }
 
+/// A job of the state list: when (due, lease deadline or death, relative,
+/// the time itself as its title), attempt, priority, body or last error.
+struct JobRow {
+    id: String,
+    href: String,
+    when_at: String,
+    when: String,
+    /// "2 of 5": hand-outs so far (for a reserved job: the attempt it is
+    /// on) of those allowed.
+    attempt: String,
+    priority: u32,
+    /// The body's preview; a dead letter's last error.
+    text: String,
+}
+
+impl JobRow {
+    fn new(base: &str, j: &JobInfo, now: u64) -> Self {
+        let when_ms = match j.state {
+            JobState::Reserved => j.lease_deadline_ms,
+            JobState::Dead => j.died_at_ms,
+            _ => Some(j.due_at_ms),
+        };
+        Self {
+            id: j.id.as_str().to_string(),
+            href: format!(
+                "{base}?state={}&job={}#found",
+                j.state.as_str(),
+                enc(j.id.as_str())
+            ),
+            when_at: when_ms.map(at).unwrap_or_default(),
+            when: when_ms.map_or("–".into(), |w| relative(w, now)),
+            attempt: format!("{} of {}", j.attempts, j.max_attempts),
+            priority: j.priority,
+            text: match (j.state, &j.last_error) {
+                (JobState::Dead, Some(e)) => e.clone(),
+                _ => preview(&j.body),
+            },
+        }
+    }
+}
+
+/// The chart of the topic page: enqueues and acks per second (left scale)
+/// and the oldest overdue job's age (right scale), a point a minute over
+/// the last hour, as SVG drawn here (numbers only reach it).
+struct Chart {
+    /// `x,y x,y …` of each line, in the SVG's coordinates.
+    enqueued: String,
+    acked: String,
+    overdue: String,
+    /// The top of each scale: per second, and seconds.
+    rate_max: String,
+    overdue_max: String,
+    /// How many minutes it has (0: nothing to draw yet).
+    points: usize,
+    /// The latest minute's figures in words (the chart's text alternative).
+    latest: String,
+}
+
+/// The chart's drawing area inside its 600 × 170 box.
+const CHART_LEFT: f64 = 44.0;
+const CHART_RIGHT: f64 = 556.0;
+const CHART_TOP: f64 = 10.0;
+const CHART_BOTTOM: f64 = 140.0;
+
+impl Chart {
+    fn new(points: &[Point], now: u64) -> Self {
+        let rate_max = points
+            .iter()
+            .map(|p| p.enqueued.max(p.acked))
+            .fold(0.0, f64::max);
+        let rate_top = nice_top(rate_max);
+        let overdue_top = nice_top(points.iter().map(|p| p.overdue_s).fold(0.0, f64::max));
+        let start = now.saturating_sub(3_600_000) as f64;
+        let x = |at: u64| {
+            let f = ((at as f64 - start) / 3_600_000.0).clamp(0.0, 1.0);
+            CHART_LEFT + f * (CHART_RIGHT - CHART_LEFT)
+        };
+        let y = |v: f64, top: f64| CHART_BOTTOM - (v / top).min(1.0) * (CHART_BOTTOM - CHART_TOP);
+        let line = |v: &dyn Fn(&Point) -> f64, top: f64| {
+            points
+                .iter()
+                .map(|p| format!("{:.1},{:.1}", x(p.at), y(v(p), top)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        Self {
+            enqueued: line(&|p| p.enqueued, rate_top),
+            acked: line(&|p| p.acked, rate_top),
+            overdue: line(&|p| p.overdue_s, overdue_top),
+            rate_max: format!("{rate_top}/s"),
+            overdue_max: ms_human((overdue_top * 1000.0) as u64),
+            points: points.len(),
+            latest: points.last().map_or_else(
+                || "no samples yet".into(),
+                |p| {
+                    format!(
+                        "last minute: {:.1} enqueued/s, {:.1} acked/s, oldest overdue {}",
+                        p.enqueued,
+                        p.acked,
+                        overdue((p.overdue_s * 1000.0) as u64)
+                    )
+                },
+            ),
+        }
+    }
+}
+
+/// A round top for a scale at least `max` (1, 2 or 5 times a power of ten;
+/// 1 for nothing).
+fn nice_top(max: f64) -> f64 {
+    if max <= 1.0 || !max.is_finite() {
+        return 1.0;
+    }
+    let p = 10f64.powf(max.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * p)
+        .find(|t| *t >= max)
+        .unwrap_or(10.0 * p)
+}
+
 /// The settings form's values. Push secrets and header values are not
 /// among them: the form shows how many secrets are set, nothing more.
+///
+/// Durations and the retry policy are in the CLI's units (`30s`,
+/// `1m,3m,5m`): what `dq topics put` takes, and what the form reads back.
 struct Settings {
     max_attempts: u32,
-    lease_ms: u64,
+    lease: String,
     dead_cap: u64,
-    default_delay_ms: u64,
+    default_delay: String,
     partitions: u32,
     /// The rate limit's fields, empty when the topic has none.
     rate_limit: String,
-    rate_per_ms: String,
+    rate_per: String,
     rate_burst: String,
-    /// The retry policy as JSON.
+    /// The retry policy (`1m,3m,5m`, `fixed:30s`, `exp:1s,2,1h`).
     retry: String,
     push: bool,
     /// A forwarding topic's target in words (its password redacted): the
@@ -655,7 +931,7 @@ struct Settings {
     forward: Option<String>,
     url: String,
     get: bool,
-    timeout_ms: u64,
+    timeout: String,
     concurrency: u32,
     secrets: usize,
 }
@@ -673,25 +949,25 @@ impl Settings {
         };
         Self {
             max_attempts: cfg.max_attempts,
-            lease_ms: cfg.lease_ms,
+            lease: units::format_ms(cfg.lease_ms),
             dead_cap: cfg.dead_cap,
-            default_delay_ms: cfg.default_delay_ms,
+            default_delay: units::format_ms(cfg.default_delay_ms),
             partitions: cfg.partitions,
             rate_limit: cfg
                 .rate_limit
                 .map_or_else(String::new, |r| r.limit.to_string()),
-            rate_per_ms: cfg
+            rate_per: cfg
                 .rate_limit
-                .map_or_else(String::new, |r| r.per_ms.to_string()),
+                .map_or_else(String::new, |r| units::format_ms(r.per_ms)),
             rate_burst: cfg
                 .rate_limit
                 .map_or_else(String::new, |r| r.burst.to_string()),
-            retry: serde_json::to_string(&cfg.retry).unwrap_or_default(),
+            retry: units::format_retry(&cfg.retry),
             push: p.is_some(),
             forward,
             url: p.map_or_else(String::new, |p| p.url.clone()),
             get: p.is_some_and(|p| p.method == PushMethod::Get),
-            timeout_ms: p.map_or(3000, |p| p.timeout_ms),
+            timeout: units::format_ms(p.map_or(3000, |p| p.timeout_ms)),
             concurrency: p.map_or(16, |p| p.concurrency),
             secrets: p.map_or(0, |p| p.secrets.len()),
         }
@@ -718,6 +994,52 @@ mod tests {
         assert_eq!(relative(1000, 4000), "3.0 s ago");
         assert_eq!(secs_bound(0.05), "≤ 50 ms");
         assert_eq!(secs_bound(f64::INFINITY), "> 60 s");
+    }
+
+    #[test]
+    fn the_chart_scales_and_places_its_points() {
+        let hour = 3_600_000;
+        let p = |at, enqueued, acked, overdue_s| Point {
+            at,
+            enqueued,
+            acked,
+            overdue_s,
+        };
+        let c = Chart::new(&[p(hour / 2, 3.0, 1.5, 0.0), p(hour, 6.0, 0.0, 12.0)], hour);
+        assert_eq!(c.points, 2);
+        assert_eq!(c.rate_max, "10/s", "a round top above 6");
+        assert_eq!(c.overdue_max, "20.0 s");
+        assert_eq!(c.enqueued, "300.0,101.0 556.0,62.0");
+        assert_eq!(c.acked, "300.0,120.5 556.0,140.0");
+        assert_eq!(c.overdue, "300.0,140.0 556.0,62.0");
+        assert!(c.latest.contains("6.0 enqueued/s"), "{}", c.latest);
+        assert_eq!(Chart::new(&[], hour).latest, "no samples yet");
+        assert_eq!(nice_top(0.0), 1.0);
+        assert_eq!(nice_top(1.5), 2.0);
+        assert_eq!(nice_top(20.0), 20.0);
+        assert_eq!(nice_top(501.0), 1000.0);
+    }
+
+    #[test]
+    fn json_bodies_indented_as_sent() {
+        assert_eq!(
+            indent_json(
+                r#"{"b":[1, {"a":[]}],"big":123456789012345678901234567890,"s":"x\",{[:"}"#
+            ),
+            "{\n  \"b\": [\n    1,\n    {\n      \"a\": []\n    }\n  ],\n  \"big\": 123456789012345678901234567890,\n  \"s\": \"x\\\",{[:\"\n}"
+        );
+        assert_eq!(indent_json("{ }"), "{}");
+        assert_eq!(indent_json("42"), "42");
+        let long = cut("é".repeat(BODY_SHOWN));
+        assert!(
+            long.ends_with(&format!(
+                "(cut: the first {} of {} bytes shown)",
+                BODY_SHOWN,
+                2 * BODY_SHOWN
+            )),
+            "{}",
+            &long[long.len() - 80..]
+        );
     }
 
     #[test]
@@ -766,7 +1088,11 @@ mod tests {
                 job: None,
                 dead: Vec::new(),
                 died: None,
-                upcoming: Vec::new(),
+                state: JobState::Scheduled,
+                jobs: Vec::new(),
+                next: None,
+                later: false,
+                chart: Vec::new(),
                 now: 0,
             },
         )
