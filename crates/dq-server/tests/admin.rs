@@ -1184,6 +1184,59 @@ async fn pause_until_resumed_and_rate_limit_from_the_page() {
         .await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
     assert!(cfg().await.get("rate_limit").is_none(), "emptied: removed");
+    // The per-key limits: set, shown, refused when out of range, emptied.
+    let r = a
+        .submit(
+            page,
+            "/admin/topics/shop/settings",
+            &[
+                ("key_concurrency", "3"),
+                ("key_rate_limit", "5"),
+                ("key_rate_per", "1s"),
+                ("mode", "pull"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let c = cfg().await;
+    assert_eq!(c["key_concurrency"], json!(3));
+    assert_eq!(
+        c["key_rate_limit"],
+        json!({"limit": 5, "per_ms": 1000, "burst": 5})
+    );
+    let doc = a.get(page).await.doc();
+    let value = |sel: &str| {
+        doc.select(&scraper::Selector::parse(sel).unwrap())
+            .next()
+            .unwrap()
+            .value()
+            .attr("value")
+            .map(str::to_string)
+    };
+    assert_eq!(value("#key_concurrency").as_deref(), Some("3"));
+    assert_eq!(value("#key_rate_per").as_deref(), Some("1s"));
+    let r = a
+        .submit(
+            page,
+            "/admin/topics/shop/settings",
+            &[("key_concurrency", "0"), ("mode", "pull")],
+        )
+        .await;
+    assert!(r.text.contains("invalid_key_concurrency"), "{}", r.text);
+    assert_eq!(
+        cfg().await["key_concurrency"],
+        json!(3),
+        "refused: unchanged"
+    );
+    let r = a
+        .submit(page, "/admin/topics/shop/settings", &[("mode", "pull")])
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let c = cfg().await;
+    assert!(
+        c.get("key_concurrency").is_none() && c.get("key_rate_limit").is_none(),
+        "{c}"
+    );
 }
 
 /// Deleting a topic from its page asks first (nothing changes until

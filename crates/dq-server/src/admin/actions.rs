@@ -231,10 +231,9 @@ pub(super) async fn save_settings(
             dedup_ms: f.number("dedup_ms")?,
             // Kept as it is: the pause has its own buttons.
             paused: None,
-            rate_limit: Some(rate_limit(&f)?),
-            // Kept as they are: set through the API, the CLI or dq.toml.
-            key_concurrency: None,
-            key_rate_limit: None,
+            rate_limit: Some(rate_limit(&f, "rate")?),
+            key_concurrency: Some(f.number("key_concurrency")?),
+            key_rate_limit: Some(rate_limit(&f, "key_rate")?),
             retry,
             delivery: Some(match f.get("mode") {
                 Some("push") => Delivery::Push(push_config(&f, old_push)?),
@@ -256,14 +255,14 @@ pub(super) async fn save_settings(
 
 /// The rate limit the settings form gives: none when its limit is empty;
 /// the window and burst default to 1000 ms and the limit.
-fn rate_limit(f: &Form) -> Result<Option<RateLimit>, ApiError> {
-    let Some(limit) = f.number("rate_limit")? else {
+fn rate_limit(f: &Form, name: &str) -> Result<Option<RateLimit>, ApiError> {
+    let Some(limit) = f.number(&format!("{name}_limit"))? else {
         return Ok(None);
     };
     Ok(Some(RateLimit {
         limit,
-        per_ms: f.setting_ms("rate_per")?.unwrap_or(1000),
-        burst: f.number("rate_burst")?.unwrap_or(limit),
+        per_ms: f.setting_ms(&format!("{name}_per"))?.unwrap_or(1000),
+        burst: f.number(&format!("{name}_burst"))?.unwrap_or(limit),
     }))
 }
 

@@ -631,6 +631,8 @@ struct JobDetails {
     /// When it died and how long ago, when dead.
     died_at: Option<String>,
     last_error: String,
+    /// Its flow-control key, when it has one.
+    key: Option<String>,
     /// Timeouts, releases, buries, kicks so far.
     history: String,
     /// "JSON, 42 bytes" / "binary, 3 bytes, as base64".
@@ -669,6 +671,7 @@ impl JobDetails {
             lease_deadline: j.lease_deadline_ms.map(when),
             died_at: j.died_at_ms.map(when),
             last_error: j.last_error.clone().unwrap_or_else(|| "–".into()),
+            key: j.key.as_ref().map(ToString::to_string),
             history: format!(
                 "{} lease(s) expired, {} given back, {} buried, {} replayed",
                 c.timeouts, c.releases, c.buries, c.kicks
@@ -923,6 +926,12 @@ struct Settings {
     rate_limit: String,
     rate_per: String,
     rate_burst: String,
+    /// Leases per flow-control key, empty when unlimited.
+    key_concurrency: String,
+    /// The per-key rate limit's fields, empty when the topic has none.
+    key_rate_limit: String,
+    key_rate_per: String,
+    key_rate_burst: String,
     /// The retry policy (`1m,3m,5m`, `fixed:30s`, `exp:1s,2,1h`).
     retry: String,
     push: bool,
@@ -961,6 +970,18 @@ impl Settings {
                 .map_or_else(String::new, |r| units::format_ms(r.per_ms)),
             rate_burst: cfg
                 .rate_limit
+                .map_or_else(String::new, |r| r.burst.to_string()),
+            key_concurrency: cfg
+                .key_concurrency
+                .map_or_else(String::new, |k| k.to_string()),
+            key_rate_limit: cfg
+                .key_rate_limit
+                .map_or_else(String::new, |r| r.limit.to_string()),
+            key_rate_per: cfg
+                .key_rate_limit
+                .map_or_else(String::new, |r| units::format_ms(r.per_ms)),
+            key_rate_burst: cfg
+                .key_rate_limit
                 .map_or_else(String::new, |r| r.burst.to_string()),
             retry: units::format_retry(&cfg.retry),
             push: p.is_some(),
