@@ -558,6 +558,15 @@ pub(crate) fn reserve(
     };
     // Whether ready jobs are left that may go now, and when a key out of
     // tokens has its next one.
+    // A topic that had keyed jobs takes the keyed path while any is ready
+    // (one seek of the lanes' index) or a key may still be waiting.
+    let keyed = keyed
+        && cx
+            .conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL)",
+            )?
+            .query_row([tid], |r| r.get::<_, bool>(0))?;
     let (go, key_token_at) = if keyed {
         reserve_keyed(cx, &mut hand, take)?
     } else {
@@ -752,6 +761,7 @@ fn reserve_keyed(cx: &mut Ctx, hand: &mut HandOut<'_>, take: u64) -> OpResult<(b
             touched: false,
         });
     }
+    let mut fresh = 0;
     for key in ready_keys(cx, tid)? {
         let row: Option<(i64, i64, Option<u64>, u64)> = cx
             .conn
@@ -762,7 +772,12 @@ fn reserve_keyed(cx: &mut Ctx, hand: &mut HandOut<'_>, take: u64) -> OpResult<(b
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })
             .optional()?;
-        let (active, turn, credit, at) = row.unwrap_or((0, 0, None, 0));
+        // A key new to the round (no row: never handed out, or forgotten
+        // while idle) joins at its end, as on Redis.
+        let (active, turn, credit, at) = row.unwrap_or_else(|| {
+            fresh += 1;
+            (0, kturn + fresh, None, 0)
+        });
         lanes.push(Lane {
             turn,
             key: Some(key),
@@ -791,6 +806,7 @@ fn reserve_keyed(cx: &mut Ctx, hand: &mut HandOut<'_>, take: u64) -> OpResult<(b
             None => (true, None),
         }
     };
+    kturn += fresh;
     let mut token_at: Option<u64> = None;
     let mut held_back = 0i64;
     // Lanes that may go, by (turn, key): a round-robin over them.
@@ -808,17 +824,16 @@ fn reserve_keyed(cx: &mut Ctx, hand: &mut HandOut<'_>, take: u64) -> OpResult<(b
             }
         }
     }
-    let find = |lanes: &[Lane], key: &Option<String>| {
-        lanes
-            .iter()
-            .position(|l| &l.key == key)
-            .expect("an open lane is a lane")
-    };
+    let at_index: std::collections::HashMap<Option<String>, usize> = lanes
+        .iter()
+        .enumerate()
+        .map(|(i, l)| (l.key.clone(), i))
+        .collect();
     while (hand.leases.len() as u64) < take {
         let Some((_, key)) = open.pop_first() else {
             break;
         };
-        let i = find(&lanes, &key);
+        let i = at_index[&key];
         let Some(j) = lane_head(cx, tid, key.as_deref())? else {
             continue;
         };
@@ -1451,12 +1466,26 @@ pub(crate) fn delete_topic(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<
         if left <= 0 {
             break;
         }
-        let n = cx
+        // The keys of deleted leases, to free their slots (a delete cut
+        // short leaves no key held for good).
+        let keys: Vec<Option<String>> = cx
             .conn
             .prepare_cached(
-                "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE tid = ?1 AND state = ?2 LIMIT ?3)",
+                "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE tid = ?1 AND state = ?2 LIMIT ?3)
+                 RETURNING fkey",
             )?
-            .execute(params![tid, state, left])? as i64;
+            .query_map(params![tid, state, left], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let n = keys.len() as i64;
+        if state == RESERVED {
+            for k in keys.into_iter().flatten() {
+                cx.conn
+                    .prepare_cached(
+                        "UPDATE fkeys SET active = max(active - 1, 0) WHERE tid = ?1 AND fkey = ?2",
+                    )?
+                    .execute(params![tid, k])?;
+            }
+        }
         let mut d = [0; 4];
         d[state as usize] = -n;
         counts(cx, tid, d)?;

@@ -1099,6 +1099,8 @@ impl Store for RedisStore {
         if key_limit_changed {
             pipe.del(&[tk.key_buckets(), tk.key_buckets_full()])
                 .ignore();
+            // Keys waiting for a token of the old limit look again.
+            pipe.hset(tk.ctr(), "kwait_stale", 1).ignore();
         }
         if !fields.is_empty() || !removed.is_empty() || limit_changed || key_limit_changed {
             let _: () = pipe.query_async(&mut conn).await.map_err(unavailable)?;

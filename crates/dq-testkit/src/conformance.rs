@@ -2175,6 +2175,70 @@ pub async fn key_concurrency_is_shared_and_changes_take_effect(s: &dyn Store) {
     );
 }
 
+/// The round holds under churn: keys that come and go (a new key each
+/// call) take their turn at the end of the round and never starve a key
+/// with a backlog; a changed `key_rate_limit` applies at once to keys that
+/// waited for a token of the old one; a delete cut short frees the slots of
+/// the leases it deleted.
+pub async fn keys_churn_limit_changes_and_partial_deletes(s: &dyn Store) {
+    let t = topic("key-churn");
+    let backlog: Vec<NewJob> = (0..20)
+        .map(|i| keyed(&format!("big-{i:02}"), "big", When::DelayMs(0)))
+        .collect();
+    s.enqueue(&t, &backlog, T0).await.unwrap();
+    let mut got = Vec::new();
+    for i in 0..10 {
+        put(
+            s,
+            &t,
+            keyed(&format!("new{i}-0"), &format!("new{i}"), When::DelayMs(0)),
+            T0 + i,
+        )
+        .await;
+        got.extend(s.reserve(&t, 1, None, T0 + i).await.unwrap().leases);
+    }
+    let n = per_prefix(&got);
+    assert!(
+        n.get("big").copied().unwrap_or(0) >= 4,
+        "the backlog gets its turns: {n:?}"
+    );
+
+    let t = topic("key-rate-change");
+    key_limits(s, &t, None, Some(Some((1, 86_400_000, 1)))).await;
+    let jobs: Vec<NewJob> = (0..5)
+        .map(|i| keyed(&format!("a-{i}"), "a", When::DelayMs(0)))
+        .collect();
+    s.enqueue(&t, &jobs, T0).await.unwrap();
+    let r = s.reserve(&t, 10, None, T0).await.unwrap();
+    assert_eq!(r.leases.len(), 1);
+    assert_eq!(
+        r.next_due_ms,
+        Some(T0 + 86_400_000),
+        "a day to the next token"
+    );
+    key_limits(s, &t, None, Some(Some((100, 1000, 2)))).await;
+    let r = s.reserve(&t, 10, None, T0 + 1).await.unwrap();
+    assert_eq!(r.leases.len(), 2, "the new limit's burst, at once");
+
+    let t = topic("key-delete");
+    key_limits(s, &t, Some(Some(1)), None).await;
+    let jobs: Vec<NewJob> = (0..2)
+        .map(|i| keyed(&format!("k-{i}"), "k", When::DelayMs(0)))
+        .collect();
+    s.enqueue(&t, &jobs, T0).await.unwrap();
+    assert_eq!(
+        ids(&s.reserve(&t, 10, None, T0).await.unwrap()),
+        vec!["k-0"]
+    );
+    let (deleted, gone) = s.delete_topic(&t, 1).await.unwrap();
+    assert_eq!((deleted, gone), (1, false));
+    assert_eq!(
+        ids(&s.reserve(&t, 10, None, T0 + 1).await.unwrap()),
+        vec!["k-1"],
+        "the deleted lease's slot is free"
+    );
+}
+
 /// `pause_topic`: nothing is handed out before the pause ends (the reserve
 /// says when to look again), stats report it, and 0 resumes at once.
 pub async fn pause_topic_hands_nothing_out(s: &dyn Store) {
@@ -3060,6 +3124,7 @@ macro_rules! conformance_tests {
             keys_take_turns,
             key_rate_limit_per_key,
             key_concurrency_is_shared_and_changes_take_effect,
+            keys_churn_limit_changes_and_partial_deletes,
             reserve_job_in_any_waiting_or_dead_state,
             watch_wakes_announces_what_became_due,
             ack_and_write_elsewhere_does_nothing,

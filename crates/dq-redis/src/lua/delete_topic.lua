@@ -13,6 +13,13 @@ for _, z in ipairs({K.sched, K.lease, K.dead, K.ready}) do
       if z == K.ready then
         ids = {}
         for i, m in ipairs(ms) do ids[i] = string.sub(m, READY_PREFIX + 1) end
+      elseif z == K.lease then
+        -- A keyed lease deleted frees its key's slot (a delete cut short
+        -- leaves no key held for good).
+        for _, id in ipairs(ids) do
+          local j = load(id)
+          if j and j.g then key_unlease(j.g) end
+        end
       end
       redis.call('HDEL', K.jobs, unpack(ids))
       redis.call('ZREMRANGEBYRANK', z, 0, #ms - 1)

@@ -11,6 +11,7 @@
 --   the write (the job stays reserved, not acked).
 -- Side effects: per job written as ack.lua's, plus the write.
 local out = {}
+local freed = false
 local now = clock_ms(ARGV[2])
 local i = 3
 while i <= #ARGV do
@@ -43,10 +44,11 @@ while i <= #ARGV do
       redis.call('HDEL', K.jobs, id)
       remember(K, id, j, now)
       redis.call('ZREM', K.lease, id)
-      if j.g and key_unlease(j.g) then wake() end
+      if j.g and key_unlease(j.g) then freed = true end
       redis.call('HINCRBY', K.ctr, 'acked', 1)
       out[#out + 1] = { 1 }
     end
   end
 end
+if freed then wake() end
 return out

@@ -17,7 +17,7 @@
 --   with keyed jobs, the key structures of common.lua.
 local now, max = clock_ms(ARGV[2]), tonumber(ARGV[3])
 local lease_override = tonumber(ARGV[4])
-local st = redis.call('HMGET', K.ctr, 'paused_until', 'kready', 'uturn', 'klim')
+local st = redis.call('HMGET', K.ctr, 'paused_until', 'kready', 'uturn', 'klim', 'kwait_stale')
 -- A paused topic hands nothing out; the pause's end is when to look again.
 local paused = tonumber(st[1] or '0')
 if paused > now then return {paused} end
@@ -115,10 +115,12 @@ else
     end
     redis.call('HSET', K.ctr, 'klim', klim)
   end
-  -- Keys whose next token has come (all of them once the limit is gone)
-  -- take their turn again; full buckets are forgotten.
+  -- Keys whose next token has come take their turn again (all of them
+  -- once the limit is gone or changed: their wait was the old limit's);
+  -- full buckets are forgotten.
+  local stale = st[5] == '1'
   local back
-  if krate then
+  if krate and not stale then
     back = redis.call('ZRANGEBYSCORE', KR.wait, '-inf', now, 'LIMIT', 0, MAX_BATCH)
     local full = redis.call('ZRANGEBYSCORE', KR.full, '-inf', now, 'LIMIT', 0, MAX_BATCH)
     if #full > 0 then
@@ -133,6 +135,9 @@ else
     redis.call('ZREM', KR.wait, g)
     key_enter(g)
   end
+  -- More waiting keys than one call moves: the next call goes on.
+  local more_back = (stale or not krate) and redis.call('EXISTS', KR.wait) == 1
+  if stale and not more_back then redis.call('HDEL', K.ctr, 'kwait_stale') end
   local uturn = num(st[3], 0)
   local uturn0 = uturn
   local ulen = redis.call('ZCARD', K.ready)
@@ -172,7 +177,7 @@ else
           redis.call('HINCRBY', K.ctr, 'kready', -1)
           if hand_out(string.sub(m[1], READY_PREFIX + 1)) then act = key_lease(g) end
         end
-        if krate then
+        if krate and act > 0 then
           credit = credit - krate.per
           redis.call('HSET', KR.rl, g, fmt(credit) .. ',' .. fmt(at))
           redis.call('ZADD', KR.full, at + math.ceil((krate.cap - credit) / krate.limit), g)
@@ -194,7 +199,7 @@ else
   end
   if uturn ~= uturn0 then redis.call('HSET', K.ctr, 'uturn', uturn) end
   left = ulen + num(redis.call('HGET', K.ctr, 'kready'), 0)
-  go = ulen > 0 or redis.call('EXISTS', KR.ring) == 1
+  go = ulen > 0 or more_back or redis.call('EXISTS', KR.ring) == 1
   local w = redis.call('ZRANGE', KR.wait, 0, 0, 'WITHSCORES')
   if w[2] then wait_at = tonumber(w[2]) end
 end
