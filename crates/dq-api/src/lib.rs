@@ -61,6 +61,13 @@ impl RawJson {
     }
 }
 
+/// A body field that is there, whatever its value: `"body": null` is a
+/// body of JSON `null` (the same job as no body), and it counts as given
+/// beside `body_base64` (exclusive).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<RawJson>, D::Error> {
+    RawJson::deserialize(d).map(Some)
+}
+
 impl PartialEq for RawJson {
     fn eq(&self, other: &Self) -> bool {
         self.get() == other.get()
@@ -95,7 +102,11 @@ pub struct EnqueueRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     /// A JSON body (exclusive with `body_base64`); `null` when neither.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub body: Option<RawJson>,
     /// A bytes body, base64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -267,7 +278,11 @@ pub struct JobRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     /// A JSON body, as sent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub body: Option<RawJson>,
     /// A bytes body, base64.
     #[serde(default, skip_serializing_if = "Option::is_none")]

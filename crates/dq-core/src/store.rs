@@ -407,6 +407,12 @@ pub trait Store: Send + Sync + 'static {
         let _ = on_wake;
         std::future::pending::<()>().await
     }
+
+    /// Most partitions a topic of this store may have (the embedded store
+    /// keeps every topic whole: 1). What the served OpenAPI document says.
+    fn max_partitions(&self) -> u32 {
+        crate::topic::MAX_PARTITIONS
+    }
 }
 
 /// Longest [`Record::value`], in bytes.

@@ -320,6 +320,10 @@ impl Store for EmbeddedStore {
             .await
     }
 
+    fn max_partitions(&self) -> u32 {
+        1
+    }
+
     async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
         if items.is_empty() {
             return Vec::new();

@@ -8,6 +8,15 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
+use base64::engine::{GeneralPurpose, GeneralPurposeConfig};
+
+/// Base64 as bodies are read: the standard alphabet with its padding, and
+/// the unused bits of the last symbol not checked (`AB==` and `AA==` are
+/// the same byte), so every string of the OpenAPI document's pattern reads.
+const B64_IN: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+);
 use dq_api as wire;
 use dq_core::limits::{self, MAX_BATCH, MAX_RESERVE, MAX_WAIT_MS};
 use dq_core::*;
@@ -84,7 +93,7 @@ fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<Ne
             limits::check_json_depth(raw.get())?;
             Body::Json(raw.get().to_string())
         }
-        (None, Some(b64)) => Body::Bytes(B64.decode(b64.as_bytes()).map_err(|e| {
+        (None, Some(b64)) => Body::Bytes(B64_IN.decode(b64.as_bytes()).map_err(|e| {
             ApiError::bad_request("invalid_body", format!("body_base64 is not base64: {e}"))
         })?),
         (None, None) => Body::Json("null".into()),
@@ -280,12 +289,13 @@ fn import_job(r: wire::JobRecord, i: usize, now_ms: u64) -> Result<ImportJob, Ap
         .map(JobKey::new)
         .transpose()
         .map_err(|e| at(e.code, e.message))?;
-    if r.lease_deadline_ms.is_some() {
-        return Err(at(
-            "invalid_lease_deadline",
-            "lease_deadline_ms is not imported: import a reserved job as ready, due at its lease deadline".into(),
-        ));
-    }
+    // A reserved job's lease belongs to the store it came from: it is
+    // imported ready, due at its lease deadline (when it would have been
+    // handed out again); a listing's lease_deadline_ms says nothing more.
+    let (state, due_at_ms) = match r.state {
+        JobState::Reserved => (JobState::Ready, r.lease_deadline_ms.unwrap_or(r.due_at_ms)),
+        s => (s, r.due_at_ms),
+    };
     let body = match (r.body, r.body_base64) {
         (Some(_), Some(_)) => {
             return Err(at(
@@ -298,15 +308,16 @@ fn import_job(r: wire::JobRecord, i: usize, now_ms: u64) -> Result<ImportJob, Ap
             Body::Json(raw.get().to_string())
         }
         (None, Some(b64)) => Body::Bytes(
-            B64.decode(b64.as_bytes())
+            B64_IN
+                .decode(b64.as_bytes())
                 .map_err(|e| at("invalid_body", format!("body_base64 is not base64: {e}")))?,
         ),
         (None, None) => Body::Json("null".into()),
     };
     Ok(ImportJob {
         id,
-        state: r.state,
-        due_at_ms: r.due_at_ms,
+        state,
+        due_at_ms,
         priority: r.priority,
         attempts: r.attempts,
         max_attempts: r.max_attempts,
