@@ -66,11 +66,8 @@ impl RetryPolicy {
                 if !jitter.is_finite() || !(0.0..=1.0).contains(jitter) {
                     return bad(format!("jitter must be between 0 and 1, got {jitter}"));
                 }
-                if *initial_ms > *max_ms {
-                    return bad(format!(
-                        "initial_ms ({initial_ms}) must not exceed max_ms ({max_ms})"
-                    ));
-                }
+                // initial_ms over max_ms is allowed: max_ms caps every
+                // wait, the first one included (the waits are max_ms).
                 if *max_ms > MAX_RETRY_MS {
                     return bad(format!("max_ms must be at most {MAX_RETRY_MS}"));
                 }
@@ -252,5 +249,15 @@ mod tests {
             jitter: f64::NAN,
         };
         assert!(nan.validate().is_err());
+    }
+
+    #[test]
+    fn initial_over_max_waits_max() {
+        let r: RetryPolicy = serde_json::from_str(
+            r#"{"exponential":{"initial_ms":5000,"factor":2,"max_ms":1000,"jitter":0}}"#,
+        )
+        .unwrap();
+        r.validate().unwrap();
+        assert_eq!((r.delay_ms(1, 0.5), r.delay_ms(4, 0.5)), (1000, 1000));
     }
 }

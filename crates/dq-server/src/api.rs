@@ -325,9 +325,12 @@ fn import_job(r: wire::JobRecord, i: usize, now_ms: u64) -> Result<ImportJob, Ap
         retry: r.retry,
         dedup_ms: r.dedup_ms,
         body,
-        last_error: r.last_error,
+        // As a nack's: a longer error is cut, not refused.
+        last_error: r.last_error.map(|e| limits::clip_error(&e).to_string()),
         created_at_ms: r.created_at_ms.unwrap_or(now_ms),
-        died_at_ms: r.died_at_ms,
+        // Only a dead letter keeps when it died (a listing of another
+        // state has none; one sent anyway is not kept).
+        died_at_ms: r.died_at_ms.filter(|_| state == JobState::Dead),
         key,
     })
 }

@@ -64,6 +64,14 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 ));
             }
         }
+        // Every request body is an object (serde would also read a struct
+        // from an array of its fields in order: `[null, null]`).
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(ApiError::bad_request(
+                "invalid_json",
+                "the request body must be a JSON object",
+            ));
+        }
         parse(&bytes).map(JsonBody)
     }
 }

@@ -414,6 +414,7 @@ async fn every_error_code_and_nothing_written(fresh: FreshApi) {
             400,
             "invalid_body",
         ),
+        ("POST", j, Some(json!([null, null])), 400, "invalid_json"),
         (
             "POST",
             j,
@@ -1629,6 +1630,28 @@ async fn export_listing_and_import(fresh: FreshApi) {
     );
     let (_, j) = a.call("GET", "/v1/topics/leased/jobs/odd", None).await;
     assert_eq!(j["lease_deadline_ms"], Value::Null);
+    // A dead letter's error longer than 4096 bytes is cut, as a nack's;
+    // a waiting job's died_at_ms is not kept.
+    let (s, v) = a
+        .call(
+            "POST",
+            "/v1/topics/leased/jobs:import",
+            Some(json!({"jobs": [
+                {"id": "long", "state": "dead", "due_at_ms": 1, "priority": 1, "attempts": 1,
+                 "died_at_ms": now, "last_error": "é".repeat(3000)},
+                {"id": "alive", "state": "ready", "due_at_ms": now, "priority": 1,
+                 "attempts": 0, "died_at_ms": 7},
+            ]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, j) = a.call("GET", "/v1/topics/leased/jobs/long", None).await;
+    assert_eq!(j["last_error"].as_str().unwrap().len(), 4096);
+    let (_, j) = a.call("GET", "/v1/topics/leased/jobs/alive", None).await;
+    assert_eq!(
+        (j["state"].clone(), j["died_at_ms"].clone()),
+        (json!("ready"), Value::Null)
+    );
 
     // Bad requests: their own codes, nothing written.
     let good =
@@ -1638,12 +1661,6 @@ async fn export_listing_and_import(fresh: FreshApi) {
         (
             bad(
                 json!({"id": "r", "state": "dead", "due_at_ms": now, "priority": 1, "attempts": 1}),
-            ),
-            "invalid_died_at",
-        ),
-        (
-            bad(
-                json!({"id": "r", "state": "ready", "due_at_ms": now, "priority": 1, "attempts": 1, "died_at_ms": 1}),
             ),
             "invalid_died_at",
         ),
@@ -1683,12 +1700,6 @@ async fn export_listing_and_import(fresh: FreshApi) {
                 json!({"id": "r", "state": "dead", "due_at_ms": 1, "priority": 1, "attempts": 0, "died_at_ms": 1u64 << 60}),
             ),
             "invalid_time",
-        ),
-        (
-            bad(
-                json!({"id": "r", "state": "dead", "due_at_ms": 1, "priority": 1, "attempts": 0, "died_at_ms": 1, "last_error": "x".repeat(5000)}),
-            ),
-            "invalid_error",
         ),
         (
             bad(
