@@ -33,18 +33,8 @@ pub fn format_ms(ms: u64) -> String {
         return "0s".into();
     }
     let mut out = String::new();
-    let mut left = ms;
-    for (unit, size) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1000),
-        ("ms", 1),
-    ] {
-        if left >= size {
-            out.push_str(&format!("{}{unit}", left / size));
-            left %= size;
-        }
+    for (n, unit) in dq_core::limits::ms_parts(ms) {
+        out.push_str(&format!("{n}{unit}"));
     }
     out
 }

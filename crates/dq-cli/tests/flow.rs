@@ -11,6 +11,18 @@ use serde_json::{Value, json};
 mod support;
 use support::Dq;
 
+/// Serves `app` on a free port (its `/hook` is the push URL) and starts
+/// two `dq serve` on one new Redis.
+async fn receiver_and_two_instances(app: axum::Router) -> (String, RedisServer, Dq, Dq) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await });
+    let redis = RedisServer::start();
+    let a = Dq::start(&redis.url()).await;
+    let b = Dq::start(&redis.url()).await;
+    (url, redis, a, b)
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -45,13 +57,7 @@ async fn push_topic_rate_limited_to_50_per_second() {
             }),
         )
     };
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", l.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(l, app).await });
-
-    let redis = RedisServer::start();
-    let a = Dq::start(&redis.url()).await;
-    let b = Dq::start(&redis.url()).await;
+    let (url, _redis, a, b) = receiver_and_two_instances(app).await;
     let (s, v, _) = a
         .call(
             reqwest::Method::PUT,
@@ -165,13 +171,7 @@ async fn push_topic_key_concurrency_across_two_instances() {
             }),
         )
     };
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", l.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(l, app).await });
-
-    let redis = RedisServer::start();
-    let a = Dq::start(&redis.url()).await;
-    let b = Dq::start(&redis.url()).await;
+    let (url, _redis, a, b) = receiver_and_two_instances(app).await;
     let (s, v, _) = a
         .call(
             reqwest::Method::PUT,

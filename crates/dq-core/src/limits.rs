@@ -133,28 +133,38 @@ impl Limits {
     }
 }
 
+/// The non-zero parts of `ms`, largest first, in days, hours, minutes,
+/// seconds and milliseconds (`"d"`, `"h"`, `"m"`, `"s"`, `"ms"`): exact, so
+/// they add up to `ms`; none for 0.
+pub fn ms_parts(ms: u64) -> Vec<(u64, &'static str)> {
+    let mut parts = Vec::new();
+    let mut left = ms;
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+        ("ms", 1),
+    ] {
+        if left >= size {
+            parts.push((left / size, unit));
+            left %= size;
+        }
+    }
+    parts
+}
+
 /// A duration for people: its non-zero parts, largest first (`20 d`,
 /// `1 h 30 min`, `1 s 500 ms`, `0 ms`), exact to the millisecond.
 pub fn human_ms(ms: u64) -> String {
     if ms == 0 {
         return "0 ms".into();
     }
-    let mut parts = Vec::new();
-    let mut left = ms;
-    for (unit, size) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("min", 60_000),
-        ("s", 1000),
-        ("ms", 1),
-    ] {
-        let n = left / size;
-        left %= size;
-        if n > 0 {
-            parts.push(format!("{n} {unit}"));
-        }
-    }
-    parts.join(" ")
+    ms_parts(ms)
+        .into_iter()
+        .map(|(n, unit)| format!("{n} {}", if unit == "m" { "min" } else { unit }))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Checks a dedup window.

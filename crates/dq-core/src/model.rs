@@ -172,19 +172,7 @@ impl JobId {
     /// `invalid_id` when empty, too long, or holding whitespace or control characters.
     pub fn new(id: impl Into<String>) -> Result<Self, InvalidInput> {
         let id = id.into();
-        let chars = id.chars().count();
-        if chars == 0 || chars > Self::MAX_LEN {
-            return Err(InvalidInput::new(
-                "invalid_id",
-                format!("id must be 1-{} characters, got {chars}", Self::MAX_LEN),
-            ));
-        }
-        if let Some(c) = id.chars().find(|c| c.is_whitespace() || c.is_control()) {
-            return Err(InvalidInput::new(
-                "invalid_id",
-                format!("id may not hold whitespace or control characters, found {c:?}"),
-            ));
-        }
+        printable("id", "invalid_id", Self::MAX_LEN, &id)?;
         if is_dot_segment(&id) {
             return Err(InvalidInput::new(
                 "invalid_id",
@@ -218,6 +206,25 @@ impl<'de> Deserialize<'de> for JobId {
     }
 }
 
+/// Checks that `value` (a `what`) is 1 to `max` characters, none of them
+/// whitespace or control; else `code`.
+fn printable(what: &str, code: &'static str, max: usize, value: &str) -> Result<(), InvalidInput> {
+    let chars = value.chars().count();
+    if chars == 0 || chars > max {
+        return Err(InvalidInput::new(
+            code,
+            format!("{what} must be 1-{max} characters, got {chars}"),
+        ));
+    }
+    if let Some(c) = value.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(InvalidInput::new(
+            code,
+            format!("{what} may not hold whitespace or control characters, found {c:?}"),
+        ));
+    }
+    Ok(())
+}
+
 /// A job's flow-control key (e.g. `customer-17`): jobs of one key share
 /// the topic's `key_concurrency` and `key_rate_limit`, and the keys of a
 /// topic take turns at hand-out (issue #18). 1–128 characters, printable,
@@ -237,19 +244,7 @@ impl JobKey {
     /// characters.
     pub fn new(key: impl Into<String>) -> Result<Self, InvalidInput> {
         let key = key.into();
-        let chars = key.chars().count();
-        if chars == 0 || chars > Self::MAX_LEN {
-            return Err(InvalidInput::new(
-                "invalid_key",
-                format!("key must be 1-{} characters, got {chars}", Self::MAX_LEN),
-            ));
-        }
-        if let Some(c) = key.chars().find(|c| c.is_whitespace() || c.is_control()) {
-            return Err(InvalidInput::new(
-                "invalid_key",
-                format!("key may not hold whitespace or control characters, found {c:?}"),
-            ));
-        }
+        printable("key", "invalid_key", Self::MAX_LEN, &key)?;
         Ok(Self(key))
     }
 

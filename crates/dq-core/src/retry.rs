@@ -55,7 +55,7 @@ impl RetryPolicy {
         let bad = |m: String| Err(InvalidInput::new("invalid_retry", m));
         match self {
             RetryPolicy::Exponential {
-                initial_ms,
+                initial_ms: _,
                 factor,
                 max_ms,
                 jitter,

@@ -47,6 +47,19 @@ fn generated(when: When) -> NewJob {
     NewJob::with_generated_id(Body::Json("{}".into()), when)
 }
 
+/// Reserves from `t` at `now` until a reserve hands nothing out; how many
+/// were handed out.
+async fn reserve_all(s: &ShardedStore, t: &Topic, now: u64) -> usize {
+    let mut n = 0;
+    loop {
+        let r = s.reserve(t, 1000, None, now).await.unwrap();
+        if r.leases.is_empty() {
+            break n;
+        }
+        n += r.leases.len();
+    }
+}
+
 async fn partitioned(s: &ShardedStore, t: &Topic, n: u32) {
     s.configure_topic(
         t,
@@ -480,20 +493,7 @@ async fn a_partitioned_topic_keeps_its_rate_limit() {
     for chunk in jobs.chunks(100) {
         s.enqueue(&t, chunk, T0).await.unwrap();
     }
-    let count = |now| {
-        let s = &s;
-        let t = &t;
-        async move {
-            let mut n = 0;
-            loop {
-                let r = s.reserve(t, 1000, None, now).await.unwrap();
-                if r.leases.is_empty() {
-                    break n;
-                }
-                n += r.leases.len();
-            }
-        }
-    };
+    let count = |now| reserve_all(&s, &t, now);
     assert_eq!(count(T0).await, 40, "the burst, over every partition");
     assert_eq!(
         count(T0 + 99).await,
@@ -533,20 +533,7 @@ async fn a_partitioned_topic_splits_its_key_concurrency() {
     for chunk in jobs.chunks(100) {
         s.enqueue(&t, chunk, T0).await.unwrap();
     }
-    let count = |now| {
-        let s = &s;
-        let t = &t;
-        async move {
-            let mut n = 0;
-            loop {
-                let r = s.reserve(t, 1000, None, now).await.unwrap();
-                if r.leases.is_empty() {
-                    break n;
-                }
-                n += r.leases.len();
-            }
-        }
-    };
+    let count = |now| reserve_all(&s, &t, now);
     assert_eq!(count(T0).await, 8, "2 in each of 4 partitions");
     s.configure_topic(&t, &limit(10)).await.unwrap();
     assert_eq!(count(T0 + 1).await, 0, "10 / 4 is still 2 each");

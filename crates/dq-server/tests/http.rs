@@ -1275,6 +1275,18 @@ async fn every_v1_error_is_json(fresh: FreshApi) {
     assert_eq!((s, v["jobs"].clone()), (StatusCode::OK, json!([])));
 }
 
+/// `GET /v1/topics/asis/jobs/{id}`'s text.
+async fn job_text(a: &Api, id: &str) -> String {
+    a.text(
+        Request::builder()
+            .uri(format!("/v1/topics/asis/jobs/{id}"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+    .1
+}
+
 #[tokio::test]
 async fn bodies_are_stored_as_sent_or_refused_on_both_stores() {
     // What a parse-and-print would change: numbers beyond f64 and u64, -0,
@@ -1302,14 +1314,7 @@ async fn bodies_are_stored_as_sent_or_refused_on_both_stores() {
                 ))
                 .await;
             assert_eq!(s, StatusCode::CREATED, "{store} {body}: {v}");
-            let (_, got) = a
-                .text(
-                    Request::builder()
-                        .uri(format!("/v1/topics/asis/jobs/{id}"))
-                        .body(Body::empty())
-                        .unwrap(),
-                )
-                .await;
+            let got = job_text(&a, &id).await;
             assert!(
                 got.contains(&format!(r#""body":{body}"#)),
                 "{store}: {body} came back as {got}"
@@ -1366,14 +1371,7 @@ async fn bodies_are_stored_as_sent_or_refused_on_both_stores() {
                 .text(post_json("/v1/topics/asis/jobs", req.to_string()))
                 .await;
             assert_eq!(s, StatusCode::CREATED, "{store} {req}: {v}");
-            let (_, got) = a
-                .text(
-                    Request::builder()
-                        .uri(format!("/v1/topics/asis/jobs/{id}"))
-                        .body(Body::empty())
-                        .unwrap(),
-                )
-                .await;
+            let got = job_text(&a, id).await;
             assert!(got.contains(want), "{store} {req}: {got}");
         }
     }
