@@ -61,6 +61,16 @@ impl RawJson {
     }
 }
 
+/// An optional field that, when given, is a value: `null` is refused
+/// (invalid_json), as the OpenAPI document's non-nullable types say.
+fn not_null<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
 /// A body field that is there, whatever its value: `"body": null` is a
 /// body of JSON `null` (the same job as no body), and it counts as given
 /// beside `body_base64` (exclusive).
@@ -99,7 +109,11 @@ pub struct ErrorDetail {
 #[serde(deny_unknown_fields)]
 pub struct EnqueueRequest {
     /// The idempotency key; generated when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub id: Option<String>,
     /// A JSON body (exclusive with `body_base64`); `null` when neither.
     #[serde(
@@ -112,22 +126,46 @@ pub struct EnqueueRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_base64: Option<String>,
     /// Due this long from now (exclusive with `due_at_ms`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub delay_ms: Option<i64>,
     /// Due at this Unix millisecond.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub due_at_ms: Option<i64>,
     /// Lower first; default 1024.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub priority: Option<u32>,
     /// Overrides the topic's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub max_attempts: Option<u32>,
     /// Overrides the topic's lease for this job's hand-outs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub lease_ms: Option<u64>,
     /// Overrides the topic's retry waits.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub retry: Option<RetryPolicy>,
     /// Rewrite a job with this id that is still waiting.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -135,11 +173,19 @@ pub struct EnqueueRequest {
     /// Dedup window: for this long after the job ended (acked, cancelled,
     /// dead), enqueueing its id again stores nothing. Default: the topic's
     /// `dedup_ms`; 0: none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub dedup_ms: Option<u64>,
     /// Flow-control key (e.g. a customer id): the jobs of one key share the
     /// topic's `key_concurrency` and `key_rate_limit`, and keys take turns.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub key: Option<String>,
 }
 
@@ -250,32 +296,68 @@ pub struct JobRecord {
     /// Hand-outs so far.
     pub attempts: u32,
     /// Its own `max_attempts`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub max_attempts: Option<u32>,
     /// Its own lease length.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub lease_ms: Option<u64>,
     /// Its own retry waits.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub retry: Option<RetryPolicy>,
     /// Its dedup window.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub dedup_ms: Option<u64>,
     /// The last failure's text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub last_error: Option<String>,
     /// When it was enqueued (an import without it: now).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub created_at_ms: Option<u64>,
     /// The current lease's deadline (reserved jobs; listings only: an
     /// import refuses it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub lease_deadline_ms: Option<u64>,
     /// When it died (dead jobs; required for them).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub died_at_ms: Option<u64>,
     /// Its flow-control key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub key: Option<String>,
     /// A JSON body, as sent.
     #[serde(
@@ -365,10 +447,18 @@ pub struct Cancelled {
 #[serde(deny_unknown_fields)]
 pub struct RescheduleRequest {
     /// Due this long from now.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub delay_ms: Option<i64>,
     /// Due at this Unix millisecond.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub due_at_ms: Option<i64>,
 }
 

@@ -55,11 +55,14 @@ impl RetryPolicy {
         let bad = |m: String| Err(InvalidInput::new("invalid_retry", m));
         match self {
             RetryPolicy::Exponential {
-                initial_ms: _,
+                initial_ms,
                 factor,
                 max_ms,
                 jitter,
             } => {
+                if *initial_ms > MAX_RETRY_MS {
+                    return bad(format!("initial_ms must be at most {MAX_RETRY_MS}"));
+                }
                 if !factor.is_finite() || *factor < 1.0 || *factor > 1000.0 {
                     return bad(format!("factor must be between 1 and 1000, got {factor}"));
                 }

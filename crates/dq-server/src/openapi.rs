@@ -5,8 +5,9 @@
 //! served with this instance's own bounds laid over it, so a client
 //! generated from it (or a fuzzer) is told exactly what this instance
 //! takes: the longest delay (`--max-delay`), the latest due time (now plus
-//! that, as of the request: later is still accepted as time passes), and
-//! the partitions its store allows (1 on the embedded store).
+//! that, as of the request: later is still accepted as time passes), the
+//! partitions its store allows (1 on the embedded store), and the time
+//! zones it knows.
 
 use axum::extract::State;
 use axum::http::header;
@@ -29,6 +30,13 @@ pub(crate) async fn document(State(st): State<AppState>) -> impl IntoResponse {
     bound(&mut doc, max_delay, latest);
     if let Some(p) = doc.pointer_mut("/components/schemas/TopicConfigPatch/properties/partitions") {
         p["maximum"] = st.service.store().max_partitions().into();
+    }
+    // The time zones this build knows (chrono-tz's IANA names).
+    if let Some(tz) = doc.pointer_mut("/components/schemas/ScheduleSpec/properties/timezone") {
+        tz["enum"] = chrono_tz::TZ_VARIANTS
+            .iter()
+            .map(|z| Value::from(z.name()))
+            .collect();
     }
     (
         [(header::CONTENT_TYPE, "application/json")],
