@@ -52,7 +52,8 @@ mod error;
 mod worker;
 
 pub use client::{
-    Ack, Client, Enqueued, Job, Leased, Nacked, NewJob, RawJson, Reserve, TopicInfo, encode_segment,
+    Ack, Client, Enqueued, Job, Leased, NackItem, Nacked, NewJob, RawJson, Reserve, TopicInfo,
+    TouchItem, encode_segment,
 };
 /// The wire types of the HTTP API (the same crate the server renders with).
 pub use dq_api as wire;
