@@ -708,6 +708,106 @@ pub struct AckBatchResponse {
     pub results: Vec<AckResult>,
 }
 
+/// One nack of `POST /v1/nack:batch`: the fields of `POST …/nack`, with
+/// the job's topic and id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NackItem {
+    /// The job's topic.
+    pub topic: String,
+    /// The job.
+    pub id: String,
+    /// The lease token.
+    pub token: String,
+    /// Why (kept as the job's `last_error`; default "nacked").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Retry after this long instead of the retry policy's wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_in_ms: Option<i64>,
+    /// Dead at once, whatever attempts are left (a permanent failure).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dead: bool,
+    /// The job's new priority, kept from here on; absent keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
+}
+
+/// `POST /v1/nack:batch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NackBatchRequest {
+    /// 1 to 1000 nacks.
+    pub items: Vec<NackItem>,
+}
+
+/// One result of a nack batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum NackResult {
+    /// Refused.
+    Error(ErrorBody),
+    /// Done.
+    Nacked {
+        /// `scheduled` (will be retried) or `dead`.
+        state: JobState,
+        /// When it is due again, if scheduled.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        due_at_ms: Option<u64>,
+    },
+}
+
+/// The answer to a nack batch: a result per nack, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NackBatchResponse {
+    /// One per nack.
+    pub results: Vec<NackResult>,
+}
+
+/// One lease extension of `POST /v1/touch:batch`: the fields of
+/// `POST …/touch`, with the job's topic and id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TouchItem {
+    /// The job's topic.
+    pub topic: String,
+    /// The job.
+    pub id: String,
+    /// The lease token.
+    pub token: String,
+    /// New lease from now (default: the job's, else the topic's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<u64>,
+}
+
+/// `POST /v1/touch:batch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TouchBatchRequest {
+    /// 1 to 1000 lease extensions.
+    pub items: Vec<TouchItem>,
+}
+
+/// One result of a touch batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TouchResult {
+    /// Refused.
+    Error(ErrorBody),
+    /// Done.
+    Touched {
+        /// The lease's new deadline.
+        lease_deadline_ms: u64,
+    },
+}
+
+/// The answer to a touch batch: a result per item, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TouchBatchResponse {
+    /// One per item.
+    pub results: Vec<TouchResult>,
+}
+
 // ---- schedules --------------------------------------------------------------
 
 /// What a schedule does about slots that passed while no dq instance ran.

@@ -170,6 +170,12 @@ fn wire_ms(ms: u128) -> i64 {
 /// One ack of [`Client::ack_batch`].
 pub type Ack = wire::AckItem;
 
+/// One nack of [`Client::nack_batch`].
+pub type NackItem = wire::NackItem;
+
+/// One lease extension of [`Client::touch_batch`].
+pub type TouchItem = wire::TouchItem;
+
 /// A client of one dq server. Cheap to clone (connections are pooled and shared).
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -473,6 +479,62 @@ impl Client {
             .map(|item| match item {
                 wire::AckResult::Acked { .. } => Ok(()),
                 wire::AckResult::Error(e) => Err(item_error(&e)),
+            })
+            .collect())
+    }
+
+    /// Nacks many jobs in one call; a result per nack, in order, each as
+    /// [`Client::nack`] answers it.
+    ///
+    /// # Errors
+    /// For the call as a whole.
+    pub async fn nack_batch(&self, items: &[NackItem]) -> Result<Vec<Result<Nacked>>> {
+        let r: wire::NackBatchResponse = self
+            .call(
+                Method::POST,
+                format!("{}/v1/nack:batch", self.base),
+                Some(&wire::NackBatchRequest {
+                    items: items.to_vec(),
+                }),
+                false,
+            )
+            .await?;
+        Ok(r.results
+            .into_iter()
+            .zip(items)
+            .map(|(result, item)| match result {
+                wire::NackResult::Nacked { state, due_at_ms } => Ok(Nacked {
+                    id: item.id.clone(),
+                    state,
+                    due_at_ms,
+                }),
+                wire::NackResult::Error(e) => Err(item_error(&e)),
+            })
+            .collect())
+    }
+
+    /// Extends many leases in one call; a result per item, in order: the
+    /// new deadline, as [`Client::touch`] answers it. Retried on transient
+    /// failures like a single touch (extending a lease twice is harmless).
+    ///
+    /// # Errors
+    /// For the call as a whole.
+    pub async fn touch_batch(&self, items: &[TouchItem]) -> Result<Vec<Result<u64>>> {
+        let r: wire::TouchBatchResponse = self
+            .call(
+                Method::POST,
+                format!("{}/v1/touch:batch", self.base),
+                Some(&wire::TouchBatchRequest {
+                    items: items.to_vec(),
+                }),
+                true,
+            )
+            .await?;
+        Ok(r.results
+            .into_iter()
+            .map(|result| match result {
+                wire::TouchResult::Touched { lease_deadline_ms } => Ok(lease_deadline_ms),
+                wire::TouchResult::Error(e) => Err(item_error(&e)),
             })
             .collect())
     }

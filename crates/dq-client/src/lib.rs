@@ -2,13 +2,14 @@
 //!
 //! - [`Client`]: a typed async client for the whole HTTP API (enqueue, batch
 //!   enqueue, get, cancel, reschedule, reserve, ack, nack (and `nack_dead`:
-//!   dead at once), release,
-//!   touch, topics, dead letters). Connections are pooled; idempotent calls
+//!   dead at once), release, touch, the batches of ack, nack and touch,
+//!   topics, dead letters). Connections are pooled; idempotent calls
 //!   are retried on transient errors; errors are an [`Error`] enum mirroring
 //!   the API's codes.
 //! - [`Worker`]: reserves due jobs in batches and runs a handler per topic and
-//!   event, at most `concurrency` at once; extends the lease of long
-//!   handlers; acks in batches; a panicking handler is a failed attempt; on
+//!   event, at most `concurrency` at once; extends the leases of running
+//!   handlers in one call per interval; acks and nacks in batches; a
+//!   panicking handler is a failed attempt; on
 //!   shutdown it stops reserving, gives back jobs not started and lets
 //!   running handlers finish within a grace period.
 //!
@@ -52,7 +53,8 @@ mod error;
 mod worker;
 
 pub use client::{
-    Ack, Client, Enqueued, Job, Leased, Nacked, NewJob, RawJson, Reserve, TopicInfo, encode_segment,
+    Ack, Client, Enqueued, Job, Leased, NackItem, Nacked, NewJob, RawJson, Reserve, TopicInfo,
+    TouchItem, encode_segment,
 };
 /// The wire types of the HTTP API (the same crate the server renders with).
 pub use dq_api as wire;

@@ -1,13 +1,14 @@
 //! [`Worker`]: reserves due jobs in batches, runs a handler per topic and
-//! event with a concurrency limit, extends leases of long handlers, acks in
-//! batches, and stops gracefully.
+//! event with a concurrency limit, extends the leases of running handlers
+//! (all of them in one call per interval), acks and nacks in batches, and
+//! stops gracefully.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -18,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::client::{Ack, Client, Leased, Reserve};
+use crate::client::{Ack, Client, Leased, NackItem, Reserve, TouchItem};
 use crate::error::{Error, Result};
 
 /// What a handler decided about its job.
@@ -177,7 +178,8 @@ impl Worker {
         self
     }
 
-    /// Lease per job; extended every third of it while the handler runs (default 30 s).
+    /// Lease per job; extended every third of it while the handler runs, in
+    /// one call for all running jobs (default 30 s).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease.max(Duration::from_millis(300));
         self
@@ -208,7 +210,7 @@ impl Worker {
 
     /// Runs until `shutdown` fires, then stops reserving, gives back jobs
     /// reserved but not started, lets running handlers finish within the
-    /// grace period and flushes acks.
+    /// grace period and flushes acks and nacks.
     ///
     /// # Errors
     /// Only for a worker with no topic; call failures are logged and retried.
@@ -221,7 +223,34 @@ impl Worker {
         let slots = Arc::new(Semaphore::new(self.concurrency));
         let tracker = TaskTracker::new();
         let (ack_tx, ack_rx) = mpsc::unbounded_channel::<Ack>();
-        let acker = tokio::spawn(ack_loop(self.client.clone(), ack_rx));
+        let acker = tokio::spawn(report_loop(ack_rx, "ack", |a: &Ack| (&a.topic, &a.id), {
+            let client = self.client.clone();
+            move |batch| {
+                let client = client.clone();
+                async move { client.ack_batch(&batch).await }
+            }
+        }));
+        let (nack_tx, nack_rx) = mpsc::unbounded_channel::<NackItem>();
+        let nacker = tokio::spawn(report_loop(
+            nack_rx,
+            "nack",
+            |n: &NackItem| (&n.topic, &n.id),
+            {
+                let client = self.client.clone();
+                move |batch| {
+                    let client = client.clone();
+                    async move { client.nack_batch(&batch).await }
+                }
+            },
+        ));
+        let in_flight = InFlight::default();
+        let keeper_stop = CancellationToken::new();
+        let keeper = tokio::spawn(lease_loop(
+            self.client.clone(),
+            in_flight.clone(),
+            self.lease,
+            keeper_stop.clone(),
+        ));
         let mut failures = 0u32;
         while !shutdown.is_cancelled() {
             let free = slots.available_permits();
@@ -268,8 +297,10 @@ impl Worker {
                     client: self.client.clone(),
                     handlers: handlers.clone(),
                     event_field: self.event_field.clone(),
-                    lease: self.lease,
+                    lease_ms: self.lease.as_millis() as u64,
+                    in_flight: in_flight.clone(),
                     acks: ack_tx.clone(),
+                    nacks: nack_tx.clone(),
                     stats: self.stats.clone(),
                 };
                 let span = tracing::info_span!("job", topic = %leased.topic, id = %leased.id, attempt = leased.attempt);
@@ -289,8 +320,10 @@ impl Worker {
         {
             tracing::warn!(grace = ?self.grace, "handlers still running after the grace period; their jobs come back when their leases end");
         }
-        drop(ack_tx);
-        let _ = acker.await;
+        keeper_stop.cancel();
+        let _ = keeper.await;
+        drop((ack_tx, nack_tx));
+        let _ = tokio::join!(acker, nacker);
         Ok(())
     }
 }
@@ -309,8 +342,19 @@ async fn hand_back(client: &Client, leased: &Leased, stats: &WorkerStats) {
     }
 }
 
-/// Collects acks and sends them in batches (up to 100, or what arrived within 5 ms).
-async fn ack_loop(client: Client, mut rx: mpsc::UnboundedReceiver<Ack>) {
+/// Collects reports of one kind (`verb`: acks, nacks) and sends them in
+/// batches (up to 100, or what arrived within 5 ms) with `send`, retrying a
+/// batch on transient failures; `about` names an item's topic and id for
+/// the log.
+async fn report_loop<T, R, Fut>(
+    mut rx: mpsc::UnboundedReceiver<T>,
+    verb: &'static str,
+    about: impl Fn(&T) -> (&str, &str),
+    send: impl Fn(Vec<T>) -> Fut,
+) where
+    T: Clone,
+    Fut: Future<Output = Result<Vec<Result<R>>>>,
+{
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         let until = tokio::time::Instant::now() + Duration::from_millis(5);
@@ -322,11 +366,12 @@ async fn ack_loop(client: Client, mut rx: mpsc::UnboundedReceiver<Ack>) {
         }
         let mut tries = 0;
         loop {
-            match client.ack_batch(&batch).await {
+            match send(batch.clone()).await {
                 Ok(results) => {
                     for (a, r) in batch.iter().zip(results) {
                         if let Err(e) = r {
-                            tracing::warn!(topic = %a.topic, id = %a.id, error = %e, "ack refused (lease lost or job cancelled)");
+                            let (topic, id) = about(a);
+                            tracing::warn!(topic, id, error = %e, "{verb} refused (lease lost or job cancelled)");
                         }
                     }
                     break;
@@ -336,7 +381,7 @@ async fn ack_loop(client: Client, mut rx: mpsc::UnboundedReceiver<Ack>) {
                     tokio::time::sleep(Duration::from_millis(200 * tries)).await;
                 }
                 Err(e) => {
-                    tracing::error!(error = %e, n = batch.len(), "acks failed; those jobs will be handed out again");
+                    tracing::error!(error = %e, n = batch.len(), "{verb}s failed; those jobs come back when their leases end");
                     break;
                 }
             }
@@ -344,12 +389,68 @@ async fn ack_loop(client: Client, mut rx: mpsc::UnboundedReceiver<Ack>) {
     }
 }
 
+/// The leases of the jobs whose handlers run, by token.
+type InFlight = Arc<Mutex<HashMap<String, TouchItem>>>;
+
+/// Extends every lease in `in_flight` every third of `lease`, in one
+/// `touch:batch` call (per 1000 jobs), until `stop`.
+async fn lease_loop(client: Client, in_flight: InFlight, lease: Duration, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(lease / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is at once: a job just started needs no extension.
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.cancelled() => return,
+        }
+        let items: Vec<TouchItem> = in_flight
+            .lock()
+            .expect("poisoned")
+            .values()
+            .cloned()
+            .collect();
+        for chunk in items.chunks(1000) {
+            match client.touch_batch(chunk).await {
+                Ok(results) => {
+                    for (it, r) in chunk.iter().zip(results) {
+                        // A job that ended meanwhile (acked) has no lease to extend.
+                        let running = in_flight.lock().expect("poisoned").contains_key(&it.token);
+                        if let Err(e) = r
+                            && running
+                        {
+                            tracing::warn!(topic = %it.topic, id = %it.id, error = %e, "cannot extend the lease of a running job");
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, n = chunk.len(), "cannot extend the leases of running jobs");
+                }
+            }
+        }
+    }
+}
+
+/// Keeps a job in [`InFlight`] while its handler runs.
+struct Running {
+    in_flight: InFlight,
+    token: String,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.in_flight.lock().expect("poisoned").remove(&self.token);
+    }
+}
+
 struct JobRun {
     client: Client,
     handlers: Arc<HashMap<String, TopicHandlers>>,
     event_field: String,
-    lease: Duration,
+    lease_ms: u64,
+    in_flight: InFlight,
     acks: mpsc::UnboundedSender<Ack>,
+    nacks: mpsc::UnboundedSender<NackItem>,
     stats: Arc<WorkerStats>,
 }
 
@@ -373,6 +474,15 @@ impl JobRun {
             leased.id.clone(),
             leased.token.clone(),
         );
+        let nack = |error: String, dead: bool| NackItem {
+            topic: topic.clone(),
+            id: id.clone(),
+            token: token.clone(),
+            error: Some(error),
+            retry_in_ms: None,
+            dead,
+            priority: None,
+        };
         let Some(handler) = handler else {
             let msg = format!(
                 "no handler for event {:?} on topic {topic:?}",
@@ -380,53 +490,49 @@ impl JobRun {
             );
             tracing::error!(error = %msg, "job dead-lettered");
             self.stats.aborted.fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = self.client.nack_dead(&topic, &id, &token, &msg).await {
-                tracing::warn!(error = %e, "cannot dead-letter job");
-            }
+            let _ = self.nacks.send(nack(msg, true));
             return;
         };
         let task = Task { leased, event };
-        let work = AssertUnwindSafe(handler(task)).catch_unwind();
-        tokio::pin!(work);
-        let every = self.lease / 3;
-        let outcome = loop {
-            tokio::select! {
-                r = &mut work => break r,
-                _ = tokio::time::sleep(every) => {
-                    if let Err(e) = self.client.touch(&topic, &id, &token, Some(self.lease)).await {
-                        tracing::warn!(error = %e, "cannot extend the lease of a running job");
-                    }
-                }
-            }
+        // The lease loop extends its lease while the handler runs.
+        self.in_flight.lock().expect("poisoned").insert(
+            token.clone(),
+            TouchItem {
+                topic: topic.clone(),
+                id: id.clone(),
+                token: token.clone(),
+                lease_ms: Some(self.lease_ms),
+            },
+        );
+        let running = Running {
+            in_flight: self.in_flight.clone(),
+            token: token.clone(),
         };
+        let outcome = AssertUnwindSafe(handler(task)).catch_unwind().await;
+        drop(running);
         let took_ms = started.elapsed().as_millis() as u64;
-        let result = match outcome {
+        match outcome {
             Ok(Outcome::Done) => {
                 self.stats.done.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(took_ms, "job done");
                 let _ = self.acks.send(Ack { topic, id, token });
-                return;
             }
             Ok(Outcome::RetryAfter(d)) => {
                 self.stats.retried.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(took_ms, retry_in = ?d, "job handed back for later");
-                self.client
-                    .release(&topic, &id, &token, d)
-                    .await
-                    .map(|_| ())
+                if let Err(e) = self.client.release(&topic, &id, &token, d).await {
+                    tracing::warn!(error = %e, "cannot report the job's outcome; it comes back when its lease ends");
+                }
             }
             Ok(Outcome::Fail(msg)) => {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(took_ms, error = %msg, "job failed");
-                self.client
-                    .nack(&topic, &id, &token, &msg, None)
-                    .await
-                    .map(|_| ())
+                let _ = self.nacks.send(nack(msg, false));
             }
             Ok(Outcome::Abort(msg)) => {
                 self.stats.aborted.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(took_ms, error = %msg, "job aborted; dead");
-                self.client.nack_dead(&topic, &id, &token, &msg).await
+                let _ = self.nacks.send(nack(msg, true));
             }
             Err(panic) => {
                 let msg = panic
@@ -437,20 +543,10 @@ impl JobRun {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
                 self.stats.panicked.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(took_ms, error = %msg, "handler panicked; counts as a failed attempt");
-                self.client
-                    .nack(
-                        &topic,
-                        &id,
-                        &token,
-                        &format!("handler panicked: {msg}"),
-                        None,
-                    )
-                    .await
-                    .map(|_| ())
+                let _ = self
+                    .nacks
+                    .send(nack(format!("handler panicked: {msg}"), false));
             }
-        };
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "cannot report the job's outcome; it comes back when its lease ends");
         }
     }
 }

@@ -124,6 +124,39 @@ async fn every_call_and_typed_errors() {
         ("b1", Some("permanent"))
     );
     assert_eq!(c.replay_dead("orders", Some(&["b1"])).await.unwrap(), 1);
+    let l = c
+        .reserve(&Reserve::new(["orders"]))
+        .await
+        .unwrap()
+        .remove(0);
+    let touch = |token: &str| TouchItem {
+        topic: "orders".into(),
+        id: "b1".into(),
+        token: token.into(),
+        lease_ms: Some(60_000),
+    };
+    let r = c
+        .touch_batch(&[touch(&l.token), touch("stale")])
+        .await
+        .unwrap();
+    assert!(matches!(r[0], Ok(d) if d > l.lease_deadline_ms), "{r:?}");
+    assert!(matches!(&r[1], Err(Error::LeaseMismatch(_))), "{r:?}");
+    let nack = |token: &str| NackItem {
+        topic: "orders".into(),
+        id: "b1".into(),
+        token: token.into(),
+        error: Some("later".into()),
+        retry_in_ms: Some(0),
+        dead: false,
+        priority: None,
+    };
+    let r = c
+        .nack_batch(&[nack(&l.token), nack(&l.token)])
+        .await
+        .unwrap();
+    let n = r[0].as_ref().unwrap();
+    assert_eq!((n.id.as_str(), n.state), ("b1", JobState::Scheduled));
+    assert!(matches!(&r[1], Err(Error::LeaseMismatch(_))), "{r:?}");
     assert_eq!(c.cancel("orders", "b1").await.unwrap(), JobState::Ready);
 
     let cfg = c

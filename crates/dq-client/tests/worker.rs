@@ -107,6 +107,70 @@ async fn long_handler_keeps_its_lease() {
     srv.stop().await;
 }
 
+/// Requests the server answered on `route` (a route template), from its
+/// `/metrics`.
+async fn requests_on(base: &str, route: &str) -> f64 {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let label = format!("route=\"{route}\"");
+    text.lines()
+        .filter(|l| l.starts_with("dq_http_request_duration_seconds_count{") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Eight long handlers at once keep their leases with one `touch:batch`
+/// per third of the lease for all of them, not a touch per job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_of_running_jobs_are_extended_in_one_call_per_interval() {
+    let srv = TestServer::start().await;
+    let c = srv.client();
+    c.enqueue_batch("t", &jobs(8, "slow")).await.unwrap();
+    let started = Arc::new(AtomicUsize::new(0));
+    let stop = CancellationToken::new();
+    let w = {
+        let started = started.clone();
+        Worker::new(c.clone())
+            .topic("t")
+            .handle("slow", move |_t| {
+                let started = started.clone();
+                async move {
+                    started.fetch_add(1, Ordering::SeqCst);
+                    // Four times the lease: only touches keep it.
+                    tokio::time::sleep(Duration::from_millis(2400)).await;
+                    Outcome::Done
+                }
+            })
+            .lease(Duration::from_millis(600))
+            .concurrency(8)
+            .batch(8)
+    };
+    let run = tokio::spawn(w.run(stop.clone()));
+    wait_until("8 acks", Duration::from_secs(20), async || {
+        gone(&c, "t").await == 8
+    })
+    .await;
+    stop.cancel();
+    run.await.unwrap().unwrap();
+    assert_eq!(started.load(Ordering::SeqCst), 8, "never handed out twice");
+    let st = c.topic("t").await.unwrap().stats;
+    assert_eq!((st.counters.expired, st.counters.failed), (0, 0));
+    let single = requests_on(&srv.base, "/v1/topics/{topic}/jobs/{id}/touch").await;
+    let batches = requests_on(&srv.base, "/v1/touch:batch").await;
+    assert_eq!(single, 0.0, "no touch per job");
+    // 2.4 s of handlers, a touch:batch every 200 ms: about 12 (a touch per
+    // job would be about 96).
+    assert!(
+        (6.0..=16.0).contains(&batches),
+        "one touch:batch per interval: {batches}"
+    );
+    srv.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outcomes_panics_and_unknown_events() {
     let srv = TestServer::start().await;

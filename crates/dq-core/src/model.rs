@@ -531,6 +531,32 @@ pub struct Held<'a> {
     pub token: &'a str,
 }
 
+/// One nack of a batch ([`crate::Store::nack_batch`]): which job, and the
+/// failed attempt as [`crate::Store::nack`] takes it (its token included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldNack<'a> {
+    /// The job's topic.
+    pub topic: &'a Topic,
+    /// The job.
+    pub id: &'a JobId,
+    /// The failed attempt.
+    pub nack: Nack<'a>,
+}
+
+/// One lease extension of a batch ([`crate::Store::touch_batch`]): which
+/// job, and the lease length [`crate::Store::touch`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldTouch<'a> {
+    /// The job's topic.
+    pub topic: &'a Topic,
+    /// The job.
+    pub id: &'a JobId,
+    /// The lease token the reserve handed out.
+    pub token: &'a str,
+    /// New lease from now; `None` is the job's, else the topic's.
+    pub lease_ms: Option<u64>,
+}
+
 /// A failed attempt as its holder reports it ([`crate::Store::nack`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Nack<'a> {

@@ -153,6 +153,48 @@ pub trait Store: Send + Sync + 'static {
         now_ms: u64,
     ) -> StoreResult<NackOutcome>;
 
+    /// Nacks many jobs (of one topic or several) in one call: a result per
+    /// item, in order, each what [`Store::nack`] would have answered had the
+    /// items been nacked one after the other (a duplicate item answers
+    /// [`StoreError::LeaseMismatch`] after its first nack: the job is
+    /// waiting, or [`StoreError::NotInState`] if it went dead). A refused
+    /// item changes nothing. Bounds and [`StoreError::Unavailable`] as
+    /// [`Store::ack_batch`].
+    ///
+    /// Default: [`Store::nack`] for each item in turn. Redis overrides it with
+    /// one script call per topic (hash slot), the embedded store with one
+    /// writer transaction.
+    async fn nack_batch(
+        &self,
+        items: &[HeldNack<'_>],
+        now_ms: u64,
+    ) -> Vec<StoreResult<NackOutcome>> {
+        let mut out = Vec::with_capacity(items.len());
+        for it in items {
+            out.push(self.nack(it.topic, it.id, it.nack, now_ms).await);
+        }
+        out
+    }
+
+    /// Extends many leases (of one topic or several) in one call: a result
+    /// per item, in order, each what [`Store::touch`] would have answered
+    /// (the new deadline). A refused item changes nothing. Bounds and
+    /// [`StoreError::Unavailable`] as [`Store::ack_batch`].
+    ///
+    /// Default: [`Store::touch`] for each item in turn. Redis overrides it
+    /// with one script call per topic (hash slot), the embedded store with
+    /// one writer transaction.
+    async fn touch_batch(&self, items: &[HeldTouch<'_>], now_ms: u64) -> Vec<StoreResult<u64>> {
+        let mut out = Vec::with_capacity(items.len());
+        for it in items {
+            out.push(
+                self.touch(it.topic, it.id, it.token, it.lease_ms, now_ms)
+                    .await,
+            );
+        }
+        out
+    }
+
     /// Gives a reserved job back without counting the attempt (beanstalkd's
     /// `release`): it is due again after `delay_ms`. Returns the new due time.
     ///

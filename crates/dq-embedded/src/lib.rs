@@ -215,6 +215,37 @@ impl EmbeddedStore {
         &self.dir
     }
 
+    /// Runs a batch verb's `op` over `items` in writer calls of up to
+    /// [`limits::MAX_BATCH`] items: one transaction (and one fsync) per
+    /// call, bounded like every call. A result per item, in order; a call
+    /// that failed whole answers its error for each of its items.
+    async fn batch<T, R>(
+        &self,
+        items: Vec<T>,
+        op: impl Fn(&mut writer::Ctx, &[T]) -> writer::OpResult<Vec<StoreResult<R>>>
+        + Clone
+        + Send
+        + 'static,
+    ) -> Vec<StoreResult<R>>
+    where
+        T: Send + 'static,
+        R: Send + 'static,
+    {
+        let mut out = Vec::with_capacity(items.len());
+        let mut rest = items;
+        while !rest.is_empty() {
+            let tail = rest.split_off(rest.len().min(limits::MAX_BATCH));
+            let chunk = std::mem::replace(&mut rest, tail);
+            let len = chunk.len();
+            let op = op.clone();
+            match self.writer.exec(move |cx| op(cx, &chunk)).await {
+                Ok(done) => out.extend(done),
+                Err(e) => out.extend((0..len).map(|_| Err(e.clone()))),
+            }
+        }
+        out
+    }
+
     /// Moves `Store::settings_version` on (after a change, whether the
     /// call said it succeeded or not: a failed one may have written).
     fn bump_settings_version(&self) {
@@ -325,32 +356,49 @@ impl Store for EmbeddedStore {
     }
 
     async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
-        if items.is_empty() {
-            return Vec::new();
-        }
         let owned: Vec<(Topic, JobId, String)> = items
             .iter()
             .map(|it| (it.topic.clone(), it.id.clone(), it.token.to_string()))
             .collect();
-        let n = owned.len();
-        // One writer call, so one transaction (and one fsync) for the batch;
-        // bounded like every call: MAX_BATCH acks per call.
-        let mut out = Vec::with_capacity(n);
-        let mut rest = owned;
-        while !rest.is_empty() {
-            let tail = rest.split_off(rest.len().min(limits::MAX_BATCH));
-            let chunk = std::mem::replace(&mut rest, tail);
-            let len = chunk.len();
-            match self
-                .writer
-                .exec(move |cx| ops::ack_batch(cx, &chunk, now_ms))
-                .await
-            {
-                Ok(done) => out.extend(done),
-                Err(e) => out.extend((0..len).map(|_| Err(e.clone()))),
-            }
-        }
-        out
+        self.batch(owned, move |cx, chunk| ops::ack_batch(cx, chunk, now_ms))
+            .await
+    }
+
+    async fn nack_batch(
+        &self,
+        items: &[HeldNack<'_>],
+        now_ms: u64,
+    ) -> Vec<StoreResult<NackOutcome>> {
+        let owned: Vec<ops::OwnedNack> = items
+            .iter()
+            .map(|it| ops::OwnedNack {
+                topic: it.topic.clone(),
+                id: it.id.clone(),
+                token: it.nack.token.to_string(),
+                error: limits::clip_error(it.nack.error).to_string(),
+                retry_in_ms: it.nack.retry_in_ms,
+                dead: it.nack.dead,
+                priority: it.nack.priority,
+            })
+            .collect();
+        self.batch(owned, move |cx, chunk| ops::nack_batch(cx, chunk, now_ms))
+            .await
+    }
+
+    async fn touch_batch(&self, items: &[HeldTouch<'_>], now_ms: u64) -> Vec<StoreResult<u64>> {
+        let owned: Vec<(Topic, JobId, String, Option<u64>)> = items
+            .iter()
+            .map(|it| {
+                (
+                    it.topic.clone(),
+                    it.id.clone(),
+                    it.token.to_string(),
+                    it.lease_ms,
+                )
+            })
+            .collect();
+        self.batch(owned, move |cx, chunk| ops::touch_batch(cx, chunk, now_ms))
+            .await
     }
 
     async fn nack(

@@ -938,21 +938,23 @@ pub(crate) fn ack(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64
     bump(cx, tid, "acked", 1)
 }
 
-/// Acks each item in turn, in the one transaction of this call: an item
-/// that fails is undone alone (a savepoint each), as [`ack`] would answer
-/// it. Only an error that undid the whole transaction fails the call.
-pub(crate) fn ack_batch(
+/// Runs `op` on each item in turn, in the one transaction of this call:
+/// an item that fails is undone alone (a savepoint each), as the single
+/// verb would answer it. Only an error that undid the whole transaction
+/// fails the call. The batch verbs ([`ack_batch`], [`nack_batch`],
+/// [`touch_batch`]) are this over their single verb.
+fn per_item<T, R>(
     cx: &mut Ctx,
-    items: &[(Topic, JobId, String)],
-    now: u64,
-) -> OpResult<Vec<StoreResult<()>>> {
+    items: &[T],
+    mut op: impl FnMut(&mut Ctx, &T) -> OpResult<R>,
+) -> OpResult<Vec<StoreResult<R>>> {
     let mut out = Vec::with_capacity(items.len());
-    for (topic, id, token) in items {
+    for it in items {
         cx.conn.execute_batch("SAVEPOINT item")?;
-        match ack(cx, topic, id, token, now) {
-            Ok(()) => {
+        match op(cx, it) {
+            Ok(r) => {
                 cx.conn.execute_batch("RELEASE item")?;
-                out.push(Ok(()));
+                out.push(Ok(r));
             }
             Err(Failure(e)) => {
                 if cx.conn.is_autocommit() {
@@ -965,6 +967,60 @@ pub(crate) fn ack_batch(
         }
     }
     Ok(out)
+}
+
+/// Acks each item as [`ack`] does (see [`per_item`]).
+pub(crate) fn ack_batch(
+    cx: &mut Ctx,
+    items: &[(Topic, JobId, String)],
+    now: u64,
+) -> OpResult<Vec<StoreResult<()>>> {
+    per_item(cx, items, |cx, (topic, id, token)| {
+        ack(cx, topic, id, token, now)
+    })
+}
+
+/// One nack of [`nack_batch`], owned to cross to the writer thread.
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedNack {
+    pub(crate) topic: Topic,
+    pub(crate) id: JobId,
+    pub(crate) token: String,
+    /// Already clipped.
+    pub(crate) error: String,
+    pub(crate) retry_in_ms: Option<u64>,
+    pub(crate) dead: bool,
+    pub(crate) priority: Option<u32>,
+}
+
+/// Nacks each item as [`nack`] does (see [`per_item`]).
+pub(crate) fn nack_batch(
+    cx: &mut Ctx,
+    items: &[OwnedNack],
+    now: u64,
+) -> OpResult<Vec<StoreResult<NackOutcome>>> {
+    per_item(cx, items, |cx, it| {
+        let n = Nack {
+            token: &it.token,
+            error: &it.error,
+            retry_in_ms: it.retry_in_ms,
+            dead: it.dead,
+            priority: it.priority,
+        };
+        nack(cx, &it.topic, &it.id, n, now)
+    })
+}
+
+/// Extends each lease as [`touch`] does (see [`per_item`]); an item is its
+/// topic, id, token and lease length.
+pub(crate) fn touch_batch(
+    cx: &mut Ctx,
+    items: &[(Topic, JobId, String, Option<u64>)],
+    now: u64,
+) -> OpResult<Vec<StoreResult<u64>>> {
+    per_item(cx, items, |cx, (topic, id, token, lease)| {
+        touch(cx, topic, id, token, *lease, now)
+    })
 }
 
 /// How an attempt failed, for [`fail`] and the job's counts.

@@ -355,6 +355,60 @@ impl RedisStore {
         }
     }
 
+    /// Runs a batch script (`ack_batch`, `nack_batch`, `touch_batch`) over
+    /// items whose topics are `topics` (one per item): one call per topic
+    /// (one hash slot) and [`limits::MAX_BATCH`] items, with `head` after
+    /// the topic name and then `item_args(i)` for each item `i` of the
+    /// call; `decode` reads each item's reply. The calls of one topic run in
+    /// turn, so a duplicate item answers as it would one after the other;
+    /// the topics run side by side. A result per item, in order.
+    async fn run_batches<'a, R>(
+        &self,
+        script: &redis::Script,
+        topics: &[&Topic],
+        head: &[&[u8]],
+        item_args: impl Fn(usize) -> Vec<std::borrow::Cow<'a, [u8]>>,
+        decode: impl Fn(&Value) -> StoreResult<R>,
+    ) -> Vec<StoreResult<R>> {
+        let mut groups: Vec<(&Topic, Vec<usize>)> = Vec::new();
+        for (i, t) in topics.iter().enumerate() {
+            match groups.iter_mut().find(|(g, _)| g == t) {
+                Some((_, idx)) => idx.push(i),
+                None => groups.push((t, vec![i])),
+            }
+        }
+        let (item_args, decode) = (&item_args, &decode);
+        let calls = groups.into_iter().map(|(topic, idx)| async move {
+            let mut done = Vec::with_capacity(idx.len());
+            for chunk in idx.chunks(limits::MAX_BATCH) {
+                let owned: Vec<_> = chunk.iter().flat_map(|&i| item_args(i)).collect();
+                let mut args: Vec<&[u8]> = head.to_vec();
+                args.extend(owned.iter().map(|a| a.as_ref()));
+                match self.run(script, topic, &args).await {
+                    Ok(Value::Array(a)) if a.len() == chunk.len() => {
+                        done.extend(a.iter().map(decode));
+                    }
+                    Ok(_) => done.extend(
+                        chunk
+                            .iter()
+                            .map(|_| Err(StoreError::Unavailable("batch reply length".into()))),
+                    ),
+                    Err(e) => done.extend(chunk.iter().map(|_| Err(e.clone()))),
+                }
+            }
+            (idx, done)
+        });
+        let mut out: Vec<Option<StoreResult<R>>> = topics.iter().map(|_| None).collect();
+        for (idx, done) in futures::future::join_all(calls).await {
+            for (i, r) in idx.into_iter().zip(done) {
+                out[i] = Some(r);
+            }
+        }
+        out.into_iter()
+            .map(|r| r.expect("every item is in one call"))
+            .collect()
+    }
+
     /// Runs `script` (touch or release) on a held job: its arguments
     /// are the id, the token, one value and now; it answers a status or a time.
     async fn held_call(
@@ -636,49 +690,70 @@ impl Store for RedisStore {
     }
 
     async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
-        // One script call per topic (one hash slot) and MAX_BATCH items;
-        // the calls of one topic run in turn, so a duplicate item answers as
-        // it would one after the other, and the topics run side by side.
-        let mut groups: Vec<(&Topic, Vec<usize>)> = Vec::new();
-        for (i, it) in items.iter().enumerate() {
-            match groups.iter_mut().find(|(t, _)| *t == it.topic) {
-                Some((_, idx)) => idx.push(i),
-                None => groups.push((it.topic, vec![i])),
-            }
-        }
+        let topics: Vec<&Topic> = items.iter().map(|it| it.topic).collect();
         let now = self.now_arg(now_ms);
-        let calls = groups.into_iter().map(|(topic, idx)| {
-            let now = &now;
-            async move {
-                let mut done = Vec::with_capacity(idx.len());
-                for chunk in idx.chunks(limits::MAX_BATCH) {
-                    let mut args: Vec<&[u8]> = Vec::with_capacity(1 + 2 * chunk.len());
-                    args.push(now);
-                    for &i in chunk {
-                        args.push(items[i].id.as_str().as_bytes());
-                        args.push(items[i].token.as_bytes());
-                    }
-                    let r = self.run(&self.scripts.ack_batch, topic, &args).await;
-                    match r {
-                        Ok(Value::Array(a)) if a.len() == chunk.len() => {
-                            done.extend(a.iter().map(|v| status(v).map(|_| ())));
-                        }
-                        Ok(_) => done.extend(chunk.iter().map(|_| {
-                            Err(StoreError::Unavailable("ack_batch reply length".into()))
-                        })),
-                        Err(e) => done.extend(chunk.iter().map(|_| Err(e.clone()))),
-                    }
-                }
-                (idx, done)
-            }
-        });
-        let mut out: Vec<StoreResult<()>> = items.iter().map(|_| Ok(())).collect();
-        for (idx, done) in futures::future::join_all(calls).await {
-            for (i, r) in idx.into_iter().zip(done) {
-                out[i] = r;
-            }
-        }
-        out
+        self.run_batches(
+            &self.scripts.ack_batch,
+            &topics,
+            &[&now],
+            |i| {
+                vec![
+                    items[i].id.as_str().as_bytes().into(),
+                    items[i].token.as_bytes().into(),
+                ]
+            },
+            |v| status(v).map(|_| ()),
+        )
+        .await
+    }
+
+    async fn nack_batch(
+        &self,
+        items: &[HeldNack<'_>],
+        now_ms: u64,
+    ) -> Vec<StoreResult<NackOutcome>> {
+        let topics: Vec<&Topic> = items.iter().map(|it| it.topic).collect();
+        let now = self.now_arg(now_ms);
+        // One seed per call (scripts may not call a random source); each
+        // item's jitter is drawn from it by its place in the call.
+        let seed = rand::random::<f64>().to_string();
+        self.run_batches(
+            &self.scripts.nack_batch,
+            &topics,
+            &[&now, seed.as_bytes()],
+            |i| {
+                let (id, nack) = (items[i].id, items[i].nack);
+                vec![
+                    id.as_str().as_bytes().into(),
+                    nack.token.as_bytes().into(),
+                    clip_error(nack.error).as_bytes().into(),
+                    opt(nack.retry_in_ms).into(),
+                    (if nack.dead { b"1" } else { b"0" })[..].into(),
+                    opt(nack.priority).into(),
+                ]
+            },
+            |v| decode_nacked(&status(v)?),
+        )
+        .await
+    }
+
+    async fn touch_batch(&self, items: &[HeldTouch<'_>], now_ms: u64) -> Vec<StoreResult<u64>> {
+        let topics: Vec<&Topic> = items.iter().map(|it| it.topic).collect();
+        let now = self.now_arg(now_ms);
+        self.run_batches(
+            &self.scripts.touch_batch,
+            &topics,
+            &[&now],
+            |i| {
+                vec![
+                    items[i].id.as_str().as_bytes().into(),
+                    items[i].token.as_bytes().into(),
+                    opt(items[i].lease_ms).into(),
+                ]
+            },
+            status_time,
+        )
+        .await
     }
 
     async fn ack_and_write(

@@ -28,6 +28,8 @@ pub(crate) struct Scripts {
     pub(crate) ack: Script,
     pub(crate) ack_batch: Script,
     pub(crate) nack: Script,
+    pub(crate) nack_batch: Script,
+    pub(crate) touch_batch: Script,
     pub(crate) release: Script,
     pub(crate) requeue_expired: Script,
     pub(crate) cancel: Script,
@@ -68,6 +70,8 @@ impl Scripts {
             ack: s(include_str!("lua/ack.lua")),
             ack_batch: s(include_str!("lua/ack_batch.lua")),
             nack: s(include_str!("lua/nack.lua")),
+            nack_batch: s(include_str!("lua/nack_batch.lua")),
+            touch_batch: s(include_str!("lua/touch_batch.lua")),
             release: s(include_str!("lua/release.lua")),
             requeue_expired: s(include_str!("lua/requeue_expired.lua")),
             cancel: s(include_str!("lua/cancel.lua")),
@@ -83,7 +87,7 @@ impl Scripts {
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 18] {
+    pub(crate) fn all(&self) -> [&Script; 20] {
         [
             &self.list_jobs,
             &self.import_jobs,
@@ -96,6 +100,8 @@ impl Scripts {
             &self.ack,
             &self.ack_batch,
             &self.nack,
+            &self.nack_batch,
+            &self.touch_batch,
             &self.requeue_expired,
             &self.cancel,
             &self.reschedule,

@@ -100,6 +100,27 @@ pub fn partition_of(id: &str, partitions: u32) -> u32 {
     (fnv1a(id) % u64::from(partitions)) as u32
 }
 
+/// A batch verb's results in item order: each shard call's results (`done`:
+/// its items' places and their results) where they belong, and the error of
+/// each item whose partition could not be told (`parts`).
+fn scatter<R>(
+    parts: &[StoreResult<Topic>],
+    done: Vec<(Vec<usize>, Vec<StoreResult<R>>)>,
+) -> Vec<StoreResult<R>> {
+    let mut out: Vec<Option<StoreResult<R>>> = parts
+        .iter()
+        .map(|p| p.as_ref().err().map(|e| Err(e.clone())))
+        .collect();
+    for (idx, done) in done {
+        for (i, r) in idx.into_iter().zip(done) {
+            out[i] = Some(r);
+        }
+    }
+    out.into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(StoreError::Unavailable("no answer for the item".into()))))
+        .collect()
+}
+
 fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (Some(x), Some(y)) => Some(x.min(y)),
@@ -187,6 +208,36 @@ impl ShardedStore {
                 tracing::warn!(shard = %s.name, error = %e, "Redis shard not answering; its partitions wait");
             }
         }
+    }
+
+    /// Each batch item's partition (`keys`: its topic and id; the count read
+    /// once per topic), and the items of each shard, in order: a batch
+    /// verb makes one call per shard, whose store makes one script call per
+    /// partition.
+    async fn shard_groups(
+        &self,
+        keys: &[(&Topic, &JobId)],
+    ) -> (Vec<StoreResult<Topic>>, HashMap<usize, Vec<usize>>) {
+        let mut counts: HashMap<&str, StoreResult<u32>> = HashMap::new();
+        let mut parts: Vec<StoreResult<Topic>> = Vec::with_capacity(keys.len());
+        for (topic, id) in keys {
+            let n = match counts.get(topic.as_str()) {
+                Some(n) => n.clone(),
+                None => {
+                    let n = self.partition_count(topic).await;
+                    counts.insert(topic.as_str(), n.clone());
+                    n
+                }
+            };
+            parts.push(n.map(|n| topic.partition(partition_of(id.as_str(), n))));
+        }
+        let mut groups: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (i, p) in parts.iter().enumerate() {
+            if let Ok(p) = p {
+                groups.entry(self.shard_index(p)).or_default().push(i);
+            }
+        }
+        (parts, groups)
     }
 
     /// How many partitions `t` has (1 if unknown).
@@ -596,28 +647,8 @@ impl Store for ShardedStore {
     }
 
     async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
-        // Each item's partition (the count read once per topic), then one
-        // call per shard with its items in order; that shard's store makes
-        // one script call per partition.
-        let mut counts: HashMap<&str, StoreResult<u32>> = HashMap::new();
-        let mut parts: Vec<StoreResult<Topic>> = Vec::with_capacity(items.len());
-        for it in items {
-            let n = match counts.get(it.topic.as_str()) {
-                Some(n) => n.clone(),
-                None => {
-                    let n = self.partition_count(it.topic).await;
-                    counts.insert(it.topic.as_str(), n.clone());
-                    n
-                }
-            };
-            parts.push(n.map(|n| it.topic.partition(partition_of(it.id.as_str(), n))));
-        }
-        let mut groups: HashMap<usize, Vec<usize>> = HashMap::new();
-        for (i, p) in parts.iter().enumerate() {
-            if let Ok(p) = p {
-                groups.entry(self.shard_index(p)).or_default().push(i);
-            }
-        }
+        let keys: Vec<_> = items.iter().map(|it| (it.topic, it.id)).collect();
+        let (parts, groups) = self.shard_groups(&keys).await;
         let calls = groups.into_iter().map(|(shard, idx)| {
             let parts = &parts;
             async move {
@@ -635,17 +666,57 @@ impl Store for ShardedStore {
                 (idx, done)
             }
         });
-        let done = join_all(calls).await;
-        let mut out: Vec<StoreResult<()>> = parts
-            .iter()
-            .map(|p| p.as_ref().map(|_| ()).map_err(Clone::clone))
-            .collect();
-        for (idx, done) in done {
-            for (i, r) in idx.into_iter().zip(done) {
-                out[i] = r;
+        scatter(&parts, join_all(calls).await)
+    }
+
+    async fn nack_batch(
+        &self,
+        items: &[HeldNack<'_>],
+        now_ms: u64,
+    ) -> Vec<StoreResult<NackOutcome>> {
+        let keys: Vec<_> = items.iter().map(|it| (it.topic, it.id)).collect();
+        let (parts, groups) = self.shard_groups(&keys).await;
+        let calls = groups.into_iter().map(|(shard, idx)| {
+            let parts = &parts;
+            async move {
+                let batch: Vec<HeldNack<'_>> = idx
+                    .iter()
+                    .filter_map(|&i| {
+                        let topic = parts[i].as_ref().ok()?;
+                        Some(HeldNack { topic, ..items[i] })
+                    })
+                    .collect();
+                let done = self.shards[shard].store.nack_batch(&batch, now_ms).await;
+                for (b, r) in batch.iter().zip(&done) {
+                    self.note(b.topic, r);
+                }
+                (idx, done)
             }
-        }
-        out
+        });
+        scatter(&parts, join_all(calls).await)
+    }
+
+    async fn touch_batch(&self, items: &[HeldTouch<'_>], now_ms: u64) -> Vec<StoreResult<u64>> {
+        let keys: Vec<_> = items.iter().map(|it| (it.topic, it.id)).collect();
+        let (parts, groups) = self.shard_groups(&keys).await;
+        let calls = groups.into_iter().map(|(shard, idx)| {
+            let parts = &parts;
+            async move {
+                let batch: Vec<HeldTouch<'_>> = idx
+                    .iter()
+                    .filter_map(|&i| {
+                        let topic = parts[i].as_ref().ok()?;
+                        Some(HeldTouch { topic, ..items[i] })
+                    })
+                    .collect();
+                let done = self.shards[shard].store.touch_batch(&batch, now_ms).await;
+                for (b, r) in batch.iter().zip(&done) {
+                    self.note(b.topic, r);
+                }
+                (idx, done)
+            }
+        });
+        scatter(&parts, join_all(calls).await)
     }
 
     async fn ack_and_write(

@@ -763,6 +763,125 @@ async fn ack_batch_runs_one_script_per_topic_and_batch_bound() {
     assert_eq!(window, vec![("j0".to_string(), T0 + 10 + 5_000)]);
 }
 
+/// The count of PUBLISH commands the server has run.
+fn publishes(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    info.lines()
+        .find(|l| l.starts_with("cmdstat_publish:"))
+        .and_then(|l| l.split("calls=").nth(1)?.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `touch_batch.lua` and `nack_batch.lua`: a batch of one topic is one
+/// script call per MAX_BATCH items (two topics: one each), and afterwards
+/// every key is as the single verbs leave it: touched, the lease ZSET holds
+/// the new deadlines; nacked, the leases are gone, the jobs scheduled,
+/// `ctr.failed` counted, each job's jitter its own, and at most one wake-up
+/// published per call.
+#[tokio::test]
+async fn nack_and_touch_batches_run_one_script_per_topic_and_batch_bound() {
+    let server = RedisServer::start();
+    let s = store(server.url());
+    s.load_scripts().await.unwrap();
+    let (t, u) = (Topic::new("nb").unwrap(), Topic::new("nb2").unwrap());
+    let n = limits::MAX_BATCH + 5;
+    let jobs: Vec<NewJob> = (0..n).map(|i| job(&format!("j{i}"), 0)).collect();
+    for chunk in jobs.chunks(limits::MAX_BATCH) {
+        s.enqueue(&t, chunk, T0).await.unwrap();
+    }
+    s.enqueue(&u, &[job("other", 0)], T0).await.unwrap();
+    let mut leases = Vec::new();
+    while leases.len() < n {
+        leases.extend(s.reserve(&t, 1000, Some(60_000), T0).await.unwrap().leases);
+    }
+    leases.extend(s.reserve(&u, 1, Some(60_000), T0).await.unwrap().leases);
+    let mut conn = server.connection();
+
+    let touches: Vec<HeldTouch<'_>> = leases
+        .iter()
+        .map(|l| HeldTouch {
+            topic: &l.topic,
+            id: &l.id,
+            token: &l.token,
+            lease_ms: Some(90_000),
+        })
+        .collect();
+    let before = script_calls(&mut conn);
+    let done = s.touch_batch(&touches, T0 + 10).await;
+    assert_eq!(
+        script_calls(&mut conn) - before,
+        3,
+        "2 calls for nb, 1 for nb2"
+    );
+    assert!(
+        done.iter()
+            .all(|d| matches!(d, Ok(at) if *at == T0 + 10 + 90_000)),
+        "{done:?}"
+    );
+    for key in ["dq:{nb}:lease", "dq:{nb2}:lease"] {
+        let deadlines: Vec<(String, u64)> = conn.zrange_withscores(key, 0, -1).unwrap();
+        assert!(
+            deadlines.iter().all(|(_, d)| *d == T0 + 10 + 90_000),
+            "{key}"
+        );
+    }
+    assert_eq!(conn.zcard::<_, usize>("dq:{nb}:lease").unwrap(), n);
+
+    let nacks: Vec<HeldNack<'_>> = leases
+        .iter()
+        .map(|l| HeldNack {
+            topic: &l.topic,
+            id: &l.id,
+            nack: Nack::retry(&l.token, "boom"),
+        })
+        .collect();
+    let (before, published) = (script_calls(&mut conn), publishes(&mut conn));
+    let now = T0 + 20;
+    let done = s.nack_batch(&nacks, now).await;
+    assert_eq!(script_calls(&mut conn) - before, 3);
+    let woke = publishes(&mut conn) - published;
+    assert!(
+        (1..=3).contains(&woke),
+        "one wake-up at most per call: {woke}"
+    );
+    let mut dues = std::collections::HashSet::new();
+    for r in &done {
+        match r {
+            Ok(NackOutcome::Retry { due_at_ms, attempt }) => {
+                assert_eq!(*attempt, 1);
+                // The default policy: 1 s ± 10 %.
+                assert!((now + 900..=now + 1100).contains(due_at_ms), "{due_at_ms}");
+                dues.insert(*due_at_ms);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // One draw for all would give one due per call; 201 are possible.
+    assert!(
+        dues.len() > 100,
+        "each job's own jitter: {} dues",
+        dues.len()
+    );
+    assert_eq!(
+        keys(&mut conn),
+        vec![
+            "dq:topic-names",
+            "dq:topics",
+            "dq:{nb2}:ctr",
+            "dq:{nb2}:jobs",
+            "dq:{nb2}:sched",
+            "dq:{nb}:ctr",
+            "dq:{nb}:jobs",
+            "dq:{nb}:sched",
+        ]
+    );
+    assert_eq!(conn.zcard::<_, usize>("dq:{nb}:sched").unwrap(), n);
+    let failed: u64 = conn.hget("dq:{nb}:ctr", "failed").unwrap();
+    assert_eq!(failed, n as u64);
+    let failed: u64 = conn.hget("dq:{nb2}:ctr", "failed").unwrap();
+    assert_eq!(failed, 1);
+}
+
 /// The flow-control keys' structures (common.lua's KR) hold only what is
 /// live: once every keyed job is acked, no lane, ring, held, wait, lease
 /// count or head entry is left (only the key buckets, until a keyed

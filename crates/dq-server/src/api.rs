@@ -27,7 +27,7 @@ use crate::auth::Access;
 use crate::error::ApiError;
 use crate::extract::{ApiPath as Path, ApiQuery as Query, JsonBody, parse};
 use crate::keys::Action;
-use crate::service::{AckItem, JobView};
+use crate::service::{AckItem, JobView, NackItem, TouchItem};
 
 /// A JSON reply.
 fn reply<T: serde::Serialize>(v: T) -> ApiResult {
@@ -514,6 +514,30 @@ pub(crate) async fn ack(
     })
 }
 
+/// A nack's `last_error` when it gives none.
+const DEFAULT_NACK_ERROR: &str = "nacked";
+
+/// A nack's `retry_in_ms` as a client sent it: within the delay bounds, and
+/// not with `dead: true`.
+fn retry_in(limits: &Limits, ms: Option<i64>, dead: bool) -> Result<Option<u64>, ApiError> {
+    let retry_in = ms.map(|ms| delay(limits, "retry_in_ms", ms)).transpose()?;
+    if dead && retry_in.is_some() {
+        return Err(ApiError::bad_request(
+            "invalid_delay",
+            "retry_in_ms makes no sense with dead: true",
+        ));
+    }
+    Ok(retry_in)
+}
+
+/// The state a nack left the job in, and when it is due again if scheduled.
+fn nacked_state(out: NackOutcome) -> (JobState, Option<u64>) {
+    match out {
+        NackOutcome::Retry { due_at_ms, .. } => (JobState::Scheduled, Some(due_at_ms)),
+        NackOutcome::Dead { .. } => (JobState::Dead, None),
+    }
+}
+
 /// `POST /v1/topics/{topic}/jobs/{id}/nack`
 pub(crate) async fn nack(
     State(st): State<AppState>,
@@ -522,17 +546,8 @@ pub(crate) async fn nack(
 ) -> ApiResult {
     let (t, id) = (topic(t)?, job_id(id)?);
     let svc = &st.service;
-    let retry_in = req
-        .retry_in_ms
-        .map(|ms| delay(svc.limits(), "retry_in_ms", ms))
-        .transpose()?;
-    let error = req.error.unwrap_or_else(|| "nacked".into());
-    if req.dead && retry_in.is_some() {
-        return Err(ApiError::bad_request(
-            "invalid_delay",
-            "retry_in_ms makes no sense with dead: true",
-        ));
-    }
+    let retry_in = retry_in(svc.limits(), req.retry_in_ms, req.dead)?;
+    let error = req.error.unwrap_or_else(|| DEFAULT_NACK_ERROR.into());
     let nack = Nack {
         token: &req.token,
         error: &error,
@@ -540,10 +555,7 @@ pub(crate) async fn nack(
         dead: req.dead,
         priority: None,
     };
-    let (state, due_at_ms) = match svc.nack(&t, &id, nack).await? {
-        NackOutcome::Retry { due_at_ms, .. } => (JobState::Scheduled, Some(due_at_ms)),
-        NackOutcome::Dead { .. } => (JobState::Dead, None),
-    };
+    let (state, due_at_ms) = nacked_state(svc.nack(&t, &id, nack).await?);
     reply(wire::Nacked {
         id: id.to_string(),
         state,
@@ -587,52 +599,159 @@ pub(crate) async fn touch(
     })
 }
 
+/// Checks a batch of lease holders' calls (`ack:batch`, `nack:batch`,
+/// `touch:batch`; `field` names its items): 1 to [`MAX_BATCH`] items, and
+/// the key may consume every topic named (a batch touching a topic outside
+/// the key's scopes is refused whole).
+fn check_batch<'a>(
+    access: &Access,
+    field: &str,
+    topics: impl ExactSizeIterator<Item = &'a str>,
+) -> Result<(), ApiError> {
+    if topics.len() == 0 || topics.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(
+            "invalid_batch",
+            format!(
+                "{field} must hold 1 to {MAX_BATCH} items, got {}",
+                topics.len()
+            ),
+        ));
+    }
+    for t in topics {
+        access.require(Action::Consume, t)?;
+    }
+    Ok(())
+}
+
+/// A batch's items as `parse` reads them: those that parse, and for each
+/// item in order either its place among them or its error.
+struct Parsed<T> {
+    valid: Vec<T>,
+    slots: Vec<Result<usize, ApiError>>,
+}
+
+impl<T> Parsed<T> {
+    fn new<W>(items: Vec<W>, parse: impl Fn(W) -> Result<T, ApiError>) -> Self {
+        let mut valid = Vec::new();
+        let slots = items
+            .into_iter()
+            .map(|w| {
+                let item = parse(w)?;
+                valid.push(item);
+                Ok(valid.len() - 1)
+            })
+            .collect();
+        Self { valid, slots }
+    }
+
+    /// A result per item, in order: `ok` of the store's answer for the
+    /// items that parsed, `error` of the error of those that did not.
+    fn results<R, O>(
+        self,
+        done: Vec<crate::service::Result<R>>,
+        ok: impl Fn(R) -> O,
+        error: impl Fn(wire::ErrorBody) -> O,
+    ) -> Vec<O> {
+        let mut done: Vec<Option<_>> = done.into_iter().map(Some).collect();
+        self.slots
+            .into_iter()
+            .map(|slot| match slot.map(|i| done[i].take()) {
+                Ok(Some(Ok(r))) => ok(r),
+                Ok(Some(Err(e))) => error(ApiError::from(e).body()),
+                Ok(None) => error(
+                    ApiError::from(crate::service::Error::from(StoreError::Unavailable(
+                        "no answer for the item".into(),
+                    )))
+                    .body(),
+                ),
+                Err(e) => error(e.body()),
+            })
+            .collect()
+    }
+}
+
 /// `POST /v1/ack:batch` — a result per ack.
 pub(crate) async fn ack_batch(
     State(st): State<AppState>,
     Extension(access): Extension<Access>,
     JsonBody(req): JsonBody<wire::AckBatchRequest>,
 ) -> ApiResult {
-    if req.acks.is_empty() || req.acks.len() > MAX_BATCH {
-        return Err(ApiError::bad_request(
-            "invalid_batch",
-            format!(
-                "acks must hold 1 to {MAX_BATCH} items, got {}",
-                req.acks.len()
-            ),
-        ));
-    }
-    // A batch touching a topic outside the key's scopes is refused whole.
-    for a in &req.acks {
-        access.require(Action::Consume, &a.topic)?;
-    }
+    check_batch(&access, "acks", req.acks.iter().map(|a| a.topic.as_str()))?;
     // Items that do not parse get their error; the others are acked together.
-    let mut results: Vec<Option<wire::AckResult>> = Vec::with_capacity(req.acks.len());
-    let mut valid: Vec<AckItem> = Vec::new();
-    let mut slots: Vec<usize> = Vec::new();
-    for a in req.acks {
-        match topic(a.topic).and_then(|t| Ok((t, job_id(a.id)?))) {
-            Ok((topic, id)) => {
-                slots.push(results.len());
-                results.push(None);
-                valid.push(AckItem {
-                    topic,
-                    id,
-                    token: a.token,
-                });
-            }
-            Err(e) => results.push(Some(wire::AckResult::Error(e.body()))),
-        }
-    }
-    let acked = st.service.ack_batch(&valid).await;
-    for (slot, r) in slots.into_iter().zip(acked) {
-        results[slot] = Some(match r {
-            Ok(()) => wire::AckResult::Acked { acked: true },
-            Err(e) => wire::AckResult::Error(ApiError::from(e).body()),
-        });
-    }
+    let parsed = Parsed::new(req.acks, |a| {
+        Ok(AckItem {
+            topic: topic(a.topic)?,
+            id: job_id(a.id)?,
+            token: a.token,
+        })
+    });
+    let done = st.service.ack_batch(&parsed.valid).await;
     reply(wire::AckBatchResponse {
-        results: results.into_iter().flatten().collect(),
+        results: parsed.results(
+            done,
+            |()| wire::AckResult::Acked { acked: true },
+            wire::AckResult::Error,
+        ),
+    })
+}
+
+/// `POST /v1/nack:batch` — a result per nack, each as `POST …/nack`
+/// answers it (and a new priority if asked).
+pub(crate) async fn nack_batch(
+    State(st): State<AppState>,
+    Extension(access): Extension<Access>,
+    JsonBody(req): JsonBody<wire::NackBatchRequest>,
+) -> ApiResult {
+    check_batch(&access, "items", req.items.iter().map(|n| n.topic.as_str()))?;
+    let svc = &st.service;
+    // Items that do not parse get their error; the others are nacked together.
+    let parsed = Parsed::new(req.items, |n| {
+        Ok(NackItem {
+            topic: topic(n.topic)?,
+            id: job_id(n.id)?,
+            token: n.token,
+            error: n.error.unwrap_or_else(|| DEFAULT_NACK_ERROR.into()),
+            retry_in_ms: retry_in(svc.limits(), n.retry_in_ms, n.dead)?,
+            dead: n.dead,
+            priority: n.priority,
+        })
+    });
+    let done = svc.nack_batch(&parsed.valid).await;
+    reply(wire::NackBatchResponse {
+        results: parsed.results(
+            done,
+            |out| {
+                let (state, due_at_ms) = nacked_state(out);
+                wire::NackResult::Nacked { state, due_at_ms }
+            },
+            wire::NackResult::Error,
+        ),
+    })
+}
+
+/// `POST /v1/touch:batch` — a result per lease extension, each as
+/// `POST …/touch` answers it.
+pub(crate) async fn touch_batch(
+    State(st): State<AppState>,
+    Extension(access): Extension<Access>,
+    JsonBody(req): JsonBody<wire::TouchBatchRequest>,
+) -> ApiResult {
+    check_batch(&access, "items", req.items.iter().map(|t| t.topic.as_str()))?;
+    let parsed = Parsed::new(req.items, |t| {
+        Ok(TouchItem {
+            topic: topic(t.topic)?,
+            id: job_id(t.id)?,
+            token: t.token,
+            lease_ms: t.lease_ms,
+        })
+    });
+    let done = st.service.touch_batch(&parsed.valid).await;
+    reply(wire::TouchBatchResponse {
+        results: parsed.results(
+            done,
+            |lease_deadline_ms| wire::TouchResult::Touched { lease_deadline_ms },
+            wire::TouchResult::Error,
+        ),
     })
 }
 

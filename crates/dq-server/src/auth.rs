@@ -300,8 +300,8 @@ fn is_admin_path(path: &str) -> bool {
 }
 
 /// Who a request acts as, once [`guard`] let it through: handlers that
-/// find the topic in the body (reserve, `ack:batch`, schedules) check it
-/// with [`Access::require`].
+/// find the topic in the body (reserve, `ack:batch`, `nack:batch`,
+/// `touch:batch`, schedules) check it with [`Access::require`].
 #[derive(Clone, Debug)]
 pub enum Access {
     /// Auth is not enforced (no key exists, `auth` is not `required`): the
@@ -474,6 +474,8 @@ pub const ROUTES: &[(&str, &str, Need)] = &[
     ),
     ("POST", "/v1/reserve", Need::Handler(Action::Consume)),
     ("POST", "/v1/ack:batch", Need::Handler(Action::Consume)),
+    ("POST", "/v1/nack:batch", Need::Handler(Action::Consume)),
+    ("POST", "/v1/touch:batch", Need::Handler(Action::Consume)),
     ("POST", "/v1/admin/backup", Need::Admin),
     ("POST", "/v1/admin/drain", Need::Admin),
     ("GET", "/v1/keys", Need::Admin),

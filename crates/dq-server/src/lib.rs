@@ -87,6 +87,8 @@ pub fn app(state: AppState, max_request_bytes: usize) -> Router {
         .route("/v1/schedules/{name}/resume", post(resume_schedule))
         .route("/v1/reserve", post(reserve))
         .route("/v1/ack:batch", post(ack_batch))
+        .route("/v1/nack:batch", post(nack_batch))
+        .route("/v1/touch:batch", post(touch_batch))
         .route("/v1/admin/backup", post(ops::backup))
         .route("/v1/admin/drain", post(ops::drain))
         .route("/v1/keys", get(list_keys).post(create_key))

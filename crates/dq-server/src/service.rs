@@ -26,9 +26,9 @@ use std::time::{Duration, Instant};
 
 use dq_core::limits::{self, MAX_BATCH};
 use dq_core::{
-    Clock, Delivery, Enqueued, Held, InvalidInput, JobId, JobInfo, JobState, Lease, Limits, Nack,
-    NackOutcome, NewJob, Store, StoreError, StoreResult, Topic, TopicConfig, TopicConfigPatch,
-    TopicStats,
+    Clock, Delivery, Enqueued, Held, HeldNack, HeldTouch, InvalidInput, JobId, JobInfo, JobState,
+    Lease, Limits, Nack, NackOutcome, NewJob, Store, StoreError, StoreResult, Topic, TopicConfig,
+    TopicConfigPatch, TopicStats,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -113,6 +113,38 @@ pub struct AckItem {
     pub id: JobId,
     /// The lease token the reserve handed out.
     pub token: String,
+}
+
+/// One nack of a batch ([`Service::nack_batch`]).
+#[derive(Debug, Clone)]
+pub struct NackItem {
+    /// The job's topic.
+    pub topic: Topic,
+    /// The job.
+    pub id: JobId,
+    /// The lease token the reserve handed out.
+    pub token: String,
+    /// Why (kept, clipped, as the job's `last_error`).
+    pub error: String,
+    /// Retry after this long instead of the retry policy's wait.
+    pub retry_in_ms: Option<u64>,
+    /// Dead at once, whatever attempts are left.
+    pub dead: bool,
+    /// The job's new priority; `None` keeps it.
+    pub priority: Option<u32>,
+}
+
+/// One lease extension of a batch ([`Service::touch_batch`]).
+#[derive(Debug, Clone)]
+pub struct TouchItem {
+    /// The job's topic.
+    pub topic: Topic,
+    /// The job.
+    pub id: JobId,
+    /// The lease token the reserve handed out.
+    pub token: String,
+    /// New lease from now; `None` is the job's, else the topic's.
+    pub lease_ms: Option<u64>,
 }
 
 /// How long a topic's delivery mode, as [`Service::reserve`] checks it, may
@@ -584,11 +616,65 @@ impl Service {
         let out = self.store.nack(t, id, nack, self.now()).await;
         self.changed(t);
         let out = out?;
+        self.nacked(t, id, &nack, &out);
+        Ok(out)
+    }
+
+    /// Nacks each item in one store call ([`Store::nack_batch`]: one script
+    /// per topic on Redis, one transaction on the embedded store); a result
+    /// per item, in order, each as [`Service::nack`] answers it (an item
+    /// whose `retry_in_ms` is out of bounds is refused alone, before the
+    /// store sees it).
+    pub async fn nack_batch(&self, items: &[NackItem]) -> Vec<Result<NackOutcome>> {
+        let mut out: Vec<Option<Result<NackOutcome>>> = Vec::with_capacity(items.len());
+        let mut held: Vec<HeldNack<'_>> = Vec::with_capacity(items.len());
+        let mut slots: Vec<usize> = Vec::with_capacity(items.len());
+        for it in items {
+            if let Some(ms) = it.retry_in_ms
+                && let Err(e) = self.limits.check_delay(ms)
+            {
+                out.push(Some(Err(StoreError::from(e).into())));
+                continue;
+            }
+            slots.push(out.len());
+            out.push(None);
+            held.push(HeldNack {
+                topic: &it.topic,
+                id: &it.id,
+                nack: Nack {
+                    token: &it.token,
+                    error: &it.error,
+                    retry_in_ms: it.retry_in_ms,
+                    dead: it.dead,
+                    priority: it.priority,
+                },
+            });
+        }
+        let done = self.store.nack_batch(&held, self.now()).await;
+        let mut topics: Vec<&Topic> = held.iter().map(|h| h.topic).collect();
+        topics.sort();
+        topics.dedup();
+        for t in topics {
+            self.changed(t);
+        }
+        for ((slot, h), r) in slots.into_iter().zip(&held).zip(done) {
+            if let Ok(o) = &r {
+                self.nacked(h.topic, h.id, &h.nack, o);
+            }
+            out[slot] = Some(r.map_err(Error::from));
+        }
+        out.into_iter()
+            .map(|r| r.expect("every item answered"))
+            .collect()
+    }
+
+    /// What a nack did, for the dispatcher and the log.
+    fn nacked(&self, t: &Topic, id: &JobId, nack: &Nack<'_>, out: &NackOutcome) {
         if matches!(out, NackOutcome::Dead { .. }) {
             self.wakers.died(t.as_str());
         }
         let error = limits::clip_error(nack.error);
-        match out {
+        match *out {
             NackOutcome::Retry { due_at_ms, attempt } => {
                 tracing::info!(topic = %t, id = %id, attempt, error = %error, retry_at_ms = due_at_ms, "job failed; will retry");
             }
@@ -599,7 +685,6 @@ impl Service {
                 tracing::warn!(topic = %t, id = %id, attempt, error = %error, "job failed for the last time; dead");
             }
         }
-        Ok(out)
     }
 
     /// Gives a reserved job back without counting the attempt, due after
@@ -636,6 +721,45 @@ impl Service {
         self.wakers.lease_ends(t.as_str(), deadline);
         tracing::debug!(topic = %t, id = %id, lease_deadline_ms = deadline, "lease extended");
         Ok(deadline)
+    }
+
+    /// Extends each item's lease in one store call ([`Store::touch_batch`]:
+    /// one script per topic on Redis, one transaction on the embedded
+    /// store); a result per item, in order, each as [`Service::touch`]
+    /// answers it (an item whose `lease_ms` is out of bounds is refused
+    /// alone, before the store sees it).
+    pub async fn touch_batch(&self, items: &[TouchItem]) -> Vec<Result<u64>> {
+        let mut out: Vec<Option<Result<u64>>> = Vec::with_capacity(items.len());
+        let mut held: Vec<HeldTouch<'_>> = Vec::with_capacity(items.len());
+        let mut slots: Vec<usize> = Vec::with_capacity(items.len());
+        for it in items {
+            if let Some(ms) = it.lease_ms
+                && let Err(e) = limits::check_lease(ms)
+            {
+                out.push(Some(Err(StoreError::from(e).into())));
+                continue;
+            }
+            slots.push(out.len());
+            out.push(None);
+            held.push(HeldTouch {
+                topic: &it.topic,
+                id: &it.id,
+                token: &it.token,
+                lease_ms: it.lease_ms,
+            });
+        }
+        let done = self.store.touch_batch(&held, self.now()).await;
+        for ((slot, h), r) in slots.into_iter().zip(&held).zip(done) {
+            if let Ok(deadline) = r {
+                // A shorter lease than before ends before the dispatcher's plan says.
+                self.wakers.lease_ends(h.topic.as_str(), deadline);
+                tracing::debug!(topic = %h.topic, id = %h.id, lease_deadline_ms = deadline, "lease extended");
+            }
+            out[slot] = Some(r.map_err(Error::from));
+        }
+        out.into_iter()
+            .map(|r| r.expect("every item answered"))
+            .collect()
     }
 
     // ---- topics -----------------------------------------------------------

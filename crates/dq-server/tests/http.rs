@@ -28,6 +28,7 @@ dq_testkit::router_tests! {
         unpaid_order_tour,
         nack_retries_then_dead_replay_and_purge,
         batch_enqueue_and_batch_ack_report_per_item,
+        batch_nack_and_batch_touch_report_per_item,
         reserve_long_poll_wakes_on_enqueue_and_due_time,
         every_error_code_and_nothing_written,
         openapi_document_names_every_route,
@@ -287,6 +288,167 @@ async fn batch_enqueue_and_batch_ack_report_per_item(fresh: FreshApi) {
     assert_eq!(r[0], json!({"acked": true}));
     assert_eq!(r[1], json!({"acked": true}));
     assert_eq!(r[2]["error"]["code"], json!("job_not_found"));
+}
+
+/// `nack:batch` and `touch:batch` answer per item, in order, as the single
+/// routes would one after the other, with the same error codes; a refused
+/// item (bad id, bounds, stale token) changes nothing; the batch's size is
+/// checked whole.
+async fn batch_nack_and_batch_touch_report_per_item(fresh: FreshApi) {
+    let a = fresh.api();
+    let jobs: Vec<Value> = (1..=4).map(|i| json!({"id": i.to_string()})).collect();
+    let (s, _) = a
+        .call(
+            "POST",
+            "/v1/topics/nb/jobs:batch",
+            Some(json!({ "jobs": jobs })),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (_, v) = a
+        .call(
+            "POST",
+            "/v1/reserve",
+            Some(json!({"topics": ["nb"], "max": 10, "lease_ms": 10_000})),
+        )
+        .await;
+    let token = |id: &str| {
+        v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|j| j["id"] == json!(id))
+            .map(|j| j["token"].clone())
+            .unwrap()
+    };
+    let job = |id: &'static str| {
+        let a = &a;
+        async move {
+            a.call("GET", &format!("/v1/topics/nb/jobs/{id}"), None)
+                .await
+                .1
+        }
+    };
+    let deadline = |id: &'static str| async move { job(id).await["lease_deadline_ms"].clone() };
+    let before = deadline("3").await;
+
+    let (s, t) = a
+        .call(
+            "POST",
+            "/v1/touch:batch",
+            Some(json!({"items": [
+                {"topic": "nb", "id": "1", "token": token("1"), "lease_ms": 60_000},
+                {"topic": "nb", "id": "2", "token": token("2")},
+                {"topic": "nb", "id": "3", "token": "stale"},
+                {"topic": "nb", "id": "bad id", "token": "x"},
+                {"topic": "nb", "id": "4", "token": token("4"), "lease_ms": 1},
+                {"topic": "nb", "id": "nope", "token": "x"},
+            ]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{t}");
+    let r = t["results"].as_array().unwrap();
+    assert_eq!(r.len(), 6);
+    assert_eq!(r[0]["lease_deadline_ms"], deadline("1").await);
+    assert_eq!(r[1]["lease_deadline_ms"], deadline("2").await);
+    assert!(r[0]["lease_deadline_ms"].as_u64() > r[1]["lease_deadline_ms"].as_u64());
+    assert_eq!(r[2]["error"]["code"], json!("lease_mismatch"));
+    assert_eq!(r[3]["error"]["code"], json!("invalid_id"));
+    assert_eq!(r[4]["error"]["code"], json!("invalid_lease"));
+    assert_eq!(r[5]["error"]["code"], json!("job_not_found"));
+    assert_eq!(
+        deadline("3").await,
+        before,
+        "a refused touch changes nothing"
+    );
+
+    let (s, n) = a
+        .call(
+            "POST",
+            "/v1/nack:batch",
+            Some(json!({"items": [
+                {"topic": "nb", "id": "1", "token": token("1"), "error": "boom"},
+                {"topic": "nb", "id": "2", "token": token("2"), "dead": true},
+                {"topic": "nb", "id": "3", "token": token("3"), "retry_in_ms": -1},
+                {"topic": "nb", "id": "3", "token": token("3"), "retry_in_ms": 5, "dead": true},
+                {"topic": "nb", "id": "4", "token": token("4"), "retry_in_ms": 5000, "priority": 3},
+                {"topic": "nb", "id": "1", "token": token("1")},
+                {"topic": "nb", "id": "nope", "token": "x"},
+            ]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{n}");
+    let r = n["results"].as_array().unwrap();
+    assert_eq!(r.len(), 7);
+    assert_eq!(r[0]["state"], json!("scheduled"));
+    assert!(r[0]["due_at_ms"].is_u64(), "{}", r[0]);
+    assert_eq!(r[1], json!({"state": "dead"}));
+    assert_eq!(r[2]["error"]["code"], json!("invalid_delay"));
+    assert_eq!(r[3]["error"]["code"], json!("invalid_delay"));
+    assert_eq!(r[4]["state"], json!("scheduled"));
+    assert_eq!(
+        r[5]["error"]["code"],
+        json!("lease_mismatch"),
+        "nacked already"
+    );
+    assert_eq!(r[6]["error"]["code"], json!("job_not_found"));
+    let job = |id: &'static str| {
+        let a = &a;
+        async move {
+            a.call("GET", &format!("/v1/topics/nb/jobs/{id}"), None)
+                .await
+                .1
+        }
+    };
+    let j1 = job("1").await;
+    assert_eq!(
+        (j1["state"].clone(), j1["last_error"].clone()),
+        (json!("scheduled"), json!("boom"))
+    );
+    assert_eq!(job("2").await["state"], json!("dead"));
+    let j3 = job("3").await;
+    assert_eq!(
+        j3["state"],
+        json!("reserved"),
+        "refused items change nothing"
+    );
+    assert_eq!(j3["lease_deadline_ms"], before);
+    let j4 = job("4").await;
+    assert_eq!(
+        (j4["priority"].clone(), j4["due_at_ms"].clone()),
+        (json!(3), r[4]["due_at_ms"].clone())
+    );
+
+    // The size is checked whole, before anything is done.
+    for path in ["/v1/nack:batch", "/v1/touch:batch"] {
+        let item = json!({"topic": "nb", "id": "3", "token": token("3")});
+        a.expect_error(
+            "POST",
+            path,
+            Some(json!({"items": []})),
+            400,
+            "invalid_batch",
+        )
+        .await;
+        let many = vec![item.clone(); 1001];
+        a.expect_error(
+            "POST",
+            path,
+            Some(json!({ "items": many })),
+            400,
+            "invalid_batch",
+        )
+        .await;
+        a.expect_error(
+            "POST",
+            path,
+            Some(json!({"acks": [item]})),
+            400,
+            "invalid_json",
+        )
+        .await;
+    }
+    assert_eq!(job("3").await["state"], json!("reserved"));
 }
 
 async fn reserve_long_poll_wakes_on_enqueue_and_due_time(fresh: FreshApi) {
@@ -771,6 +933,8 @@ async fn openapi_document_names_every_route(fresh: FreshApi) {
         "/v1/schedules/{name}/resume",
         "/v1/reserve",
         "/v1/ack:batch",
+        "/v1/nack:batch",
+        "/v1/touch:batch",
         "/v1/admin/backup",
         "/v1/admin/drain",
         "/v1/keys",

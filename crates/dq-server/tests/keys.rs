@@ -337,6 +337,9 @@ fn request_for(method: &str, template: &str, topic: &str) -> (String, Value) {
     let body = match (method, template) {
         ("POST", "/v1/reserve") => json!({"topics": [topic]}),
         ("POST", "/v1/ack:batch") => json!({"acks": [{"topic": topic, "id": "j1", "token": "x"}]}),
+        ("POST", "/v1/nack:batch" | "/v1/touch:batch") => {
+            json!({"items": [{"topic": topic, "id": "j1", "token": "x"}]})
+        }
         ("PUT", "/v1/schedules/{name}") => json!({"topic": topic, "every": "1h", "paused": true}),
         ("POST", "/v1/topics/{topic}/jobs:batch") => json!({"jobs": [{}]}),
         (
@@ -544,6 +547,20 @@ async fn batches_are_refused_whole(h: FreshApi) {
     )
     .await;
     assert_eq!(code(&r), "forbidden");
+    for path in ["/v1/nack:batch", "/v1/touch:batch"] {
+        let r = call(
+            &api,
+            Some(&w),
+            "POST",
+            path,
+            json!({"items": [
+                {"topic": "a", "id": "j", "token": lease["token"]},
+                {"topic": "b", "id": "j", "token": "x"},
+            ]}),
+        )
+        .await;
+        assert_eq!(code(&r), "forbidden", "{path}");
+    }
     let r = call(
         &api,
         Some(&admin),
@@ -555,7 +572,12 @@ async fn batches_are_refused_whole(h: FreshApi) {
     assert_eq!(
         r.json()["state"],
         "reserved",
-        "the allowed ack was not done either"
+        "the allowed ack, nack or touch was not done either"
+    );
+    assert_eq!(
+        r.json()["lease_deadline_ms"],
+        lease["lease_deadline_ms"],
+        "not touched"
     );
     // Schedules: onto b refused; a schedule on b cannot be moved to a.
     let r = call(

@@ -555,6 +555,56 @@ fn routes() -> Vec<Route> {
             )],
         ),
         (
+            "post",
+            "/v1/nack:batch",
+            Some(to(NackBatchRequest {
+                items: vec![NackItem {
+                    topic: "t".into(),
+                    id: "a".into(),
+                    token: "k".into(),
+                    error: Some("e".into()),
+                    retry_in_ms: Some(1),
+                    dead: true,
+                    priority: Some(1),
+                }],
+            })),
+            vec![(
+                "200",
+                to(NackBatchResponse {
+                    results: vec![
+                        NackResult::Nacked {
+                            state: JobState::Scheduled,
+                            due_at_ms: Some(1),
+                        },
+                        NackResult::Error(error()),
+                    ],
+                }),
+            )],
+        ),
+        (
+            "post",
+            "/v1/touch:batch",
+            Some(to(TouchBatchRequest {
+                items: vec![TouchItem {
+                    topic: "t".into(),
+                    id: "a".into(),
+                    token: "k".into(),
+                    lease_ms: Some(1000),
+                }],
+            })),
+            vec![(
+                "200",
+                to(TouchBatchResponse {
+                    results: vec![
+                        TouchResult::Touched {
+                            lease_deadline_ms: 1,
+                        },
+                        TouchResult::Error(error()),
+                    ],
+                }),
+            )],
+        ),
+        (
             "get",
             "/v1/topics",
             None,
