@@ -738,7 +738,7 @@ pub struct NackItem {
 #[serde(deny_unknown_fields)]
 pub struct NackBatchRequest {
     /// 1 to 1000 nacks.
-    pub items: Vec<NackItem>,
+    pub nacks: Vec<NackItem>,
 }
 
 /// One result of a nack batch.
@@ -785,7 +785,7 @@ pub struct TouchItem {
 #[serde(deny_unknown_fields)]
 pub struct TouchBatchRequest {
     /// 1 to 1000 lease extensions.
-    pub items: Vec<TouchItem>,
+    pub touches: Vec<TouchItem>,
 }
 
 /// One result of a touch batch.

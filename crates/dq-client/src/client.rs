@@ -494,7 +494,7 @@ impl Client {
                 Method::POST,
                 format!("{}/v1/nack:batch", self.base),
                 Some(&wire::NackBatchRequest {
-                    items: items.to_vec(),
+                    nacks: items.to_vec(),
                 }),
                 false,
             )
@@ -525,7 +525,7 @@ impl Client {
                 Method::POST,
                 format!("{}/v1/touch:batch", self.base),
                 Some(&wire::TouchBatchRequest {
-                    items: items.to_vec(),
+                    touches: items.to_vec(),
                 }),
                 true,
             )

@@ -702,10 +702,10 @@ pub(crate) async fn nack_batch(
     Extension(access): Extension<Access>,
     JsonBody(req): JsonBody<wire::NackBatchRequest>,
 ) -> ApiResult {
-    check_batch(&access, "items", req.items.iter().map(|n| n.topic.as_str()))?;
+    check_batch(&access, "nacks", req.nacks.iter().map(|n| n.topic.as_str()))?;
     let svc = &st.service;
     // Items that do not parse get their error; the others are nacked together.
-    let parsed = Parsed::new(req.items, |n| {
+    let parsed = Parsed::new(req.nacks, |n| {
         Ok(NackItem {
             topic: topic(n.topic)?,
             id: job_id(n.id)?,
@@ -736,8 +736,12 @@ pub(crate) async fn touch_batch(
     Extension(access): Extension<Access>,
     JsonBody(req): JsonBody<wire::TouchBatchRequest>,
 ) -> ApiResult {
-    check_batch(&access, "items", req.items.iter().map(|t| t.topic.as_str()))?;
-    let parsed = Parsed::new(req.items, |t| {
+    check_batch(
+        &access,
+        "touches",
+        req.touches.iter().map(|t| t.topic.as_str()),
+    )?;
+    let parsed = Parsed::new(req.touches, |t| {
         Ok(TouchItem {
             topic: topic(t.topic)?,
             id: job_id(t.id)?,

@@ -336,7 +336,7 @@ async fn batch_nack_and_batch_touch_report_per_item(fresh: FreshApi) {
         .call(
             "POST",
             "/v1/touch:batch",
-            Some(json!({"items": [
+            Some(json!({"touches": [
                 {"topic": "nb", "id": "1", "token": token("1"), "lease_ms": 60_000},
                 {"topic": "nb", "id": "2", "token": token("2")},
                 {"topic": "nb", "id": "3", "token": "stale"},
@@ -366,7 +366,7 @@ async fn batch_nack_and_batch_touch_report_per_item(fresh: FreshApi) {
         .call(
             "POST",
             "/v1/nack:batch",
-            Some(json!({"items": [
+            Some(json!({"nacks": [
                 {"topic": "nb", "id": "1", "token": token("1"), "error": "boom"},
                 {"topic": "nb", "id": "2", "token": token("2"), "dead": true},
                 {"topic": "nb", "id": "3", "token": token("3"), "retry_in_ms": -1},
@@ -420,12 +420,12 @@ async fn batch_nack_and_batch_touch_report_per_item(fresh: FreshApi) {
     );
 
     // The size is checked whole, before anything is done.
-    for path in ["/v1/nack:batch", "/v1/touch:batch"] {
+    for (path, field) in [("/v1/nack:batch", "nacks"), ("/v1/touch:batch", "touches")] {
         let item = json!({"topic": "nb", "id": "3", "token": token("3")});
         a.expect_error(
             "POST",
             path,
-            Some(json!({"items": []})),
+            Some(json!({ field: [] })),
             400,
             "invalid_batch",
         )
@@ -434,7 +434,7 @@ async fn batch_nack_and_batch_touch_report_per_item(fresh: FreshApi) {
         a.expect_error(
             "POST",
             path,
-            Some(json!({ "items": many })),
+            Some(json!({ field: many })),
             400,
             "invalid_batch",
         )

@@ -337,8 +337,11 @@ fn request_for(method: &str, template: &str, topic: &str) -> (String, Value) {
     let body = match (method, template) {
         ("POST", "/v1/reserve") => json!({"topics": [topic]}),
         ("POST", "/v1/ack:batch") => json!({"acks": [{"topic": topic, "id": "j1", "token": "x"}]}),
-        ("POST", "/v1/nack:batch" | "/v1/touch:batch") => {
-            json!({"items": [{"topic": topic, "id": "j1", "token": "x"}]})
+        ("POST", "/v1/nack:batch") => {
+            json!({"nacks": [{"topic": topic, "id": "j1", "token": "x"}]})
+        }
+        ("POST", "/v1/touch:batch") => {
+            json!({"touches": [{"topic": topic, "id": "j1", "token": "x"}]})
         }
         ("PUT", "/v1/schedules/{name}") => json!({"topic": topic, "every": "1h", "paused": true}),
         ("POST", "/v1/topics/{topic}/jobs:batch") => json!({"jobs": [{}]}),
@@ -547,13 +550,13 @@ async fn batches_are_refused_whole(h: FreshApi) {
     )
     .await;
     assert_eq!(code(&r), "forbidden");
-    for path in ["/v1/nack:batch", "/v1/touch:batch"] {
+    for (path, field) in [("/v1/nack:batch", "nacks"), ("/v1/touch:batch", "touches")] {
         let r = call(
             &api,
             Some(&w),
             "POST",
             path,
-            json!({"items": [
+            json!({field: [
                 {"topic": "a", "id": "j", "token": lease["token"]},
                 {"topic": "b", "id": "j", "token": "x"},
             ]}),

@@ -558,7 +558,7 @@ fn routes() -> Vec<Route> {
             "post",
             "/v1/nack:batch",
             Some(to(NackBatchRequest {
-                items: vec![NackItem {
+                nacks: vec![NackItem {
                     topic: "t".into(),
                     id: "a".into(),
                     token: "k".into(),
@@ -585,7 +585,7 @@ fn routes() -> Vec<Route> {
             "post",
             "/v1/touch:batch",
             Some(to(TouchBatchRequest {
-                items: vec![TouchItem {
+                touches: vec![TouchItem {
                     topic: "t".into(),
                     id: "a".into(),
                     token: "k".into(),
