@@ -68,7 +68,12 @@ where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,
 {
-    T::deserialize(d).map(Some)
+    match Option::<T>::deserialize(d)? {
+        Some(v) => Ok(Some(v)),
+        None => Err(serde::de::Error::custom(
+            "null is not a value here: leave the field out instead",
+        )),
+    }
 }
 
 /// A body field that is there, whatever its value: `"body": null` is a
