@@ -333,8 +333,9 @@ async fn embedded_to_redis_keeps_every_job_and_a_second_import_changes_nothing()
     assert!(of_kind(&l, "job").is_empty());
 }
 
-/// An import refuses what dq export did not write, with the line; a file
-/// cut short imports what it holds and says so.
+/// An import refuses what dq export did not write, and a record it cannot
+/// take (a dead letter without its death time), with the line; a file cut
+/// short imports what it holds and says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn import_refuses_foreign_and_cut_files() {
     let dir = tempfile::tempdir().unwrap();
@@ -362,13 +363,13 @@ async fn import_refuses_foreign_and_cut_files() {
     let (s, _) = d.get("/v1/topics/t/jobs/a").await;
     assert_eq!(s, 200, "what the file held is imported");
 
-    let bad = r#"{"kind":"job","topic":"t","job":{"id":"r","state":"reserved","due_at_ms":1,"priority":1,"attempts":0}}"#;
+    let bad = r#"{"kind":"job","topic":"t","job":{"id":"r","state":"dead","due_at_ms":1,"priority":1,"attempts":0}}"#;
     std::fs::write(&file, format!("{header}\n{bad}\n")).unwrap();
     let out = dq(&["import", "--server", &d.base, file.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(
-        err.contains("invalid_state") && err.contains("lines 2-2"),
+        err.contains("invalid_died_at") && err.contains("lines 2-2"),
         "{err}"
     );
 
