@@ -699,18 +699,24 @@ fn lane_head(cx: &Ctx, tid: i64, key: Option<&str>) -> OpResult<Option<Leasable>
     .optional()?)
 }
 
+/// One lease fewer for key `key` of topic `tid`; its count after, when the
+/// key has a row.
+fn free_slot(cx: &Ctx, tid: i64, key: &str) -> OpResult<Option<i64>> {
+    Ok(cx
+        .conn
+        .prepare_cached(
+            "UPDATE fkeys SET active = max(active - 1, 0) WHERE tid = ?1 AND fkey = ?2 RETURNING active",
+        )?
+        .query_row(params![tid, key], |r| r.get(0))
+        .optional()?)
+}
+
 /// A lease of a job with key `fkey` ended: one lease fewer for the key, and
 /// when that frees a key held at its `key_concurrency`, the topic's waiters
 /// are told.
 fn unlease(cx: &mut Ctx, topic: &Topic, tid: i64, fkey: Option<String>) -> OpResult<()> {
     let Some(k) = fkey else { return Ok(()) };
-    let after: Option<i64> = cx
-        .conn
-        .prepare_cached(
-            "UPDATE fkeys SET active = max(active - 1, 0) WHERE tid = ?1 AND fkey = ?2 RETURNING active",
-        )?
-        .query_row(params![tid, k], |r| r.get(0))
-        .optional()?;
+    let after = free_slot(cx, tid, &k)?;
     let limit: Option<i64> = cx
         .conn
         .prepare_cached("SELECT key_concurrency FROM topics WHERE tid = ?1")?
@@ -1535,11 +1541,7 @@ pub(crate) fn delete_topic(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<
         let n = keys.len() as i64;
         if state == RESERVED {
             for k in keys.into_iter().flatten() {
-                cx.conn
-                    .prepare_cached(
-                        "UPDATE fkeys SET active = max(active - 1, 0) WHERE tid = ?1 AND fkey = ?2",
-                    )?
-                    .execute(params![tid, k])?;
+                free_slot(cx, tid, &k)?;
             }
         }
         let mut d = [0; 4];

@@ -1969,16 +1969,21 @@ pub async fn reserve_job_in_any_waiting_or_dead_state(s: &dyn Store) {
     );
 }
 
+/// A rate limit of `(limit, per_ms, burst)`.
+fn bucket((limit, per_ms, burst): (u64, u64, u64)) -> RateLimit {
+    RateLimit {
+        limit,
+        per_ms,
+        burst,
+    }
+}
+
 /// Sets `t`'s rate limit (`None`: removes it).
 async fn rate(s: &dyn Store, t: &Topic, limit: Option<(u64, u64, u64)>) {
     s.configure_topic(
         t,
         &TopicConfigPatch {
-            rate_limit: Some(limit.map(|(limit, per_ms, burst)| RateLimit {
-                limit,
-                per_ms,
-                burst,
-            })),
+            rate_limit: Some(limit.map(bucket)),
             ..Default::default()
         },
     )
@@ -2218,13 +2223,7 @@ async fn key_limits(
         t,
         &TopicConfigPatch {
             key_concurrency: concurrency,
-            key_rate_limit: rate.map(|r| {
-                r.map(|(limit, per_ms, burst)| RateLimit {
-                    limit,
-                    per_ms,
-                    burst,
-                })
-            }),
+            key_rate_limit: rate.map(|r| r.map(bucket)),
             ..Default::default()
         },
     )

@@ -212,6 +212,18 @@ end
 -- Set when a job went into a key's lane during this call.
 local KEYED = false
 
+-- Key `g` takes its turn at the end of the round (into the ring, or a new
+-- place in it).
+local function ring_add(g)
+  redis.call('ZADD', KR.ring, redis.call('HINCRBY', K.ctr, 'kturn', 1), g)
+end
+
+-- Key `g`, out of the ring, waits in held for a lease to end.
+local function to_held(g)
+  redis.call('ZREM', KR.ring, g)
+  redis.call('SADD', KR.held, g)
+end
+
 -- A key that has ready jobs again (in none of ring, held, wait) joins the
 -- ring at the end of the round, or held when at its key_concurrency.
 local function key_enter(g)
@@ -219,7 +231,7 @@ local function key_enter(g)
   if lim and num(redis.call('HGET', KR.act, g), 0) >= lim then
     redis.call('SADD', KR.held, g)
   else
-    redis.call('ZADD', KR.ring, redis.call('HINCRBY', K.ctr, 'kturn', 1), g)
+    ring_add(g)
   end
 end
 
@@ -277,7 +289,7 @@ local function key_unlease(g)
   local lim = key_concurrency()
   if lim and n >= lim then return false end
   redis.call('SREM', KR.held, g)
-  redis.call('ZADD', KR.ring, redis.call('HINCRBY', K.ctr, 'kturn', 1), g)
+  ring_add(g)
   return true
 end
 

@@ -110,7 +110,7 @@ else
     for _, g in ipairs(redis.call('SMEMBERS', KR.held)) do
       if not lim or num(redis.call('HGET', KR.act, g), 0) < lim then
         redis.call('SREM', KR.held, g)
-        redis.call('ZADD', KR.ring, redis.call('HINCRBY', K.ctr, 'kturn', 1), g)
+        ring_add(g)
       end
     end
     redis.call('HSET', K.ctr, 'klim', klim)
@@ -166,8 +166,7 @@ else
       end
       if lim and num(redis.call('HGET', KR.act, g), 0) >= lim then
         -- At a key_concurrency lowered since it joined the ring.
-        redis.call('ZREM', KR.ring, g)
-        redis.call('SADD', KR.held, g)
+        to_held(g)
       elseif krate and credit < krate.per then
         to_wait(g, credit)
       else
@@ -184,12 +183,11 @@ else
         end
         if key_lane_left(g) then
           if lim and act >= lim then
-            redis.call('ZREM', KR.ring, g)
-            redis.call('SADD', KR.held, g)
+            to_held(g)
           elseif krate and credit < krate.per then
             to_wait(g, credit)
           else
-            redis.call('ZADD', KR.ring, redis.call('HINCRBY', K.ctr, 'kturn', 1), g)
+            ring_add(g)
           end
         end
       end
