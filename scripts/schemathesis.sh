@@ -18,8 +18,21 @@ fi
 dir=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 token=schemathesis-token-0123456789
-"$bin" serve --listen "127.0.0.1:$port" --data-dir "$dir/data" --config /dev/null \
-  --admin-token "$token" --log-level error >"$dir/dq.log" 2>&1 &
+# The document's latest due time holds until the end of the UTC day
+# (Limits::latest_due): the server runs on a clock set just after a
+# midnight (libfaketime, wall clock only), so a run never crosses one.
+lib=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -1)
+if [ -z "$lib" ]; then
+  echo "schemathesis.sh needs libfaketime (Debian package faketime; .ci/run installs it)" >&2
+  exit 2
+fi
+now=$(date -u +%s)
+offset=$((86400 - now % 86400 + 1))
+# Reserves wait at most 2 s here (--max-wait, served in the document), so
+# a long-poll never outlasts schemathesis's 10 s read timeout.
+LD_PRELOAD="$lib" FAKETIME="+${offset}s" FAKETIME_DONT_FAKE_MONOTONIC=1 \
+  "$bin" serve --listen "127.0.0.1:$port" --data-dir "$dir/data" --config /dev/null \
+  --admin-token "$token" --max-wait 2s --log-level error >"$dir/dq.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do

@@ -21,6 +21,7 @@ pub mod units;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
+use dq_core::nulls::not_null;
 use dq_core::{JobState, RetryPolicy, TopicConfig, TopicConfigPatch, TopicStats};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -58,21 +59,6 @@ impl RawJson {
     /// When it is not a `T`.
     pub fn parse<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
         serde_json::from_str(self.get())
-    }
-}
-
-/// An optional field that, when given, is a value: `null` is refused
-/// (invalid_json), as the OpenAPI document's non-nullable types say.
-fn not_null<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    match Option::<T>::deserialize(d)? {
-        Some(v) => Ok(Some(v)),
-        None => Err(serde::de::Error::custom(
-            "null is not a value here: leave the field out instead",
-        )),
     }
 }
 
@@ -849,32 +835,60 @@ pub struct ScheduleSpec {
     /// A cron expression: 5 fields (minute hour day-of-month month
     /// day-of-week), or 6 with seconds first; names (MON, JAN), ranges,
     /// lists, steps. Exclusive with `every`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub cron: Option<String>,
     /// A fixed interval ("90s", "15m", "1h"; at least 1 s), counted from
     /// `start_at`, else from the Unix epoch. Exclusive with `cron`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub every: Option<String>,
     /// The IANA time zone `cron` is read in (default UTC).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub timezone: Option<String>,
     /// Each job's JSON body (default `null`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<RawJson>,
     /// Each job's priority (default 1024).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub priority: Option<u32>,
     /// Slots missed while no instance ran (default `one`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub catch_up: Option<CatchUp>,
     /// Fires nothing while true.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
     /// No slot before this moment (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub start_at: Option<String>,
     /// No slot after this moment (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
     pub end_at: Option<String>,
 }
 

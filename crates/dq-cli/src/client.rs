@@ -1194,7 +1194,7 @@ impl ClientCmd {
                             }));
                         }
                         if pull {
-                            patch.delivery = Some(Delivery::Pull);
+                            patch.delivery = Some(Delivery::Pull {});
                         }
                         if let Some(d) = delivery {
                             patch.delivery =

@@ -70,6 +70,10 @@ pub(crate) struct ServeArgs {
     /// Largest delay, e.g. 3650d [default: 3650d]
     #[arg(long, env = "DQ_MAX_DELAY")]
     pub(crate) max_delay: Option<String>,
+    /// Longest wait of a reserve, at most 30s (lower it behind a proxy that
+    /// closes quiet requests sooner) [default: 30s]
+    #[arg(long, env = "DQ_MAX_WAIT")]
+    pub(crate) max_wait: Option<String>,
     /// Largest HTTP request body in bytes [default: 33554432]
     #[arg(long, env = "DQ_MAX_REQUEST_BYTES")]
     pub(crate) max_request_bytes: Option<usize>,
@@ -156,6 +160,7 @@ struct FileConfig {
     redis_timeout: Option<String>,
     max_body_bytes: Option<usize>,
     max_delay: Option<String>,
+    max_wait: Option<String>,
     max_request_bytes: Option<usize>,
     shutdown_grace: Option<String>,
     http_header_timeout: Option<String>,
@@ -323,6 +328,13 @@ impl ServeArgs {
         }
         if let Some(d) = self.max_delay.or(file.max_delay) {
             server.limits.max_delay_ms = duration("max_delay", &d)?.as_millis() as u64;
+        }
+        if let Some(w) = self.max_wait.or(file.max_wait) {
+            let ms = duration("max_wait", &w)?.as_millis() as u64;
+            if ms > dq_core::limits::MAX_WAIT_MS {
+                bail!("max_wait must be at most 30s, got {w:?}");
+            }
+            server.limits.max_wait_ms = ms;
         }
         if let Some(b) = self.max_request_bytes.or(file.max_request_bytes) {
             server.max_request_bytes = b;

@@ -33,7 +33,11 @@ pub struct StreamTarget {
     pub stream: String,
     /// Trims the stream to about this many entries on every write
     /// (`XADD … MAXLEN ~ N`); none: never trimmed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::nulls::not_null"
+    )]
     pub maxlen: Option<u64>,
     /// One field per job attribute (default), or one `job` field of JSON.
     #[serde(default)]
@@ -206,7 +210,8 @@ pub fn envelope(lease: &Lease) -> Vec<u8> {
 const MAX_KEY: usize = 1024;
 
 /// Checks a target URL: `redis://` or `rediss://` with a host, no
-/// redacted password sent back.
+/// redacted password sent back, printable ASCII (the OpenAPI document's
+/// pattern says the same).
 fn check_url(url: &str) -> Result<(), InvalidInput> {
     let bad = |m: String| Err(InvalidInput::new("invalid_target", m));
     let rest = match url.split_once("://") {
@@ -229,8 +234,11 @@ fn check_url(url: &str) -> Result<(), InvalidInput> {
                 .into(),
         );
     }
-    if url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return bad("url must be at most 2048 characters without spaces".into());
+    if url.len() > 2048 || !url.bytes().all(|b| b.is_ascii_graphic()) {
+        return bad(
+            "url must be at most 2048 printable ASCII characters, no spaces (percent-encode others)"
+                .into(),
+        );
     }
     Ok(())
 }

@@ -8,6 +8,7 @@
 //! - [`topic`]: [`TopicConfig`] and its partial update [`TopicConfigPatch`].
 //! - [`flow`]: [`RateLimit`], the token bucket of a topic's hand-outs.
 //! - [`forward`]: what a `redis_stream` / `redis_list` topic writes for a job.
+//! - [`nulls`]: [`nulls::not_null`], how an optional wire field refuses `null`.
 //! - [`clock`]: [`Clock`], the one source of "now" for code that depends on time.
 //! - [`store`]: the [`Store`] trait and [`StoreError`].
 
@@ -17,6 +18,7 @@ pub mod forward;
 pub mod hash;
 pub mod limits;
 pub mod model;
+pub mod nulls;
 pub mod retry;
 pub mod store;
 pub mod topic;

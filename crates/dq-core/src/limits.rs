@@ -12,6 +12,15 @@ pub struct Limits {
     pub max_body_bytes: usize,
     /// Largest delay (or due time minus now), in milliseconds.
     pub max_delay_ms: u64,
+    /// Longest wait of a reserve (`wait_ms`), in milliseconds: at most
+    /// [`MAX_WAIT_MS`]; lower it when a proxy in front closes a request
+    /// that is silent for less.
+    #[serde(default = "max_wait_default")]
+    pub max_wait_ms: u64,
+}
+
+fn max_wait_default() -> u64 {
+    MAX_WAIT_MS
 }
 
 impl Default for Limits {
@@ -19,6 +28,7 @@ impl Default for Limits {
         Self {
             max_body_bytes: 1024 * 1024,
             max_delay_ms: 3650 * DAY_MS,
+            max_wait_ms: MAX_WAIT_MS,
         }
     }
 }
@@ -32,7 +42,8 @@ pub const TOPICS_PAGE: usize = 100;
 /// Most topics in one page of a topic listing (each page reads the counts
 /// of each of its topics).
 pub const MAX_TOPICS_PAGE: usize = 1000;
-/// Longest time a reserve waits for a job, in milliseconds.
+/// Longest time a reserve may be let wait for a job, in milliseconds (the
+/// largest `max_wait`, and its default).
 pub const MAX_WAIT_MS: u64 = 30_000;
 /// Shortest and longest lease, in milliseconds.
 pub const LEASE_RANGE_MS: (u64, u64) = (100, 7 * DAY_MS);
@@ -114,18 +125,39 @@ impl Limits {
         Ok(())
     }
 
+    /// The latest due time accepted at `now_ms`: `max_delay` after the end
+    /// of the current period, a UTC day (or, when `max_delay` is shorter
+    /// than a day, a `max_delay`-long period counted from the Unix epoch).
+    ///
+    /// So it moves once a period, not with every millisecond: a bound read
+    /// now (the served OpenAPI document's `maximum` of `due_at_ms`) is the
+    /// server's exact bound until the period ends. A delay of at most
+    /// `max_delay` is always within it.
+    pub fn latest_due(&self, now_ms: u64) -> u64 {
+        let period = self.max_delay_ms.clamp(1, DAY_MS);
+        (now_ms / period + 1)
+            .saturating_mul(period)
+            .saturating_add(self.max_delay_ms)
+    }
+
     /// Checks an absolute due time against now.
     ///
     /// # Errors
-    /// `invalid_due_at` when further than [`Limits::max_delay_ms`] in the future.
+    /// `invalid_due_at` when later than [`Limits::latest_due`].
     pub fn check_due_at(&self, due_at_ms: u64, now_ms: u64) -> Result<(), InvalidInput> {
-        if due_at_ms.saturating_sub(now_ms) > self.max_delay_ms {
+        let latest = self.latest_due(now_ms);
+        if due_at_ms > latest {
             return Err(InvalidInput::new(
                 "invalid_due_at",
                 format!(
-                    "due_at_ms {due_at_ms} is {} from now, over the limit of {} (max_delay)",
+                    "due_at_ms {due_at_ms} is {} from now, later than {latest}, the latest due time taken now (max_delay {} after the end of the current {})",
                     human_ms(due_at_ms.saturating_sub(now_ms)),
-                    human_ms(self.max_delay_ms)
+                    human_ms(self.max_delay_ms),
+                    if self.max_delay_ms >= DAY_MS {
+                        "UTC day".to_string()
+                    } else {
+                        format!("{}-long period", human_ms(self.max_delay_ms))
+                    },
                 ),
             ));
         }
@@ -318,12 +350,27 @@ mod tests {
             l.check_due_at(5, 1000).is_ok(),
             "a past due time is due now"
         );
+        // Ten years after the end of the current UTC day, to the millisecond.
+        assert!(l.check_due_at(DAY_MS + 3650 * DAY_MS, 1000).is_ok());
+        assert!(l.check_due_at(DAY_MS + 3650 * DAY_MS, DAY_MS - 1).is_ok());
         assert_eq!(
-            l.check_due_at(1000 + 3650 * DAY_MS + 1, 1000)
+            l.check_due_at(DAY_MS + 3650 * DAY_MS + 1, 1000)
                 .unwrap_err()
                 .code,
             "invalid_due_at"
         );
+        // The bound moves at midnight, not before.
+        assert_eq!(l.latest_due(DAY_MS - 1), l.latest_due(0));
+        assert_eq!(l.latest_due(DAY_MS), l.latest_due(0) + DAY_MS);
+        // A max_delay under a day: periods of max_delay.
+        let short = Limits {
+            max_delay_ms: 60_000,
+            ..Limits::default()
+        };
+        assert_eq!(short.latest_due(59_999), 120_000);
+        assert_eq!(short.latest_due(60_000), 180_000);
+        assert!(short.check_due_at(120_000, 59_999).is_ok());
+        assert!(short.check_due_at(120_001, 59_999).is_err());
     }
 
     #[test]

@@ -830,8 +830,8 @@ impl ImportJob {
     /// the store it was taken from: export it as ready at its deadline),
     /// `invalid_died_at` for a dead job without `died_at_ms` or a waiting
     /// one with it, the body, lease, attempts and dedup checks of an
-    /// enqueue, `invalid_due_at` for a waiting job due further ahead than
-    /// an enqueue may ask (`max_delay`), `invalid_time` for a time past
+    /// enqueue, `invalid_due_at` for a job due further ahead than an
+    /// enqueue may ask ([`crate::Limits::latest_due`]), `invalid_time` for a time past
     /// 2^53 ms (no store keeps it exactly), `invalid_attempts` over
     /// [`crate::limits::MAX_ATTEMPTS`], `invalid_error` for a `last_error`
     /// over [`crate::limits::MAX_ERROR_BYTES`].
@@ -851,9 +851,7 @@ impl ImportJob {
                 ));
             }
         }
-        if self.state != JobState::Dead {
-            limits.check_due_at(self.due_at_ms, now_ms)?;
-        }
+        limits.check_due_at(self.due_at_ms, now_ms)?;
         match (self.state, self.died_at_ms) {
             (JobState::Reserved, _) => {
                 return Err(InvalidInput::new(

@@ -8,12 +8,13 @@ use crate::limits::{self, InvalidInput, Limits};
 use crate::retry::RetryPolicy;
 
 /// How jobs of a topic reach consumers.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(tag = "mode", rename_all = "lowercase")]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Delivery {
-    /// Consumers reserve jobs and ack them.
-    #[default]
-    Pull,
+    /// Consumers reserve jobs and ack them. (A struct without fields, not a
+    /// unit: serde refuses an unknown field beside `"mode": "pull"` only
+    /// in a struct.) The default.
+    Pull {},
     /// dq calls a URL when each job is due; a 2xx acks it.
     Push(PushConfig),
     /// dq writes each job into a Redis Stream when it is due, then acks it
@@ -25,26 +26,32 @@ pub enum Delivery {
     RedisList(ListTarget),
 }
 
+impl Default for Delivery {
+    fn default() -> Self {
+        Delivery::Pull {}
+    }
+}
+
 impl Delivery {
     /// The forwarding target of a `redis_stream` or `redis_list` topic.
     pub fn target(&self) -> Option<Target<'_>> {
         match self {
             Delivery::RedisStream(s) => Some(Target::Stream(s)),
             Delivery::RedisList(l) => Some(Target::List(l)),
-            Delivery::Pull | Delivery::Push(_) => None,
+            Delivery::Pull {} | Delivery::Push(_) => None,
         }
     }
 
     /// Whether dq itself hands the jobs out (push or forwarding), so
     /// consumers may not reserve them.
     pub fn is_delivered_by_dq(&self) -> bool {
-        !matches!(self, Delivery::Pull)
+        !matches!(self, Delivery::Pull {})
     }
 
     /// The mode's name on the wire: `pull`, `push`, `redis_stream`, `redis_list`.
     pub fn mode(&self) -> &'static str {
         match self {
-            Delivery::Pull => "pull",
+            Delivery::Pull {} => "pull",
             Delivery::Push(_) => "push",
             Delivery::RedisStream(_) => "redis_stream",
             Delivery::RedisList(_) => "redis_list",
@@ -54,7 +61,7 @@ impl Delivery {
     /// A copy fit to show: credentials redacted.
     pub fn redacted(&self) -> Delivery {
         match self {
-            Delivery::Pull => Delivery::Pull,
+            Delivery::Pull {} => Delivery::Pull {},
             Delivery::Push(p) => Delivery::Push(p.redacted()),
             Delivery::RedisStream(s) => Delivery::RedisStream(s.redacted()),
             Delivery::RedisList(l) => Delivery::RedisList(l.redacted()),
@@ -319,7 +326,7 @@ impl Default for TopicConfig {
             dead_cap: 10_000,
             default_delay_ms: 0,
             retry: RetryPolicy::default(),
-            delivery: Delivery::Pull,
+            delivery: Delivery::Pull {},
             partitions: 1,
             dedup_ms: 0,
             paused: false,
@@ -425,7 +432,7 @@ impl TopicConfigPatch {
             Some(Delivery::Push(p)) => p.validate()?,
             Some(Delivery::RedisStream(s)) => s.validate()?,
             Some(Delivery::RedisList(l)) => l.validate()?,
-            Some(Delivery::Pull) | None => {}
+            Some(Delivery::Pull {}) | None => {}
         }
         if let Some(ms) = self.dedup_ms {
             limits::check_dedup(ms)?;
@@ -617,7 +624,7 @@ mod tests {
         .with_push_defaults(&own);
         assert_eq!((kept.max_attempts, kept.retry), (None, None));
         let pull = TopicConfigPatch {
-            delivery: Some(Delivery::Pull),
+            delivery: Some(Delivery::Pull {}),
             ..Default::default()
         };
         assert_eq!(
@@ -629,7 +636,7 @@ mod tests {
     #[test]
     fn delivery_json() {
         let d: Delivery = serde_json::from_str(r#"{"mode":"pull"}"#).unwrap();
-        assert_eq!(d, Delivery::Pull);
+        assert_eq!(d, Delivery::Pull {});
         assert!(serde_json::from_str::<Delivery>(r#"{"mode":"carrier-pigeon"}"#).is_err());
         let d: Delivery =
             serde_json::from_str(r#"{"mode":"push","url":"http://127.0.0.1:9/hook"}"#).unwrap();

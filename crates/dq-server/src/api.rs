@@ -18,7 +18,7 @@ const B64_IN: GeneralPurpose = GeneralPurpose::new(
     GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
 );
 use dq_api as wire;
-use dq_core::limits::{self, MAX_BATCH, MAX_RESERVE, MAX_WAIT_MS};
+use dq_core::limits::{self, MAX_BATCH, MAX_RESERVE};
 use dq_core::*;
 use serde::Deserialize;
 
@@ -278,10 +278,28 @@ fn record(j: &ListedJob) -> wire::JobRecord {
 
 /// A job to import as a client sent it, its body decoded (the checks of
 /// its values are [`ImportJob::check`], in the service).
-fn import_job(r: wire::JobRecord, i: usize, now_ms: u64) -> Result<ImportJob, ApiError> {
+fn import_job(
+    r: wire::JobRecord,
+    i: usize,
+    now_ms: u64,
+    limits: &dq_core::Limits,
+) -> Result<ImportJob, ApiError> {
     let at = |code: &'static str, what: String| {
         ApiError::bad_request(code, format!("jobs[{i}] ({}): {what}", r.id))
     };
+    // Both bounded in every state, as the document says (a reserved
+    // record's lease deadline becomes its due time, and its due_at_ms is
+    // not kept, but one out of bounds is still refused).
+    for (field, t) in [
+        ("due_at_ms", Some(r.due_at_ms)),
+        ("lease_deadline_ms", r.lease_deadline_ms),
+    ] {
+        if let Some(t) = t {
+            limits
+                .check_due_at(t, now_ms)
+                .map_err(|e| at(e.code, format!("{field}: {}", e.message)))?;
+        }
+    }
     let id = JobId::new(r.id.clone()).map_err(|e| at(e.code, e.message))?;
     let key = r
         .key
@@ -384,7 +402,7 @@ pub(crate) async fn import_jobs(
         .jobs
         .into_iter()
         .enumerate()
-        .map(|(i, r)| import_job(r, i, now))
+        .map(|(i, r)| import_job(r, i, now, svc.limits()))
         .collect::<Result<Vec<_>, _>>()?;
     let out = svc.import_jobs(&t, jobs).await?;
     reply(wire::ImportResponse {
@@ -485,10 +503,11 @@ pub(crate) async fn reserve(
         limits::check_lease(ms)?;
     }
     let wait_ms = req.wait_ms.unwrap_or(0);
-    if wait_ms > MAX_WAIT_MS {
+    let max_wait = st.service.limits().max_wait_ms;
+    if wait_ms > max_wait {
         return Err(ApiError::bad_request(
             "invalid_wait",
-            format!("wait_ms must be at most {MAX_WAIT_MS}, got {wait_ms}"),
+            format!("wait_ms must be at most {max_wait} (max_wait), got {wait_ms}"),
         ));
     }
     let leases = st

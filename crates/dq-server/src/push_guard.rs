@@ -6,6 +6,9 @@
 //! 172.16/12, 192.168/16, 100.64/10, fc00::/7). The check runs when a topic is
 //! registered and again at every connection (the HTTP client's DNS resolver
 //! drops refused addresses), so a DNS change cannot point a callback inside.
+//! A name that does not resolve when the topic is registered is saved, with
+//! a warning in the log ([`PushGuard::check_setting`]): DNS may not know it
+//! yet, and each delivery resolves it again.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -64,19 +67,24 @@ impl PushGuard {
     /// or that the host does not resolve.
     pub async fn check_host(&self, host: &str, port: u16) -> Result<(), String> {
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        let addrs: Vec<SocketAddr> = if let Ok(ip) = host.parse::<IpAddr>() {
-            vec![SocketAddr::new(ip, port)]
-        } else {
-            let lookup = tokio::net::lookup_host((host, port));
-            match tokio::time::timeout(std::time::Duration::from_secs(3), lookup).await {
-                Ok(Ok(a)) => a.collect(),
-                Ok(Err(e)) => return Err(format!("cannot resolve {host}: {e}")),
-                Err(_) => return Err(format!("cannot resolve {host}: timed out")),
-            }
-        };
-        if addrs.is_empty() {
-            return Err(format!("{host} resolves to no address"));
+        self.check_addrs(host, resolve(host, port).await?)
+    }
+
+    /// As [`PushGuard::check_host`], for a setting being saved: a host that
+    /// does not resolve now passes, with why (`Ok(Some(..))`, for a warning);
+    /// one that resolves to a refused address is refused.
+    ///
+    /// # Errors
+    /// As [`PushGuard::check_host`], but never for a name that does not resolve.
+    pub async fn check_setting(&self, host: &str, port: u16) -> Result<Option<String>, String> {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        match resolve(host, port).await {
+            Ok(addrs) => self.check_addrs(host, addrs).map(|()| None),
+            Err(why) => Ok(Some(why)),
         }
+    }
+
+    fn check_addrs(&self, host: &str, addrs: Vec<SocketAddr>) -> Result<(), String> {
         for a in addrs {
             if let Some(why) = self.refuse(a.ip()) {
                 return Err(format!("{host} resolves to {}: {why}", a.ip()));
@@ -95,6 +103,35 @@ impl PushGuard {
         let port = u.port_or_known_default().unwrap_or(80);
         self.check_host(host, port).await
     }
+
+    /// [`PushGuard::check_setting`] of a callback URL.
+    ///
+    /// # Errors
+    /// As [`PushGuard::check_setting`]; an URL that does not parse.
+    pub async fn check_url_setting(&self, url: &str) -> Result<Option<String>, String> {
+        let u = reqwest::Url::parse(url).map_err(|e| format!("invalid url: {e}"))?;
+        let host = u.host_str().ok_or("url has no host")?;
+        let port = u.port_or_known_default().unwrap_or(80);
+        self.check_setting(host, port).await
+    }
+}
+
+/// The addresses of `host` (an IP literal is its own).
+async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let lookup = tokio::net::lookup_host((host, port));
+    let addrs: Vec<SocketAddr> =
+        match tokio::time::timeout(std::time::Duration::from_secs(3), lookup).await {
+            Ok(Ok(a)) => a.collect(),
+            Ok(Err(e)) => return Err(format!("cannot resolve {host}: {e}")),
+            Err(_) => return Err(format!("cannot resolve {host}: timed out")),
+        };
+    if addrs.is_empty() {
+        return Err(format!("{host} resolves to no address"));
+    }
+    Ok(addrs)
 }
 
 /// The HTTP client's DNS resolver: drops refused addresses at connect time.
@@ -188,5 +225,20 @@ mod tests {
                 .contains("loopback")
         );
         assert!(g.check_url("http://no-such-host.invalid/").await.is_err());
+        // Saved, with why, when the name does not resolve yet; refused
+        // when it resolves to a refused address.
+        let why = g
+            .check_url_setting("http://no-such-host.invalid/")
+            .await
+            .unwrap()
+            .expect("a warning");
+        assert!(why.contains("cannot resolve"), "{why}");
+        assert_eq!(g.check_url_setting("http://127.0.0.1:9/").await, Ok(None));
+        assert!(
+            g.check_url_setting("http://169.254.169.254/")
+                .await
+                .is_err()
+        );
+        assert!(strict.check_setting("localhost", 9).await.is_err());
     }
 }

@@ -182,16 +182,15 @@ fn parse_cron(expr: &str) -> Result<Cron, InvalidInput> {
     })
 }
 
+/// An RFC 3339 time in Unix ms; one before 1970 is 1970 (no slot is
+/// earlier).
 fn parse_time(field: &'static str, code: &'static str, v: &str) -> Result<u64, InvalidInput> {
     chrono::DateTime::parse_from_rfc3339(v)
-        .ok()
-        .and_then(|t| u64::try_from(t.timestamp_millis()).ok())
-        .ok_or_else(|| {
+        .map(|t| u64::try_from(t.timestamp_millis()).unwrap_or(0))
+        .map_err(|_| {
             bad(
                 code,
-                format!(
-                    "{field} must be an RFC 3339 time after 1970 (2026-12-01T09:00:00+01:00), got {v:?}"
-                ),
+                format!("{field} must be an RFC 3339 time (2026-12-01T09:00:00+01:00), got {v:?}"),
             )
         })
 }
@@ -264,18 +263,9 @@ impl Schedule {
             .as_deref()
             .map(|v| parse_time("end_at", "invalid_end_at", v))
             .transpose()?;
-        if let (Some(s), Some(e)) = (start_ms, end_ms)
-            && e < s
-        {
-            return Err(bad(
-                "invalid_end_at",
-                format!(
-                    "end_at ({}) is before start_at ({})",
-                    spec.end_at.as_deref().unwrap_or_default(),
-                    spec.start_at.as_deref().unwrap_or_default()
-                ),
-            ));
-        }
+        // An end_at before start_at (or in the past) is taken: the
+        // schedule has no slot, and its `next` says so (the OpenAPI
+        // document cannot compare two fields, and takes it).
         let body = match &spec.body {
             Some(raw) => {
                 dq_core::limits::check_json_depth(raw.get())?;
@@ -954,11 +944,20 @@ mod tests {
         assert_eq!(every("3661d").code, "invalid_every");
         assert_eq!(every("584942417355y").code, "invalid_every");
         assert_eq!(every("soon").code, "invalid_every");
-        let e = err(|s| {
+        // Ends before it starts: taken, without a slot.
+        let ended = sched(|s| {
+            s.every = Some("1h".into());
             s.start_at = Some("2026-12-02T00:00:00Z".into());
             s.end_at = Some("2026-12-01T00:00:00Z".into());
         });
-        assert_eq!(e.code, "invalid_end_at");
+        assert!(ended.next_n(0, 3).is_empty());
+        assert!(ended.prev_before(u64::MAX / 2).is_none());
+        // Before 1970: the epoch.
+        let old = sched(|s| {
+            s.every = Some("1h".into());
+            s.start_at = Some("1340-08-23T05:52:20Z".into());
+        });
+        assert_eq!(old.next_after(0), Some(3_600_000));
         assert_eq!(
             err(|s| s.start_at = Some("tomorrow".into())).code,
             "invalid_start_at"

@@ -946,19 +946,28 @@ impl Service {
         patch.validate(&self.limits)?;
         let mut patch = patch;
         match patch.delivery.as_ref() {
-            Some(Delivery::Push(p)) => self
-                .push_guard
-                .check_url(&p.url)
-                .await
-                .map_err(|m| InvalidInput::new("invalid_callback", m))?,
+            Some(Delivery::Push(p)) => {
+                let unresolved = self
+                    .push_guard
+                    .check_url_setting(&p.url)
+                    .await
+                    .map_err(|m| InvalidInput::new("invalid_callback", m))?;
+                if let Some(why) = unresolved {
+                    tracing::warn!(topic = %t, "{why}: the callback is saved; deliveries fail until it resolves");
+                }
+            }
             Some(d) if d.target().is_some() => {
                 let url = d.target().map(|t| t.url().to_string()).unwrap_or_default();
                 let (host, port) = dq_core::forward::host_port(&url)
                     .ok_or_else(|| InvalidInput::new("invalid_target", "url needs a host"))?;
-                self.push_guard
-                    .check_host(host, port)
+                let unresolved = self
+                    .push_guard
+                    .check_setting(host, port)
                     .await
                     .map_err(|m| InvalidInput::new("invalid_target", m))?;
+                if let Some(why) = unresolved {
+                    tracing::warn!(topic = %t, "{why}: the target is saved; forwarding fails until it resolves");
+                }
             }
             _ => {}
         }

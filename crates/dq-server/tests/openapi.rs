@@ -887,7 +887,7 @@ fn every_delivery_mode_is_in_the_document() {
     let doc: Value = serde_json::from_str(DOC).unwrap();
     let schema = &doc["components"]["schemas"]["Delivery"];
     let samples = [
-        Delivery::Pull,
+        Delivery::Pull {},
         push(),
         Delivery::RedisStream(StreamTarget {
             url: "redis://u:…@h:6379/0".into(),
@@ -904,7 +904,7 @@ fn every_delivery_mode_is_in_the_document() {
     ];
     for d in samples {
         match &d {
-            Delivery::Pull
+            Delivery::Pull {}
             | Delivery::Push(_)
             | Delivery::RedisStream(_)
             | Delivery::RedisList(_) => {}

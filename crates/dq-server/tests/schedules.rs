@@ -192,7 +192,7 @@ async fn put_get_list_delete_and_refusals(fresh: Fresh) {
         ),
         (
             "bad",
-            json!({"topic": "t", "every": "1m", "start_at": "2026-12-02T00:00:00Z", "end_at": "2026-12-01T00:00:00+01:00"}),
+            with("end_at", json!("2026-12-01 00:00")),
             "invalid_end_at",
         ),
         ("bad", with("topic", json!("no spaces")), "invalid_topic"),
@@ -234,6 +234,13 @@ async fn put_get_list_delete_and_refusals(fresh: Fresh) {
         .map(|s| s["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["daily-report"], "nothing written by the refusals");
+
+    // Ends before it starts: taken (the document cannot compare two
+    // fields), without a slot.
+    let ended = json!({"topic": "t", "every": "1m", "start_at": "2026-12-02T00:00:00Z", "end_at": "2026-12-01T00:00:00+01:00"});
+    let (s, v) = w.put("ended", ended.clone()).await;
+    assert_eq!(s, StatusCode::CREATED, "{ended}: {v}");
+    assert_eq!(v["next"], json!([]), "{v}");
 
     let (s, v) = w
         .api

@@ -31,7 +31,7 @@ pub(super) async fn create_topic(
         let patch = TopicConfigPatch {
             delivery: Some(match f.get("mode") {
                 Some("push") => Delivery::Push(push_config(&f, None)?),
-                _ => Delivery::Pull,
+                _ => Delivery::Pull {},
             }),
             ..Default::default()
         };
@@ -240,7 +240,7 @@ pub(super) async fn save_settings(
                 // A forwarding target is set through the API only; the
                 // form keeps it (its URL's password is never on the page).
                 Some("keep") if old.delivery.target().is_some() => old.delivery.clone(),
-                _ => Delivery::Pull,
+                _ => Delivery::Pull {},
             }),
         };
         st.service.configure_topic(&t, patch).await?;
