@@ -8,11 +8,12 @@
 #   scripts/bench-compare.sh BASE_BIN NEW_BIN N STORE SCENARIO [ARGS…]
 #   scripts/bench-compare.sh /tmp/base/dq target/release/dq 3 redis drain --jobs 50000 --window 0s..0s
 #
-# Figures read from the last JSON line of each run: jobs_per_s, and the p99
-# of `lateness` (ms) when the scenario reports one.
+# Figures read from the last JSON line of each run: jobs_per_s (push:
+# deliveries_per_s), and the p99 of `lateness` (ms) when the scenario
+# reports one.
 set -euo pipefail
 if [ $# -lt 5 ]; then
-  sed -n '2,12p' "$0" >&2
+  sed -n "2,13p" "$0" >&2
   exit 2
 fi
 base=$1 new=$2 n=$3
@@ -30,7 +31,8 @@ for i in $(seq 1 "$n"); do
 import json, sys
 which, i, line = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 late = line.get("lateness", {}) or {}
-print(f"run {i} {which:4}: jobs_per_s {line.get('jobs_per_s')}  lateness p99 {late.get('p99_ms', '-')} ms")
+rate = line.get("jobs_per_s", line.get("deliveries_per_s"))
+print(f"run {i} {which:4}: jobs_per_s {rate}  lateness p99 {late.get('p99_ms', '-')} ms")
 EOF
   done
 done
@@ -44,7 +46,7 @@ def med(which, f):
     xs = [f(r) for r in runs[which]]
     xs = [x for x in xs if isinstance(x, (int, float))]
     return statistics.median(xs) if xs else None
-for name, f in [("jobs_per_s", lambda r: r.get("jobs_per_s")),
+for name, f in [("jobs_per_s", lambda r: r.get("jobs_per_s", r.get("deliveries_per_s"))),
                 ("lateness p99 ms", lambda r: (r.get("lateness") or {}).get("p99_ms"))]:
     b, n = med("base", f), med("new", f)
     if b is None or n is None:

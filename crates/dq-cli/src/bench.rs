@@ -357,6 +357,29 @@ impl Observed {
         self.last_us = self.last_us.max(received_us);
     }
 
+    /// The lateness of the jobs due in each second after `t0_ms` (the run's
+    /// start, which the window counts from): `[second, jobs, p99_ms,
+    /// max_ms]` rows, in order, so
+    /// a tail is placed in the run (while the producer was still enqueueing,
+    /// or later).
+    fn lateness_by_second(&self, t0_ms: u64) -> Result<Vec<Value>> {
+        let mut by: std::collections::BTreeMap<u64, Histogram<u64>> = Default::default();
+        for (due_us, received_us) in self.first.values() {
+            let s = (due_us / 1000).saturating_sub(t0_ms) / 1000;
+            let h = match by.entry(s) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(Histogram::new_with_bounds(1, 3_600_000_000, 3)?)
+                }
+            };
+            let _ = h.record(received_us.saturating_sub(*due_us).max(1));
+        }
+        Ok(by
+            .into_iter()
+            .map(|(s, h)| json!([s, h.len(), ms(h.value_at_quantile(0.99)), ms(h.max())]))
+            .collect())
+    }
+
     /// Lateness measured from the later of each job's due time and the
     /// acknowledgement of its enqueue (`acked[i]` for the id ending in
     /// `-i`): a producer still enqueueing when jobs are due is told apart
@@ -847,6 +870,7 @@ impl BenchArgs {
                        "jobs_per_s": (obs.seen.len() as f64 / active.max(0.001)).round(),
                        "lateness": lateness_json(&obs.lateness),
                        "lateness_from_enqueue_ack": lateness_json(&obs.lateness_from_ack(&acked)?),
+                       "lateness_by_due_second": obs.lateness_by_second(t0_ms)?,
                        "lost": jobs.saturating_sub(obs.seen.len()), "duplicated": dup, "early": obs.early})
             }
             Scenario::Steady {

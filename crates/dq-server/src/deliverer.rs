@@ -8,12 +8,6 @@
 //! Requests are signed by the Standard Webhooks convention (`webhook-id`
 //! stable across attempts, `webhook-timestamp`, `webhook-signature`).
 //! One log line per attempt goes to the target `dq::delivery`.
-//!
-//! Outcomes are written in batches ([`Recorder`]): the acks and nacks of
-//! the attempts that finished while the previous batch was being written go
-//! in one store call each, so a busy topic costs one script (Redis) or one
-//! transaction (embedded) per batch, not per job; an attempt that finishes
-//! alone is written at once, alone.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,16 +15,16 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use dq_core::{Body, Delivery, Lease, NackOutcome, PushConfig, PushMethod, Topic};
+use dq_core::{Body, Delivery, Lease, Nack, PushConfig, PushMethod, Topic};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::metrics::Metrics;
 use crate::push_guard;
-use crate::service::{AckItem, NackItem, Service};
+use crate::service::Service;
 
 /// How often the set of push (and forwarding) topics is read again.
 const REFRESH: Duration = Duration::from_secs(1);
@@ -101,7 +95,6 @@ impl Deliverer {
                 topic,
                 cfg,
                 tracker: self.tracker.clone(),
-                recorder: Recorder::start(self.svc.clone()),
             };
             tokio::spawn(task.run(stop));
         })
@@ -166,7 +159,6 @@ struct TopicDelivery {
     topic: Topic,
     cfg: PushConfig,
     tracker: TaskTracker,
-    recorder: Recorder,
 }
 
 impl TopicDelivery {
@@ -287,33 +279,30 @@ impl TopicDelivery {
         let result = self.guarded(req).await;
         let took = started.elapsed();
         let took_ms = took.as_millis() as u64;
-        let (t, id, token) = (&lease.topic, &lease.id, lease.token.clone());
-        let nack = |error: String, retry_in_ms: Option<u64>, dead: bool| {
-            Outcome::Nack(NackItem {
-                topic: t.clone(),
-                id: id.clone(),
-                token: token.clone(),
-                error,
-                retry_in_ms,
-                dead,
-                priority: None,
-            })
-        };
+        let (t, id, token) = (&lease.topic, &lease.id, lease.token.as_str());
+        let svc = &self.svc;
         let outcome = match &result {
-            Ok((status, _)) if (200..300).contains(status) => Outcome::Ack(AckItem {
-                topic: t.clone(),
-                id: id.clone(),
-                token: token.clone(),
-            }),
-            Ok((410, _)) => nack("callback answered 410 Gone".into(), None, true),
-            Ok((status, retry_after)) => nack(
-                format!("callback answered HTTP {status}"),
-                *retry_after,
-                false,
-            ),
-            Err(e) => nack(e.clone(), None, false),
+            Ok((status, _)) if (200..300).contains(status) => {
+                svc.ack(t, id, token).await.map(|_| "acked")
+            }
+            Ok((410, _)) => svc
+                .nack(t, id, Nack::dead(token, "callback answered 410 Gone"))
+                .await
+                .map(|_| "dead"),
+            Ok((status, retry_after)) => svc
+                .nack(
+                    t,
+                    id,
+                    Nack::retry(token, &format!("callback answered HTTP {status}"))
+                        .retry_in_opt(*retry_after),
+                )
+                .await
+                .map(nack_outcome),
+            Err(e) => svc
+                .nack(t, id, Nack::retry(token, e))
+                .await
+                .map(nack_outcome),
         };
-        let outcome = self.recorder.record(outcome).await;
         let outcome = outcome.unwrap_or_else(|e| {
             tracing::warn!(topic = %t, id = %id, error = %e, "cannot record the delivery's outcome; the job comes back after its lease");
             "unrecorded"
@@ -362,99 +351,10 @@ impl TopicDelivery {
 }
 
 /// A failed attempt's outcome label: `dead` when it was the last.
-fn nack_outcome(o: NackOutcome) -> &'static str {
+fn nack_outcome(o: dq_core::NackOutcome) -> &'static str {
     match o {
-        NackOutcome::Retry { .. } => "retry",
-        NackOutcome::Dead { .. } => "dead",
-    }
-}
-
-/// What an attempt leaves to write: an ack after a 2xx, else a nack.
-enum Outcome {
-    Ack(AckItem),
-    Nack(NackItem),
-}
-
-/// The outcome's label (`acked`, `retry`, `dead`) once written, or why it
-/// could not be.
-type Recorded = Result<&'static str, String>;
-
-/// Writes one topic's outcomes in batches (see the module docs): a task
-/// takes every outcome waiting (up to [`MAX_BATCH`]) and writes the acks
-/// with one [`Service::ack_batch`] and the nacks with one
-/// [`Service::nack_batch`], then answers each attempt. The task ends when
-/// the last attempt holding the recorder is done.
-struct Recorder {
-    tx: mpsc::UnboundedSender<(Outcome, oneshot::Sender<Recorded>)>,
-}
-
-/// Most outcomes in one batch (the API's batch limit).
-const MAX_BATCH: usize = dq_core::limits::MAX_BATCH;
-
-impl Recorder {
-    fn start(svc: Arc<Service>) -> Self {
-        let (tx, mut rx) = mpsc::unbounded_channel::<(Outcome, oneshot::Sender<Recorded>)>();
-        tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(MAX_BATCH);
-            while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-                write_batch(&svc, batch.drain(..)).await;
-            }
-        });
-        Self { tx }
-    }
-
-    /// Writes `o` with whatever else is waiting.
-    async fn record(&self, o: Outcome) -> Recorded {
-        let (reply, answer) = oneshot::channel();
-        self.tx
-            .send((o, reply))
-            .map_err(|_| "the outcome recorder stopped".to_string())?;
-        answer
-            .await
-            .unwrap_or_else(|_| Err("the outcome recorder stopped".to_string()))
-    }
-}
-
-/// One batch of [`Recorder`]: the acks in one call, the nacks in another,
-/// both at once; each attempt hears its own result.
-async fn write_batch(
-    svc: &Service,
-    batch: impl Iterator<Item = (Outcome, oneshot::Sender<Recorded>)>,
-) {
-    let (mut acks, mut ack_replies) = (Vec::new(), Vec::new());
-    let (mut nacks, mut nack_replies) = (Vec::new(), Vec::new());
-    for (o, reply) in batch {
-        match o {
-            Outcome::Ack(a) => {
-                acks.push(a);
-                ack_replies.push(reply);
-            }
-            Outcome::Nack(n) => {
-                nacks.push(n);
-                nack_replies.push(reply);
-            }
-        }
-    }
-    let acked = async {
-        if acks.is_empty() {
-            Vec::new()
-        } else {
-            svc.ack_batch(&acks).await
-        }
-    };
-    let nacked = async {
-        if nacks.is_empty() {
-            Vec::new()
-        } else {
-            svc.nack_batch(&nacks).await
-        }
-    };
-    let (acked, nacked) = tokio::join!(acked, nacked);
-    for (reply, r) in ack_replies.into_iter().zip(acked) {
-        let _ = reply.send(r.map(|()| "acked").map_err(|e| e.to_string()));
-    }
-    for (reply, r) in nack_replies.into_iter().zip(nacked) {
-        let _ = reply.send(r.map(nack_outcome).map_err(|e| e.to_string()));
+        dq_core::NackOutcome::Retry { .. } => "retry",
+        dq_core::NackOutcome::Dead { .. } => "dead",
     }
 }
 
