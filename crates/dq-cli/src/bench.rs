@@ -818,6 +818,10 @@ impl BenchArgs {
                 body_bytes,
             } => {
                 let (a, b) = range_ms(&window)?;
+                // CPU of dq and of its store over the whole run (enqueue,
+                // reserve, ack): the cost of a job's lifecycle.
+                let procs = topics::processes(&self.server, &topics::Given::default());
+                let cpu0 = procs.cpu_us();
                 let t0_ms = now_us() / 1000;
                 let bd = body(body_bytes);
                 let rid = run_id.clone();
@@ -856,7 +860,19 @@ impl BenchArgs {
                 .await?;
                 let enqueue_s = started.elapsed().as_secs_f64();
                 let obs = consumer.await??;
+                let cpu1 = procs.cpu_us();
                 pb.finish_and_clear();
+                let per_job = |a: Option<u64>, b: Option<u64>| match (a, b) {
+                    (Some(a), Some(b)) if !obs.seen.is_empty() => {
+                        json!(
+                            ((b.saturating_sub(a)) as f64 / obs.seen.len() as f64 * 10.0).round()
+                                / 10.0
+                        )
+                    }
+                    _ => Value::Null,
+                };
+                let cpu = json!({"dq": per_job(cpu0.0, cpu1.0), "store": per_job(cpu0.1, cpu1.1),
+                                 "measured": procs.how()});
                 let wall = (obs.last_us.saturating_sub(t0_ms * 1000)) as f64 / 1e6;
                 let active = wall - a as f64 / 1000.0;
                 let dup: u64 = obs
@@ -871,6 +887,7 @@ impl BenchArgs {
                        "lateness": lateness_json(&obs.lateness),
                        "lateness_from_enqueue_ack": lateness_json(&obs.lateness_from_ack(&acked)?),
                        "lateness_by_due_second": obs.lateness_by_second(t0_ms)?,
+                       "cpu_us_per_job": cpu,
                        "lost": jobs.saturating_sub(obs.seen.len()), "duplicated": dup, "early": obs.early})
             }
             Scenario::Steady {

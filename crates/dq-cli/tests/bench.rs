@@ -145,4 +145,23 @@ async fn bench_drain_also_measures_lateness_from_the_enqueue_ack() {
             "{q}: {from_ack} from the ack > {plain} from the due time"
         );
     }
+    // Each second of the window has its row, and the rows hold every job.
+    let rows = v["lateness_by_due_second"].as_array().expect("rows");
+    let seconds: Vec<u64> = rows.iter().map(|r| r[0].as_u64().unwrap()).collect();
+    assert_eq!(seconds, [0], "a 0s..300ms window is second 0: {rows:?}");
+    let jobs: u64 = rows.iter().map(|r| r[1].as_u64().unwrap()).sum();
+    assert_eq!(jobs, 2000, "{rows:?}");
+    assert!(rows[0][3].as_f64().unwrap() >= rows[0][2].as_f64().unwrap());
+    // CPU per lifecycle: dq found by its port (the embedded store's CPU is
+    // dq's), a real figure (2000 jobs cannot cost nothing).
+    let cpu = &v["cpu_us_per_job"];
+    assert!(cpu["dq"].as_f64().is_some_and(|us| us > 0.0), "{cpu}");
+    assert_eq!(cpu["store"], serde_json::Value::Null, "{cpu}");
+    assert!(
+        cpu["measured"]["store"]
+            .as_str()
+            .unwrap()
+            .starts_with("embedded"),
+        "{cpu}"
+    );
 }

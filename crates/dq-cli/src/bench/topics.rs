@@ -76,7 +76,14 @@ pub(super) async fn run(
             .map(|i| format!("{prefix}-{i}"))
             .collect(),
     );
-    let procs = processes(server.base, plan);
+    let procs = processes(
+        server.base,
+        &Given {
+            dq_pid: plan.dq_pid,
+            store_pid: plan.store_pid,
+            redis: plan.redis.clone(),
+        },
+    );
     let idle_before = cpu_over(&procs, plan.idle).await;
     let created = create(server.api, &names, plan.concurrency).await?;
     let idle_with = cpu_over(&procs, plan.idle).await;
@@ -237,15 +244,15 @@ struct StoreProcess {
 /// The store's process: `--store-pid`; else the `redis-server` listening
 /// on the port of `--redis` (or of the `--redis` on dq's command line);
 /// else none, saying why (the embedded store runs inside dq).
-fn store_process(plan: &TopicsPlan, dq_pid: Option<u32>) -> StoreProcess {
-    if let Some(pid) = plan.store_pid {
+fn store_process(given: &Given, dq_pid: Option<u32>) -> StoreProcess {
+    if let Some(pid) = given.store_pid {
         return StoreProcess {
             pid: Some(pid),
             how: format!("pid {pid} (--store-pid)"),
         };
     }
     let dq_args = dq_pid.map(procfs::command_line).unwrap_or_default();
-    let (url, source) = match (&plan.redis, redis_arg(&dq_args)) {
+    let (url, source) = match (&given.redis, redis_arg(&dq_args)) {
         (Some(u), _) => (Some(u.clone()), "--redis"),
         (None, Some(u)) => (Some(u), "dq's --redis"),
         (None, None) => (None, ""),
@@ -285,7 +292,7 @@ fn store_process(plan: &TopicsPlan, dq_pid: Option<u32>) -> StoreProcess {
     StoreProcess {
         pid: None,
         how: if embedded {
-            "embedded: it runs inside dq, its CPU is in dq_cpu_pct".into()
+            "embedded: it runs inside dq, its CPU is counted in dq's".into()
         } else {
             "not measured: give --store-pid, or --redis for a Redis store (an embedded store's CPU is inside dq's)".into()
         },
@@ -301,7 +308,7 @@ fn redis_arg(args: &[String]) -> Option<String> {
 }
 
 /// The processes whose CPU is measured, found once.
-struct Processes {
+pub(super) struct Processes {
     dq_pid: Option<u32>,
     dq_how: String,
     store: StoreProcess,
@@ -309,13 +316,41 @@ struct Processes {
     tck: (u64, &'static str),
 }
 
+/// What the command line says of the processes to measure.
+#[derive(Default)]
+pub(super) struct Given {
+    /// `--dq-pid`.
+    pub(super) dq_pid: Option<u32>,
+    /// `--store-pid`.
+    pub(super) store_pid: Option<u32>,
+    /// `--redis`.
+    pub(super) redis: Option<String>,
+}
+
+impl Processes {
+    /// CPU time used so far by dq and by the store, in µs (none where not
+    /// measured).
+    pub(super) fn cpu_us(&self) -> (Option<u64>, Option<u64>) {
+        let us = |pid: Option<u32>| {
+            pid.and_then(|p| procfs::cpu_ticks(p).ok())
+                .map(|t| t * 1_000_000 / self.tck.0)
+        };
+        (us(self.dq_pid), us(self.store.pid))
+    }
+
+    /// How each process was found.
+    pub(super) fn how(&self) -> Value {
+        json!({"dq": self.dq_how, "store": self.store.how, "clock_ticks": self.tck.1})
+    }
+}
+
 /// dq: `--dq-pid`, else the process listening on the server's port; the
 /// store: see [`store_process`].
-fn processes(base: &str, plan: &TopicsPlan) -> Processes {
+pub(super) fn processes(base: &str, given: &Given) -> Processes {
     let port = reqwest::Url::parse(base)
         .ok()
         .and_then(|u| u.port_or_known_default());
-    let (dq_pid, dq_how) = match (plan.dq_pid, port.and_then(procfs::listener_of)) {
+    let (dq_pid, dq_how) = match (given.dq_pid, port.and_then(procfs::listener_of)) {
         (Some(p), _) => (Some(p), "--dq-pid".to_string()),
         (None, Some(p)) => (Some(p), format!("listening on port {}", port.unwrap_or(0))),
         (None, None) => (
@@ -327,7 +362,7 @@ fn processes(base: &str, plan: &TopicsPlan) -> Processes {
     Processes {
         dq_pid,
         dq_how,
-        store: store_process(plan, dq_pid),
+        store: store_process(given, dq_pid),
         tck: procfs::clock_ticks(),
     }
 }
