@@ -134,6 +134,10 @@ impl Limits {
     /// server's exact bound until the period ends. A delay of at most
     /// `max_delay` is always within it.
     pub fn latest_due(&self, now_ms: u64) -> u64 {
+        if self.max_delay_ms == 0 {
+            // No delay at all: nothing later than now.
+            return now_ms;
+        }
         let period = self.max_delay_ms.clamp(1, DAY_MS);
         (now_ms / period + 1)
             .saturating_mul(period)
@@ -371,6 +375,13 @@ mod tests {
         assert_eq!(short.latest_due(60_000), 180_000);
         assert!(short.check_due_at(120_000, 59_999).is_ok());
         assert!(short.check_due_at(120_001, 59_999).is_err());
+        // max_delay 0: due now at the latest.
+        let none = Limits {
+            max_delay_ms: 0,
+            ..Limits::default()
+        };
+        assert_eq!(none.latest_due(12_345), 12_345);
+        assert!(none.check_due_at(12_346, 12_345).is_err());
     }
 
     #[test]

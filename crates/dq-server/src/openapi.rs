@@ -203,12 +203,14 @@ mod tests {
             matches(
                 &p,
                 &[
-                    "redis://localhost:6379/0",
-                    "rediss://app:p@ss@cache.example.com:6380/2",
+                    "rediss://app:p@ss@10.1.2.3:6380/2",
                     "redis://10.0.0.5",
                     "redis://169.253.1.1:65535",
                 ],
                 &[
+                    // A name is taken only if it resolves when the topic
+                    // is set: not in the pattern.
+                    "redis://localhost:6379/0",
                     "redis://0000",
                     "redis://0x0:6379",
                     "redis://0.0.0.0",

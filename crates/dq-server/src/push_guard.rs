@@ -6,9 +6,12 @@
 //! 172.16/12, 192.168/16, 100.64/10, fc00::/7). The check runs when a topic is
 //! registered and again at every connection (the HTTP client's DNS resolver
 //! drops refused addresses), so a DNS change cannot point a callback inside.
-//! A name that does not resolve when the topic is registered is saved, with
-//! a warning in the log ([`PushGuard::check_setting`]): DNS may not know it
-//! yet, and each delivery resolves it again.
+//! A callback's name that does not resolve when the topic is registered is
+//! saved, with a warning in the log ([`PushGuard::check_setting`]): DNS may
+//! not know it yet, and each delivery resolves and checks it again. A
+//! forwarding target's name must resolve when it is set
+//! ([`PushGuard::check_host`]): the Redis client connects without this
+//! guard, so that check is the only one.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;

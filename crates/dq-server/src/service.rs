@@ -960,14 +960,14 @@ impl Service {
                 let url = d.target().map(|t| t.url().to_string()).unwrap_or_default();
                 let (host, port) = dq_core::forward::host_port(&url)
                     .ok_or_else(|| InvalidInput::new("invalid_target", "url needs a host"))?;
-                let unresolved = self
-                    .push_guard
-                    .check_setting(host, port)
+                // Resolved and checked now, and a name that does not
+                // resolve is refused: unlike a push callback, the Redis
+                // client connects without the guard's resolver, so this is
+                // the only check a target gets.
+                self.push_guard
+                    .check_host(host, port)
                     .await
                     .map_err(|m| InvalidInput::new("invalid_target", m))?;
-                if let Some(why) = unresolved {
-                    tracing::warn!(topic = %t, "{why}: the target is saved; forwarding fails until it resolves");
-                }
             }
             _ => {}
         }

@@ -380,8 +380,9 @@ async fn target_stopped_and_restarted_mid_load_loses_nothing() {
 }
 
 /// Settings: the reply and the topic read never show the URL's password; a
-/// redacted URL sent back, a bad scheme, an empty key, maxlen 0 are 400
-/// `invalid_target` and change nothing; a forwarding topic is not reserved
+/// redacted URL sent back, a bad scheme, an empty key, maxlen 0, a refused
+/// address or a name that does not resolve are 400 `invalid_target` and
+/// change nothing; a forwarding topic is not reserved
 /// by consumers (409 `topic_is_push`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_are_checked_and_the_password_never_shown() {
@@ -426,6 +427,12 @@ async fn settings_are_checked_and_the_password_never_shown() {
         (
             json!({"mode": "redis_stream", "url": "redis://169.254.169.254:6379", "stream": "s"}),
             "",
+        ),
+        // A name that does not resolve now is refused: the Redis client
+        // would resolve it later without the address guard.
+        (
+            json!({"mode": "redis_stream", "url": "redis://no-such-host.invalid:6379", "stream": "s"}),
+            "cannot resolve",
         ),
     ] {
         let (s, v) = d.topic("fw", json!({ "delivery": delivery })).await;
