@@ -359,9 +359,8 @@ impl Observed {
 
     /// The lateness of the jobs due in each second after `t0_ms` (the run's
     /// start, which the window counts from): `[second, jobs, p99_ms,
-    /// max_ms]` rows, in order, so
-    /// a tail is placed in the run (while the producer was still enqueueing,
-    /// or later).
+    /// max_ms]` rows, in order, so a tail is placed in the run (while the
+    /// producer was still enqueueing, or later).
     fn lateness_by_second(&self, t0_ms: u64) -> Result<Vec<Value>> {
         let mut by: std::collections::BTreeMap<u64, Histogram<u64>> = Default::default();
         for (due_us, received_us) in self.first.values() {

@@ -138,7 +138,7 @@ impl Limits {
             // No delay at all: nothing later than now.
             return now_ms;
         }
-        let period = self.max_delay_ms.clamp(1, DAY_MS);
+        let period = self.max_delay_ms.min(DAY_MS);
         (now_ms / period + 1)
             .saturating_mul(period)
             .saturating_add(self.max_delay_ms)

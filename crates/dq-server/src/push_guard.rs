@@ -7,7 +7,7 @@
 //! registered and again at every connection (the HTTP client's DNS resolver
 //! drops refused addresses), so a DNS change cannot point a callback inside.
 //! A callback's name that does not resolve when the topic is registered is
-//! saved, with a warning in the log ([`PushGuard::check_setting`]): DNS may
+//! saved, with a warning in the log ([`PushGuard::check_url_setting`]): DNS may
 //! not know it yet, and each delivery resolves and checks it again. A
 //! forwarding target's name must resolve when it is set
 //! ([`PushGuard::check_host`]): the Redis client connects without this
@@ -73,20 +73,6 @@ impl PushGuard {
         self.check_addrs(host, resolve(host, port).await?)
     }
 
-    /// As [`PushGuard::check_host`], for a setting being saved: a host that
-    /// does not resolve now passes, with why (`Ok(Some(..))`, for a warning);
-    /// one that resolves to a refused address is refused.
-    ///
-    /// # Errors
-    /// As [`PushGuard::check_host`], but never for a name that does not resolve.
-    pub async fn check_setting(&self, host: &str, port: u16) -> Result<Option<String>, String> {
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        match resolve(host, port).await {
-            Ok(addrs) => self.check_addrs(host, addrs).map(|()| None),
-            Err(why) => Ok(Some(why)),
-        }
-    }
-
     fn check_addrs(&self, host: &str, addrs: Vec<SocketAddr>) -> Result<(), String> {
         for a in addrs {
             if let Some(why) = self.refuse(a.ip()) {
@@ -96,26 +82,23 @@ impl PushGuard {
         Ok(())
     }
 
-    /// Checks a callback URL's host (an IP literal, or by resolving it).
+    /// Checks a callback URL being saved: its host's addresses as
+    /// [`PushGuard::check_host`] does, except that a name that does not
+    /// resolve now passes, with why (`Ok(Some(..))`, for a warning): every
+    /// delivery resolves and checks it again.
     ///
     /// # Errors
-    /// As [`PushGuard::check_host`].
-    pub async fn check_url(&self, url: &str) -> Result<(), String> {
-        let u = reqwest::Url::parse(url).map_err(|e| format!("invalid url: {e}"))?;
-        let host = u.host_str().ok_or("url has no host")?;
-        let port = u.port_or_known_default().unwrap_or(80);
-        self.check_host(host, port).await
-    }
-
-    /// [`PushGuard::check_setting`] of a callback URL.
-    ///
-    /// # Errors
-    /// As [`PushGuard::check_setting`]; an URL that does not parse.
+    /// An URL that does not parse or has no host; a host that resolves to a
+    /// refused address (as [`PushGuard::check_host`]).
     pub async fn check_url_setting(&self, url: &str) -> Result<Option<String>, String> {
         let u = reqwest::Url::parse(url).map_err(|e| format!("invalid url: {e}"))?;
         let host = u.host_str().ok_or("url has no host")?;
         let port = u.port_or_known_default().unwrap_or(80);
-        self.check_setting(host, port).await
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        match resolve(host, port).await {
+            Ok(addrs) => self.check_addrs(host, addrs).map(|()| None),
+            Err(why) => Ok(Some(why)),
+        }
     }
 }
 
@@ -210,38 +193,34 @@ mod tests {
     #[tokio::test]
     async fn urls() {
         let g = PushGuard::default();
-        assert!(g.check_url("http://127.0.0.1:9/x").await.is_ok());
-        assert!(g.check_url("http://localhost:9/x").await.is_ok());
+        assert_eq!(g.check_url_setting("http://127.0.0.1:9/x").await, Ok(None));
+        assert_eq!(g.check_url_setting("http://localhost:9/x").await, Ok(None));
         let e = g
-            .check_url("http://169.254.169.254/latest/meta-data")
+            .check_url_setting("http://169.254.169.254/latest/meta-data")
             .await
             .unwrap_err();
         assert!(e.contains("metadata"), "{e}");
-        let e = g.check_url("http://[fe80::1]/").await.unwrap_err();
+        let e = g.check_url_setting("http://[fe80::1]/").await.unwrap_err();
         assert!(e.contains("link-local"), "{e}");
         let strict = PushGuard { deny_private: true };
         assert!(
             strict
-                .check_url("http://localhost:9/")
+                .check_url_setting("http://localhost:9/")
                 .await
                 .unwrap_err()
                 .contains("loopback")
         );
-        assert!(g.check_url("http://no-such-host.invalid/").await.is_err());
-        // Saved, with why, when the name does not resolve yet; refused
-        // when it resolves to a refused address.
+        // A callback is saved, with why, when its name does not resolve
+        // yet; a host checked by check_host (a forwarding target) is not.
         let why = g
             .check_url_setting("http://no-such-host.invalid/")
             .await
             .unwrap()
             .expect("a warning");
         assert!(why.contains("cannot resolve"), "{why}");
-        assert_eq!(g.check_url_setting("http://127.0.0.1:9/").await, Ok(None));
-        assert!(
-            g.check_url_setting("http://169.254.169.254/")
-                .await
-                .is_err()
-        );
-        assert!(strict.check_setting("localhost", 9).await.is_err());
+        assert!(g.check_host("no-such-host.invalid", 80).await.is_err());
+        assert!(g.check_host("[fe80::1]", 6379).await.is_err());
+        assert!(strict.check_host("localhost", 9).await.is_err());
+        assert_eq!(g.check_host("127.0.0.1", 6379).await, Ok(()));
     }
 }
