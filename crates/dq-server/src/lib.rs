@@ -246,6 +246,8 @@ pub struct Server {
     config: ServerConfig,
     state: AppState,
     clock: Arc<clock::StoreClock>,
+    /// The beanstalkd listener when bound before [`Server::run`].
+    beanstalkd_listener: Option<tokio::net::TcpListener>,
 }
 
 impl Server {
@@ -272,6 +274,7 @@ impl Server {
             config,
             state,
             clock,
+            beanstalkd_listener: None,
         }
     }
 
@@ -332,6 +335,22 @@ impl Server {
     /// When the address cannot be bound.
     pub async fn bind(&self) -> std::io::Result<tokio::net::TcpListener> {
         tokio::net::TcpListener::bind(self.config.listen).await
+    }
+
+    /// Binds the beanstalkd listen address now (port 0 picks a free port)
+    /// and returns the address bound, so a caller learns the port before
+    /// [`Server::run`] serves it; `None` when the protocol is off.
+    ///
+    /// # Errors
+    /// When the address cannot be bound.
+    pub async fn bind_beanstalkd(&mut self) -> std::io::Result<Option<SocketAddr>> {
+        let Some(bs) = &self.config.beanstalkd else {
+            return Ok(None);
+        };
+        let l = tokio::net::TcpListener::bind(bs.listen).await?;
+        let addr = l.local_addr()?;
+        self.beanstalkd_listener = Some(l);
+        Ok(Some(addr))
     }
 
     /// Serves on `listener` until `signal` completes, then shuts down:
@@ -429,8 +448,11 @@ impl Server {
         }
 
         if let Some(bs) = self.config.beanstalkd.clone() {
-            let l = tokio::net::TcpListener::bind(bs.listen).await?;
-            tracing::info!(addr = %bs.listen, "dq serving the beanstalkd protocol");
+            let l = match self.beanstalkd_listener {
+                Some(l) => l,
+                None => tokio::net::TcpListener::bind(bs.listen).await?,
+            };
+            tracing::info!(addr = %l.local_addr()?, "dq serving the beanstalkd protocol");
             let (svc, cancel) = (svc.clone(), svc.shutdown().clone());
             let bs_tls = if bs.tls {
                 Some(tls.clone().ok_or_else(|| {

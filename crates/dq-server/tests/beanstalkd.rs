@@ -54,11 +54,10 @@ async fn serve_bs(
     config: ServerConfig,
     tls: bool,
 ) -> (String, String) {
-    let port = dq_testkit::free_port();
     let config = ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         beanstalkd: Some(BeanstalkdConfig {
-            listen: format!("127.0.0.1:{port}").parse().unwrap(),
+            listen: "127.0.0.1:0".parse().unwrap(),
             max_job_size: 1000,
             key: None,
             auth_required: false,
@@ -66,8 +65,9 @@ async fn serve_bs(
         }),
         ..config
     };
-    let server = Server::new(config, store, Arc::new(dq_core::MonotonicClock::new()));
+    let mut server = Server::new(config, store, Arc::new(dq_core::MonotonicClock::new()));
     let listener = server.bind().await.unwrap();
+    let addr = server.bind_beanstalkd().await.unwrap().unwrap().to_string();
     let http = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
         server
@@ -75,7 +75,6 @@ async fn serve_bs(
             .await
             .unwrap();
     });
-    let addr = format!("127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(5);
     while TcpStream::connect(&addr).await.is_err() {
         assert!(Instant::now() < deadline, "listener up");

@@ -26,15 +26,18 @@ impl Drop for KillOnDrop {
 /// Waits (up to 20 s) until the `dq serve` at `base` answers `/readyz` with 200.
 pub(crate) async fn wait_ready(http: &reqwest::Client, base: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !http
-        .get(format!("{base}/readyz"))
-        .send()
-        .await
-        .is_ok_and(|r| r.status().is_success())
-    {
+    while !ready(http, base).await {
         assert!(Instant::now() < deadline, "dq serve did not become ready");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Whether the `dq serve` at `base` answers `/readyz` with 200 now.
+async fn ready(http: &reqwest::Client, base: &str) -> bool {
+    http.get(format!("{base}/readyz"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
 }
 
 /// Installs a Debian package when `bin` is missing (as `.ci/run` does), so
@@ -106,6 +109,19 @@ impl Dq {
     /// As [`Dq::start_with`], with extra environment variables (e.g.
     /// libfaketime's).
     pub(crate) async fn start_env(env: &[(&str, &str)], store_args: &[&str]) -> Dq {
+        for _ in 0..5 {
+            if let Some(dq) = Self::try_start_env(env, store_args).await {
+                return dq;
+            }
+        }
+        panic!("dq serve exited before it was ready, five times");
+    }
+
+    /// As [`Dq::start_env`], once: `None` when the process exits before it
+    /// is ready. A port from [`free_port`] is free when picked, but another
+    /// process may bind it before `dq serve` does (the test then picks
+    /// again, with any port of its own in `store_args` picked again too).
+    pub(crate) async fn try_start_env(env: &[(&str, &str)], store_args: &[&str]) -> Option<Dq> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let port = free_port();
         let store_args: Vec<String> = store_args.iter().map(|a| a.to_string()).collect();
@@ -124,8 +140,19 @@ impl Dq {
             store_args,
             env,
         };
-        wait_ready(&dq.http, &dq.base).await;
-        dq
+        let mut dq = dq;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if dq.child.try_wait().expect("dq serve's status").is_some() {
+                eprintln!("dq serve on port {port} exited before it was ready");
+                return None;
+            }
+            if ready(&dq.http, &dq.base).await {
+                return Some(dq);
+            }
+            assert!(Instant::now() < deadline, "dq serve did not become ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     fn spawn(port: u16, store_args: &[String], env: &[(String, String)]) -> Child {
