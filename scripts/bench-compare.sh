@@ -9,8 +9,8 @@
 #   scripts/bench-compare.sh /tmp/base/dq target/release/dq 3 redis drain --jobs 50000 --window 0s..0s
 #
 # Figures read from the last JSON line of each run: jobs_per_s (push:
-# deliveries_per_s), and the p99 of `lateness` (ms) when the scenario
-# reports one.
+# deliveries_per_s), the p99 of `lateness` (ms) and `cpu_us_per_job` (dq's
+# and its Redis server's) when the scenario reports them.
 set -euo pipefail
 if [ $# -lt 5 ]; then
   sed -n "2,13p" "$0" >&2
@@ -32,7 +32,9 @@ import json, sys
 which, i, line = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 late = line.get("lateness", {}) or {}
 rate = line.get("jobs_per_s", line.get("deliveries_per_s"))
-print(f"run {i} {which:4}: jobs_per_s {rate}  lateness p99 {late.get('p99_ms', '-')} ms")
+cpu = line.get("cpu_us_per_job") or {}
+print(f"run {i} {which:4}: jobs_per_s {rate}  lateness p99 {late.get('p99_ms', '-')} ms"
+      f"  CPU us/job dq {cpu.get('dq', '-')} store {cpu.get('store', '-')}")
 EOF
   done
 done
@@ -47,7 +49,9 @@ def med(which, f):
     xs = [x for x in xs if isinstance(x, (int, float))]
     return statistics.median(xs) if xs else None
 for name, f in [("jobs_per_s", lambda r: r.get("jobs_per_s", r.get("deliveries_per_s"))),
-                ("lateness p99 ms", lambda r: (r.get("lateness") or {}).get("p99_ms"))]:
+                ("lateness p99 ms", lambda r: (r.get("lateness") or {}).get("p99_ms")),
+                ("dq CPU us/job", lambda r: (r.get("cpu_us_per_job") or {}).get("dq")),
+                ("store CPU us/job", lambda r: (r.get("cpu_us_per_job") or {}).get("store"))]:
     b, n = med("base", f), med("new", f)
     if b is None or n is None:
         continue

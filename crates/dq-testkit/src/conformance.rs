@@ -188,6 +188,68 @@ pub async fn enqueue_is_idempotent_or_replaces(s: &dyn Store) {
     s.ack(&t, &id("k"), &c.leases[0].token, 0).await.unwrap();
 }
 
+/// One batch that names a job again with `replace` leaves it where the last
+/// item says, and nowhere else: due now after due later (and after due in
+/// an hour), due later after due now. (A store that writes a batch's
+/// schedule and ready entries together must not let an earlier item's
+/// entry outlive its replacement.)
+pub async fn enqueue_batch_replacing_its_own_jobs(s: &dyn Store) {
+    let t = topic("batch-replace");
+    let again = |i: &str, when: When| NewJob {
+        replace: true,
+        ..job(i, when)
+    };
+    let batch = [
+        job("x", When::DelayMs(5000)),
+        again("x", When::DelayMs(0)),
+        job("y", When::DelayMs(0)),
+        again("y", When::DelayMs(5000)),
+        job("z", When::DelayMs(3_600_000)),
+        again("z", When::DelayMs(7000)),
+    ];
+    let out = s.enqueue(&t, &batch, T0).await.unwrap();
+    let states: Vec<_> = out
+        .iter()
+        .map(|e| (e.created, e.replaced, e.state))
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            (true, false, JobState::Scheduled),
+            (false, true, JobState::Ready),
+            (true, false, JobState::Ready),
+            (false, true, JobState::Scheduled),
+            (true, false, JobState::Scheduled),
+            (false, true, JobState::Scheduled),
+        ]
+    );
+    let st = s.stats(&t, T0).await.unwrap();
+    assert_eq!((st.scheduled, st.ready), (2, 1), "each job counted once");
+    let c = s.reserve(&t, 10, None, T0).await.unwrap();
+    assert_eq!(ids(&c), vec!["x"], "y is no longer ready");
+    assert_eq!(c.next_due_ms, Some(T0 + 5000), "x's first due time is gone");
+    assert!(
+        s.reserve(&t, 10, None, T0 + 4999)
+            .await
+            .unwrap()
+            .leases
+            .is_empty()
+    );
+    let c = s.reserve(&t, 10, None, T0 + 5000).await.unwrap();
+    assert_eq!(ids(&c), vec!["y"]);
+    assert_eq!(c.next_due_ms, Some(T0 + 7000));
+    let c = s.reserve(&t, 10, None, T0 + 7000).await.unwrap();
+    assert_eq!(ids(&c), vec!["z"]);
+    let c = s.reserve(&t, 10, None, T0 + 3_700_000).await.unwrap();
+    assert!(
+        c.leases.is_empty(),
+        "nothing handed out twice: {:?}",
+        ids(&c)
+    );
+    let st = s.stats(&t, T0 + 7000).await.unwrap();
+    assert_eq!((st.scheduled, st.ready, st.reserved), (0, 0, 3));
+}
+
 /// Among many concurrent reservers each job has one holder.
 pub async fn reserve_one_holder_among_concurrent_callers(s: &dyn Store) {
     let t = topic("race");
@@ -3411,6 +3473,7 @@ macro_rules! conformance_tests {
             reserve_by_priority_due_then_fifo,
             enqueue_batch_results_per_job,
             enqueue_is_idempotent_or_replaces,
+            enqueue_batch_replacing_its_own_jobs,
             reserve_one_holder_among_concurrent_callers,
             requeue_expired_redelivers,
             ack_nack_touch_refuse_a_stale_token,

@@ -31,6 +31,20 @@ local wheel, buckets = {}, {}
 -- Enqueue order within the topic: read once, written back once.
 local seq = tonumber(redis.call('HGET', K.ctr, 'seq') or '0')
 local seq0 = seq
+-- Schedule entries (due, id, ...) and ready entries without a key
+-- (priority, member, ...) of this batch, each added with one ZADD: before a
+-- replace reads them, and at the end.
+local sched, ready = {}, {}
+local function flush_sched()
+  if #sched > 0 then
+    redis.call('ZADD', K.sched, unpack(sched))
+    sched = {}
+  end
+  if #ready > 0 then
+    redis.call('ZADD', K.ready, unpack(ready))
+    ready = {}
+  end
+end
 local dedup = redis.call('EXISTS', K.dedup) == 1
 if dedup then
   redis.call('ZREMRANGEBYSCORE', K.dedup, '-inf', now)
@@ -47,6 +61,7 @@ for i = 3, #ARGV, 12 do
     out[#out + 1] = SCHEDULED
     outcome = 0
   elseif replace then
+    flush_sched()
     local old = load(id)
     if old then
       if old.s == SCHEDULED or old.s == READY then
@@ -108,12 +123,18 @@ for i = 3, #ARGV, 12 do
     end
     if written then
       if j.s == READY then
-        ready_add(id, j, due)
+        if j.g then
+          ready_add(id, j, due)
+        else
+          ready[#ready + 1] = j.p
+          ready[#ready + 1] = ready_member(due, j.q, id)
+        end
         woke = true
       else
         local event = due
         if near_due then
-          redis.call('ZADD', K.sched, due, id)
+          sched[#sched + 1] = due
+          sched[#sched + 1] = id
         else
           local b = bucket(due)
           if not wheel[b] then
@@ -137,6 +158,7 @@ for i = 3, #ARGV, 12 do
     end
   end
 end
+flush_sched()
 if seq ~= seq0 then redis.call('HSET', K.ctr, 'seq', seq) end
 if created > 0 then redis.call('HINCRBY', K.ctr, 'enqueued', created) end
 if far > 0 then redis.call('HINCRBY', K.ctr, 'far', far) end

@@ -65,31 +65,40 @@ promote(K, now, MAX_BATCH)
 local out = {0}
 local cfg = nil
 local n = 0
--- Leases ready job `id` (already out of its ready set); false when its
--- record is not ready.
-local function hand_out(id)
-  local j = load(id)
-  if not (j and j.s == READY) then return false end
-  local lease = lease_override or j.L
+-- Leases ready job `id` (stored as `raw`, already out of its ready set):
+-- adds it to the reply and returns its new record and lease deadline, or
+-- nil when it is not ready. The caller writes both.
+local function lease_raw(id, raw)
+  if not raw then return nil end
+  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g = cmsgpack.unpack(raw)
+  if s ~= READY then return nil end
+  local lease = lease_override or L
   if lease == nil then
     if cfg == nil then cfg = topic_cfg(K) end
     lease = cfg.lease_ms
   end
   local deadline = now + lease
   n = n + 1
-  j.a = (j.a or 0) + 1
-  j.s, j.t, j.u = RESERVED, ARGV[5] .. string.format('%x', n), deadline
-  save(id, j)
-  redis.call('ZADD', K.lease, deadline, id)
+  a = (a or 0) + 1
+  t = ARGV[5] .. string.format('%x', n)
   local o = #out
   out[o + 1] = id
-  out[o + 2] = j.t
-  out[o + 3] = j.a
-  out[o + 4] = j.d
+  out[o + 2] = t
+  out[o + 3] = a
+  out[o + 4] = d
   out[o + 5] = deadline
-  out[o + 6] = j.p
-  out[o + 7] = j.k
-  out[o + 8] = j.b
+  out[o + 6] = p
+  out[o + 7] = k
+  out[o + 8] = b
+  return pack_values(d, p, q, a, RESERVED, c, k, b, m, L, r, e, t, deadline, x, w, to, rl, bu, ki, dd, g), deadline
+end
+-- Leases ready job `id` (already out of its ready set); false when its
+-- record is not ready.
+local function hand_out(id)
+  local record, deadline = lease_raw(id, redis.call('HGET', K.jobs, id))
+  if not record then return false end
+  redis.call('HSET', K.jobs, id, record)
+  redis.call('ZADD', K.lease, deadline, id)
   return true
 end
 local keyed = num(st[2], 0) > 0 or KEYED
@@ -98,7 +107,26 @@ if not keyed then
   local members = {}
   if take > 0 then members = redis.call('ZRANGE', K.ready, 0, take - 1) end
   if #members > 0 then redis.call('ZREM', K.ready, unpack(members)) end
-  for _, m in ipairs(members) do hand_out(string.sub(m, READY_PREFIX + 1)) end
+  -- The batch read with one HMGET, written with one HSET and one ZADD.
+  if #members > 0 then
+    local ids = {}
+    for i, m in ipairs(members) do ids[i] = string.sub(m, READY_PREFIX + 1) end
+    local raws = redis.call('HMGET', K.jobs, unpack(ids))
+    local records, leases = {}, {}
+    for i, id in ipairs(ids) do
+      local record, deadline = lease_raw(id, raws[i])
+      if record then
+        records[#records + 1] = id
+        records[#records + 1] = record
+        leases[#leases + 1] = deadline
+        leases[#leases + 1] = id
+      end
+    end
+    if #records > 0 then
+      redis.call('HSET', K.jobs, unpack(records))
+      redis.call('ZADD', K.lease, unpack(leases))
+    end
+  end
   left = redis.call('ZCARD', K.ready)
   go = left > 0
 else
