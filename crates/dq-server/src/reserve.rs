@@ -14,19 +14,27 @@
 //! [`crate::wakers::HINT_MS`]), so it costs about as much as
 //! reserving from the topics that have work. A job written through
 //! another instance is seen once its announcement arrives (about a
-//! millisecond on one Redis; the long-poll wakes for it). A reserve of one
-//! topic always asks the store.
+//! millisecond on one Redis; the long-poll wakes for it).
+//!
+//! Reserves that slept and were woken ask the store of a topic one at a
+//! time (the topic's gate, [`crate::wakers::TopicWaiters::gate`]). One
+//! that found the gate free asks the store; one that had to wait for
+//! another's call takes that call's answer when it found the topic with
+//! nothing more to hand out (its quiet hint, unless a change came since)
+//! and skips the store. So consumers woken together by one due job make
+//! one store call between them instead of one each. A reserve's first
+//! look never waits at the gate: under load, calls to the store overlap.
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::{Lease, StoreError, Topic};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::dispatcher::earliest;
 use crate::service::Service;
+use crate::wakers::TopicWaiters;
 
 /// Leases up to `max` jobs from `topics`, waiting up to `wait_ms` for one.
 ///
@@ -42,15 +50,20 @@ pub(crate) async fn reserve(
     wait_ms: u64,
 ) -> Result<Vec<Lease>, StoreError> {
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
-    let notifiers: Vec<Arc<Notify>> = topics
+    let waiters: Vec<Arc<TopicWaiters>> = topics
         .iter()
         .map(|t| svc.wakers().topic(t.as_str()))
         .collect();
     // Start at a different topic each call so one busy topic cannot starve the others.
     let start = rand_index(topics.len());
+    // Whether this call slept and was woken (by a due time or a change):
+    // then it may be one of many woken together, and takes the gates.
+    let mut woken = false;
     loop {
-        let mut notified: Vec<Pin<Box<tokio::sync::futures::Notified<'_>>>> =
-            notifiers.iter().map(|n| Box::pin(n.notified())).collect();
+        let mut notified: Vec<Pin<Box<tokio::sync::futures::Notified<'_>>>> = waiters
+            .iter()
+            .map(|w| Box::pin(w.notify.notified()))
+            .collect();
         for n in &mut notified {
             n.as_mut().enable();
         }
@@ -62,12 +75,29 @@ pub(crate) async fn reserve(
             if leases.len() >= max {
                 break;
             }
-            let t = &topics[(start + i) % topics.len()];
+            let k = (start + i) % topics.len();
+            let t = &topics[k];
             if hinted && let Some(until) = svc.wakers().quiet_until(t.as_str(), now) {
                 next_due = earliest(next_due, Some(until));
                 continue;
             }
-            let epoch = hinted.then(|| svc.wakers().epoch());
+            let mut now = now;
+            let _turn = match woken.then(|| waiters[k].gate.try_lock()) {
+                None => None,
+                Some(Ok(turn)) => Some(turn),
+                Some(Err(_)) => {
+                    // Another reserve is asking the store: its answer may
+                    // say the topic has nothing more for now.
+                    let turn = waiters[k].gate.lock().await;
+                    now = svc.clock().now_ms();
+                    if let Some(until) = svc.wakers().quiet_until(t.as_str(), now) {
+                        next_due = earliest(next_due, Some(until));
+                        continue;
+                    }
+                    Some(turn)
+                }
+            };
+            let epoch = svc.wakers().epoch();
             // Until the store answered, whether it handed leases out is not
             // known (the call may time out after the script ran, or this
             // future may be dropped: a beanstalkd client gone): then this
@@ -86,11 +116,11 @@ pub(crate) async fn reserve(
             match got {
                 Ok(c) => {
                     unknown.answered();
-                    if let Some(epoch) = epoch
-                        && c.next_due_ms.is_none_or(|d| d > now)
-                    {
+                    if c.next_due_ms.is_none_or(|d| d > now) {
                         svc.wakers()
                             .note_quiet(t.as_str(), c.next_due_ms, now, epoch);
+                    } else {
+                        svc.wakers().not_quiet(t.as_str());
                     }
                     if let Some(d) = c.leases.iter().map(|l| l.lease_deadline_ms).min() {
                         svc.wakers().lease_ends(t.as_str(), d);
@@ -118,6 +148,7 @@ pub(crate) async fn reserve(
             _ = tokio::time::sleep_until(wake_at) => {}
             _ = svc.intake().cancelled() => return Ok(Vec::new()),
         }
+        woken = true;
     }
 }
 

@@ -14,7 +14,11 @@
 //!   this process skip the topic until T or until a change of it is
 //!   announced or made here ([`Wakers::changed`]), whichever comes first;
 //! - the topics jobs died in through this process, for the alert loop
-//!   ([`Wakers::died`]).
+//!   ([`Wakers::died`]);
+//! - one *gate* per topic with waiters ([`TopicWaiters::gate`]): reserves
+//!   of one topic ask the store one at a time, and one that waited for
+//!   another's answer takes its quiet hint instead of asking again. Eight
+//!   consumers woken by one due job make one store call, not eight.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -35,11 +39,11 @@ const MAX_HINTS: usize = 100_000;
 /// hides a topic from reserves naming several topics.
 pub const HINT_MS: u64 = 10_000;
 
-/// One [`Notify`] per topic with waiters, plus one for "any topic", plus
-/// the dispatcher's pending work and the reserves' quiet hints.
+/// One [`TopicWaiters`] per topic with waiters, plus a [`Notify`] for "any
+/// topic", plus the dispatcher's pending work and the reserves' quiet hints.
 #[derive(Debug, Default)]
 pub struct Wakers {
-    topics: Mutex<HashMap<String, Arc<Notify>>>,
+    topics: Mutex<HashMap<String, Arc<TopicWaiters>>>,
     any: Notify,
     pending: Mutex<Pending>,
     hints: Mutex<Hints>,
@@ -69,9 +73,18 @@ struct Hints {
     topics: HashMap<String, (u64, Option<u64>)>,
 }
 
+/// What the reserves of one topic share while any of them waits.
+#[derive(Debug, Default)]
+pub struct TopicWaiters {
+    /// Woken when the topic may have a job due earlier.
+    pub notify: Notify,
+    /// Held across a reserve's store call (see the module docs).
+    pub gate: tokio::sync::Mutex<()>,
+}
+
 impl Wakers {
-    /// The notifier of `topic` (created on first use).
-    pub fn topic(&self, topic: &str) -> Arc<Notify> {
+    /// The waiters' notifier and gate of `topic` (created on first use).
+    pub fn topic(&self, topic: &str) -> Arc<TopicWaiters> {
         self.topics
             .lock()
             .expect("poisoned")
@@ -103,10 +116,10 @@ impl Wakers {
         let map = self.topics.lock().expect("poisoned");
         if topic.is_empty() {
             for n in map.values() {
-                n.notify_waiters();
+                n.notify.notify_waiters();
             }
         } else if let Some(n) = map.get(topic) {
-            n.notify_waiters();
+            n.notify.notify_waiters();
         }
         drop(map);
         self.any.notify_waiters();
@@ -196,6 +209,15 @@ impl Wakers {
         let e = h.topics.entry(topic.to_string()).or_insert((0, None));
         if e.0 <= epoch {
             e.1 = Some(until_ms);
+        }
+    }
+
+    /// A read found `topic` with jobs to hand out now: a quiet hint still
+    /// standing (a change nobody announced) no longer holds.
+    pub fn not_quiet(&self, topic: &str) {
+        let mut h = self.hints.lock().expect("poisoned");
+        if let Some(e) = h.topics.get_mut(topic) {
+            e.1 = None;
         }
     }
 

@@ -2103,3 +2103,98 @@ async fn topics_page_by_cursor_and_prefix(fresh: FreshApi) {
         (StatusCode::BAD_REQUEST, json!("invalid_prefix"))
     );
 }
+
+/// Consumers woken together by one due job ask the store once between them
+/// (the topic's gate, `reserve.rs`): eight long-polls wait on one topic,
+/// one job falls due; one of them gets it, and from the due time until the
+/// others' waits end the Redis reserve script runs at most a few times (one
+/// call per wake-up; without the gate every woken waiter asks: eight).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_woken_together_ask_the_store_once() {
+    let redis = RedisServer::start();
+    let mut conn = redis.connection();
+    let store: std::sync::Arc<dyn dq_core::Store> = Arc::new(sharded_redis_at(&redis.url()));
+    let a = Arc::new(api_over((store, ()), Arc::new(SystemClock)));
+    let (s, v) = a
+        .call(
+            "POST",
+            "/v1/topics/herd/jobs",
+            Some(json!({"id": "j", "delay_ms": 600})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let mut waiters = futures::stream::FuturesUnordered::new();
+    for _ in 0..8 {
+        let a = a.clone();
+        waiters.push(tokio::spawn(async move {
+            a.call(
+                "POST",
+                "/v1/reserve",
+                Some(json!({"topics": ["herd"], "wait_ms": 3000})),
+            )
+            .await
+        }));
+    }
+    // Every waiter made its first look and sleeps until the due time.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let _: () = ::redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(0)
+        .query(&mut conn)
+        .unwrap();
+    let _: () = ::redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query(&mut conn)
+        .unwrap();
+    use futures::StreamExt;
+    let (s, v) = waiters.next().await.unwrap().unwrap();
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        v["jobs"][0]["id"],
+        json!("j"),
+        "the first answer has the job"
+    );
+    // The others' wake-ups at the due time are over well before their waits end.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let log: Vec<(i64, i64, i64, Vec<Vec<u8>>)> = ::redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query::<Vec<::redis::Value>>(&mut conn)
+        .unwrap()
+        .into_iter()
+        .map(|e| {
+            let ::redis::Value::Array(f) = e else {
+                panic!("slowlog entry {e:?}")
+            };
+            let n = |v: &::redis::Value| match v {
+                ::redis::Value::Int(i) => *i,
+                v => panic!("{v:?}"),
+            };
+            let args: Vec<Vec<u8>> = ::redis::from_redis_value(f[3].clone()).unwrap();
+            (n(&f[0]), n(&f[1]), n(&f[2]), args)
+        })
+        .collect();
+    // A reserve call is the EVALSHA whose last argument is its token
+    // prefix: 16 hex digits and a dot.
+    let reserves = log
+        .iter()
+        .filter(|(_, _, _, args)| {
+            args.first()
+                .is_some_and(|c| c.eq_ignore_ascii_case(b"evalsha"))
+                && args.last().is_some_and(|p| {
+                    p.len() == 17
+                        && p.ends_with(b".")
+                        && p[..16].iter().all(|b| b.is_ascii_hexdigit())
+                })
+        })
+        .count();
+    assert!(
+        (1..=3).contains(&reserves),
+        "{reserves} reserve calls for 8 waiters woken by one due job"
+    );
+    for w in waiters.collect::<Vec<_>>().await {
+        let (s, v) = w.unwrap();
+        assert_eq!((s, v["jobs"].clone()), (StatusCode::OK, json!([])));
+    }
+}
