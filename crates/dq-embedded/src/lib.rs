@@ -356,12 +356,17 @@ impl Store for EmbeddedStore {
     }
 
     async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
-        let owned: Vec<(Topic, JobId, String)> = items
-            .iter()
-            .map(|it| (it.topic.clone(), it.id.clone(), it.token.to_string()))
-            .collect();
-        self.batch(owned, move |cx, chunk| ops::ack_batch(cx, chunk, now_ms))
-            .await
+        // One writer operation per ack, all sent at once and in order: the
+        // writer runs them in that order, each in its savepoint, grouped into
+        // its transactions with the other calls waiting. The whole batch as
+        // one operation (one savepoint per item inside it) gave 0.83x the
+        // lifecycle jobs/s in the same run (docs/performance.md).
+        futures::future::join_all(
+            items
+                .iter()
+                .map(|it| self.ack(it.topic, it.id, it.token, now_ms)),
+        )
+        .await
     }
 
     async fn nack_batch(

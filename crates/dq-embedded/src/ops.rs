@@ -947,8 +947,8 @@ pub(crate) fn ack(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64
 /// Runs `op` on each item in turn, in the one transaction of this call:
 /// an item that fails is undone alone (a savepoint each), as the single
 /// verb would answer it. Only an error that undid the whole transaction
-/// fails the call. The batch verbs ([`ack_batch`], [`nack_batch`],
-/// [`touch_batch`]) are this over their single verb.
+/// fails the call. [`nack_batch`] and [`touch_batch`] are this over their
+/// single verb (`ack_batch` sends single acks: see `EmbeddedStore::ack_batch`).
 fn per_item<T, R>(
     cx: &mut Ctx,
     items: &[T],
@@ -973,17 +973,6 @@ fn per_item<T, R>(
         }
     }
     Ok(out)
-}
-
-/// Acks each item as [`ack`] does (see [`per_item`]).
-pub(crate) fn ack_batch(
-    cx: &mut Ctx,
-    items: &[(Topic, JobId, String)],
-    now: u64,
-) -> OpResult<Vec<StoreResult<()>>> {
-    per_item(cx, items, |cx, (topic, id, token)| {
-        ack(cx, topic, id, token, now)
-    })
 }
 
 /// One nack of [`nack_batch`], owned to cross to the writer thread.
