@@ -15,10 +15,10 @@
 //!   announced or made here ([`Wakers::changed`]), whichever comes first;
 //! - the topics jobs died in through this process, for the alert loop
 //!   ([`Wakers::died`]);
-//! - one *gate* per topic with waiters ([`TopicWaiters::gate`]): reserves
-//!   of one topic ask the store one at a time, and one that waited for
-//!   another's answer takes its quiet hint instead of asking again. Eight
-//!   consumers woken by one due job make one store call, not eight.
+//! - one *gate* per topic with waiters ([`TopicWaiters::gate`]): woken
+//!   reserves of one topic ask the store one at a time, and one that waited
+//!   for another's answer takes its quiet hint instead of asking again.
+//!   Eight consumers woken by one due job make one store call, not eight.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -78,7 +78,7 @@ struct Hints {
 pub struct TopicWaiters {
     /// Woken when the topic may have a job due earlier.
     pub notify: Notify,
-    /// Held across a reserve's store call (see the module docs).
+    /// Held across a woken reserve's store call (`reserve.rs`).
     pub gate: tokio::sync::Mutex<()>,
 }
 

@@ -2157,29 +2157,25 @@ async fn consumers_woken_together_ask_the_store_once() {
     );
     // The others' wake-ups at the due time are over well before their waits end.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let log: Vec<(i64, i64, i64, Vec<Vec<u8>>)> = ::redis::cmd("SLOWLOG")
+    // Each entry's arguments (an entry is id, time, duration, arguments, …).
+    let calls: Vec<Vec<Vec<u8>>> = ::redis::cmd("SLOWLOG")
         .arg("GET")
         .arg(-1)
         .query::<Vec<::redis::Value>>(&mut conn)
         .unwrap()
         .into_iter()
         .map(|e| {
-            let ::redis::Value::Array(f) = e else {
+            let ::redis::Value::Array(mut f) = e else {
                 panic!("slowlog entry {e:?}")
             };
-            let n = |v: &::redis::Value| match v {
-                ::redis::Value::Int(i) => *i,
-                v => panic!("{v:?}"),
-            };
-            let args: Vec<Vec<u8>> = ::redis::from_redis_value(f[3].clone()).unwrap();
-            (n(&f[0]), n(&f[1]), n(&f[2]), args)
+            ::redis::from_redis_value(f.swap_remove(3)).unwrap()
         })
         .collect();
     // A reserve call is the EVALSHA whose last argument is its token
     // prefix: 16 hex digits and a dot.
-    let reserves = log
+    let reserves = calls
         .iter()
-        .filter(|(_, _, _, args)| {
+        .filter(|args| {
             args.first()
                 .is_some_and(|c| c.eq_ignore_ascii_case(b"evalsha"))
                 && args.last().is_some_and(|p| {

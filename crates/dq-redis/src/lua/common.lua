@@ -301,14 +301,24 @@ local function key_unlease(g)
   return true
 end
 
+-- Job `id` (priority `p`, seq `q`, key `g`, due `due`) into its key's lane
+-- now, or, without a key, into `pending` as (priority, member) for one
+-- ZADD of a batch into the ready set later.
+local function ready_later(pending, id, p, q, g, due)
+  local m = ready_member(due, q, id)
+  if g then
+    key_ready(g, p, m)
+  else
+    pending[#pending + 1] = p
+    pending[#pending + 1] = m
+  end
+end
+
 -- Job `id` (record `j`, due `due`) into the ready set, or its key's lane.
 local function ready_add(id, j, due)
-  local m = ready_member(due, j.q, id)
-  if j.g then
-    key_ready(j.g, j.p, m)
-  else
-    redis.call('ZADD', K.ready, j.p, m)
-  end
+  local pending = {}
+  ready_later(pending, id, j.p, j.q, j.g, due)
+  if #pending > 0 then redis.call('ZADD', K.ready, unpack(pending)) end
 end
 
 -- Whether a job due at `due` belongs in the schedule (not the wheel) now.
@@ -434,13 +444,7 @@ local function promote(K, now, max)
     if raws[i] then
       local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g = cmsgpack.unpack(raws[i])
       if s == SCHEDULED then
-        local member = ready_member(dues[i], q, id)
-        if g then
-          key_ready(g, p, member)
-        else
-          ready[#ready + 1] = p
-          ready[#ready + 1] = member
-        end
+        ready_later(ready, id, p, q, g, dues[i])
         records[#records + 1] = id
         records[#records + 1] = pack_values(d, p, q, a, READY, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g)
         moved = moved + 1

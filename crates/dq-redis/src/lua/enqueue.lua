@@ -35,7 +35,7 @@ local seq0 = seq
 -- (priority, member, ...) of this batch, each added with one ZADD: before a
 -- replace reads them, and at the end.
 local sched, ready = {}, {}
-local function flush_sched()
+local function flush_pending()
   if #sched > 0 then
     redis.call('ZADD', K.sched, unpack(sched))
     sched = {}
@@ -61,7 +61,7 @@ for i = 3, #ARGV, 12 do
     out[#out + 1] = SCHEDULED
     outcome = 0
   elseif replace then
-    flush_sched()
+    flush_pending()
     local old = load(id)
     if old then
       if old.s == SCHEDULED or old.s == READY then
@@ -123,12 +123,7 @@ for i = 3, #ARGV, 12 do
     end
     if written then
       if j.s == READY then
-        if j.g then
-          ready_add(id, j, due)
-        else
-          ready[#ready + 1] = j.p
-          ready[#ready + 1] = ready_member(due, j.q, id)
-        end
+        ready_later(ready, id, j.p, j.q, j.g, due)
         woke = true
       else
         local event = due
@@ -158,7 +153,7 @@ for i = 3, #ARGV, 12 do
     end
   end
 end
-flush_sched()
+flush_pending()
 if seq ~= seq0 then redis.call('HSET', K.ctr, 'seq', seq) end
 if created > 0 then redis.call('HINCRBY', K.ctr, 'enqueued', created) end
 if far > 0 then redis.call('HINCRBY', K.ctr, 'far', far) end
