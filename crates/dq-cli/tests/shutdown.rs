@@ -15,7 +15,7 @@ fn spawn(dir: &std::path::Path, port: u16, log_level: &str, stderr: Stdio) -> Ch
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--data-dir", dir.to_str().unwrap()])
         .args(["--config", "/dev/null", "--log-level", log_level])
-        .args(["--shutdown-grace", "60s"])
+        .args(["--shutdown-grace", "60s", "--http-header-timeout", "60s"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr)
@@ -30,6 +30,25 @@ fn signal(child: &Child, sig: &str) {
         .unwrap()
         .success();
     assert!(ok);
+}
+
+/// What each thread of a process that did not stop is doing (gdb, when this
+/// machine has it), for the failure message.
+fn threads(child: &Child) -> String {
+    match Command::new("gdb")
+        .args([
+            "-p",
+            &child.id().to_string(),
+            "-batch",
+            "-ex",
+            "thread apply all bt 12",
+        ])
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Err(e) => format!("(no thread dump: gdb: {e})"),
+    }
 }
 
 /// Waits for the child to exit; its exit status and how long that took.
@@ -74,9 +93,12 @@ async fn a_full_stderr_pipe_stalls_neither_requests_nor_shutdown() {
         assert!(res.status().is_success(), "request {i}: {}", res.status());
     }
     signal(&child, "-TERM");
-    let (status, took) = exited(&mut child, Duration::from_secs(10))
-        .await
-        .expect("dq serve did not exit within 10 s of SIGTERM with stderr full");
+    let Some((status, took)) = exited(&mut child, Duration::from_secs(10)).await else {
+        panic!(
+            "dq serve did not exit within 10 s of SIGTERM with stderr full; its threads:\n{}",
+            threads(&child)
+        );
+    };
     assert!(status.success(), "{status:?}");
     assert!(took < Duration::from_secs(10));
 }
@@ -115,4 +137,35 @@ async fn a_second_signal_stops_at_once() {
     assert_eq!(status.code(), Some(130), "128 + SIGINT");
     assert!(took < Duration::from_secs(5));
     drop(conn);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_sent_nothing_do_not_hold_up_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut child = spawn(dir.path(), port, "warn", Stdio::null());
+    let _reaper = support::KillOnDrop(child.id());
+    let http = reqwest::Client::new();
+    support::wait_ready(&http, &base).await;
+    // What a browser does: spare connections opened and never used.
+    let spare: Vec<_> = (0..2)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    // Accepted (an answered request after them comes through the same
+    // accept loop).
+    let res = http.get(format!("{base}/healthz")).send().await.unwrap();
+    assert!(res.status().is_success());
+    drop(http);
+    signal(&child, "-TERM");
+    // The grace period and the header timeout are 60 s: an idle connection
+    // that held the stop would hold it that long.
+    let Some((status, _)) = exited(&mut child, Duration::from_secs(10)).await else {
+        panic!(
+            "dq serve waited for connections that never sent a request; its threads:\n{}",
+            threads(&child)
+        );
+    };
+    assert!(status.success(), "{status:?}");
+    drop(spare);
 }

@@ -118,17 +118,27 @@ pub(crate) async fn serve(
                 res
             });
         let acceptor = tls.as_ref().map(|t| t.acceptor());
-        let (builder, watcher, header_timeout) =
-            (builder.clone(), graceful.watcher(), limits.header_timeout);
+        let (builder, watcher, header_timeout, stop) = (
+            builder.clone(),
+            graceful.watcher(),
+            limits.header_timeout,
+            stop.clone(),
+        );
         tokio::spawn(async move {
             // Telling HTTP/1 from HTTP/2 reads the first bytes with no timer
             // of hyper's running: a connection that sends nothing is cut
             // off here (hyper's header timeout covers the rest, keep-alive
-            // idle included).
+            // idle included), and at shutdown, as an idle one is (a
+            // browser's spare connection must not hold the stop up for the
+            // header timeout).
             let mut first = [0u8; 1];
-            match tokio::time::timeout(header_timeout, stream.peek(&mut first)).await {
-                Ok(Ok(n)) if n > 0 => {}
-                _ => return,
+            tokio::select! {
+                biased;
+                r = tokio::time::timeout(header_timeout, stream.peek(&mut first)) => match r {
+                    Ok(Ok(n)) if n > 0 => {}
+                    _ => return,
+                },
+                () = stop.cancelled() => return,
             }
             let svc = TowerToHyperService::new(svc);
             match acceptor {
@@ -139,15 +149,20 @@ pub(crate) async fn serve(
                     let _ = watcher.watch(conn).await;
                 }
                 Some(acceptor) => {
-                    let stream =
-                        match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+                    let handshake = tokio::time::timeout(header_timeout, acceptor.accept(stream));
+                    let stream = tokio::select! {
+                        biased;
+                        r = handshake => match r {
                             Ok(Ok(s)) => s,
                             Ok(Err(e)) => {
                                 tracing::debug!(%peer, error = %e, "TLS handshake failed");
                                 return;
                             }
                             Err(_) => return,
-                        };
+                        },
+                        // No request yet: closed at shutdown like an idle one.
+                        () = stop.cancelled() => return,
+                    };
                     let conn = builder
                         .serve_connection_with_upgrades(TokioIo::new(stream), svc)
                         .into_owned();
