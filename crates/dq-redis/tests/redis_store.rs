@@ -1026,3 +1026,70 @@ async fn topic_names_follow_the_topics_set() {
         "in step: nothing to do"
     );
 }
+
+/// How many MessagePack values the record of `id` in topic `t` holds.
+fn record_values(conn: &mut redis::Connection, t: &str, id: &str) -> i64 {
+    redis::cmd("EVAL")
+        .arg("return select('#', cmsgpack.unpack(redis.call('HGET', KEYS[1], ARGV[1])))")
+        .arg(1)
+        .arg(format!("dq:{{{t}}}:jobs"))
+        .arg(id)
+        .query(conn)
+        .unwrap()
+}
+
+/// A record ends at its last value set (8 values for a job just enqueued,
+/// 14 once leased, 16 in the wheel), and a record padded with nils to 16
+/// values, as dq wrote them before, reads, leases and acks as before: the
+/// scripts read a value left off as nil, so builds of either kind share a
+/// Redis during a rolling upgrade.
+#[tokio::test]
+async fn records_end_at_their_last_value_and_padded_ones_still_read() {
+    let server = RedisServer::start();
+    let s = store(server.url());
+    let t = Topic::new("rec").unwrap();
+    s.enqueue(&t, &[job("fresh", 0), job("far", 3_600_000)], T0)
+        .await
+        .unwrap();
+    let mut conn = server.connection();
+    assert_eq!(record_values(&mut conn, "rec", "fresh"), 8);
+    assert_eq!(record_values(&mut conn, "rec", "far"), 16, "w = true");
+    // Written as a build before this one did: 16 values, nils included,
+    // due now, ready, enqueue order after the fresh job's.
+    let _: () = redis::cmd("EVAL")
+        .arg(
+            "redis.call('HSET', KEYS[1], 'old', cmsgpack.pack(tonumber(ARGV[1]), 1024, 99, 0, 'y', tonumber(ARGV[1]), 'j', '{\"v\":\"old\"}', nil, nil, nil, nil, nil, nil, nil, nil)) \
+             redis.call('ZADD', KEYS[2], 1024, string.format('%011x%012x', tonumber(ARGV[1]), 99) .. 'old')",
+        )
+        .arg(2)
+        .arg("dq:{rec}:jobs")
+        .arg("dq:{rec}:ready")
+        .arg(T0)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(record_values(&mut conn, "rec", "old"), 16);
+    let old = JobId::new("old").unwrap();
+    let info = s
+        .get(&t, &old)
+        .await
+        .unwrap()
+        .expect("the padded record reads");
+    assert_eq!(
+        (info.state, info.due_at_ms, info.attempts),
+        (JobState::Ready, T0, 0)
+    );
+    let leases = s.reserve(&t, 10, None, T0).await.unwrap().leases;
+    let ids: Vec<&str> = leases.iter().map(|l| l.id.as_str()).collect();
+    assert_eq!(ids, ["fresh", "old"], "enqueue order");
+    assert_eq!(leases[1].body, Body::Json("{\"v\":\"old\"}".into()));
+    assert_eq!(leases[1].attempt, 1);
+    for l in &leases {
+        assert_eq!(record_values(&mut conn, "rec", l.id.as_str()), 14);
+    }
+    let info = s.get(&t, &old).await.unwrap().unwrap();
+    assert_eq!((info.state, info.attempts), (JobState::Reserved, 1));
+    for l in &leases {
+        s.ack(&t, &l.id, &l.token, T0).await.unwrap();
+    }
+    assert!(s.get(&t, &old).await.unwrap().is_none());
+}

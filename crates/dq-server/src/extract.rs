@@ -103,7 +103,7 @@ pub(crate) fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 /// out as unchanged as the parser needs to report it.
 pub(crate) fn integral_numbers(json: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     // Fast path: no number with a fraction or exponent outside strings.
-    if !json.iter().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+    if !has_fraction_or_exponent(json) {
         return std::borrow::Cow::Borrowed(json);
     }
     let mut out = Vec::with_capacity(json.len());
@@ -162,6 +162,29 @@ pub(crate) fn integral_numbers(json: &[u8]) -> std::borrow::Cow<'_, [u8]> {
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// Whether a number token outside strings has a fraction or an exponent (a
+/// plain scan for `.`/`e` would send every request with a key like `"delay"`
+/// or a value like `true` the slow way).
+fn has_fraction_or_exponent(json: &[u8]) -> bool {
+    let mut i = 0;
+    while i < json.len() {
+        match json[i] {
+            b'"' => i = string_end(json, i),
+            b'-' | b'0'..=b'9' => {
+                i += 1;
+                while i < json.len() && matches!(json[i], b'0'..=b'9' | b'+' | b'-') {
+                    i += 1;
+                }
+                if i < json.len() && matches!(json[i], b'.' | b'e' | b'E') {
+                    return true;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    false
 }
 
 /// Where the string starting at `start` (a `"`) ends, past its closing quote.
@@ -291,6 +314,34 @@ mod tests {
             r#"["body", 1]"#,
             "a string value is not a key"
         );
+    }
+
+    #[test]
+    fn only_numbers_with_a_fraction_or_exponent_take_the_slow_way() {
+        for plain in [
+            r#"{"delay_ms": 5, "ok": true, "no": false, "body": {"e": "1.5e3"}}"#,
+            r#"{"id": "a.b", "priority": -7, "n": null}"#,
+            r#"{"s": "\"1.0"}"#,
+            "{\"a\": 1",
+        ] {
+            assert!(!has_fraction_or_exponent(plain.as_bytes()), "{plain}");
+            assert!(matches!(
+                integral_numbers(plain.as_bytes()),
+                std::borrow::Cow::Borrowed(_)
+            ));
+        }
+        for rewritten in [
+            r#"{"a": 1.0}"#,
+            r#"{"a": -1e3}"#,
+            r#"{"a": 0E1}"#,
+            r#"{"body": 2.5}"#,
+            r#"[1, 2, 3.0]"#,
+        ] {
+            assert!(
+                has_fraction_or_exponent(rewritten.as_bytes()),
+                "{rewritten}"
+            );
+        }
     }
 }
 

@@ -18,6 +18,47 @@ pub mod redis;
 pub use cluster::RedisCluster;
 pub use redis::RedisServer;
 
+/// Installs Debian `packages` with apt-get when `bin` is missing (as
+/// `.ci/run` does), so that `cargo test` alone works on a fresh machine when
+/// run as root. Tests of one binary that need it at once install it once
+/// (the others wait); another process's apt-get is waited for (dpkg's
+/// lock); package lists never fetched (a fresh image) are fetched and the
+/// install tried again. Panics, naming the command, when `bin` is still
+/// missing.
+pub fn ensure_package(bin: &str, packages: &[&str]) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let present = || std::path::Path::new(bin).exists();
+    if present() {
+        return;
+    }
+    let _turn = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if present() {
+        return;
+    }
+    let apt = |args: &[&str]| {
+        std::process::Command::new("apt-get")
+            .args(["-q", "-o", "DPkg::Lock::Timeout=600"])
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    eprintln!("installing {packages:?} with apt-get (once)");
+    let mut install = vec!["install", "-y"];
+    install.extend_from_slice(packages);
+    if !apt(&install) && !present() {
+        apt(&["update"]);
+        apt(&install);
+    }
+    assert!(
+        present(),
+        "this test needs {bin}: apt-get install {} (as root)",
+        packages.join(" ")
+    );
+}
+
 /// A free TCP port on 127.0.0.1 (bound, read, released).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

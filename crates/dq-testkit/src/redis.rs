@@ -49,6 +49,11 @@ impl RedisServer {
     }
 
     fn start_inner(aof: bool, password: Option<String>, extra: Vec<String>) -> Self {
+        // A fresh machine: the README's test command installs Redis itself.
+        if !on_path("redis-server") || !on_path("redis-cli") {
+            crate::ensure_package("/usr/bin/redis-cli", &["redis-server", "redis-tools"]);
+            crate::ensure_package("/usr/bin/redis-server", &["redis-server", "redis-tools"]);
+        }
         let mut last_err = String::new();
         // A free port can be taken by someone else before redis binds it: retry.
         for _ in 0..5 {
@@ -186,4 +191,10 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Whether an executable `name` is in a directory of `PATH`.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(name).is_file()))
 }

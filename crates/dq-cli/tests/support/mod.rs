@@ -40,25 +40,8 @@ async fn ready(http: &reqwest::Client, base: &str) -> bool {
         .is_ok_and(|r| r.status().is_success())
 }
 
-/// Installs a Debian package when `bin` is missing (as `.ci/run` does), so
-/// that `cargo test` alone works on a fresh machine when run as root.
-pub(crate) fn ensure_package(bin: &str, packages: &[&str]) {
-    if std::path::Path::new(bin).exists() {
-        return;
-    }
-    eprintln!("installing {packages:?} with apt-get (once)");
-    let ok = Command::new("apt-get")
-        .args(["install", "-y", "-q"])
-        .args(packages)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok && std::path::Path::new(bin).exists(),
-        "this test needs {bin}: apt-get install {} (as root)",
-        packages.join(" ")
-    );
-}
+#[allow(unused_imports)] // not every test file installs a package
+pub(crate) use dq_testkit::ensure_package;
 
 /// Installs a Python package from PyPI when `python3` cannot import it
 /// (as the machine's pip allows: root, or a user site).

@@ -88,32 +88,34 @@ for i = 3, #ARGV, 12 do
       due = now + cfg.default_delay_ms
     end
     seq = seq + 1
-    local j = {d = due, p = tonumber(ARGV[i + 3]), q = seq,
-               a = 0, c = now, k = ARGV[i + 7], b = ARGV[i + 8],
-               m = tonumber(ARGV[i + 4]), L = tonumber(ARGV[i + 5])}
-    if ARGV[i + 6] ~= '' then j.r = ARGV[i + 6] end
-    if ARGV[i + 11] ~= '' then j.g = ARGV[i + 11] end
+    -- The record's values as locals (see pack_values), not a table.
+    local p, k, b = tonumber(ARGV[i + 3]), ARGV[i + 7], ARGV[i + 8]
+    local m, L = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+    local r, g = ARGV[i + 6], ARGV[i + 11]
+    if r == '' then r = nil end
+    if g == '' then g = nil end
     local dd = tonumber(ARGV[i + 10])
     if dd == nil then
       if topic_dd == nil then topic_dd = num(redis.call('HGET', K.cfg, 'dedup_ms'), 0) end
       dd = topic_dd
     end
-    if dd > 0 then j.dd = dd end
+    if dd <= 0 then dd = nil end
     -- Where it goes, decided before anything is written.
     local near_due = due > now and near(due, now)
-    if due <= now then
-      j.s = READY
-    else
-      j.s = SCHEDULED
-      if not near_due then j.w = true end
+    local st, w = READY, nil
+    if due > now then
+      st = SCHEDULED
+      if not near_due then w = true end
     end
+    local record = pack_values(due, p, seq, 0, st, now, k, b, m, L, r, nil, nil, nil, nil, w,
+      nil, nil, nil, nil, dd, g)
     local written = true
     if replace then
-      save(id, j)
+      redis.call('HSET', K.jobs, id, record)
     else
       -- One hash lookup for the common case of a new id; an existing job
       -- is left as it is and reported.
-      written = redis.call('HSETNX', K.jobs, id, pack(j)) == 1
+      written = redis.call('HSETNX', K.jobs, id, record) == 1
       if not written then
         local old = load(id)
         out[#out + 1] = 0
@@ -122,8 +124,8 @@ for i = 3, #ARGV, 12 do
       end
     end
     if written then
-      if j.s == READY then
-        ready_later(ready, id, j.p, j.q, j.g, due)
+      if st == READY then
+        ready_later(ready, id, p, seq, g, due, ARGV[i + 3])
         woke = true
       else
         local event = due
@@ -149,7 +151,7 @@ for i = 3, #ARGV, 12 do
       if outcome == 1 then created = created + 1 end
       out[#out + 1] = outcome
       out[#out + 1] = due
-      out[#out + 1] = j.s
+      out[#out + 1] = st
     end
   end
 end

@@ -113,12 +113,16 @@ if not keyed then
     for i, m in ipairs(members) do ids[i] = string.sub(m, READY_PREFIX + 1) end
     local raws = redis.call('HMGET', K.jobs, unpack(ids))
     local records, leases = {}, {}
+    -- The batch's deadlines are mostly one: made a string once (Redis
+    -- would turn a number argument into one per job).
+    local dl, dl_s = nil, nil
     for i, id in ipairs(ids) do
       local record, deadline = lease_raw(id, raws[i])
       if record then
+        if deadline ~= dl then dl, dl_s = deadline, fmt(deadline) end
         records[#records + 1] = id
         records[#records + 1] = record
-        leases[#leases + 1] = deadline
+        leases[#leases + 1] = dl_s
         leases[#leases + 1] = id
       end
     end
