@@ -66,6 +66,19 @@ async fn exited(
     None
 }
 
+/// Waits up to `within` for the child to exit after a stop signal and
+/// asserts it exited successfully; a dq that did not stop fails the test
+/// with `what` and its threads.
+async fn stops_cleanly_within(child: &mut Child, within: Duration, what: &str) {
+    let Some((status, _)) = exited(child, within).await else {
+        panic!(
+            "dq serve {what} (not exited within {within:?}); its threads:\n{}",
+            threads(child)
+        );
+    };
+    assert!(status.success(), "{status:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_stderr_pipe_stalls_neither_requests_nor_shutdown() {
     let dir = tempfile::tempdir().unwrap();
@@ -93,14 +106,12 @@ async fn a_full_stderr_pipe_stalls_neither_requests_nor_shutdown() {
         assert!(res.status().is_success(), "request {i}: {}", res.status());
     }
     signal(&child, "-TERM");
-    let Some((status, took)) = exited(&mut child, Duration::from_secs(10)).await else {
-        panic!(
-            "dq serve did not exit within 10 s of SIGTERM with stderr full; its threads:\n{}",
-            threads(&child)
-        );
-    };
-    assert!(status.success(), "{status:?}");
-    assert!(took < Duration::from_secs(10));
+    stops_cleanly_within(
+        &mut child,
+        Duration::from_secs(10),
+        "did not stop on SIGTERM with stderr full",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -160,12 +171,11 @@ async fn connections_that_sent_nothing_do_not_hold_up_shutdown() {
     signal(&child, "-TERM");
     // The grace period and the header timeout are 60 s: an idle connection
     // that held the stop would hold it that long.
-    let Some((status, _)) = exited(&mut child, Duration::from_secs(10)).await else {
-        panic!(
-            "dq serve waited for connections that never sent a request; its threads:\n{}",
-            threads(&child)
-        );
-    };
-    assert!(status.success(), "{status:?}");
+    stops_cleanly_within(
+        &mut child,
+        Duration::from_secs(10),
+        "waited for connections that never sent a request",
+    )
+    .await;
     drop(spare);
 }

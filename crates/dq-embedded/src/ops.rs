@@ -9,7 +9,7 @@
 use dq_core::*;
 use rusqlite::{OptionalExtension, params};
 
-use crate::writer::{Ctx, Failure, OpResult};
+use crate::writer::{Ctx, Failure, OpResult, run_cached};
 
 const SCHEDULED: i64 = 0;
 const READY: i64 = 1;
@@ -932,23 +932,88 @@ pub(crate) fn touch(
 }
 
 pub(crate) fn ack(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> OpResult<()> {
-    let (tid, seq) = held(cx, topic, id, token)?;
-    // One statement for the common job without a window.
-    let (dedup_ms, fkey): (Option<i64>, Option<String>) = cx
+    let tid = end_lease(cx, topic, id, token, now)?;
+    acked(cx, tid, 1)
+}
+
+/// Ends the lease `token` of job `id` as an ack does, except for the
+/// topic's counts (the caller's, once per topic: [`acked`]): the row
+/// deleted, its dedup window opened, its key's slot freed. Returns the
+/// topic's id. Refused (nothing written) unless the job is reserved under
+/// `token`.
+fn end_lease(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> OpResult<i64> {
+    let tid = tid(cx, topic)?.ok_or(Failure(StoreError::NotFound))?;
+    // One statement checks the lease and ends it; only a refusal looks
+    // again, to say why.
+    let ended: Option<(Option<i64>, Option<String>)> = cx
         .conn
-        .prepare_cached("DELETE FROM jobs WHERE seq = ?1 RETURNING dedup_ms, fkey")?
-        .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        .prepare_cached(
+            "DELETE FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3
+             RETURNING dedup_ms, fkey",
+        )?
+        .query_row(params![tid, id.as_str(), token], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()?;
+    let Some((dedup_ms, fkey)) = ended else {
+        held(cx, topic, id, token)?;
+        // `held` found the lease the DELETE did not: cannot happen with one
+        // writer, but refuse rather than report an ack that wrote nothing.
+        return Err(StoreError::LeaseMismatch.into());
+    };
     open_window(cx, tid, id.as_str(), dedup_ms, now)?;
-    counts(cx, tid, [0, 0, -1, 0])?;
     unlease(cx, topic, tid, fkey)?;
-    bump(cx, tid, "acked", 1)
+    Ok(tid)
+}
+
+/// Counts `n` acks of topic `tid`: `n` fewer reserved, `n` more acked.
+fn acked(cx: &Ctx, tid: i64, n: i64) -> OpResult<()> {
+    cx.conn
+        .prepare_cached(
+            "UPDATE topics SET n_reserved = n_reserved - ?1, acked = acked + ?1 WHERE tid = ?2",
+        )?
+        .execute(params![n, tid])?;
+    Ok(())
+}
+
+/// Acks each item as [`ack`] does, with the topics' counts updated once per
+/// topic. An item is refused before it writes anything (unknown job, stale
+/// token), so a refused item needs no savepoint of its own; a storage
+/// error fails the whole call, and the writer undoes all of it.
+pub(crate) fn ack_batch(
+    cx: &mut Ctx,
+    items: &[(Topic, JobId, String)],
+    now: u64,
+) -> OpResult<Vec<StoreResult<()>>> {
+    let mut out = Vec::with_capacity(items.len());
+    // Acks per topic id, in the order the topics first appear.
+    let mut per_topic: Vec<(i64, i64)> = Vec::new();
+    for (topic, id, token) in items {
+        match end_lease(cx, topic, id, token, now) {
+            Ok(tid) => {
+                match per_topic.iter_mut().find(|(t, _)| *t == tid) {
+                    Some((_, n)) => *n += 1,
+                    None => per_topic.push((tid, 1)),
+                }
+                out.push(Ok(()));
+            }
+            Err(Failure(
+                e @ (StoreError::NotFound | StoreError::LeaseMismatch | StoreError::NotInState(_)),
+            )) => out.push(Err(e)),
+            Err(e) => return Err(e),
+        }
+    }
+    for (tid, n) in per_topic {
+        acked(cx, tid, n)?;
+    }
+    Ok(out)
 }
 
 /// Runs `op` on each item in turn, in the one transaction of this call:
 /// an item that fails is undone alone (a savepoint each), as the single
 /// verb would answer it. Only an error that undid the whole transaction
 /// fails the call. [`nack_batch`] and [`touch_batch`] are this over their
-/// single verb (`ack_batch` sends single acks: see `EmbeddedStore::ack_batch`).
+/// single verb ([`ack_batch`] needs no savepoints: its refusals write nothing).
 fn per_item<T, R>(
     cx: &mut Ctx,
     items: &[T],
@@ -956,10 +1021,10 @@ fn per_item<T, R>(
 ) -> OpResult<Vec<StoreResult<R>>> {
     let mut out = Vec::with_capacity(items.len());
     for it in items {
-        cx.conn.execute_batch("SAVEPOINT item")?;
+        run_cached(&cx.conn, "SAVEPOINT item")?;
         match op(cx, it) {
             Ok(r) => {
-                cx.conn.execute_batch("RELEASE item")?;
+                run_cached(&cx.conn, "RELEASE item")?;
                 out.push(Ok(r));
             }
             Err(Failure(e)) => {

@@ -206,6 +206,10 @@ pub(crate) fn check(conn: &Connection, path: &Path) -> Result<Option<i64>, OpenE
     Ok(Some(version))
 }
 
+/// Prepared statements kept per connection: more than the distinct SQL
+/// strings in `ops` (about 90), so none is ever evicted.
+pub(crate) const STATEMENT_CACHE: usize = 256;
+
 /// The write-ahead log beside the database file `db`.
 pub(crate) fn wal_path(db: &Path) -> std::path::PathBuf {
     let mut name = db.as_os_str().to_os_string();
@@ -227,6 +231,11 @@ pub(crate) fn open(path: &Path, max_pages: Option<u64>) -> Result<Connection, Op
         .map_err(corrupt)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .map_err(corrupt)?;
+    // Every statement the store runs stays prepared: rusqlite's default
+    // cache of 16 is smaller than the statements of one enqueue → reserve →
+    // ack cycle, and an LRU cache cycled through more entries than it holds
+    // misses every time (each call would parse and plan its SQL again).
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     if let Some(pages) = max_pages {
         conn.pragma_update(None, "max_page_count", pages as i64)
             .map_err(corrupt)?;

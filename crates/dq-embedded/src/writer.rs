@@ -103,6 +103,14 @@ pub(crate) struct Writer {
     tx: mpsc::Sender<Msg>,
 }
 
+/// Runs one statement without parameters or rows (`BEGIN`, `SAVEPOINT`,
+/// `RELEASE`, `COMMIT`) through the connection's statement cache: the writer
+/// runs several per operation, and `execute_batch` would parse each anew.
+pub(crate) fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
 /// SQLite errors as store errors: a full disk and a read-only file get
 /// their own codes and messages (clients see them); the rest is "unavailable".
 pub(crate) fn sql_error(e: &rusqlite::Error) -> StoreError {
@@ -305,14 +313,14 @@ fn run(
                 continue;
             }
             if cx.conn.is_autocommit()
-                && let Err(e) = cx.conn.execute_batch("BEGIN IMMEDIATE")
+                && let Err(e) = run_cached(&cx.conn, "BEGIN IMMEDIATE")
             {
                 tracing::error!(error = %e, "embedded store cannot begin a transaction");
                 op_failed(op, sql_error(&e));
                 continue;
             }
             let savepoint = kind != Kind::Read;
-            if savepoint && let Err(e) = cx.conn.execute_batch("SAVEPOINT op") {
+            if savepoint && let Err(e) = run_cached(&cx.conn, "SAVEPOINT op") {
                 op_failed(op, sql_error(&e));
                 continue;
             }
@@ -320,7 +328,7 @@ fn run(
             let created_mark = cx.created.len();
             let (err, reply) = op(Some(cx));
             let Some(err) = err else {
-                if savepoint && let Err(e) = cx.conn.execute_batch("RELEASE op") {
+                if savepoint && let Err(e) = run_cached(&cx.conn, "RELEASE op") {
                     tracing::error!(error = %e, "embedded store savepoint failed");
                 }
                 replies.push(reply);
@@ -349,7 +357,7 @@ fn run(
             replies.push(reply);
         }
         if !cx.conn.is_autocommit() {
-            match cx.conn.execute_batch("COMMIT") {
+            match run_cached(&cx.conn, "COMMIT") {
                 Ok(()) => {
                     if cx.probed || cx.conn.total_changes() > changes_before {
                         cx.unsynced = false;
