@@ -9,7 +9,7 @@
 #   scripts/bench-compare.sh /tmp/base/dq target/release/dq 3 redis drain --jobs 50000 --window 0s..0s
 #
 # Figures read from the last JSON line of each run: jobs_per_s (push:
-# deliveries_per_s), the p99 of `lateness` (ms) and `cpu_us_per_job` (dq's
+# deliveries_per_s), the p99 and max of `lateness` (ms) and `cpu_us_per_job` (dq's
 # and its Redis server's) when the scenario reports them.
 set -euo pipefail
 if [ $# -lt 5 ]; then
@@ -33,7 +33,7 @@ which, i, line = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 late = line.get("lateness", {}) or {}
 rate = line.get("jobs_per_s", line.get("deliveries_per_s"))
 cpu = line.get("cpu_us_per_job") or {}
-print(f"run {i} {which:4}: jobs_per_s {rate}  lateness p99 {late.get('p99_ms', '-')} ms"
+print(f"run {i} {which:4}: jobs_per_s {rate}  lateness p99 {late.get('p99_ms', '-')} ms max {late.get('max_ms', '-')} ms"
       f"  CPU us/job dq {cpu.get('dq', '-')} store {cpu.get('store', '-')}")
 EOF
   done
@@ -50,6 +50,7 @@ def med(which, f):
     return statistics.median(xs) if xs else None
 for name, f in [("jobs_per_s", lambda r: r.get("jobs_per_s", r.get("deliveries_per_s"))),
                 ("lateness p99 ms", lambda r: (r.get("lateness") or {}).get("p99_ms")),
+                ("lateness max ms", lambda r: (r.get("lateness") or {}).get("max_ms")),
                 ("dq CPU us/job", lambda r: (r.get("cpu_us_per_job") or {}).get("dq")),
                 ("store CPU us/job", lambda r: (r.get("cpu_us_per_job") or {}).get("store"))]:
     b, n = med("base", f), med("new", f)
