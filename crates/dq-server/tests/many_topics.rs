@@ -144,6 +144,50 @@ async fn idle_topics_are_not_passed_again_and_an_announced_one_is_at_once() {
     run.await.unwrap();
 }
 
+/// Jobs falling due every millisecond: each reserve promotes what is due,
+/// so the dispatcher passes such a topic at most every `PROMOTE_GAP_MS`
+/// (it used to pass it back to back, two scripts per pass) and still
+/// promotes every job.
+#[tokio::test]
+async fn a_topic_due_every_millisecond_is_passed_at_most_every_gap() {
+    let redis = RedisServer::start();
+    let (store, state) = instance(&redis);
+    let t = Topic::new("dense").unwrap();
+    let first = SystemClock.now_ms() + 700;
+    let jobs: Vec<NewJob> = (0..300u64)
+        .map(|i| job(&format!("j{i:03}"), When::DueAtMs(first + i)))
+        .collect();
+    store
+        .enqueue(&t, &jobs, SystemClock.now_ms())
+        .await
+        .unwrap();
+    let d = Dispatcher::new(
+        store.clone(),
+        Arc::new(SystemClock),
+        state.service.wakers().clone(),
+        Duration::from_secs(1),
+    );
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn(d.run(cancel.clone()));
+    // The pass at start and the announced enqueue's are over well before
+    // the first job is due.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let before = scripts_run(&redis);
+    let all_ready = async || store.stats(&t, SystemClock.now_ms()).await.unwrap().ready == 300;
+    assert!(
+        until(Duration::from_secs(5), all_ready).await,
+        "every job promoted"
+    );
+    let passes = (scripts_run(&redis) - before) / 2;
+    // 300 ms of due jobs: about 30 passes; a sweep step or two on top.
+    assert!(
+        passes <= 300 / dq_server::dispatcher::PROMOTE_GAP_MS + 10,
+        "{passes} passes for 300 jobs due 1 ms apart"
+    );
+    cancel.cancel();
+    run.await.unwrap();
+}
+
 #[tokio::test]
 async fn a_lease_handed_out_here_is_taken_back_here_whoever_owns_the_topic() {
     let redis = RedisServer::start();
