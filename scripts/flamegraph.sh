@@ -16,7 +16,7 @@
 # time). The figures in docs/performance.md link the SVGs made this way.
 set -euo pipefail
 if [ $# -lt 5 ]; then
-  sed -n "2,17p" "$0" >&2
+  sed -n "2,16p" "$0" >&2
   exit 2
 fi
 bin=$1 store=$2 process=$3 out=$4 title=$5

@@ -356,8 +356,9 @@ impl Store for EmbeddedStore {
     }
 
     async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
-        // One writer operation per MAX_BATCH acks: one statement per ack on
-        // the way through, and the topics' counts written once per topic.
+        // One writer operation per MAX_BATCH acks: one statement per ack
+        // (more for a job with a dedup window or a flow-control key), and
+        // the topics' counts written once per topic.
         let mut out = Vec::with_capacity(items.len());
         for chunk in items.chunks(limits::MAX_BATCH) {
             let owned: Vec<(Topic, JobId, String)> = chunk

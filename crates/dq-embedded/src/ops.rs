@@ -978,8 +978,10 @@ fn acked(cx: &Ctx, tid: i64, n: i64) -> OpResult<()> {
 
 /// Acks each item as [`ack`] does, with the topics' counts updated once per
 /// topic. An item is refused before it writes anything (unknown job, stale
-/// token), so a refused item needs no savepoint of its own; a storage
-/// error fails the whole call, and the writer undoes all of it.
+/// token), so a refused item needs no savepoint of its own. A storage
+/// error (a full disk while opening a dedup window, an I/O error) fails
+/// every item of the call, not only the one that met it: the writer undoes
+/// the whole operation, and each item answers that error.
 pub(crate) fn ack_batch(
     cx: &mut Ctx,
     items: &[(Topic, JobId, String)],
@@ -1572,6 +1574,18 @@ pub(crate) fn configure_topic(
     config(cx, tid)
 }
 
+/// Deletes up to `?2` jobs of topic `?1` in `state`, returning their keys.
+/// The state is written into the SQL, not bound: only a literal matches a
+/// partial index's `WHERE state = N` (with the query planner stability
+/// guarantee on, a bound state would read every row of the topic through
+/// `jobs_id`).
+fn delete_in_state(state: i64) -> String {
+    format!(
+        "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE tid = ?1 AND state = {state} LIMIT ?2)
+         RETURNING fkey"
+    )
+}
+
 pub(crate) fn delete_topic(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<(u64, bool)> {
     let Some(tid) = tid(cx, topic)? else {
         return Ok((0, true));
@@ -1586,11 +1600,8 @@ pub(crate) fn delete_topic(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<
         // short leaves no key held for good).
         let keys: Vec<Option<String>> = cx
             .conn
-            .prepare_cached(
-                "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE tid = ?1 AND state = ?2 LIMIT ?3)
-                 RETURNING fkey",
-            )?
-            .query_map(params![tid, state, left], |r| r.get(0))?
+            .prepare_cached(&delete_in_state(state))?
+            .query_map(params![tid, left], |r| r.get(0))?
             .collect::<Result<_, _>>()?;
         let n = keys.len() as i64;
         if state == RESERVED {
@@ -2051,4 +2062,34 @@ pub(crate) fn import_jobs(
         trim_dead(cx, tid, cap)?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each state's step of a topic delete seeks its partial index, not
+    /// every row of the topic.
+    #[test]
+    fn deleting_a_topic_seeks_each_states_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::schema::open(&dir.path().join("f"), None).unwrap();
+        for (state, index) in [
+            (SCHEDULED, "jobs_sched"),
+            (RESERVED, "jobs_lease"),
+            (DEAD, "jobs_dead"),
+        ] {
+            let plan: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {}", delete_in_state(state)))
+                .unwrap()
+                .query_map(params![1, 10], |r| r.get::<_, String>(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert!(
+                plan.iter().any(|p| p.contains(index)),
+                "state {state}: {plan:?}"
+            );
+        }
+    }
 }

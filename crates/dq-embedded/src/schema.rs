@@ -240,7 +240,10 @@ pub(crate) fn open(path: &Path, max_pages: Option<u64>) -> Result<Connection, Op
     // stability guarantee SQLite compiles a bound `LIMIT ?` as a constant
     // and marks the statement to be compiled again whenever that parameter
     // is bound, i.e. on every call (promote's and reserve's statements were
-    // parsed and planned anew each time: 7 % of the writer's time).
+    // parsed and planned anew each time: 7 % of the writer's time). The
+    // cost: a bound value no longer matches a partial index's literal, so a
+    // statement choosing rows by state writes the state into its SQL
+    // (`ops::delete_in_state`; a test checks its plans).
     conn.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
         true,

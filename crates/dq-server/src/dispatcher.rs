@@ -312,8 +312,10 @@ impl Dispatcher {
             return Ok(self.next_wake(plan));
         }
         let now = self.clock.now_ms();
+        // (An entry "passed later than now" is a store clock that stepped
+        // back: dropped, so it cannot hold a topic back longer than the gap.)
         plan.recent
-            .retain(|_, at| now < at.saturating_add(PROMOTE_GAP_MS));
+            .retain(|_, at| *at <= now && now < at.saturating_add(PROMOTE_GAP_MS));
         let mut todo: Vec<Topic> = Vec::new();
         for t in pending
             .topics
