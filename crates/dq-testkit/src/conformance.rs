@@ -357,11 +357,12 @@ pub async fn ack_nack_touch_refuse_a_stale_token(s: &dyn Store) {
     ));
 }
 
-/// A batch of acks (`Store::ack_batch`) over two topics answers per item, in
-/// order, what single acks one after the other would: valid tokens ack
-/// (counters and dedup windows as `ack`), a stale token, a waiting job, an
-/// unknown or already acked id, a second item for a job the batch already
-/// acked and a dead job are refused, and nothing changes for them.
+/// A batch of acks (`Store::ack_batch`) over three topics answers per item,
+/// in order, what single acks one after the other would: valid tokens ack
+/// (counters, dedup windows and a keyed job's key slot as `ack`), a stale
+/// token, a waiting job, an unknown or already acked id, a topic that does
+/// not exist, a second item for a job the batch already acked and a dead
+/// job are refused, and nothing changes for them.
 pub async fn ack_batch_results_per_job(s: &dyn Store) {
     assert!(s.ack_batch(&[], T0).await.is_empty());
     let (a, b) = (topic("acks"), topic("acks-b"));
@@ -386,6 +387,15 @@ pub async fn ack_batch_results_per_job(s: &dyn Store) {
     put(s, &a, job("waiting", When::DelayMs(0)), now).await;
     put(s, &b, job("v3", When::DelayMs(0)), now).await;
     let l3 = one(s, &b, None, now).await;
+    // A keyed job holding its key's only slot, and a topic that does not exist.
+    let c = topic("acks-keyed");
+    strict_topic(s, &c).await;
+    key_limits(s, &c, Some(Some(1)), None).await;
+    put(s, &c, keyed("k1", "kk", When::DelayMs(0)), now).await;
+    put(s, &c, keyed("k2", "kk", When::DelayMs(0)), now).await;
+    let lk = one(s, &c, None, now).await;
+    assert_eq!(lk.id.as_str(), "k1");
+    let nowhere = topic("acks-nowhere");
     let [l1, l2, lg, ld] = <[Lease; 4]>::try_from(lease_of).unwrap();
     s.ack(&a, &lg.id, &lg.token, now).await.unwrap();
     s.nack(&a, &ld.id, Nack::dead(&ld.token, "no"), now)
@@ -444,6 +454,16 @@ pub async fn ack_batch_results_per_job(s: &dyn Store) {
             id: &ldd.id,
             token: &ldd.token,
         },
+        Held {
+            topic: &c,
+            id: &lk.id,
+            token: &lk.token,
+        },
+        Held {
+            topic: &nowhere,
+            id: &never,
+            token: "tok",
+        },
     ];
     let got: Vec<String> = s
         .ack_batch(&items, now + 10)
@@ -469,7 +489,9 @@ pub async fn ack_batch_results_per_job(s: &dyn Store) {
             "Dead",
             "stale",
             "ok",
-            "ok"
+            "ok",
+            "ok",
+            "not_found"
         ]
     );
     for (t, j) in [(&a, "v1"), (&a, "v2"), (&a, "dd"), (&b, "v3")] {
@@ -499,6 +521,10 @@ pub async fn ack_batch_results_per_job(s: &dyn Store) {
     let again = put(s, &a, dd(), now + 1009).await;
     assert!(again.deduplicated && !again.created, "{again:?}");
     assert!(put(s, &a, dd(), now + 1010).await.created);
+    // The keyed job's ack freed its key's slot: the key's next job goes.
+    let r = s.reserve(&c, 10, None, now + 20).await.unwrap();
+    assert_eq!(ids(&r), vec!["k2"]);
+    assert_eq!(s.stats(&c, now + 20).await.unwrap().counters.acked, 1);
 }
 
 /// Names a batch item's result for comparing a whole batch at once.
