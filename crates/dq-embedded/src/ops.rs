@@ -508,18 +508,23 @@ pub(crate) fn reserve(
     };
     // A paused topic hands nothing out; the pause's end is when to look
     // again (paused until resumed: no time, the resume wakes waiters).
+    // With the topic's lease length and its ready count: one read of the
+    // topic's row per call.
     #[allow(clippy::type_complexity)]
-    let (paused_until, paused, rate, credit, at, keyed): (
+    let (paused_until, paused, rate, credit, at, keyed, topic_lease_ms, n_ready): (
         u64,
         bool,
         Option<String>,
         Option<u64>,
         u64,
         bool,
+        Option<u64>,
+        i64,
     ) = cx
         .conn
         .prepare_cached(
-            "SELECT paused_until_ms, paused, rate_limit, rl_credit, rl_at, keyed FROM topics WHERE tid = ?1",
+            "SELECT paused_until_ms, paused, rate_limit, rl_credit, rl_at, keyed, lease_ms, n_ready
+             FROM topics WHERE tid = ?1",
         )?
         .query_row([tid], |r| {
             Ok((
@@ -529,6 +534,8 @@ pub(crate) fn reserve(
                 r.get(3)?,
                 r.get(4)?,
                 r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
             ))
         })?;
     if paused_until > now || paused {
@@ -546,13 +553,13 @@ pub(crate) fn reserve(
         take = take.min(r.allowed(c));
         bucket = Some((r, c));
     }
-    promote(cx, tid, now, BATCH)?;
+    let promoted = promote(cx, tid, now, BATCH)?;
     let mut hand = HandOut {
         topic,
         tid,
         lease_override,
         now,
-        cfg: None,
+        topic_lease_ms: topic_lease_ms.unwrap_or(TopicConfig::default().lease_ms),
         prefix: format!("{:016x}.", rand::random::<u64>()),
         leases: Vec::with_capacity(take.min(BATCH as u64) as usize),
     };
@@ -581,11 +588,8 @@ pub(crate) fn reserve(
         for j in rows {
             hand.lease(cx, j)?;
         }
-        let ready: i64 = cx
-            .conn
-            .prepare_cached("SELECT n_ready FROM topics WHERE tid = ?1")?
-            .query_row([tid], |r| r.get(0))?;
-        (ready > hand.leases.len() as i64, None)
+        // The topic's ready count once promote moved its jobs in.
+        (n_ready + promoted > hand.leases.len() as i64, None)
     };
     let leases = hand.leases;
     let n = leases.len() as i64;
@@ -629,7 +633,8 @@ struct HandOut<'a> {
     tid: i64,
     lease_override: Option<u64>,
     now: u64,
-    cfg: Option<TopicConfig>,
+    /// The topic's lease length, for jobs without their own.
+    topic_lease_ms: u64,
     prefix: String,
     leases: Vec<Lease>,
 }
@@ -637,15 +642,10 @@ struct HandOut<'a> {
 impl HandOut<'_> {
     /// Leases ready job `j` (the state counts are the caller's to move).
     fn lease(&mut self, cx: &Ctx, j: Leasable) -> OpResult<()> {
-        let lease_ms = match self.lease_override.or(j.lease_ms) {
-            Some(l) => l,
-            None => {
-                if self.cfg.is_none() {
-                    self.cfg = Some(config(cx, self.tid)?);
-                }
-                self.cfg.as_ref().map_or(30_000, |c| c.lease_ms)
-            }
-        };
+        let lease_ms = self
+            .lease_override
+            .or(j.lease_ms)
+            .unwrap_or(self.topic_lease_ms);
         let token = format!("{}{:x}", self.prefix, self.leases.len() + 1);
         let l = lease(cx, self.topic, j, lease_ms, token, self.now)?;
         self.leases.push(l);
