@@ -356,25 +356,14 @@ impl Store for EmbeddedStore {
     }
 
     async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
-        // One writer operation per MAX_BATCH acks: one statement per ack
-        // (more for a job with a dedup window or a flow-control key), and
-        // the topics' counts written once per topic.
-        let mut out = Vec::with_capacity(items.len());
-        for chunk in items.chunks(limits::MAX_BATCH) {
-            let owned: Vec<(Topic, JobId, String)> = chunk
-                .iter()
-                .map(|it| (it.topic.clone(), it.id.clone(), it.token.to_string()))
-                .collect();
-            match self
-                .writer
-                .exec(move |cx| ops::ack_batch(cx, &owned, now_ms))
-                .await
-            {
-                Ok(done) => out.extend(done),
-                Err(e) => out.extend(chunk.iter().map(|_| Err(e.clone()))),
-            }
-        }
-        out
+        // One statement per ack (more for a job with a dedup window or a
+        // flow-control key), and the topics' counts written once per topic.
+        let owned: Vec<(Topic, JobId, String)> = items
+            .iter()
+            .map(|it| (it.topic.clone(), it.id.clone(), it.token.to_string()))
+            .collect();
+        self.batch(owned, move |cx, chunk| ops::ack_batch(cx, chunk, now_ms))
+            .await
     }
 
     async fn nack_batch(

@@ -100,12 +100,12 @@ fn instance(redis: &RedisServer) -> (Arc<dyn Store>, AppState) {
     (store, state)
 }
 
-#[tokio::test]
-async fn idle_topics_are_not_passed_again_and_an_announced_one_is_at_once() {
-    let redis = RedisServer::start();
-    let (store, state) = instance(&redis);
-    let topics = idle_topics(&store, 600).await;
-    let before = scripts_run(&redis);
+/// A dispatcher of `state`'s instance (a sweep step each second), running
+/// until the token is cancelled.
+fn run_dispatcher(
+    store: &Arc<dyn Store>,
+    state: &AppState,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let d = Dispatcher::new(
         store.clone(),
         Arc::new(SystemClock),
@@ -114,6 +114,16 @@ async fn idle_topics_are_not_passed_again_and_an_announced_one_is_at_once() {
     );
     let cancel = CancellationToken::new();
     let run = tokio::spawn(d.run(cancel.clone()));
+    (cancel, run)
+}
+
+#[tokio::test]
+async fn idle_topics_are_not_passed_again_and_an_announced_one_is_at_once() {
+    let redis = RedisServer::start();
+    let (store, state) = instance(&redis);
+    let topics = idle_topics(&store, 600).await;
+    let before = scripts_run(&redis);
+    let (cancel, run) = run_dispatcher(&store, &state);
     // The pass at start: two scripts per topic.
     let idle = idle_scripts(&redis, before + 1200).await;
     // Two seconds of idling: at most three sweep steps of SWEEP topics (two
@@ -161,14 +171,7 @@ async fn a_topic_due_every_millisecond_is_passed_at_most_every_gap() {
         .enqueue(&t, &jobs, SystemClock.now_ms())
         .await
         .unwrap();
-    let d = Dispatcher::new(
-        store.clone(),
-        Arc::new(SystemClock),
-        state.service.wakers().clone(),
-        Duration::from_secs(1),
-    );
-    let cancel = CancellationToken::new();
-    let run = tokio::spawn(d.run(cancel.clone()));
+    let (cancel, run) = run_dispatcher(&store, &state);
     // The pass at start and the announced enqueue's are over well before
     // the first job is due.
     tokio::time::sleep(Duration::from_millis(400)).await;
