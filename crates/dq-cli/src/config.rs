@@ -61,6 +61,9 @@ pub(crate) struct ServeArgs {
     /// Key namespace in Redis [default: dq]
     #[arg(long, env = "DQ_REDIS_PREFIX")]
     pub(crate) redis_prefix: Option<String>,
+    /// Redis: move a Redis written by an older dq (key layout 1) to this dq's layout; only once every older dq on it is stopped (docs/operations.md, Upgrades). Not read from the file [default: off]
+    #[arg(long, env = "DQ_UPGRADE_LAYOUT")]
+    pub(crate) upgrade_layout: bool,
     /// Longest wait for one Redis reply, e.g. 5s [default: 5s]
     #[arg(long, env = "DQ_REDIS_TIMEOUT")]
     pub(crate) redis_timeout: Option<String>,
@@ -214,6 +217,8 @@ pub(crate) struct Settings {
     pub(crate) store: StoreChoice,
     pub(crate) log_format: LogFormat,
     pub(crate) log_level: String,
+    /// `--upgrade-layout`: a Redis of an older key layout may be moved on.
+    pub(crate) upgrade_layout: bool,
     /// Topic settings from the file's `[topics.<name>]` tables.
     pub(crate) topics: std::collections::BTreeMap<String, dq_core::TopicConfigPatch>,
     /// Schedules from the file's `[schedules.<name>]` tables (the fields
@@ -521,6 +526,7 @@ impl ServeArgs {
             .map(|(name, table)| Ok((name.clone(), schedule_spec(&name, table)?)))
             .collect::<Result<_>>()?;
         Ok(Settings {
+            upgrade_layout: self.upgrade_layout,
             topics: file.topics,
             schedules,
             server,

@@ -140,7 +140,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
                     tracing::warn!(redis = %what, error = %e, "Redis not reachable yet; serving anyway and retrying (requests get 503 until it answers)")
                 }
             }
-            check_layout(store.clone()).await?;
+            check_layout(store.clone(), settings.upgrade_layout).await?;
             (store, what)
         }
     };
@@ -218,20 +218,27 @@ fn drain_on_sigusr1(svc: Arc<dq_server::Service>, grace: std::time::Duration) {
 }
 
 /// Checks the layout version of every Redis shard before serving: a layout
-/// of a newer dq stops the start. Shards that do not answer yet are checked
+/// of a newer dq stops the start, and so does an older one unless `upgrade`
+/// (`--upgrade-layout`) says it may be moved on. Shards that do not answer yet are checked
 /// again every second in the background; one found newer then stops the
 /// process (it has served nothing from that shard meanwhile: it was down).
-async fn check_layout(store: Arc<dq_redis::ShardedStore>) -> Result<()> {
+async fn check_layout(store: Arc<dq_redis::ShardedStore>, upgrade: bool) -> Result<()> {
     use dq_redis::layout::Layout;
     let report = |check: &dq_redis::layout::LayoutCheck| {
         for (name, layout) in &check.checked {
-            if *layout == Layout::Written {
-                tracing::info!(redis = %name, version = dq_redis::layout::LAYOUT_VERSION, "recorded the Redis layout version");
+            match layout {
+                Layout::Written => {
+                    tracing::info!(redis = %name, version = dq_redis::layout::LAYOUT_VERSION, "recorded the Redis layout version");
+                }
+                Layout::Upgraded { from } => {
+                    tracing::warn!(redis = %name, from, to = dq_redis::layout::LAYOUT_VERSION, "moved the Redis layout version on (--upgrade-layout); a dq older than this one must not run on it any more");
+                }
+                Layout::Current => {}
             }
         }
     };
     let check = store
-        .check_layout()
+        .check_layout(upgrade)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     report(&check);
@@ -241,7 +248,7 @@ async fn check_layout(store: Arc<dq_redis::ShardedStore>) -> Result<()> {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            match store.check_layout().await {
+            match store.check_layout(upgrade).await {
                 Ok(check) => {
                     report(&check);
                     if check.unreachable.is_empty() {

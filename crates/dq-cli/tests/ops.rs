@@ -1,8 +1,9 @@
 //! The operator's commands through the real binary: `sd_notify` READY=1
 //! and STOPPING=1 on the socket systemd would give (a path, and an abstract
 //! name), SIGUSR1 and `dq drain` draining an instance, `dq backup` of a
-//! serving store while it takes writes and `dq restore`, and a Redis whose
-//! layout is newer refused at start.
+//! serving store while it takes writes and `dq restore`, a Redis whose
+//! layout is newer refused at start, and one of layout 1 moved on by
+//! `--upgrade-layout`.
 
 mod support;
 
@@ -304,7 +305,7 @@ async fn a_redis_of_a_newer_layout_is_refused_at_start() {
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(
-        err.contains("dq layout version 9, written by a newer dq; this dq uses layout version 1"),
+        err.contains("dq layout version 9, written by a newer dq; this dq uses layout version 2"),
         "{err}"
     );
     // A Redis without the key gets it.
@@ -314,5 +315,141 @@ async fn a_redis_of_a_newer_layout_is_refused_at_start() {
         .arg("dq:layout")
         .query(&mut fresh.connection())
         .unwrap();
-    assert_eq!(v, "1");
+    assert_eq!(v, "2");
+}
+
+/// A Redis written by a dq of layout 1 (a lease's token and deadline in the
+/// job's record): refused at start, naming the way on; served after `dq
+/// serve --upgrade-layout`, with the lease still its holder's (its token
+/// acks it, its deadline is kept) and every other job handed out as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_of_layout_1_is_served_after_upgrade_layout() {
+    let redis = RedisServer::start();
+    let d = Dq::start(&redis.url()).await;
+    for id in ["a", "b", "c"] {
+        let (s, v) = d
+            .post("/v1/topics/t/jobs", json!({"id": id, "body": id}))
+            .await;
+        assert_eq!(s, 201, "{v}");
+    }
+    let (s, v) = d
+        .post(
+            "/v1/reserve",
+            json!({"topics": ["t"], "max": 2, "lease_ms": 600000}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let leases = v["jobs"].as_array().unwrap().clone();
+    assert_eq!(leases.len(), 2, "{v}");
+    assert_eq!(
+        (leases[0]["id"].as_str(), leases[1]["id"].as_str()),
+        (Some("a"), Some("b"))
+    );
+    let deadline = leases[0]["lease_deadline_ms"].clone();
+    drop(d);
+    // The leases as layout 1 kept them: in the record (s = 'r', the
+    // attempt counted, t, u), no tokens hash.
+    let mut c = redis.connection();
+    let _: i64 = redis::cmd("EVAL")
+        .arg(
+            r"
+            local ids = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+            for i = 1, #ids, 2 do
+              local id = ids[i]
+              local d, p, q, a, s, c, k, b, m, L, r, e = cmsgpack.unpack(redis.call('HGET', KEYS[2], id))
+              local t = redis.call('HGET', KEYS[3], id)
+              redis.call('HSET', KEYS[2], id, cmsgpack.pack(d, p, q, (a or 0) + 1, 'r', c, k, b, m, L, r, e, t, tonumber(ids[i + 1])))
+            end
+            redis.call('DEL', KEYS[3])
+            redis.call('SET', KEYS[4], '1')
+            return #ids / 2",
+        )
+        .arg(4)
+        .arg("dq:{t}:lease")
+        .arg("dq:{t}:jobs")
+        .arg("dq:{t}:tokens")
+        .arg("dq:layout")
+        .query(&mut c)
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = tokio::task::spawn_blocking({
+        let url = redis.url();
+        let dir = dir.path().to_path_buf();
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_dq"))
+                .args(["serve", "--redis", &url, "--listen", "127.0.0.1:0"])
+                .args(["--config", "/dev/null", "--log-level", "warn"])
+                .current_dir(dir)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("says dq layout version 1; this dq uses layout version 2")
+            && err.contains("--upgrade-layout"),
+        "{err}"
+    );
+
+    let d = Dq::start_with(&["--redis", &redis.url(), "--upgrade-layout"]).await;
+    let v: String = redis::cmd("GET").arg("dq:layout").query(&mut c).unwrap();
+    assert_eq!(v, "2");
+    let (_, v) = d.get("/v1/topics/t/jobs/a").await;
+    assert_eq!(
+        (
+            v["state"].clone(),
+            v["attempts"].clone(),
+            v["lease_deadline_ms"].clone()
+        ),
+        (json!("reserved"), json!(1), deadline),
+        "{v}"
+    );
+    // Nothing else to hand out but c, once.
+    let (_, v) = d
+        .post("/v1/reserve", json!({"topics": ["t"], "max": 10}))
+        .await;
+    let got: Vec<_> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].clone())
+        .collect();
+    assert_eq!(got, vec![json!("c")], "{v}");
+    let c_token = v["jobs"][0]["token"].clone();
+    // The old leases end by their tokens, and only by them.
+    let (s, v) = d
+        .post("/v1/topics/t/jobs/a/ack", json!({"token": "stale"}))
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].clone()),
+        (409, json!("lease_mismatch"))
+    );
+    let (s, v) = d
+        .post(
+            "/v1/topics/t/jobs/a/ack",
+            json!({"token": leases[0]["token"]}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let acks = json!({"acks": [
+        {"topic": "t", "id": "b", "token": leases[1]["token"]},
+        {"topic": "t", "id": "c", "token": c_token},
+    ]});
+    let (s, v) = d.post("/v1/ack:batch", acks).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v["results"],
+        json!([{"acked": true}, {"acked": true}]),
+        "{v}"
+    );
+    let (_, v) = d.get("/v1/topics/t").await;
+    assert_eq!(
+        (v["stats"]["reserved"].clone(), v["stats"]["ready"].clone()),
+        (json!(0), json!(0)),
+        "{v}"
+    );
 }

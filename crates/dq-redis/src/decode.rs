@@ -72,6 +72,18 @@ pub(crate) fn status(v: &Value) -> StoreResult<Vec<Value>> {
     }
 }
 
+/// ack_batch's per-job status: 1 acked, -1 not found, -2 token mismatch,
+/// -3 dead.
+pub(crate) fn ack_status(v: &Value) -> StoreResult<()> {
+    match int(v)? {
+        1 => Ok(()),
+        -1 => Err(StoreError::NotFound),
+        -2 => Err(StoreError::LeaseMismatch),
+        -3 => Err(StoreError::NotInState(JobState::Dead)),
+        _ => Err(protocol("unknown ack status")),
+    }
+}
+
 /// A `{1, time}` status reply's time (touch's deadline, release's due).
 pub(crate) fn status_time(v: &Value) -> StoreResult<u64> {
     let items = status(v)?;

@@ -15,7 +15,7 @@ pub struct Keys {
 /// The keys of one topic, in the order every script receives them in KEYS.
 #[derive(Debug, Clone)]
 pub(crate) struct TopicKeys {
-    pub(crate) all: [String; 11],
+    pub(crate) all: [String; 12],
 }
 
 impl TopicKeys {
@@ -105,8 +105,9 @@ impl Keys {
 
     /// The keys of one topic: sched, ready, lease, dead, ctr, cfg, jobs,
     /// wheel, the prefix of the wheel's bucket lists (`w:<bucket ms>`),
-    /// the ids in a dedup window (`dedup`), and the prefix of the
-    /// flow-control keys' structures (`k:`, see common.lua).
+    /// the ids in a dedup window (`dedup`), the prefix of the
+    /// flow-control keys' structures (`k:`, see common.lua), and the lease
+    /// tokens of the reserved jobs (`tokens`, layout 2).
     pub(crate) fn topic(&self, topic: &Topic) -> TopicKeys {
         let base = format!("{}:{{{}}}:", self.prefix, topic.as_str());
         TopicKeys {
@@ -122,6 +123,7 @@ impl Keys {
                 format!("{base}w:"),
                 format!("{base}dedup"),
                 format!("{base}k:"),
+                format!("{base}tokens"),
             ],
         }
     }

@@ -2,7 +2,8 @@
 //!
 //! `<prefix>:layout` holds the layout version (a decimal integer) that the
 //! dq which first used this Redis wrote. A dq that finds none writes its own
-//! (a fresh Redis, or one written before the key existed: that is layout 1);
+//! on a Redis without topics, and 1 on one with topics (written before the
+//! key existed: that is layout 1, checked as below);
 //! one that finds a newer version refuses to serve it, naming both versions,
 //! rather than run scripts that would misread the keys. Written with
 //! `SET … NX GET`: one atomic command, so instances starting together agree.
@@ -16,6 +17,16 @@
 //!
 //! A layout change is a new [`LAYOUT_VERSION`] and, for data an older dq
 //! wrote, a migration run here before the version key is moved on.
+//!
+//! Layout 2 keeps a reserved job's lease token in `tokens` (see "Leases"
+//! in common.lua) instead of in its record, which still says ready: a dq of
+//! layout 1 would take such a job for a lost ready one. Its scripts still
+//! read every record layout 1 wrote, so the step needs no migration of the
+//! data, only that no dq of layout 1 runs on the Redis any more. A dq that
+//! finds layout 1 therefore refuses to start ([`LayoutError::Older`])
+//! unless told that every older dq is stopped (`dq serve
+//! --upgrade-layout`); it then moves the key from 1 to 2 (only from 1: one
+//! script) and serves.
 
 use dq_core::StoreError;
 use redis::Value;
@@ -23,7 +34,10 @@ use redis::Value;
 use crate::{RedisStore, ShardedStore, unavailable};
 
 /// The key layout this dq reads and writes.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
+
+/// The oldest layout this dq can move on from (its data is read as it is).
+pub const OLDEST_UPGRADABLE: u32 = 1;
 
 /// What the check found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +46,12 @@ pub enum Layout {
     Written,
     /// The recorded version is this dq's.
     Current,
+    /// The recorded version was this older one; this dq moved it on
+    /// (allowed by `upgrade`).
+    Upgraded {
+        /// The version found.
+        from: u32,
+    },
 }
 
 /// A Redis whose layout this dq must not use.
@@ -42,6 +62,20 @@ pub enum LayoutError {
         "{store}: key {key} says dq layout version {found}, written by a newer dq; this dq uses layout version {supported}: run the newer dq, or give this one another Redis or redis_prefix"
     )]
     Newer {
+        /// Which Redis (masked URL or shard name).
+        store: String,
+        /// The version key.
+        key: String,
+        /// The version found.
+        found: u32,
+        /// This dq's version.
+        supported: u32,
+    },
+    /// Written by an older dq, which may still be running on this Redis.
+    #[error(
+        "{store}: key {key} says dq layout version {found}; this dq uses layout version {supported}, which a dq of layout {found} misreads (it would take reserved jobs for lost ready ones). Stop every dq using this Redis, start this one once with --upgrade-layout (it moves the key to {supported}; the jobs stay as they are), then start the others with this dq's version (see docs/operations.md, Upgrades)"
+    )]
+    Older {
         /// Which Redis (masked URL or shard name).
         store: String,
         /// The version key.
@@ -76,7 +110,8 @@ pub struct LayoutCheck {
 
 impl RedisStore {
     /// Checks (and on a Redis without one, records) the layout version;
-    /// `store` names this Redis in errors.
+    /// `store` names this Redis in errors. An older layout this dq reads is
+    /// moved on only when `upgrade` says no older dq runs any more.
     ///
     /// # Errors
     /// `Ok(Err(_))` for a layout this dq must not use; `Err` when Redis
@@ -84,22 +119,31 @@ impl RedisStore {
     pub async fn check_layout(
         &self,
         store: &str,
+        upgrade: bool,
     ) -> Result<Result<Layout, LayoutError>, StoreError> {
         let key = self.keys.layout();
         let mut conn = self.conn.clone();
+        // No key but topics: a dq from before the key wrote them (layout 1).
+        let topics: u64 = redis::cmd("SCARD")
+            .arg(self.keys.topics())
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        let fresh = if topics == 0 { LAYOUT_VERSION } else { 1 };
         let old: Value = redis::cmd("SET")
             .arg(&key)
-            .arg(LAYOUT_VERSION)
+            .arg(fresh)
             .arg("NX")
             .arg("GET")
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
         let found = match old {
-            Value::Nil => {
+            Value::Nil if fresh == LAYOUT_VERSION => {
                 self.sync_topic_index().await?;
                 return Ok(Ok(Layout::Written));
             }
+            Value::Nil => fresh.to_string().into_bytes(),
             Value::BulkString(b) => b,
             other => format!("{other:?}").into_bytes(),
         };
@@ -115,8 +159,32 @@ impl RedisStore {
                 found: v,
                 supported: LAYOUT_VERSION,
             }),
-            // Older versions: none exist yet (1 is the first); a migration
-            // from one would run here.
+            Ok(v) if (OLDEST_UPGRADABLE..LAYOUT_VERSION).contains(&v) => {
+                if !upgrade {
+                    return Ok(Err(LayoutError::Older {
+                        store: store.to_string(),
+                        key,
+                        found: v,
+                        supported: LAYOUT_VERSION,
+                    }));
+                }
+                // From `v` only: another dq upgrading at the same moment
+                // finds it done.
+                let moved: i64 = redis::Script::new(
+                    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0",
+                )
+                .key(&key)
+                .arg(v)
+                .arg(LAYOUT_VERSION)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+                if moved == 0 {
+                    return Box::pin(self.check_layout(store, false)).await;
+                }
+                self.sync_topic_index().await?;
+                Ok(Layout::Upgraded { from: v })
+            }
             _ => Err(LayoutError::Foreign {
                 store: store.to_string(),
                 key,
@@ -131,12 +199,12 @@ impl ShardedStore {
     ///
     /// # Errors
     /// The first shard whose layout this dq must not use.
-    pub async fn check_layout(&self) -> Result<LayoutCheck, LayoutError> {
-        let results = futures::future::join_all(
-            self.shards()
-                .map(|(name, store)| async move { (name, store.check_layout(name).await) }),
-        )
-        .await;
+    pub async fn check_layout(&self, upgrade: bool) -> Result<LayoutCheck, LayoutError> {
+        let results =
+            futures::future::join_all(self.shards().map(|(name, store)| async move {
+                (name, store.check_layout(name, upgrade).await)
+            }))
+            .await;
         let mut check = LayoutCheck::default();
         for (name, r) in results {
             match r {

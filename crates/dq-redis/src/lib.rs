@@ -711,7 +711,7 @@ impl Store for RedisStore {
                     items[i].token.as_bytes().into(),
                 ]
             },
-            |v| status(v).map(|_| ()),
+            ack_status,
         )
         .await
     }

@@ -20,26 +20,36 @@ fn store(s: &RedisServer) -> RedisStore {
 async fn the_version_is_written_once_and_a_newer_one_refused() {
     let server = RedisServer::start();
     let s = store(&server);
-    assert_eq!(s.check_layout("r").await.unwrap(), Ok(Layout::Written));
+    assert_eq!(
+        s.check_layout("r", false).await.unwrap(),
+        Ok(Layout::Written)
+    );
     let mut c = server.connection();
     let v: String = c.get("dq:layout").unwrap();
     assert_eq!(v, LAYOUT_VERSION.to_string());
-    assert_eq!(s.check_layout("r").await.unwrap(), Ok(Layout::Current));
+    assert_eq!(
+        s.check_layout("r", false).await.unwrap(),
+        Ok(Layout::Current)
+    );
 
     let newer = LAYOUT_VERSION + 1;
     let _: () = c.set("dq:layout", newer).unwrap();
-    let err = s.check_layout("redis://x").await.unwrap().unwrap_err();
+    let err = s
+        .check_layout("redis://x", false)
+        .await
+        .unwrap()
+        .unwrap_err();
     assert!(matches!(err, LayoutError::Newer { found, .. } if found == newer));
     let msg = err.to_string();
     assert!(
-        msg.starts_with("redis://x: key dq:layout says dq layout version 2, written by a newer dq; this dq uses layout version 1"),
+        msg.starts_with(&format!("redis://x: key dq:layout says dq layout version {newer}, written by a newer dq; this dq uses layout version {LAYOUT_VERSION}")),
         "{msg}"
     );
     let v: String = c.get("dq:layout").unwrap();
     assert_eq!(v, newer.to_string(), "left as it was");
 
     let _: () = c.set("dq:layout", "not-a-number").unwrap();
-    let err = s.check_layout("r").await.unwrap().unwrap_err();
+    let err = s.check_layout("r", false).await.unwrap().unwrap_err();
     assert!(matches!(err, LayoutError::Foreign { .. }), "{err}");
 
     // Another prefix is another layout.
@@ -49,7 +59,10 @@ async fn the_version_is_written_once_and_a_newer_one_refused() {
         ..Default::default()
     })
     .unwrap();
-    assert_eq!(other.check_layout("r").await.unwrap(), Ok(Layout::Written));
+    assert_eq!(
+        other.check_layout("r", false).await.unwrap(),
+        Ok(Layout::Written)
+    );
 }
 
 #[tokio::test]
@@ -65,13 +78,13 @@ async fn every_shard_is_checked() {
         )
     };
     let all = sharded(&servers);
-    let check = all.check_layout().await.unwrap();
+    let check = all.check_layout(false).await.unwrap();
     assert_eq!(check.checked.len(), 3);
     assert!(check.unreachable.is_empty());
     assert!(check.checked.iter().all(|(_, l)| *l == Layout::Written));
     for s in &servers {
         let v: String = s.connection().get("dq:layout").unwrap();
-        assert_eq!(v, "1");
+        assert_eq!(v, LAYOUT_VERSION.to_string());
     }
 
     // A newer layout on one shard refuses the whole store, naming it.
@@ -79,7 +92,7 @@ async fn every_shard_is_checked() {
         .connection()
         .set("dq:layout", LAYOUT_VERSION + 1)
         .unwrap();
-    let err = all.check_layout().await.unwrap_err();
+    let err = all.check_layout(false).await.unwrap_err();
     assert!(err.to_string().starts_with("shard 2: "), "{err}");
 
     // A shard that does not answer is reported, the others checked.
@@ -89,8 +102,59 @@ async fn every_shard_is_checked() {
         .unwrap();
     let mut servers = servers;
     servers[1].stop();
-    let check = all.check_layout().await.unwrap();
+    let check = all.check_layout(false).await.unwrap();
     assert_eq!(check.checked.len(), 2);
     assert_eq!(check.unreachable.len(), 1);
     assert_eq!(check.unreachable[0].0, "shard 1");
+}
+
+#[tokio::test]
+async fn layout_1_is_moved_on_only_when_told() {
+    let server = RedisServer::start();
+    let s = store(&server);
+    let mut c = server.connection();
+    let _: () = c.set("dq:layout", 1).unwrap();
+    let err = s.check_layout("r", false).await.unwrap().unwrap_err();
+    assert!(matches!(err, LayoutError::Older { found: 1, .. }), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.starts_with("r: key dq:layout says dq layout version 1; this dq uses layout version 2")
+            && msg.contains("start this one once with --upgrade-layout"),
+        "{msg}"
+    );
+    let v: String = c.get("dq:layout").unwrap();
+    assert_eq!(v, "1", "left as it was");
+
+    assert_eq!(
+        s.check_layout("r", true).await.unwrap(),
+        Ok(Layout::Upgraded { from: 1 })
+    );
+    let v: String = c.get("dq:layout").unwrap();
+    assert_eq!(v, LAYOUT_VERSION.to_string());
+    // Done once: the next start (with the flag or without) finds it current.
+    assert_eq!(
+        s.check_layout("r", true).await.unwrap(),
+        Ok(Layout::Current)
+    );
+    assert_eq!(
+        s.check_layout("r", false).await.unwrap(),
+        Ok(Layout::Current)
+    );
+}
+
+#[tokio::test]
+async fn a_redis_with_topics_and_no_version_is_layout_1() {
+    // A dq from before the version key wrote topics and no key.
+    let server = RedisServer::start();
+    let mut c = server.connection();
+    let _: () = c.sadd("dq:topics", "orders").unwrap();
+    let s = store(&server);
+    let err = s.check_layout("r", false).await.unwrap().unwrap_err();
+    assert!(matches!(err, LayoutError::Older { found: 1, .. }), "{err}");
+    let v: String = c.get("dq:layout").unwrap();
+    assert_eq!(v, "1", "recorded as what it is");
+    assert_eq!(
+        s.check_layout("r", true).await.unwrap(),
+        Ok(Layout::Upgraded { from: 1 })
+    );
 }

@@ -980,14 +980,14 @@ async fn topic_names_follow_the_topics_set() {
     let members: Vec<String> = conn.smembers("dq:topics").unwrap();
     assert!(members.is_empty());
 
-    // An older dq: the set alone.
+    // An older dq: the set alone (and no layout key: layout 1, moved on).
     let old: Vec<String> = (0..2500).map(|i| format!("old{i:04}")).collect();
     for chunk in old.chunks(500) {
         let _: () = conn.sadd("dq:topics", chunk).unwrap();
     }
     assert_eq!(
-        s.check_layout("r").await.unwrap(),
-        Ok(dq_redis::layout::Layout::Written)
+        s.check_layout("r", true).await.unwrap(),
+        Ok(dq_redis::layout::Layout::Upgraded { from: 1 })
     );
     assert_eq!(zset(&mut conn), old, "copied at the layout check");
     // It creates one more, and deletes two.
@@ -1039,10 +1039,10 @@ fn record_values(conn: &mut redis::Connection, t: &str, id: &str) -> i64 {
 }
 
 /// A record ends at its last value set (8 values for a job just enqueued,
-/// 14 once leased, 16 in the wheel), and a record padded with nils to 16
-/// values, as dq wrote them before, reads, leases and acks as before: the
-/// scripts read a value left off as nil, so builds of either kind share a
-/// Redis during a rolling upgrade.
+/// 16 in the wheel; a lease does not rewrite it: its token is in `tokens`,
+/// and the hash is gone with the last lease), and a record padded with nils
+/// to 16 values, as dq wrote them before, reads, leases and acks as before:
+/// the scripts read a value left off as nil.
 #[tokio::test]
 async fn records_end_at_their_last_value_and_padded_ones_still_read() {
     let server = RedisServer::start();
@@ -1083,8 +1083,11 @@ async fn records_end_at_their_last_value_and_padded_ones_still_read() {
     assert_eq!(ids, ["fresh", "old"], "enqueue order");
     assert_eq!(leases[1].body, Body::Json("{\"v\":\"old\"}".into()));
     assert_eq!(leases[1].attempt, 1);
+    assert_eq!(record_values(&mut conn, "rec", "fresh"), 8);
+    assert_eq!(record_values(&mut conn, "rec", "old"), 16, "as it was");
     for l in &leases {
-        assert_eq!(record_values(&mut conn, "rec", l.id.as_str()), 14);
+        let token: String = conn.hget("dq:{rec}:tokens", l.id.as_str()).unwrap();
+        assert_eq!(token, l.token);
     }
     let info = s.get(&t, &old).await.unwrap().unwrap();
     assert_eq!((info.state, info.attempts), (JobState::Reserved, 1));
@@ -1092,4 +1095,6 @@ async fn records_end_at_their_last_value_and_padded_ones_still_read() {
         s.ack(&t, &l.id, &l.token, T0).await.unwrap();
     }
     assert!(s.get(&t, &old).await.unwrap().is_none());
+    let exists: bool = conn.exists("dq:{rec}:tokens").unwrap();
+    assert!(!exists, "no lease left, no tokens hash");
 }

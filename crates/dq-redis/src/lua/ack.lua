@@ -2,13 +2,13 @@
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, id, token, now
 -- Returns: {1} | {-1} not found | {-2} token mismatch | {-3, DEAD} dead
--- Side effects: HDEL job record, ZREM lease, ctr.acked + 1, the id's dedup
+-- Side effects: HDEL job record and lease token, ZREM lease, ctr.acked + 1, the id's dedup
 --   window (if it has one) from now; a keyed job's lease count (a key
 --   held at its key_concurrency rejoins the ring, with a PUBLISH).
 local id = ARGV[2]
 local j, err = held(id, ARGV[3])
 if not j then return err end
-redis.call('HDEL', K.jobs, id)
+forget(id, j)
 remember(K, id, j, clock_ms(ARGV[4]))
 redis.call('ZREM', K.lease, id)
 if j.g and key_unlease(j.g) then wake() end

@@ -2,7 +2,7 @@
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, id, now
 -- Returns: the state letter it had, or false (nil) if there was no job.
--- Side effects: HDEL job record; ZREM from sched/ready/lease/dead; ctr.cancelled + 1;
+-- Side effects: HDEL job record (and a lease token); ZREM from sched/ready/lease/dead; ctr.cancelled + 1;
 --   the id's dedup window (if it has one) from now.
 local id = ARGV[2]
 local j = load(id)
@@ -13,7 +13,7 @@ if j.s == RESERVED then
   if j.g and key_unlease(j.g) then wake() end
 end
 if j.s == DEAD then redis.call('ZREM', K.dead, id) end
-redis.call('HDEL', K.jobs, id)
+forget(id, j)
 remember(K, id, j, clock_ms(ARGV[3]))
 redis.call('HINCRBY', K.ctr, 'cancelled', 1)
 return j.s

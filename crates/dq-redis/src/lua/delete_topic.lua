@@ -20,6 +20,7 @@ for _, z in ipairs({K.sched, K.lease, K.dead, K.ready}) do
           local j = load(id)
           if j and j.g then key_unlease(j.g) end
         end
+        tokens_drop(unpack(ids))
       end
       redis.call('HDEL', K.jobs, unpack(ids))
       redis.call('ZREMRANGEBYRANK', z, 0, #ms - 1)
@@ -71,7 +72,7 @@ local rest = redis.call('ZCARD', K.sched) + redis.call('ZCARD', K.ready)
   + redis.call('ZCARD', K.lease) + redis.call('ZCARD', K.dead) + redis.call('ZCARD', K.wheel)
   + redis.call('ZCARD', KR.ring) + redis.call('SCARD', KR.held) + redis.call('ZCARD', KR.wait)
 if rest == 0 then
-  redis.call('DEL', K.cfg, K.ctr, K.jobs, K.dedup, KR.act, KR.due, KR.rl, KR.full)
+  redis.call('DEL', K.cfg, K.ctr, K.jobs, K.tokens, K.dedup, KR.act, KR.due, KR.rl, KR.full)
   return {deleted, 1}
 end
 return {deleted, 0}

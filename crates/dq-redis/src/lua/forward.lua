@@ -41,7 +41,7 @@ while i <= #ARGV do
     if type(r) == 'table' and r.err then
       out[#out + 1] = { -4, r.err }
     else
-      redis.call('HDEL', K.jobs, id)
+      forget(id, j)
       remember(K, id, j, now)
       redis.call('ZREM', K.lease, id)
       if j.g and key_unlease(j.g) then freed = true end

@@ -11,8 +11,9 @@
 -- Returns: {next_due (-1 none; now if ready jobs remain and may go; the next
 --   token's time if they wait for one), then 8 per job:
 --   id, token, attempt, due, lease deadline, priority, kind, body}
--- Side effects: sched -> ready (at most MAX_BATCH), ready -> lease, job records
---   (s=r, a+1, t, u); with a rate limit, ctr.rl_credit and ctr.rl_at (the
+-- Side effects: sched -> ready (at most MAX_BATCH), ready -> lease and a
+--   lease token per job (K.tokens; the records are not rewritten, see
+--   "Leases" in common.lua); with a rate limit, ctr.rl_credit and ctr.rl_at (the
 --   bucket after this call) and ctr.rate_limited (ready jobs held back);
 --   with keyed jobs, the key structures of common.lua.
 local now, max = clock_ms(ARGV[2]), tonumber(ARGV[3])
@@ -66,11 +67,11 @@ local out = {0}
 local cfg = nil
 local n = 0
 -- Leases ready job `id` (stored as `raw`, already out of its ready set):
--- adds it to the reply and returns its new record and lease deadline, or
--- nil when it is not ready. The caller writes both.
+-- adds it to the reply and returns its lease token and deadline, or nil
+-- when it is not ready. The caller writes both.
 local function lease_raw(id, raw)
   if not raw then return nil end
-  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g = cmsgpack.unpack(raw)
+  local d, p, _, a, s, _, k, b, _, L, _, _, _, _, _, _, _, _, _, _, dd, g = cmsgpack.unpack(raw)
   if s ~= READY then return nil end
   local lease = lease_override or L
   if lease == nil then
@@ -80,7 +81,7 @@ local function lease_raw(id, raw)
   local deadline = now + lease
   n = n + 1
   a = (a or 0) + 1
-  t = ARGV[5] .. string.format('%x', n)
+  local t = lease_token(ARGV[5] .. string.format('%x', n), dd, g)
   local o = #out
   out[o + 1] = id
   out[o + 2] = t
@@ -90,14 +91,15 @@ local function lease_raw(id, raw)
   out[o + 6] = p
   out[o + 7] = k
   out[o + 8] = b
-  return pack_values(d, p, q, a, RESERVED, c, k, b, m, L, r, e, t, deadline, x, w, to, rl, bu, ki, dd, g), deadline
+  return t, deadline
 end
 -- Leases ready job `id` (already out of its ready set); false when its
 -- record is not ready.
 local function hand_out(id)
-  local record, deadline = lease_raw(id, redis.call('HGET', K.jobs, id))
-  if not record then return false end
-  redis.call('HSET', K.jobs, id, record)
+  local token, deadline = lease_raw(id, redis.call('HGET', K.jobs, id))
+  if not token then return false end
+  tokens_table()
+  redis.call('HSET', K.tokens, id, token)
   redis.call('ZADD', K.lease, deadline, id)
   return true
 end
@@ -107,27 +109,29 @@ if not keyed then
   local members = {}
   if take > 0 then members = redis.call('ZRANGE', K.ready, 0, take - 1) end
   if #members > 0 then redis.call('ZREM', K.ready, unpack(members)) end
-  -- The batch read with one HMGET, written with one HSET and one ZADD.
+  -- The batch read with one HMGET, its leases written with one HSET of
+  -- the tokens and one ZADD.
   if #members > 0 then
     local ids = {}
     for i, m in ipairs(members) do ids[i] = string.sub(m, READY_PREFIX + 1) end
     local raws = redis.call('HMGET', K.jobs, unpack(ids))
-    local records, leases = {}, {}
+    local tokens, leases = {}, {}
     -- The batch's deadlines are mostly one: made a string once (Redis
     -- would turn a number argument into one per job).
     local dl, dl_s = nil, nil
     for i, id in ipairs(ids) do
-      local record, deadline = lease_raw(id, raws[i])
-      if record then
+      local token, deadline = lease_raw(id, raws[i])
+      if token then
         if deadline ~= dl then dl, dl_s = deadline, fmt(deadline) end
-        records[#records + 1] = id
-        records[#records + 1] = record
+        tokens[#tokens + 1] = id
+        tokens[#tokens + 1] = token
         leases[#leases + 1] = dl_s
         leases[#leases + 1] = id
       end
     end
-    if #records > 0 then
-      redis.call('HSET', K.jobs, unpack(records))
+    if #tokens > 0 then
+      tokens_table()
+      redis.call('HSET', K.tokens, unpack(tokens))
       redis.call('ZADD', K.lease, unpack(leases))
     end
   end

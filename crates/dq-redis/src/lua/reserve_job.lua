@@ -5,7 +5,7 @@
 -- Returns: {0} none (missing or reserved) | {0, id, token, attempt, due,
 --   lease deadline, priority, kind, body} (reserve's reply shape)
 -- Side effects: the job leaves sched/wheel/ready/dead for lease; its record
---   (s=r, a+1, t, u; died-at cleared).
+--   (died-at cleared) and lease token (see save() in common.lua).
 local now = clock_ms(ARGV[2])
 local id = ARGV[3]
 local j = load(id)
@@ -19,7 +19,7 @@ end
 local lease = tonumber(ARGV[4]) or j.L or topic_cfg(K).lease_ms
 local deadline = now + lease
 j.a = (j.a or 0) + 1
-j.s, j.t, j.u = RESERVED, ARGV[5], deadline
+j.s, j.t, j.u = RESERVED, lease_token(ARGV[5], j.dd, j.g), deadline
 save(id, j)
 redis.call('ZADD', K.lease, deadline, id)
 if j.g then key_lease(j.g) end

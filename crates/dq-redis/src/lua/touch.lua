@@ -2,13 +2,12 @@
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, id, token, lease_ms or '' (job's, then topic's), now
 -- Returns: {1, deadline} | {-1} not found | {-2} token mismatch | {-3, DEAD} dead
--- Side effects: job record u, lease ZSET score.
+-- Side effects: the lease ZSET score (the record is not rewritten: a
+--   lease's deadline is its score, see "Leases" in common.lua).
 local id = ARGV[2]
 local j, err = held(id, ARGV[3])
 if not j then return err end
 local lease = tonumber(ARGV[4]) or j.L or topic_cfg(K).lease_ms
 local deadline = clock_ms(ARGV[5]) + lease
-j.u = deadline
-save(id, j)
 redis.call('ZADD', K.lease, deadline, id)
 return {1, deadline}

@@ -6,7 +6,7 @@
 --   topic's) (at most MAX_BATCH jobs).
 -- Returns: per job, in order: {1, deadline} | {-1} not found |
 --   {-2} token mismatch | {-3, DEAD} dead
--- Side effects: per job touched, job record u, lease ZSET score.
+-- Side effects: per job touched, its lease ZSET score (as touch.lua).
 local n = (#ARGV - 2) / 3
 if n > MAX_BATCH then return redis.error_reply('ERR touch_batch: more than MAX_BATCH jobs') end
 local out = {}
@@ -24,8 +24,6 @@ for a = 3, #ARGV, 3 do
       lease = default_lease
     end
     local deadline = now + lease
-    j.u = deadline
-    save(id, j)
     redis.call('ZADD', K.lease, deadline, id)
     out[#out + 1] = {1, deadline}
   end
