@@ -541,8 +541,24 @@ impl Store for RedisStore {
             .iter()
             .map(|j| j.id.clone().unwrap_or_else(JobId::generate))
             .collect();
-        let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 12);
+        // The compact form (see enqueue.lua) when no job sets an override,
+        // a dedup window, a key or replace.
+        let compact = jobs.iter().all(|j| {
+            j.max_attempts.is_none()
+                && j.lease_ms.is_none()
+                && j.retry.is_none()
+                && !j.replace
+                && j.dedup_ms.is_none()
+                && j.key.is_none()
+        });
+        let mut args: Vec<Vec<u8>> =
+            Vec::with_capacity(2 + jobs.len() * if compact { 6 } else { 12 });
         args.push(self.now_arg(now_ms));
+        args.push(if compact {
+            b"c".to_vec()
+        } else {
+            b"f".to_vec()
+        });
         for (j, id) in jobs.iter().zip(&ids) {
             let (kind, value) = match j.when {
                 When::DelayMs(d) => ("d", d),
@@ -553,6 +569,15 @@ impl Store for RedisStore {
             args.push(kind.as_bytes().to_vec());
             args.push(n(value));
             args.push(n(j.priority as u64));
+            if compact {
+                args.push(if j.body.is_json() {
+                    b"j".to_vec()
+                } else {
+                    b"b".to_vec()
+                });
+                args.push(j.body.as_bytes().to_vec());
+                continue;
+            }
             args.push(opt(j.max_attempts));
             args.push(opt(j.lease_ms));
             args.push(opt(j.retry.as_ref().map(RetryPolicy::encode)));

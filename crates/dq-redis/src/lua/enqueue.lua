@@ -1,10 +1,14 @@
 -- enqueue: writes up to MAX_BATCH new jobs of one topic.
 -- KEYS: the topic's keys (see common.lua).
--- ARGV: topic, now, then 12 per job:
---   id, when-kind (d delay | a absolute | t topic default), when-value (ms),
---   priority, max_attempts or '', lease_ms or '', retry (encoded) or '',
---   kind (j | b), body, replace (1 | 0), dedup window ms or '' (the topic's),
---   flow-control key or ''
+-- ARGV: topic, now, the form of the jobs (f | c), then per job:
+--   f (full), 12 values: id, when-kind (d delay | a absolute | t topic
+--   default), when-value (ms), priority, max_attempts or '', lease_ms or '',
+--   retry (encoded) or '', kind (j | b), body, replace (1 | 0), dedup
+--   window ms or '' (the topic's), flow-control key or '';
+--   c (compact, when no job of the call sets any of the six after
+--   priority but kind and body), 6 values: id, when-kind, when-value,
+--   priority, kind, body. (Every value is a string Redis reads and Lua
+--   interns: six fewer per job save ~3,000 instructions.)
 -- Returns: 3 per job: outcome (1 created | 2 replaced | 0 exists |
 --   3 deduplicated: the id is in its dedup window, nothing written),
 --   due ms, state letter (s | y | r | d).
@@ -50,10 +54,12 @@ if dedup then
   redis.call('ZREMRANGEBYSCORE', K.dedup, '-inf', now)
   dedup = redis.call('EXISTS', K.dedup) == 1
 end
-for i = 3, #ARGV, 12 do
+local compact = ARGV[3] == 'c'
+local stride = compact and 6 or 12
+for i = 4, #ARGV, stride do
   local id = ARGV[i]
   local wk, wv = ARGV[i + 1], tonumber(ARGV[i + 2])
-  local replace = ARGV[i + 9] == '1'
+  local replace = not compact and ARGV[i + 9] == '1'
   local outcome = 1
   if dedup and redis.call('ZSCORE', K.dedup, id) and redis.call('HEXISTS', K.jobs, id) == 0 then
     out[#out + 1] = 3
@@ -89,12 +95,17 @@ for i = 3, #ARGV, 12 do
     end
     seq = seq + 1
     -- The record's values as locals (see pack_values), not a table.
-    local p, k, b = tonumber(ARGV[i + 3]), ARGV[i + 7], ARGV[i + 8]
-    local m, L = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
-    local r, g = ARGV[i + 6], ARGV[i + 11]
-    if r == '' then r = nil end
-    if g == '' then g = nil end
-    local dd = tonumber(ARGV[i + 10])
+    local p, k, b, m, L, r, g, dd
+    if compact then
+      p, k, b = tonumber(ARGV[i + 3]), ARGV[i + 4], ARGV[i + 5]
+    else
+      p, k, b = tonumber(ARGV[i + 3]), ARGV[i + 7], ARGV[i + 8]
+      m, L = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+      r, g = ARGV[i + 6], ARGV[i + 11]
+      if r == '' then r = nil end
+      if g == '' then g = nil end
+      dd = tonumber(ARGV[i + 10])
+    end
     if dd == nil then
       if topic_dd == nil then topic_dd = num(redis.call('HGET', K.cfg, 'dedup_ms'), 0) end
       dd = topic_dd
