@@ -140,6 +140,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
                     tracing::warn!(redis = %what, error = %e, "Redis not reachable yet; serving anyway and retrying (requests get 503 until it answers)")
                 }
             }
+            // No script runs on a shard before its layout is accepted.
+            store.hold_until_layout_checked();
             check_layout(store.clone(), settings.upgrade_layout).await?;
             (store, what)
         }
@@ -219,9 +221,10 @@ fn drain_on_sigusr1(svc: Arc<dq_server::Service>, grace: std::time::Duration) {
 
 /// Checks the layout version of every Redis shard before serving: a layout
 /// of a newer dq stops the start, and so does an older one unless `upgrade`
-/// (`--upgrade-layout`) says it may be moved on. Shards that do not answer yet are checked
-/// again every second in the background; one found newer then stops the
-/// process (it has served nothing from that shard meanwhile: it was down).
+/// (`--upgrade-layout`) says it may be moved on (and no other dq was seen
+/// on it lately). Shards that do not answer yet are checked again every
+/// second in the background, and refuse every script until then (503); one
+/// whose layout this dq must not use then stops the process.
 async fn check_layout(store: Arc<dq_redis::ShardedStore>, upgrade: bool) -> Result<()> {
     use dq_redis::layout::Layout;
     let report = |check: &dq_redis::layout::LayoutCheck| {

@@ -373,20 +373,24 @@ async fn a_redis_of_layout_1_is_served_after_upgrade_layout() {
         .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let out = tokio::task::spawn_blocking({
+    let serve = |upgrade: bool| {
         let url = redis.url();
         let dir = dir.path().to_path_buf();
-        move || {
+        tokio::task::spawn_blocking(move || {
             Command::new(env!("CARGO_BIN_EXE_dq"))
                 .args(["serve", "--redis", &url, "--listen", "127.0.0.1:0"])
                 .args(["--config", "/dev/null", "--log-level", "warn"])
+                .args(if upgrade {
+                    &["--upgrade-layout"][..]
+                } else {
+                    &[]
+                })
                 .current_dir(dir)
                 .output()
                 .unwrap()
-        }
-    })
-    .await
-    .unwrap();
+        })
+    };
+    let out = serve(false).await.unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(
@@ -394,6 +398,29 @@ async fn a_redis_of_layout_1_is_served_after_upgrade_layout() {
             && err.contains("--upgrade-layout"),
         "{err}"
     );
+    // The dq stopped a moment ago is still listed as seen: refused, naming it.
+    let seen: Vec<String> = redis::cmd("ZRANGE")
+        .arg("dq:dispatchers")
+        .arg(0)
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let out = serve(true).await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("dq instances were seen on this Redis within the last 30 s")
+            && err.contains(&seen[0]),
+        "{err}"
+    );
+    let v: String = redis::cmd("GET").arg("dq:layout").query(&mut c).unwrap();
+    assert_eq!(v, "1", "left as it was");
+    // 30 s later its heartbeat is too old to count (here: gone at once).
+    let _: () = redis::cmd("DEL")
+        .arg("dq:dispatchers")
+        .query(&mut c)
+        .unwrap();
 
     let d = Dq::start_with(&["--redis", &redis.url(), "--upgrade-layout"]).await;
     let v: String = redis::cmd("GET").arg("dq:layout").query(&mut c).unwrap();

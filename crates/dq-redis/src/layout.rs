@@ -28,6 +28,8 @@
 //! --upgrade-layout`); it then moves the key from 1 to 2 (only from 1: one
 //! script) and serves.
 
+use std::sync::atomic::Ordering;
+
 use dq_core::StoreError;
 use redis::Value;
 
@@ -38,6 +40,11 @@ pub const LAYOUT_VERSION: u32 = 2;
 
 /// The oldest layout this dq can move on from (its data is read as it is).
 pub const OLDEST_UPGRADABLE: u32 = 1;
+
+/// `--upgrade-layout` is refused while a dq instance was seen within this
+/// long (a dispatcher's heartbeat is at most 3 × `dispatcher_max_sleep`
+/// apart, 3 s by default; a stopped one stays listed until it is this old).
+pub const LIVE_WITHIN_MS: u64 = 30_000;
 
 /// What the check found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +92,18 @@ pub enum LayoutError {
         /// This dq's version.
         supported: u32,
     },
+    /// `--upgrade-layout` while other dq instances run on this Redis.
+    #[error(
+        "{store}: not moving the key layout on (--upgrade-layout): dq instances were seen on this Redis within the last {within_s} s ({instances:?}); stop every dq using it, wait until {within_s} s have passed since they stopped, and start this one with --upgrade-layout again"
+    )]
+    InstancesAlive {
+        /// Which Redis (the first shard to move on).
+        store: String,
+        /// The instances seen (dispatcher ids).
+        instances: Vec<String>,
+        /// How far back, in seconds.
+        within_s: u64,
+    },
     /// The key holds something that is not a version.
     #[error(
         "{store}: key {key} holds {found:?}, not a dq layout version; is another program using the {key} prefix?"
@@ -117,6 +136,40 @@ impl RedisStore {
     /// `Ok(Err(_))` for a layout this dq must not use; `Err` when Redis
     /// does not answer.
     pub async fn check_layout(
+        &self,
+        store: &str,
+        upgrade: bool,
+    ) -> Result<Result<Layout, LayoutError>, StoreError> {
+        let r = self.check_layout_once(store, upgrade).await;
+        if matches!(r, Ok(Ok(_))) {
+            self.layout_checked.store(true, Ordering::SeqCst);
+        }
+        r
+    }
+
+    /// The dq instances seen on this Redis within `within_ms` (the
+    /// dispatchers' heartbeats, `<prefix>:dispatchers`, by this Redis's
+    /// clock); read only.
+    ///
+    /// # Errors
+    /// When Redis does not answer.
+    pub async fn live_instances(&self, within_ms: u64) -> Result<Vec<String>, StoreError> {
+        let mut conn = self.conn.clone();
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        let now = secs * 1000 + micros / 1000;
+        redis::cmd("ZRANGEBYSCORE")
+            .arg(self.keys.members())
+            .arg(now.saturating_sub(within_ms))
+            .arg("+inf")
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn check_layout_once(
         &self,
         store: &str,
         upgrade: bool,
@@ -168,19 +221,19 @@ impl RedisStore {
                         supported: LAYOUT_VERSION,
                     }));
                 }
-                // From `v` only: another dq upgrading at the same moment
-                // finds it done.
+                // From what was read only: another dq upgrading at the same
+                // moment finds it done.
                 let moved: i64 = redis::Script::new(
                     "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0",
                 )
                 .key(&key)
-                .arg(v)
+                .arg(&found[..])
                 .arg(LAYOUT_VERSION)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(unavailable)?;
                 if moved == 0 {
-                    return Box::pin(self.check_layout(store, false)).await;
+                    return Box::pin(self.check_layout_once(store, false)).await;
                 }
                 self.sync_topic_index().await?;
                 Ok(Layout::Upgraded { from: v })
@@ -195,19 +248,61 @@ impl RedisStore {
 }
 
 impl ShardedStore {
-    /// [`RedisStore::check_layout`] on every shard, together.
+    /// [`RedisStore::hold_until_layout_checked`] on every shard.
+    pub fn hold_until_layout_checked(&self) {
+        for (_, store) in self.shards() {
+            store.hold_until_layout_checked();
+        }
+    }
+
+    /// [`RedisStore::check_layout`] on every shard, together. With
+    /// `upgrade`, shards of an older layout are moved on only when no dq
+    /// instance was seen on any shard within [`LIVE_WITHIN_MS`] (an older
+    /// dq still running would misread this layout).
     ///
     /// # Errors
     /// The first shard whose layout this dq must not use.
     pub async fn check_layout(&self, upgrade: bool) -> Result<LayoutCheck, LayoutError> {
-        let results =
-            futures::future::join_all(self.shards().map(|(name, store)| async move {
-                (name, store.check_layout(name, upgrade).await)
-            }))
-            .await;
+        let results = futures::future::join_all(
+            self.shards()
+                .map(|(name, store)| async move { (name, store.check_layout(name, false).await) }),
+        )
+        .await;
         let mut check = LayoutCheck::default();
+        let mut older = Vec::new();
         for (name, r) in results {
             match r {
+                Ok(Ok(layout)) => check.checked.push((name.to_string(), layout)),
+                Ok(Err(e @ LayoutError::Older { .. })) if upgrade => older.push((name, e)),
+                Ok(Err(e)) => return Err(e),
+                Err(e) => check.unreachable.push((name.to_string(), e)),
+            }
+        }
+        if older.is_empty() {
+            return Ok(check);
+        }
+        let mut seen = Vec::new();
+        for (_, store) in self.shards() {
+            match store.live_instances(LIVE_WITHIN_MS).await {
+                Ok(ids) => seen.extend(ids),
+                // Not known: refuse rather than guess.
+                Err(_) => return Err(older.remove(0).1),
+            }
+        }
+        if !seen.is_empty() {
+            return Err(LayoutError::InstancesAlive {
+                store: older[0].0.to_string(),
+                instances: seen,
+                within_s: LIVE_WITHIN_MS / 1000,
+            });
+        }
+        for (name, _) in older {
+            let store = self
+                .shards()
+                .find(|(n, _)| *n == name)
+                .map(|(_, s)| s)
+                .expect("a shard of this store");
+            match store.check_layout(name, true).await {
                 Ok(Ok(layout)) => check.checked.push((name.to_string(), layout)),
                 Ok(Err(e)) => return Err(e),
                 Err(e) => check.unreachable.push((name.to_string(), e)),

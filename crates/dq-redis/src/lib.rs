@@ -141,6 +141,11 @@ pub struct RedisStore {
     /// Topics this process already added to the topics set.
     known: Mutex<HashSet<String>>,
     clock: TimeSource,
+    /// False from [`RedisStore::hold_until_layout_checked`] until
+    /// [`RedisStore::check_layout`] accepts this Redis's layout: no script
+    /// runs meanwhile (a Redis that did not answer at start must not get
+    /// this layout's writes before its version is known).
+    layout_checked: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -256,7 +261,29 @@ impl RedisStore {
             scripts,
             known: Mutex::new(HashSet::new()),
             clock: config.clock,
+            layout_checked: std::sync::atomic::AtomicBool::new(true),
         })
+    }
+
+    /// Unavailable while [`RedisStore::hold_until_layout_checked`] holds.
+    fn layout_gate(&self) -> StoreResult<()> {
+        if self
+            .layout_checked
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Ok(());
+        }
+        Err(StoreError::Unavailable(
+            "this Redis did not answer when dq started: its key layout is not checked yet".into(),
+        ))
+    }
+
+    /// Refuses every script (503, nothing written) until
+    /// [`RedisStore::check_layout`] has accepted this Redis's layout;
+    /// `dq serve` calls it before its first check.
+    pub fn hold_until_layout_checked(&self) {
+        self.layout_checked
+            .store(false, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// The "now" argument of a script: empty (the script reads the server's
@@ -300,6 +327,7 @@ impl RedisStore {
 
     /// Adds `topic` to the topics set once per process.
     async fn register(&self, topic: &Topic) -> StoreResult<()> {
+        self.layout_gate()?;
         if self
             .known
             .lock()
@@ -333,6 +361,7 @@ impl RedisStore {
         topic: &Topic,
         args: &[&[u8]],
     ) -> StoreResult<Value> {
+        self.layout_gate()?;
         let tk = self.keys.topic(topic);
         let mut inv = script.prepare_invoke();
         for k in &tk.all {

@@ -158,3 +158,93 @@ async fn a_redis_with_topics_and_no_version_is_layout_1() {
         Ok(Layout::Upgraded { from: 1 })
     );
 }
+
+#[tokio::test]
+async fn no_script_runs_before_the_layout_is_accepted() {
+    use dq_core::{Body, NewJob, Store, Topic, When};
+    let server = RedisServer::start();
+    let s = store(&server);
+    let t = Topic::new("gate").unwrap();
+    let job = NewJob {
+        id: None,
+        when: When::DelayMs(0),
+        priority: 0,
+        body: Body::Json("1".into()),
+        max_attempts: None,
+        lease_ms: None,
+        retry: None,
+        replace: false,
+        dedup_ms: None,
+        key: None,
+    };
+    s.hold_until_layout_checked();
+    let err = s
+        .enqueue(&t, std::slice::from_ref(&job), 0)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("its key layout is not checked yet"),
+        "{err}"
+    );
+    let mut c = server.connection();
+    let n: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
+    assert_eq!(n, 0, "nothing written");
+    // Refused layout: still held.
+    let _: () = c.set("dq:layout", 1).unwrap();
+    assert!(s.check_layout("r", false).await.unwrap().is_err());
+    assert!(s.enqueue(&t, std::slice::from_ref(&job), 0).await.is_err());
+    // Accepted: served.
+    let _: () = c.set("dq:layout", LAYOUT_VERSION).unwrap();
+    assert_eq!(
+        s.check_layout("r", false).await.unwrap(),
+        Ok(Layout::Current)
+    );
+    assert_eq!(s.enqueue(&t, &[job], 0).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn upgrade_is_refused_while_a_dq_was_seen_on_any_shard() {
+    let servers: Vec<RedisServer> = (0..2).map(|_| RedisServer::start()).collect();
+    let all = ShardedStore::new(
+        servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("shard {i}"), store(s)))
+            .collect(),
+    );
+    // Shard 1 is of layout 1; a dq's heartbeat is on shard 0, by its clock.
+    let _: () = servers[1].connection().set("dq:layout", 1).unwrap();
+    let (secs, _): (u64, u64) = redis::cmd("TIME")
+        .query(&mut servers[0].connection())
+        .unwrap();
+    let _: () = servers[0]
+        .connection()
+        .zadd("dq:dispatchers", "old-dq", secs * 1000 - 10_000)
+        .unwrap();
+    let err = all.check_layout(true).await.unwrap_err();
+    assert!(
+        matches!(&err, LayoutError::InstancesAlive { store, instances, .. }
+            if store == "shard 1" && instances == &["old-dq".to_string()]),
+        "{err}"
+    );
+    let v: String = servers[1].connection().get("dq:layout").unwrap();
+    assert_eq!(v, "1", "left as it was");
+    // Last seen more than 30 s ago: gone.
+    let _: () = servers[0]
+        .connection()
+        .zadd("dq:dispatchers", "old-dq", secs * 1000 - 31_000)
+        .unwrap();
+    let check = all.check_layout(true).await.unwrap();
+    assert!(
+        check
+            .checked
+            .contains(&("shard 1".to_string(), Layout::Upgraded { from: 1 })),
+        "{:?}",
+        check.checked
+    );
+    // Without the flag, an older layout is refused as before.
+    let _: () = servers[1].connection().set("dq:layout", 1).unwrap();
+    let err = all.check_layout(false).await.unwrap_err();
+    assert!(matches!(err, LayoutError::Older { .. }), "{err}");
+}

@@ -1,5 +1,5 @@
 -- ack_batch: completes many reserved jobs of one topic in one call, each
--- exactly as ack.lua does, in order (a duplicate id answers {-1} after its
+-- exactly as ack.lua does, in order (a duplicate id answers -1 after its
 -- first ack). A refused item changes nothing.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, now, then per job: id, token (at most MAX_BATCH jobs).

@@ -573,8 +573,9 @@ end
 
 -- A failed attempt of reserved job `id` (record `j`): retry after a wait, or
 -- dead when it was the last attempt (or `bury` is true). `retry_in` (ms)
--- overrides the policy when given. Saves the record. Returns due ms of the
--- retry (or -1 when dead), whether to wake, and the failed attempt's number.
+-- overrides the policy when given. Saves the record (which drops the lease
+-- token). Returns due ms of the retry (or -1 when dead), whether to wake,
+-- and the failed attempt's number.
 local function fail(K, cfg, id, j, now, err, retry_in, rand, bury)
   local attempts = j.a or 0
   local max = j.m or cfg.max_attempts

@@ -1,5 +1,6 @@
--- delete_topic: deletes up to `max` of a topic's jobs; when none are left,
--- also its records hash, config and counters.
+-- delete_topic: deletes up to `max` of a topic's jobs (a reserved one with
+-- its lease token); when none are left, also its records hash, lease
+-- tokens, config and counters.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, max
 -- Returns: {deleted, 1 if the topic is now empty and forgotten else 0}

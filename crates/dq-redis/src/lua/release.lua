@@ -3,8 +3,9 @@
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, id, token, delay_ms, now
 -- Returns: {1, due} | {-1} not found | {-2} token mismatch | {-3, DEAD} dead
--- Side effects: ZREM lease; job record a-1, t and u cleared, d, s;
---   sched/ready; PUBLISH when due now or the new head.
+-- Side effects: ZREM lease and the lease token; job record (attempts as
+--   before the lease, rl + 1, d, s); sched/ready; PUBLISH when due now or
+--   the new head.
 local id = ARGV[2]
 local j, err = held(id, ARGV[3])
 if not j then return err end

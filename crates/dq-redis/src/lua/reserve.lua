@@ -66,11 +66,14 @@ promote(K, now, MAX_BATCH)
 local out = {0}
 local cfg = nil
 local n = 0
--- Leases ready job `id` (stored as `raw`, already out of its ready set):
--- adds it to the reply and returns its lease token and deadline, or nil
--- when it is not ready. The caller writes both.
-local function lease_raw(id, raw)
-  if not raw then return nil end
+-- Leases ready job `id` (stored as `raw`, already out of its ready set;
+-- `held` its lease token if it has one): adds it to the reply and returns
+-- its lease token and deadline, or nil when it is not ready. A record that
+-- says ready with a token is reserved (see "Leases" in common.lua): a ready
+-- member left behind for it never hands it out twice. The caller writes
+-- both.
+local function lease_raw(id, raw, held)
+  if not raw or held then return nil end
   local d, p, _, a, s, _, k, b, _, L, _, _, _, _, _, _, _, _, _, _, dd, g = cmsgpack.unpack(raw)
   if s ~= READY then return nil end
   local lease = lease_override or L
@@ -96,7 +99,7 @@ end
 -- Leases ready job `id` (already out of its ready set); false when its
 -- record is not ready.
 local function hand_out(id)
-  local token, deadline = lease_raw(id, redis.call('HGET', K.jobs, id))
+  local token, deadline = lease_raw(id, redis.call('HGET', K.jobs, id), redis.call('HGET', K.tokens, id))
   if not token then return false end
   tokens_table()
   redis.call('HSET', K.tokens, id, token)
@@ -115,12 +118,13 @@ if not keyed then
     local ids = {}
     for i, m in ipairs(members) do ids[i] = string.sub(m, READY_PREFIX + 1) end
     local raws = redis.call('HMGET', K.jobs, unpack(ids))
+    local held = redis.call('HMGET', K.tokens, unpack(ids))
     local tokens, leases = {}, {}
     -- The batch's deadlines are mostly one: made a string once (Redis
     -- would turn a number argument into one per job).
     local dl, dl_s = nil, nil
     for i, id in ipairs(ids) do
-      local token, deadline = lease_raw(id, raws[i])
+      local token, deadline = lease_raw(id, raws[i], held[i])
       if token then
         if deadline ~= dl then dl, dl_s = deadline, fmt(deadline) end
         tokens[#tokens + 1] = id
