@@ -248,14 +248,24 @@ async fn check_layout(store: Arc<dq_redis::ShardedStore>, upgrade: bool) -> Resu
     if check.unreachable.is_empty() {
         return Ok(());
     }
+    // (With --upgrade-layout every shard had to answer: nothing is moved on
+    // later.)
     tokio::spawn(async move {
+        let mut logged: Option<std::time::Instant> = None;
         loop {
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            match store.check_layout(upgrade).await {
+            match store.check_layout(false).await {
                 Ok(check) => {
                     report(&check);
                     if check.unreachable.is_empty() {
                         return;
+                    }
+                    // Why its calls still get 503: every 30 s.
+                    if logged.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(30)) {
+                        for (name, e) in &check.unreachable {
+                            tracing::warn!(redis = %name, error = %e, "Redis layout not checked yet: its calls get 503 until it is");
+                        }
+                        logged = Some(std::time::Instant::now());
                     }
                 }
                 Err(e) => {

@@ -42,8 +42,11 @@ pub const LAYOUT_VERSION: u32 = 2;
 pub const OLDEST_UPGRADABLE: u32 = 1;
 
 /// `--upgrade-layout` is refused while a dq instance was seen within this
-/// long (a dispatcher's heartbeat is at most 3 × `dispatcher_max_sleep`
-/// apart, 3 s by default; a stopped one stays listed until it is this old).
+/// long: a dispatcher writes its heartbeat (`<prefix>:dispatchers`) at least
+/// once per `dispatcher_max_sleep` (1 s by default), so a running dq whose
+/// sleep is under 30 s is seen, and a stopped one stays listed this long.
+/// A safeguard, not a proof: a dq from before heartbeats, one sleeping
+/// longer, or one whose clock is more than this behind Redis's is missed.
 pub const LIVE_WITHIN_MS: u64 = 30_000;
 
 /// What the check found.
@@ -80,7 +83,7 @@ pub enum LayoutError {
     },
     /// Written by an older dq, which may still be running on this Redis.
     #[error(
-        "{store}: key {key} says dq layout version {found}; this dq uses layout version {supported}, which a dq of layout {found} misreads (it would take reserved jobs for lost ready ones). Stop every dq using this Redis, start this one once with --upgrade-layout (it moves the key to {supported}; the jobs stay as they are), then start the others with this dq's version (see docs/operations.md, Upgrades)"
+        "{store}: key {key} says dq layout version {found}; this dq uses layout version {supported}, which a dq of layout {found} misreads (it would take reserved jobs for lost ready ones). Stop every dq using this Redis, wait 30 s, start this one once with --upgrade-layout (it moves the key to {supported}; the jobs stay as they are), then start the others with this dq's version (see docs/operations.md, Upgrades)"
     )]
     Older {
         /// Which Redis (masked URL or shard name).
@@ -103,6 +106,15 @@ pub enum LayoutError {
         instances: Vec<String>,
         /// How far back, in seconds.
         within_s: u64,
+    },
+    /// `--upgrade-layout` while a shard does not answer: whether other dq
+    /// instances run, and that shard's layout, are not known.
+    #[error(
+        "{store}: not moving the key layout on (--upgrade-layout): this Redis does not answer, so its layout and the dq instances seen on it are not known; start again when every shard answers"
+    )]
+    Unverified {
+        /// The shard that did not answer.
+        store: String,
     },
     /// The key holds something that is not a version.
     #[error(
@@ -278,15 +290,25 @@ impl ShardedStore {
                 Err(e) => check.unreachable.push((name.to_string(), e)),
             }
         }
+        // Every shard must answer to move any on: a shard that does not
+        // may be older too, or hold the heartbeats of running instances.
+        if let (true, Some((name, _))) = (upgrade, check.unreachable.first()) {
+            return Err(LayoutError::Unverified {
+                store: name.clone(),
+            });
+        }
         if older.is_empty() {
             return Ok(check);
         }
         let mut seen = Vec::new();
-        for (_, store) in self.shards() {
+        for (name, store) in self.shards() {
             match store.live_instances(LIVE_WITHIN_MS).await {
                 Ok(ids) => seen.extend(ids),
-                // Not known: refuse rather than guess.
-                Err(_) => return Err(older.remove(0).1),
+                Err(_) => {
+                    return Err(LayoutError::Unverified {
+                        store: name.to_string(),
+                    });
+                }
             }
         }
         if !seen.is_empty() {

@@ -1149,6 +1149,7 @@ impl Store for RedisStore {
         topic: &Topic,
         patch: &TopicConfigPatch,
     ) -> StoreResult<TopicConfig> {
+        self.layout_gate()?;
         let tk = self.keys.topic(topic);
         let mut fields: Vec<(&str, String)> = Vec::new();
         if let Some(v) = patch.max_attempts {

@@ -178,6 +178,11 @@ async fn no_script_runs_before_the_layout_is_accepted() {
         key: None,
     };
     s.hold_until_layout_checked();
+    let patch = dq_core::TopicConfigPatch {
+        max_attempts: Some(3),
+        ..Default::default()
+    };
+    assert!(s.configure_topic(&t, &patch).await.is_err());
     let err = s
         .enqueue(&t, std::slice::from_ref(&job), 0)
         .await
@@ -243,6 +248,18 @@ async fn upgrade_is_refused_while_a_dq_was_seen_on_any_shard() {
         "{:?}",
         check.checked
     );
+    // A shard that does not answer: nothing is moved on, whatever the others.
+    let _: () = servers[1].connection().set("dq:layout", 1).unwrap();
+    let _: () = servers[0].connection().del("dq:dispatchers").unwrap();
+    let mut servers = servers;
+    servers[0].stop();
+    let err = all.check_layout(true).await.unwrap_err();
+    assert!(
+        matches!(&err, LayoutError::Unverified { store } if store == "shard 0"),
+        "{err}"
+    );
+    let v: String = servers[1].connection().get("dq:layout").unwrap();
+    assert_eq!(v, "1", "left as it was");
     // Without the flag, an older layout is refused as before.
     let _: () = servers[1].connection().set("dq:layout", 1).unwrap();
     let err = all.check_layout(false).await.unwrap_err();

@@ -1101,47 +1101,46 @@ async fn records_end_at_their_last_value_and_padded_ones_still_read() {
 
 /// A reserved job's record says ready (layout 2: its lease is its token):
 /// a ready member left behind for it (by a bug, or a hand edit) must not
-/// hand it out a second time, on the plain path or on the keys' path.
+/// hand it out a second time, on the plain path (a topic without keyed
+/// jobs) or on the keys' path.
 #[tokio::test]
 async fn a_stale_ready_member_of_a_reserved_job_is_not_handed_out_again() {
     let server = RedisServer::start();
     let s = store(server.url());
-    let t = Topic::new("stale").unwrap();
-    let mut keyed = job("keyed", 0);
-    keyed.key = Some(JobKey::new("k").unwrap());
-    s.enqueue(&t, &[job("plain", 0), keyed], T0).await.unwrap();
-    let first = s.reserve(&t, 10, None, T0).await.unwrap().leases;
-    assert_eq!(first.len(), 2);
     let mut conn = server.connection();
-    // Put each one's ready member back where reserve took it from.
-    let _: () = redis::cmd("EVAL")
-        .arg(
-            "for _, id in ipairs({'plain', 'keyed'}) do \
-               local d, p, q = cmsgpack.unpack(redis.call('HGET', KEYS[1], id)) \
-               local m = string.format('%011x%012x', d, q) .. id \
-               if id == 'plain' then redis.call('ZADD', KEYS[2], p, m) \
-               else redis.call('ZADD', KEYS[3], p, m) redis.call('ZADD', KEYS[4], 1, 'k') \
-                 redis.call('HINCRBY', KEYS[5], 'kready', 1) end \
-             end",
-        )
-        .arg(5)
-        .arg("dq:{stale}:jobs")
-        .arg("dq:{stale}:ready")
-        .arg("dq:{stale}:k:q:k")
-        .arg("dq:{stale}:k:ring")
-        .arg("dq:{stale}:ctr")
-        .query(&mut conn)
-        .unwrap();
-    let again = s.reserve(&t, 10, None, T0 + 1).await.unwrap().leases;
-    assert!(again.is_empty(), "handed out twice: {again:?}");
-    for l in &first {
-        s.ack(&t, &l.id, &l.token, T0 + 2).await.unwrap();
-    }
-    assert!(
-        s.reserve(&t, 10, None, T0 + 3)
+    for (name, keyed) in [("plain", false), ("keyed", true)] {
+        let t = Topic::new(name).unwrap();
+        let mut j = job("j", 0);
+        if keyed {
+            j.key = Some(JobKey::new("k").unwrap());
+        }
+        s.enqueue(&t, &[j], T0).await.unwrap();
+        let first = s.reserve(&t, 10, None, T0).await.unwrap().leases;
+        assert_eq!(first.len(), 1);
+        // Its ready member back where reserve took it from.
+        let _: () = redis::cmd("EVAL")
+            .arg(
+                "local d, p, q = cmsgpack.unpack(redis.call('HGET', KEYS[1], 'j')) \
+                 local m = string.format('%011x%012x', d, q) .. 'j' \
+                 if ARGV[1] == '0' then redis.call('ZADD', KEYS[2], p, m) \
+                 else redis.call('ZADD', KEYS[3], p, m) redis.call('ZADD', KEYS[4], 1, 'k') \
+                   redis.call('HINCRBY', KEYS[5], 'kready', 1) end",
+            )
+            .arg(5)
+            .arg(format!("dq:{{{name}}}:jobs"))
+            .arg(format!("dq:{{{name}}}:ready"))
+            .arg(format!("dq:{{{name}}}:k:q:k"))
+            .arg(format!("dq:{{{name}}}:k:ring"))
+            .arg(format!("dq:{{{name}}}:ctr"))
+            .arg(if keyed { "1" } else { "0" })
+            .query(&mut conn)
+            .unwrap();
+        let again = s.reserve(&t, 10, None, T0 + 1).await.unwrap().leases;
+        assert!(again.is_empty(), "{name}: handed out twice: {again:?}");
+        s.ack(&t, &first[0].id, &first[0].token, T0 + 2)
             .await
-            .unwrap()
-            .leases
-            .is_empty()
-    );
+            .unwrap();
+        let after = s.reserve(&t, 10, None, T0 + 3).await.unwrap().leases;
+        assert!(after.is_empty(), "{name}: {after:?}");
+    }
 }
