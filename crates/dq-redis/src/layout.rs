@@ -159,6 +159,49 @@ impl RedisStore {
         r
     }
 
+    /// What [`RedisStore::check_layout`] would find, writing nothing:
+    /// `Ok(None)` for a Redis it would record as this dq's (no key, no
+    /// topics), else the version (1 for topics without a key).
+    ///
+    /// # Errors
+    /// `Ok(Err(_))` for a newer or a foreign value; `Err` when Redis does
+    /// not answer.
+    pub async fn read_layout(
+        &self,
+        store: &str,
+    ) -> Result<Result<Option<u32>, LayoutError>, StoreError> {
+        let key = self.keys.layout();
+        let mut conn = self.conn.clone();
+        let found: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        let Some(found) = found else {
+            let topics: u64 = redis::cmd("SCARD")
+                .arg(self.keys.topics())
+                .query_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+            return Ok(Ok((topics > 0).then_some(1)));
+        };
+        let text = String::from_utf8_lossy(&found);
+        Ok(match text.trim().parse::<u32>() {
+            Ok(v) if v > LAYOUT_VERSION => Err(LayoutError::Newer {
+                store: store.to_string(),
+                key,
+                found: v,
+                supported: LAYOUT_VERSION,
+            }),
+            Ok(v) if v >= OLDEST_UPGRADABLE => Ok(Some(v)),
+            _ => Err(LayoutError::Foreign {
+                store: store.to_string(),
+                key,
+                found: text.chars().take(64).collect(),
+            }),
+        })
+    }
+
     /// The dq instances seen on this Redis within `within_ms` (the
     /// dispatchers' heartbeats, `<prefix>:dispatchers`, by this Redis's
     /// clock); read only.
@@ -267,64 +310,78 @@ impl ShardedStore {
         }
     }
 
-    /// [`RedisStore::check_layout`] on every shard, together. With
-    /// `upgrade`, shards of an older layout are moved on only when no dq
-    /// instance was seen on any shard within [`LIVE_WITHIN_MS`] (an older
-    /// dq still running would misread this layout).
+    /// [`RedisStore::check_layout`] on every shard. Every shard's layout is
+    /// read first, writing nothing, so a refusal leaves every shard as it
+    /// was (an empty shard does not get this dq's version when another is
+    /// refused). With `upgrade`, shards of an older layout are moved on only
+    /// when every shard answers and no dq instance was seen on any of them
+    /// within [`LIVE_WITHIN_MS`] (an older dq still running would misread
+    /// this layout).
     ///
     /// # Errors
     /// The first shard whose layout this dq must not use.
     pub async fn check_layout(&self, upgrade: bool) -> Result<LayoutCheck, LayoutError> {
-        let results = futures::future::join_all(
+        let read = futures::future::join_all(
             self.shards()
-                .map(|(name, store)| async move { (name, store.check_layout(name, false).await) }),
+                .map(|(name, store)| async move { (name, store, store.read_layout(name).await) }),
         )
         .await;
         let mut check = LayoutCheck::default();
+        let mut reachable = Vec::new();
         let mut older = Vec::new();
-        for (name, r) in results {
+        for (name, store, r) in read {
             match r {
-                Ok(Ok(layout)) => check.checked.push((name.to_string(), layout)),
-                Ok(Err(e @ LayoutError::Older { .. })) if upgrade => older.push((name, e)),
+                Ok(Ok(Some(v))) if v < LAYOUT_VERSION => {
+                    if !upgrade {
+                        return Err(LayoutError::Older {
+                            store: name.to_string(),
+                            key: store.keys.layout(),
+                            found: v,
+                            supported: LAYOUT_VERSION,
+                        });
+                    }
+                    older.push(name);
+                    reachable.push((name, store));
+                }
+                Ok(Ok(_)) => reachable.push((name, store)),
                 Ok(Err(e)) => return Err(e),
                 Err(e) => check.unreachable.push((name.to_string(), e)),
             }
         }
-        // Every shard must answer to move any on: a shard that does not
-        // may be older too, or hold the heartbeats of running instances.
-        if let (true, Some((name, _))) = (upgrade, check.unreachable.first()) {
+        if !older.is_empty() {
+            // Every shard must answer to move any on: a shard that does not
+            // may be older too, or hold the heartbeats of running instances.
+            if let Some((name, _)) = check.unreachable.first() {
+                return Err(LayoutError::Unverified {
+                    store: name.clone(),
+                });
+            }
+            let mut seen = Vec::new();
+            for (name, store) in self.shards() {
+                match store.live_instances(LIVE_WITHIN_MS).await {
+                    Ok(ids) => seen.extend(ids),
+                    Err(_) => {
+                        return Err(LayoutError::Unverified {
+                            store: name.to_string(),
+                        });
+                    }
+                }
+            }
+            if !seen.is_empty() {
+                return Err(LayoutError::InstancesAlive {
+                    store: older[0].to_string(),
+                    instances: seen,
+                    within_s: LIVE_WITHIN_MS / 1000,
+                });
+            }
+        } else if let (true, Some((name, _))) = (upgrade, check.unreachable.first()) {
+            // A shard that does not answer may be older: not moved on later.
             return Err(LayoutError::Unverified {
                 store: name.clone(),
             });
         }
-        if older.is_empty() {
-            return Ok(check);
-        }
-        let mut seen = Vec::new();
-        for (name, store) in self.shards() {
-            match store.live_instances(LIVE_WITHIN_MS).await {
-                Ok(ids) => seen.extend(ids),
-                Err(_) => {
-                    return Err(LayoutError::Unverified {
-                        store: name.to_string(),
-                    });
-                }
-            }
-        }
-        if !seen.is_empty() {
-            return Err(LayoutError::InstancesAlive {
-                store: older[0].0.to_string(),
-                instances: seen,
-                within_s: LIVE_WITHIN_MS / 1000,
-            });
-        }
-        for (name, _) in older {
-            let store = self
-                .shards()
-                .find(|(n, _)| *n == name)
-                .map(|(_, s)| s)
-                .expect("a shard of this store");
-            match store.check_layout(name, true).await {
+        for (name, store) in reachable {
+            match store.check_layout(name, older.contains(&name)).await {
                 Ok(Ok(layout)) => check.checked.push((name.to_string(), layout)),
                 Ok(Err(e)) => return Err(e),
                 Err(e) => check.unreachable.push((name.to_string(), e)),

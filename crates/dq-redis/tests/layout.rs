@@ -265,3 +265,32 @@ async fn upgrade_is_refused_while_a_dq_was_seen_on_any_shard() {
     let err = all.check_layout(false).await.unwrap_err();
     assert!(matches!(err, LayoutError::Older { .. }), "{err}");
 }
+
+#[tokio::test]
+async fn a_refused_start_writes_no_shard() {
+    let servers: Vec<RedisServer> = (0..2).map(|_| RedisServer::start()).collect();
+    let all = ShardedStore::new(
+        servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("shard {i}"), store(s)))
+            .collect(),
+    );
+    // Shard 0 is empty (it would get this dq's version), shard 1 refused.
+    for (found, upgrade) in [(LAYOUT_VERSION + 1, false), (1, false)] {
+        let _: () = servers[1].connection().set("dq:layout", found).unwrap();
+        let err = all.check_layout(upgrade).await.unwrap_err();
+        assert!(err.to_string().starts_with("shard 1: "), "{err}");
+        let v: Option<String> = servers[0].connection().get("dq:layout").unwrap();
+        assert_eq!(v, None, "shard 0 left as it was after: {err}");
+    }
+    // Accepted: both written.
+    let _: () = servers[1]
+        .connection()
+        .set("dq:layout", LAYOUT_VERSION)
+        .unwrap();
+    let check = all.check_layout(false).await.unwrap();
+    assert_eq!(check.checked.len(), 2);
+    let v: String = servers[0].connection().get("dq:layout").unwrap();
+    assert_eq!(v, LAYOUT_VERSION.to_string());
+}
