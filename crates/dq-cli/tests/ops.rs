@@ -278,6 +278,25 @@ async fn dq_backup_of_a_serving_store_under_writes_and_dq_restore() {
     }
 }
 
+/// `dq serve` on the Redis at `url` with `extra` flags, run to its exit (a
+/// start that is refused), in a directory of its own.
+async fn serve_until_exit(url: &str, extra: &[&str]) -> Output {
+    let url = url.to_string();
+    let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::tempdir().unwrap();
+        Command::new(env!("CARGO_BIN_EXE_dq"))
+            .args(["serve", "--redis", &url, "--listen", "127.0.0.1:0"])
+            .args(["--config", "/dev/null", "--log-level", "warn"])
+            .args(&extra)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_of_a_newer_layout_is_refused_at_start() {
     let redis = RedisServer::start();
@@ -287,21 +306,7 @@ async fn a_redis_of_a_newer_layout_is_refused_at_start() {
         .arg(9)
         .query(&mut c)
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let out = tokio::task::spawn_blocking({
-        let url = redis.url();
-        let dir = dir.path().to_path_buf();
-        move || {
-            Command::new(env!("CARGO_BIN_EXE_dq"))
-                .args(["serve", "--redis", &url, "--listen", "127.0.0.1:0"])
-                .args(["--config", "/dev/null", "--log-level", "warn"])
-                .current_dir(dir)
-                .output()
-                .unwrap()
-        }
-    })
-    .await
-    .unwrap();
+    let out = serve_until_exit(&redis.url(), &[]).await;
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(
@@ -372,25 +377,7 @@ async fn a_redis_of_layout_1_is_served_after_upgrade_layout() {
         .query(&mut c)
         .unwrap();
 
-    let dir = tempfile::tempdir().unwrap();
-    let serve = |upgrade: bool| {
-        let url = redis.url();
-        let dir = dir.path().to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            Command::new(env!("CARGO_BIN_EXE_dq"))
-                .args(["serve", "--redis", &url, "--listen", "127.0.0.1:0"])
-                .args(["--config", "/dev/null", "--log-level", "warn"])
-                .args(if upgrade {
-                    &["--upgrade-layout"][..]
-                } else {
-                    &[]
-                })
-                .current_dir(dir)
-                .output()
-                .unwrap()
-        })
-    };
-    let out = serve(false).await.unwrap();
+    let out = serve_until_exit(&redis.url(), &[]).await;
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(
@@ -406,7 +393,7 @@ async fn a_redis_of_layout_1_is_served_after_upgrade_layout() {
         .query(&mut c)
         .unwrap();
     assert_eq!(seen.len(), 1, "{seen:?}");
-    let out = serve(true).await.unwrap();
+    let out = serve_until_exit(&redis.url(), &["--upgrade-layout"]).await;
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(

@@ -16,6 +16,17 @@ fn store(s: &RedisServer) -> RedisStore {
     .unwrap()
 }
 
+/// One store over `servers`, named `shard 0`, `shard 1`, ….
+fn sharded(servers: &[RedisServer]) -> ShardedStore {
+    ShardedStore::new(
+        servers
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("shard {i}"), store(s)))
+            .collect(),
+    )
+}
+
 #[tokio::test]
 async fn the_version_is_written_once_and_a_newer_one_refused() {
     let server = RedisServer::start();
@@ -68,15 +79,6 @@ async fn the_version_is_written_once_and_a_newer_one_refused() {
 #[tokio::test]
 async fn every_shard_is_checked() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let sharded = |servers: &[RedisServer]| {
-        ShardedStore::new(
-            servers
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (format!("shard {i}"), store(s)))
-                .collect(),
-        )
-    };
     let all = sharded(&servers);
     let check = all.check_layout(false).await.unwrap();
     assert_eq!(check.checked.len(), 3);
@@ -165,18 +167,7 @@ async fn no_script_runs_before_the_layout_is_accepted() {
     let server = RedisServer::start();
     let s = store(&server);
     let t = Topic::new("gate").unwrap();
-    let job = NewJob {
-        id: None,
-        when: When::DelayMs(0),
-        priority: 0,
-        body: Body::Json("1".into()),
-        max_attempts: None,
-        lease_ms: None,
-        retry: None,
-        replace: false,
-        dedup_ms: None,
-        key: None,
-    };
+    let job = NewJob::with_generated_id(Body::Json("1".into()), When::DelayMs(0));
     s.hold_until_layout_checked();
     let patch = dq_core::TopicConfigPatch {
         max_attempts: Some(3),
@@ -211,13 +202,7 @@ async fn no_script_runs_before_the_layout_is_accepted() {
 #[tokio::test]
 async fn upgrade_is_refused_while_a_dq_was_seen_on_any_shard() {
     let servers: Vec<RedisServer> = (0..2).map(|_| RedisServer::start()).collect();
-    let all = ShardedStore::new(
-        servers
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (format!("shard {i}"), store(s)))
-            .collect(),
-    );
+    let all = sharded(&servers);
     // Shard 1 is of layout 1; a dq's heartbeat is on shard 0, by its clock.
     let _: () = servers[1].connection().set("dq:layout", 1).unwrap();
     let (secs, _): (u64, u64) = redis::cmd("TIME")
@@ -269,13 +254,7 @@ async fn upgrade_is_refused_while_a_dq_was_seen_on_any_shard() {
 #[tokio::test]
 async fn a_refused_start_writes_no_shard() {
     let servers: Vec<RedisServer> = (0..2).map(|_| RedisServer::start()).collect();
-    let all = ShardedStore::new(
-        servers
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (format!("shard {i}"), store(s)))
-            .collect(),
-    );
+    let all = sharded(&servers);
     // Shard 0 is empty (it would get this dq's version), shard 1 refused.
     for (found, upgrade) in [(LAYOUT_VERSION + 1, false), (1, false)] {
         let _: () = servers[1].connection().set("dq:layout", found).unwrap();

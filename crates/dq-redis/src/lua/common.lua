@@ -281,6 +281,31 @@ local function save(id, j)
   redis.call('HSET', K.jobs, id, pack(j))
 end
 
+-- Appends job `id` (record `j` as loaded) to `out` as the 19 values of
+-- get.lua's reply (`cfg`: the topic's config, for the defaults in effect).
+local function job_info(out, id, j, cfg)
+  local n = #out
+  out[n + 1] = id
+  out[n + 2] = j.s
+  out[n + 3] = j.d
+  out[n + 4] = j.p
+  out[n + 5] = j.a or 0
+  out[n + 6] = j.c or 0
+  out[n + 7] = j.k
+  out[n + 8] = j.b
+  out[n + 9] = j.m or cfg.max_attempts
+  out[n + 10] = j.L or cfg.lease_ms
+  out[n + 11] = j.u or -1
+  out[n + 12] = j.x or -1
+  out[n + 13] = j.e and 1 or 0
+  out[n + 14] = j.e or ''
+  out[n + 15] = j.to or 0
+  out[n + 16] = j.rl or 0
+  out[n + 17] = j.bu or 0
+  out[n + 18] = j.ki or 0
+  out[n + 19] = j.g or ''
+end
+
 -- Deletes the record of `id` (`j` as loaded) and its lease token.
 local function forget(id, j)
   redis.call('HDEL', K.jobs, id)
