@@ -655,12 +655,14 @@ impl HandOut<'_> {
 /// hand-out order, as [`reserve`] read them), in one statement: every
 /// ready job without a key up to the last of `rows` in that order — the
 /// same jobs, in this transaction of the one writer. The tokens and
-/// deadlines it writes are those [`HandOut::lease`] would (`prefix` and
-/// the row id; each job's lease length), computed here for the answer.
+/// deadlines it writes are computed here too, for the answer: a token is
+/// `prefix`, `r` and the job's row id (see [`lease_row`]); a deadline
+/// the job's lease length from now, as [`HandOut::lease`] gives it.
 /// One `UPDATE` for the batch instead of one per job: SQLite's work per
 /// statement (binding, cursors, the statement's start and end) was a
 /// third of a lease's time.
-const LEASE_HEAD: &str = "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?5 || seq,
+const LEASE_HEAD: &str =
+    "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?5 || 'r' || seq,
        deadline_ms = ?6 + coalesce(?7, lease_ms, ?8), died_ms = NULL
      WHERE tid = ?1 AND state = 1 AND fkey IS NULL AND (priority, due_ms, seq) <= (?2, ?3, ?4)";
 
@@ -695,7 +697,7 @@ impl HandOut<'_> {
             self.leases.push(Lease {
                 topic: self.topic.clone(),
                 id: JobId::new(j.id).map_err(|e| Failure(StoreError::Invalid(e)))?,
-                token: format!("{}{}", self.prefix, j.seq),
+                token: format!("{}r{}", self.prefix, j.seq),
                 attempt: j.attempts + 1,
                 due_at_ms: j.due,
                 lease_deadline_ms: self.now + lease_ms,
@@ -1001,15 +1003,25 @@ fn end_lease(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> 
     // one delete by row id ends it. Not `DELETE … RETURNING`: SQLite
     // collects a RETURNING statement's rows in an ephemeral table, a B-tree
     // opened and closed on every call (a fifth of the ack's time in `perf`).
-    let ended: Option<(i64, Option<i64>, Option<String>)> = cx
-        .conn
-        .prepare_cached(
-            "SELECT seq, dedup_ms, fkey FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3",
-        )?
-        .query_row(params![tid, id.as_str(), token], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
-        .optional()?;
+    let row = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?, r.get(2)?));
+    let ended: Option<(i64, Option<i64>, Option<String>)> = match lease_row(token) {
+        // The row by its id (an integer seek), every condition checked.
+        Some(seq) => cx
+            .conn
+            .prepare_cached(
+                "SELECT seq, dedup_ms, fkey FROM jobs
+                 WHERE seq = ?4 AND tid = ?1 AND id = ?2 AND state = 2 AND token = ?3",
+            )?
+            .query_row(params![tid, id.as_str(), token, seq], row)
+            .optional()?,
+        None => cx
+            .conn
+            .prepare_cached(
+                "SELECT seq, dedup_ms, fkey FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3",
+            )?
+            .query_row(params![tid, id.as_str(), token], row)
+            .optional()?,
+    };
     let Some((seq, dedup_ms, fkey)) = ended else {
         held(cx, topic, id, token)?;
         // `held` found the lease the read did not: cannot happen with one
@@ -1022,6 +1034,16 @@ fn end_lease(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> 
     open_window(cx, tid, id.as_str(), dedup_ms, now)?;
     unlease(cx, topic, tid, fkey)?;
     Ok(tid)
+}
+
+/// The row id a plain lane's lease token names: its tokens are the reserve
+/// call's random prefix (16 hex digits and `.`), `r` and the job's row id
+/// ([`LEASE_HEAD`]), so an ack finds the row by its id rather than by the
+/// `(tid, id)` index. Other tokens (keyed leases: a hex counter after the
+/// prefix; any token a client made up) name none.
+fn lease_row(token: &str) -> Option<i64> {
+    let (_, rest) = token.split_once('.')?;
+    rest.strip_prefix('r')?.parse().ok()
 }
 
 /// Counts `n` acks of topic `tid`: `n` fewer reserved, `n` more acked.

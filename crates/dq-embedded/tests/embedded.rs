@@ -415,3 +415,43 @@ async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
         "{err}"
     );
 }
+
+/// A plain lease's token names its job's row (the ack finds the row by
+/// it): another job's token, the token with another row id, a keyed-style
+/// token and a made-up one are all refused and change nothing; the right
+/// token acks.
+#[tokio::test]
+async fn a_token_naming_another_row_acks_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let topic = t("rows");
+    s.enqueue(&topic, &[job("a", 0, "1"), job("b", 0, "2")], T0)
+        .await
+        .unwrap();
+    let leases = s.reserve(&topic, 2, None, T0).await.unwrap().leases;
+    let (a, b) = (&leases[0], &leases[1]);
+    assert_eq!((a.id.as_str(), b.id.as_str()), ("a", "b"));
+    let (prefix, row) = a.token.split_once(".r").expect("a plain lease's token");
+    let row: i64 = row.parse().unwrap();
+    for (id, token) in [
+        (&a.id, b.token.clone()),
+        (&b.id, a.token.clone()),
+        (&a.id, format!("{prefix}.r{}", row + 1)),
+        (&a.id, format!("{prefix}.r{row}0")),
+        (&a.id, format!("{prefix}.1")),
+        (&a.id, format!("0000000000000000.r{row}")),
+        (&a.id, "r1".to_string()),
+    ] {
+        let e = s.ack(&topic, id, &token, T0).await.unwrap_err();
+        assert!(
+            matches!(e, StoreError::LeaseMismatch),
+            "{id} {token}: {e:?}"
+        );
+    }
+    let st = s.stats(&topic, T0).await.unwrap();
+    assert_eq!((st.reserved, st.counters.acked), (2, 0));
+    s.ack(&topic, &a.id, &a.token, T0).await.unwrap();
+    s.ack(&topic, &b.id, &b.token, T0).await.unwrap();
+    let st = s.stats(&topic, T0).await.unwrap();
+    assert_eq!((st.reserved, st.counters.acked), (0, 2));
+}
