@@ -33,9 +33,14 @@ bench=("$@")
 [ ${#bench[@]} -eq 0 ] && bench=(drain --jobs 20000 --window 0s..0s)
 client=${DQ_BENCH_BIN:-$bin}
 if ! command -v valgrind >/dev/null; then
-  apt-get install -y valgrind >/dev/null
+  apt-get update >/dev/null && apt-get install -y valgrind >/dev/null
 fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# OUT_DIR is emptied first: only a new directory or one this script wrote.
+if [ -e "$out" ] && [ -n "$(ls -A "$out")" ] && [ ! -e "$out/dq.log" ]; then
+  echo "$out is not empty and not one of this script's directories" >&2
+  exit 2
+fi
 rm -rf "$out"
 mkdir -p "$out"
 port=$(free_port)

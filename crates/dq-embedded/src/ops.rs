@@ -418,7 +418,7 @@ fn held(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str) -> OpResult<(i64, 
 }
 
 /// Starts the dedup window of job `id` that ended at `now`, if it has one
-/// (`dedup_ms`, as its row held it: the ending statement returns it).
+/// (`dedup_ms`, as its row held it when the lease ended).
 fn open_window(cx: &Ctx, tid: i64, id: &str, dedup_ms: Option<i64>, now: u64) -> OpResult<()> {
     if let Some(ms) = dedup_ms.filter(|ms| *ms > 0) {
         cx.conn
@@ -585,7 +585,9 @@ pub(crate) fn reserve(
             ))?
             .query_map(params![tid, take as i64], Leasable::row)?
             .collect::<Result<_, _>>()?;
-        hand.lease_head(cx, rows)?;
+        for j in rows {
+            hand.lease(cx, j)?;
+        }
         // The topic's ready count once promote moved its jobs in.
         (n_ready + promoted > hand.leases.len() as i64, None)
     };
@@ -647,64 +649,6 @@ impl HandOut<'_> {
         let token = format!("{}{:x}", self.prefix, self.leases.len() + 1);
         let l = lease(cx, self.topic, j, lease_ms, token, self.now)?;
         self.leases.push(l);
-        Ok(())
-    }
-}
-
-/// Leases the head of the topic's plain lane, `rows` (its first jobs in
-/// hand-out order, as [`reserve`] read them), in one statement: every
-/// ready job without a key up to the last of `rows` in that order — the
-/// same jobs, in this transaction of the one writer. The tokens and
-/// deadlines it writes are computed here too, for the answer: a token is
-/// `prefix`, `r` and the job's row id (see [`lease_row`]); a deadline
-/// the job's lease length from now, as [`HandOut::lease`] gives it.
-/// One `UPDATE` for the batch instead of one per job: SQLite's work per
-/// statement (binding, cursors, the statement's start and end) was a
-/// third of a lease's time.
-const LEASE_HEAD: &str =
-    "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?5 || 'r' || seq,
-       deadline_ms = ?6 + coalesce(?7, lease_ms, ?8), died_ms = NULL
-     WHERE tid = ?1 AND state = 1 AND fkey IS NULL AND (priority, due_ms, seq) <= (?2, ?3, ?4)";
-
-impl HandOut<'_> {
-    fn lease_head(&mut self, cx: &Ctx, rows: Vec<Leasable>) -> OpResult<()> {
-        let Some(last) = rows.last() else {
-            return Ok(());
-        };
-        let n = cx.conn.prepare_cached(LEASE_HEAD)?.execute(params![
-            self.tid,
-            last.priority,
-            last.due as i64,
-            last.seq,
-            self.prefix,
-            self.now as i64,
-            self.lease_override.map(|v| v as i64),
-            self.topic_lease_ms as i64,
-        ])?;
-        if n != rows.len() {
-            // Cannot happen with one writer: undo rather than answer
-            // leases that differ from what was written.
-            return Err(Failure(StoreError::Unavailable(format!(
-                "embedded store: leased {n} jobs for {} read",
-                rows.len()
-            ))));
-        }
-        for j in rows {
-            let lease_ms = self
-                .lease_override
-                .or(j.lease_ms)
-                .unwrap_or(self.topic_lease_ms);
-            self.leases.push(Lease {
-                topic: self.topic.clone(),
-                id: JobId::new(j.id).map_err(|e| Failure(StoreError::Invalid(e)))?,
-                token: format!("{}r{}", self.prefix, j.seq),
-                attempt: j.attempts + 1,
-                due_at_ms: j.due,
-                lease_deadline_ms: self.now + lease_ms,
-                priority: j.priority,
-                body: Body::from_stored(j.body, j.is_json),
-            });
-        }
         Ok(())
     }
 }
@@ -1003,25 +947,15 @@ fn end_lease(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> 
     // one delete by row id ends it. Not `DELETE … RETURNING`: SQLite
     // collects a RETURNING statement's rows in an ephemeral table, a B-tree
     // opened and closed on every call (a fifth of the ack's time in `perf`).
-    let row = |r: &rusqlite::Row<'_>| Ok((r.get(0)?, r.get(1)?, r.get(2)?));
-    let ended: Option<(i64, Option<i64>, Option<String>)> = match lease_row(token) {
-        // The row by its id (an integer seek), every condition checked.
-        Some(seq) => cx
-            .conn
-            .prepare_cached(
-                "SELECT seq, dedup_ms, fkey FROM jobs
-                 WHERE seq = ?4 AND tid = ?1 AND id = ?2 AND state = 2 AND token = ?3",
-            )?
-            .query_row(params![tid, id.as_str(), token, seq], row)
-            .optional()?,
-        None => cx
-            .conn
-            .prepare_cached(
-                "SELECT seq, dedup_ms, fkey FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3",
-            )?
-            .query_row(params![tid, id.as_str(), token], row)
-            .optional()?,
-    };
+    let ended: Option<(i64, Option<i64>, Option<String>)> = cx
+        .conn
+        .prepare_cached(
+            "SELECT seq, dedup_ms, fkey FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3",
+        )?
+        .query_row(params![tid, id.as_str(), token], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .optional()?;
     let Some((seq, dedup_ms, fkey)) = ended else {
         held(cx, topic, id, token)?;
         // `held` found the lease the read did not: cannot happen with one
@@ -1034,16 +968,6 @@ fn end_lease(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> 
     open_window(cx, tid, id.as_str(), dedup_ms, now)?;
     unlease(cx, topic, tid, fkey)?;
     Ok(tid)
-}
-
-/// The row id a plain lane's lease token names: its tokens are the reserve
-/// call's random prefix (16 hex digits and `.`), `r` and the job's row id
-/// ([`LEASE_HEAD`]), so an ack finds the row by its id rather than by the
-/// `(tid, id)` index. Other tokens (keyed leases: a hex counter after the
-/// prefix; any token a client made up) name none.
-fn lease_row(token: &str) -> Option<i64> {
-    let (_, rest) = token.split_once('.')?;
-    rest.strip_prefix('r')?.parse().ok()
 }
 
 /// Counts `n` acks of topic `tid`: `n` fewer reserved, `n` more acked.
@@ -2147,28 +2071,6 @@ pub(crate) fn import_jobs(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The one `UPDATE` that leases the plain lane's head walks the ready
-    /// index from its start, not the topic's rows.
-    #[test]
-    fn leasing_the_head_seeks_the_ready_index() {
-        let dir = tempfile::tempdir().unwrap();
-        let conn = crate::schema::open(&dir.path().join("f"), None).unwrap();
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {LEASE_HEAD}"))
-            .unwrap()
-            .query_map(params![1, 0, 0, 0, "p.", 0, None::<i64>, 1000], |r| {
-                r.get::<_, String>(3)
-            })
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert!(
-            plan.iter()
-                .any(|p| p.contains("USING INDEX jobs_ready (tid=? AND (priority,due_ms")),
-            "{plan:?}"
-        );
-    }
 
     /// Each state's step of a topic delete seeks its partial index, not
     /// every row of the topic.
