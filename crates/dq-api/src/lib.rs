@@ -1237,17 +1237,18 @@ pub struct StoreHealth {
 // client's CPU per acked job in `perf`. These read each item once into its
 // fields and pick the variant from which of them are there.
 
-/// An untagged result's refusal or the absence of one.
-fn refusal<E: serde::de::Error>(
+/// An untagged result read from its fields: the refusal (`error`) or the
+/// answer (present when its required fields are), exactly one of them.
+fn refusal_or<T, E: serde::de::Error>(
     what: &str,
     error: Option<ErrorDetail>,
-    answered: bool,
-) -> Result<Option<ErrorBody>, E> {
-    match (error, answered) {
-        (Some(error), false) => Ok(Some(ErrorBody { error })),
-        (None, true) => Ok(None),
-        (Some(_), true) => Err(E::custom(format!("{what}: both an error and an answer"))),
-        (None, false) => Err(E::custom(format!("{what}: neither an error nor an answer"))),
+    answer: Option<T>,
+) -> Result<Result<T, ErrorBody>, E> {
+    match (error, answer) {
+        (Some(error), None) => Ok(Err(ErrorBody { error })),
+        (None, Some(answer)) => Ok(Ok(answer)),
+        (Some(_), Some(_)) => Err(E::custom(format!("{what}: both an error and an answer"))),
+        (None, None) => Err(E::custom(format!("{what}: neither an error nor an answer"))),
     }
 }
 
@@ -1267,18 +1268,18 @@ struct BatchResultFields {
 impl<'de> Deserialize<'de> for BatchResult {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let f = BatchResultFields::deserialize(d)?;
-        let answered = f.id.is_some() && f.created.is_some();
-        if let Some(e) = refusal("a batch result", f.error, answered)? {
-            return Ok(Self::Error(e));
-        }
-        Ok(Self::Enqueued(Enqueued {
-            id: f.id.unwrap_or_default(),
-            created: f.created.unwrap_or_default(),
+        let answer = f.id.zip(f.created).map(|(id, created)| Enqueued {
+            id,
+            created,
             replaced: f.replaced,
             deduplicated: f.deduplicated,
             due_at_ms: f.due_at_ms,
             state: f.state,
-        }))
+        });
+        Ok(match refusal_or("a batch result", f.error, answer)? {
+            Ok(e) => Self::Enqueued(e),
+            Err(e) => Self::Error(e),
+        })
     }
 }
 
@@ -1291,12 +1292,10 @@ struct AckResultFields {
 impl<'de> Deserialize<'de> for AckResult {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let f = AckResultFields::deserialize(d)?;
-        match refusal("an ack result", f.error, f.acked.is_some())? {
-            Some(e) => Ok(Self::Error(e)),
-            None => Ok(Self::Acked {
-                acked: f.acked.unwrap_or_default(),
-            }),
-        }
+        Ok(match refusal_or("an ack result", f.error, f.acked)? {
+            Ok(acked) => Self::Acked { acked },
+            Err(e) => Self::Error(e),
+        })
     }
 }
 
@@ -1310,12 +1309,12 @@ struct NackResultFields {
 impl<'de> Deserialize<'de> for NackResult {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let f = NackResultFields::deserialize(d)?;
-        if let Some(e) = refusal("a nack result", f.error, f.state.is_some())? {
-            return Ok(Self::Error(e));
-        }
-        Ok(Self::Nacked {
-            state: f.state.unwrap_or(JobState::Scheduled),
-            due_at_ms: f.due_at_ms,
+        Ok(match refusal_or("a nack result", f.error, f.state)? {
+            Ok(state) => Self::Nacked {
+                state,
+                due_at_ms: f.due_at_ms,
+            },
+            Err(e) => Self::Error(e),
         })
     }
 }
@@ -1329,12 +1328,12 @@ struct TouchResultFields {
 impl<'de> Deserialize<'de> for TouchResult {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let f = TouchResultFields::deserialize(d)?;
-        match refusal("a touch result", f.error, f.lease_deadline_ms.is_some())? {
-            Some(e) => Ok(Self::Error(e)),
-            None => Ok(Self::Touched {
-                lease_deadline_ms: f.lease_deadline_ms.unwrap_or_default(),
-            }),
-        }
+        Ok(
+            match refusal_or("a touch result", f.error, f.lease_deadline_ms)? {
+                Ok(lease_deadline_ms) => Self::Touched { lease_deadline_ms },
+                Err(e) => Self::Error(e),
+            },
+        )
     }
 }
 

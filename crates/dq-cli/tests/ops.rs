@@ -278,12 +278,12 @@ async fn dq_backup_of_a_serving_store_under_writes_and_dq_restore() {
     }
 }
 
-/// `dq serve` on the Redis at `url` with `extra` flags, run to its exit (a
-/// start that is refused), in a directory of its own.
-async fn serve_until_exit(url: &str, extra: &[&str]) -> Output {
+/// `dq serve` on the Redis at `url` with `extra` flags, in a directory of
+/// its own, refused at start: it exits with status 1; its stderr.
+async fn refused_start(url: &str, extra: &[&str]) -> String {
     let url = url.to_string();
     let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
+    let out: Output = tokio::task::spawn_blocking(move || {
         let dir = tempfile::tempdir().unwrap();
         Command::new(env!("CARGO_BIN_EXE_dq"))
             .args(["serve", "--redis", &url, "--listen", "127.0.0.1:0"])
@@ -294,7 +294,10 @@ async fn serve_until_exit(url: &str, extra: &[&str]) -> Output {
             .unwrap()
     })
     .await
-    .unwrap()
+    .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    err
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,9 +309,7 @@ async fn a_redis_of_a_newer_layout_is_refused_at_start() {
         .arg(9)
         .query(&mut c)
         .unwrap();
-    let out = serve_until_exit(&redis.url(), &[]).await;
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
+    let err = refused_start(&redis.url(), &[]).await;
     assert!(
         err.contains("dq layout version 9, written by a newer dq; this dq uses layout version 2"),
         "{err}"
@@ -377,9 +378,7 @@ async fn a_redis_of_layout_1_is_served_after_upgrade_layout() {
         .query(&mut c)
         .unwrap();
 
-    let out = serve_until_exit(&redis.url(), &[]).await;
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
+    let err = refused_start(&redis.url(), &[]).await;
     assert!(
         err.contains("says dq layout version 1; this dq uses layout version 2")
             && err.contains("--upgrade-layout"),
@@ -393,9 +392,7 @@ async fn a_redis_of_layout_1_is_served_after_upgrade_layout() {
         .query(&mut c)
         .unwrap();
     assert_eq!(seen.len(), 1, "{seen:?}");
-    let out = serve_until_exit(&redis.url(), &["--upgrade-layout"]).await;
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
+    let err = refused_start(&redis.url(), &["--upgrade-layout"]).await;
     assert!(
         err.contains("dq instances were seen on this Redis within the last 30 s")
             && err.contains(&seen[0]),
