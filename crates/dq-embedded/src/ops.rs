@@ -9,7 +9,7 @@
 use dq_core::*;
 use rusqlite::{OptionalExtension, params};
 
-use crate::writer::{Ctx, Failure, OpResult, run_cached};
+use crate::writer::{Ctx, Failure, HotSql, OpResult, run_cached};
 
 const SCHEDULED: i64 = 0;
 const READY: i64 = 1;
@@ -243,14 +243,8 @@ pub(crate) fn enqueue(
             .filter(|ms| *ms > 0);
         let state = if due <= now { READY } else { SCHEDULED };
         let insert = |cx: &Ctx| -> OpResult<usize> {
-            Ok(cx
-                .conn
-                .prepare_cached(
-                    "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body, dedup_ms, fkey)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
-                     ON CONFLICT (tid, id) DO NOTHING",
-                )?
-                .execute(params![
+            Ok(cx.conn.with(HotSql::Insert, |st| {
+                st.execute(params![
                     tid,
                     id.as_str(),
                     state,
@@ -264,7 +258,8 @@ pub(crate) fn enqueue(
                     j.body.as_bytes(),
                     dedup_ms,
                     j.key.as_ref().map(JobKey::as_str),
-                ])?)
+                ])
+            })?)
         };
         let mut replaced = false;
         if insert(cx)? == 0 {
@@ -285,9 +280,7 @@ pub(crate) fn enqueue(
                 });
                 continue;
             }
-            cx.conn
-                .prepare_cached("DELETE FROM jobs WHERE seq = ?1")?
-                .execute([seq])?;
+            cx.conn.with(HotSql::Delete, |st| st.execute([seq]))?;
             d[old as usize] -= 1;
             if old == SCHEDULED && head == Some(old_due) {
                 // The head may have been this job: ask again.
@@ -947,24 +940,20 @@ fn end_lease(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> 
     // one delete by row id ends it. Not `DELETE … RETURNING`: SQLite
     // collects a RETURNING statement's rows in an ephemeral table, a B-tree
     // opened and closed on every call (a fifth of the ack's time in `perf`).
-    let ended: Option<(i64, Option<i64>, Option<String>)> = cx
-        .conn
-        .prepare_cached(
-            "SELECT seq, dedup_ms, fkey FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3",
-        )?
-        .query_row(params![tid, id.as_str(), token], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
-        .optional()?;
+    let ended: Option<(i64, Option<i64>, Option<String>)> =
+        cx.conn.with(HotSql::FindLease, |st| {
+            st.query_row(params![tid, id.as_str(), token], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()
+        })?;
     let Some((seq, dedup_ms, fkey)) = ended else {
         held(cx, topic, id, token)?;
         // `held` found the lease the read did not: cannot happen with one
         // writer, but refuse rather than report an ack that wrote nothing.
         return Err(StoreError::LeaseMismatch.into());
     };
-    cx.conn
-        .prepare_cached("DELETE FROM jobs WHERE seq = ?1")?
-        .execute([seq])?;
+    cx.conn.with(HotSql::Delete, |st| st.execute([seq]))?;
     open_window(cx, tid, id.as_str(), dedup_ms, now)?;
     unlease(cx, topic, tid, fkey)?;
     Ok(tid)
@@ -1777,12 +1766,9 @@ fn lease(
     now: u64,
 ) -> OpResult<Lease> {
     let deadline = now + lease_ms;
-    cx.conn
-        .prepare_cached(
-            "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?1, deadline_ms = ?2,
-             died_ms = NULL WHERE seq = ?3",
-        )?
-        .execute(params![token, deadline as i64, j.seq])?;
+    cx.conn.with(HotSql::Lease, |st| {
+        st.execute(params![token, deadline as i64, j.seq])
+    })?;
     Ok(Lease {
         topic: topic.clone(),
         id: JobId::new(j.id).map_err(|e| Failure(StoreError::Invalid(e)))?,

@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex};
 
 use dq_core::store::StoreResult;
 use dq_core::{StoreError, WakeFn};
-use rusqlite::Connection;
+use rusqlite::{Connection, Statement};
 use tokio::sync::oneshot;
 
 use crate::space::Space;
@@ -42,10 +42,79 @@ use crate::space::Space;
 /// Most operations in one transaction.
 pub const MAX_GROUP: usize = 1000;
 
+/// The statements every job's lifecycle runs (enqueue's insert, the lease,
+/// the ack's read and delete), in the order of [`Hot::SQL`].
+#[derive(Clone, Copy)]
+pub(crate) enum HotSql {
+    Insert,
+    Lease,
+    FindLease,
+    Delete,
+}
+
+/// The connection's [`HotSql`] statements, each prepared on first use and
+/// held for the connection's life. Going through rusqlite's statement cache
+/// instead costs every call a copy and two hashes of the SQL text and a
+/// reset of its bindings: 6 % of the writer's instructions per job.
+pub(crate) struct Hot<'c>(std::cell::RefCell<[Option<Statement<'c>>; 4]>);
+
+impl Hot<'_> {
+    const SQL: [&'static str; 4] = [
+        "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body, dedup_ms, fkey)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+         ON CONFLICT (tid, id) DO NOTHING",
+        "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?1, deadline_ms = ?2,
+         died_ms = NULL WHERE seq = ?3",
+        "SELECT seq, dedup_ms, fkey FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3",
+        "DELETE FROM jobs WHERE seq = ?1",
+    ];
+}
+
+self_cell::self_cell!(
+    /// The connection and its held statements (dropped before it).
+    pub(crate) struct Db {
+        owner: Connection,
+        #[not_covariant]
+        dependent: Hot,
+    }
+);
+
+impl Db {
+    /// Takes the connection; its statements are prepared as they are used.
+    pub(crate) fn hold(conn: Connection) -> Self {
+        Db::new(conn, |_| {
+            Hot(std::cell::RefCell::new([None, None, None, None]))
+        })
+    }
+
+    /// Runs `f` with the held statement `which`, preparing it the first time.
+    pub(crate) fn with<T>(
+        &self,
+        which: HotSql,
+        f: impl FnOnce(&mut Statement<'_>) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        self.with_dependent(|conn, hot| {
+            let mut slots = hot.0.borrow_mut();
+            let slot = &mut slots[which as usize];
+            if slot.is_none() {
+                *slot = Some(conn.prepare(Hot::SQL[which as usize])?);
+            }
+            f(slot.as_mut().expect("prepared above"))
+        })
+    }
+}
+
+impl std::ops::Deref for Db {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.borrow_owner()
+    }
+}
+
 /// What an operation sees: the connection, a topic-id cache, and the topics
 /// to wake once the transaction is committed.
 pub(crate) struct Ctx {
-    pub(crate) conn: Connection,
+    pub(crate) conn: Db,
     pub(crate) tids: HashMap<String, i64>,
     /// Topics whose rows the current transaction created: their cached ids
     /// are dropped if the operation or the transaction is undone.
@@ -201,7 +270,7 @@ impl Writer {
             .name("dq-embedded-writer".into())
             .spawn(move || {
                 let mut cx = Ctx {
-                    conn,
+                    conn: Db::hold(conn),
                     tids: HashMap::new(),
                     created: Vec::new(),
                     wake: Vec::new(),
@@ -403,19 +472,21 @@ fn run(
 /// store serves what the file holds.
 fn reopen(cx: &mut Ctx, files: &Files) -> Result<(), StoreError> {
     let placeholder = Connection::open_in_memory().map_err(|e| sql_error(&e))?;
-    drop(std::mem::replace(&mut cx.conn, placeholder));
+    drop(std::mem::replace(&mut cx.conn, Db::hold(placeholder)));
     let wal = crate::schema::wal_path(&files.db);
     for path in [&files.db, &wal] {
         if let Ok(f) = File::open(path) {
             let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
         }
     }
-    cx.conn = crate::schema::open(&files.db, files.max_pages).map_err(|e| StoreError::Storage {
-        code: "store_io_error",
-        message: format!(
-            "the embedded store cannot reopen its file ({e}); check the data directory's disk"
-        ),
-    })?;
+    cx.conn = Db::hold(
+        crate::schema::open(&files.db, files.max_pages).map_err(|e| StoreError::Storage {
+            code: "store_io_error",
+            message: format!(
+                "the embedded store cannot reopen its file ({e}); check the data directory's disk"
+            ),
+        })?,
+    );
     cx.tids.clear();
     cx.created.clear();
     cx.wake.clear();
@@ -446,4 +517,36 @@ fn deliver_wakes(cx: &mut Ctx, wakes: &Mutex<Vec<(u64, WakeFn)>>) {
 fn op_failed(op: Op, e: StoreError) {
     let (_, reply) = op(None);
     reply(Some(e));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_statements_match_the_schema_and_stay_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::hold(crate::schema::open(&dir.path().join("f"), None).unwrap());
+        let params = |which| db.with(which, |st| Ok(st.parameter_count())).unwrap();
+        for (which, n) in [
+            (HotSql::Insert, 13),
+            (HotSql::Lease, 3),
+            (HotSql::FindLease, 3),
+            (HotSql::Delete, 1),
+        ] {
+            assert_eq!(params(which), n);
+        }
+        // Each is held after its first use, for the next call to find.
+        let held = |db: &Db| db.with_dependent(|_, hot| hot.0.borrow().iter().all(Option::is_some));
+        assert!(held(&db));
+        assert!(!held(&Db::hold(
+            crate::schema::open(&dir.path().join("g"), None).unwrap()
+        )));
+        // The connection is still usable directly, beside them.
+        assert_eq!(
+            db.query_row("SELECT count(*) FROM jobs", [], |r| r.get::<_, i64>(0))
+                .unwrap(),
+            0
+        );
+    }
 }
