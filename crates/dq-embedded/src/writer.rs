@@ -26,6 +26,7 @@
 //!
 //! A full disk is handled before it fails calls: see [`crate::space`].
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::PathBuf;
@@ -42,9 +43,9 @@ use crate::space::Space;
 /// Most operations in one transaction.
 pub const MAX_GROUP: usize = 1000;
 
-/// The statements every job's lifecycle runs (enqueue's insert, the lease,
-/// the ack's read and delete), in the order of [`Hot::SQL`].
-#[derive(Clone, Copy)]
+/// The statements every job's lifecycle runs: enqueue's insert, the lease,
+/// the ack's read and delete.
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum HotSql {
     Insert,
     Lease,
@@ -52,26 +53,50 @@ pub(crate) enum HotSql {
     Delete,
 }
 
-/// The connection's [`HotSql`] statements, each prepared on first use and
-/// held for the connection's life. Going through rusqlite's statement cache
-/// instead costs every call a copy and two hashes of the SQL text and a
-/// reset of its bindings: 6 % of the writer's instructions per job.
-pub(crate) struct Hot<'c>(std::cell::RefCell<[Option<Statement<'c>>; 4]>);
-
-impl Hot<'_> {
-    const SQL: [&'static str; 4] = [
-        "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body, dedup_ms, fkey)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
-         ON CONFLICT (tid, id) DO NOTHING",
-        "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?1, deadline_ms = ?2,
-         died_ms = NULL WHERE seq = ?3",
-        "SELECT seq, dedup_ms, fkey FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3",
-        "DELETE FROM jobs WHERE seq = ?1",
+impl HotSql {
+    #[cfg(test)]
+    const ALL: [HotSql; 4] = [
+        HotSql::Insert,
+        HotSql::Lease,
+        HotSql::FindLease,
+        HotSql::Delete,
     ];
+
+    fn sql(self) -> &'static str {
+        match self {
+            HotSql::Insert => {
+                "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body, dedup_ms, fkey)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                 ON CONFLICT (tid, id) DO NOTHING"
+            }
+            HotSql::Lease => {
+                "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?1, deadline_ms = ?2,
+                 died_ms = NULL WHERE seq = ?3"
+            }
+            HotSql::FindLease => {
+                "SELECT seq, dedup_ms, fkey FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3"
+            }
+            HotSql::Delete => "DELETE FROM jobs WHERE seq = ?1",
+        }
+    }
 }
 
+/// The connection's [`HotSql`] statements, each prepared on first use and
+/// held for the connection's life. Through rusqlite's statement cache every
+/// call cost a copy and two hashes of the SQL text and a reset of the
+/// bindings (held, a statement keeps its last bound values, the last job's
+/// body among them, until its next call): 6.9 % of the writer's
+/// instructions per job (docs/performance.md, "Held statements").
+/// One cell per statement: a `with` inside another's `f` is fine, the same
+/// statement twice would panic.
+pub(crate) struct Hot<'c>([RefCell<Option<Statement<'c>>>; 4]);
+
 self_cell::self_cell!(
-    /// The connection and its held statements (dropped before it).
+    /// The connection and its held statements, which self_cell drops before
+    /// the connection (rusqlite closes with `sqlite3_close`, which would
+    /// fail on an unfinalized statement and leave the file open). self_cell
+    /// is the one place with `unsafe` (in its macro, reviewed there): the
+    /// workspace forbids it in our own code.
     pub(crate) struct Db {
         owner: Connection,
         #[not_covariant]
@@ -82,22 +107,23 @@ self_cell::self_cell!(
 impl Db {
     /// Takes the connection; its statements are prepared as they are used.
     pub(crate) fn hold(conn: Connection) -> Self {
-        Db::new(conn, |_| {
-            Hot(std::cell::RefCell::new([None, None, None, None]))
-        })
+        Db::new(conn, |_| Hot(Default::default()))
     }
 
-    /// Runs `f` with the held statement `which`, preparing it the first time.
+    /// Runs `f` with the held statement `which`, preparing it the first time
+    /// (persistent, as rusqlite's cache prepares its statements).
     pub(crate) fn with<T>(
         &self,
         which: HotSql,
         f: impl FnOnce(&mut Statement<'_>) -> rusqlite::Result<T>,
     ) -> rusqlite::Result<T> {
         self.with_dependent(|conn, hot| {
-            let mut slots = hot.0.borrow_mut();
-            let slot = &mut slots[which as usize];
+            let mut slot = hot.0[which as usize].borrow_mut();
             if slot.is_none() {
-                *slot = Some(conn.prepare(Hot::SQL[which as usize])?);
+                *slot = Some(conn.prepare_with_flags(
+                    which.sql(),
+                    rusqlite::PrepFlags::SQLITE_PREPARE_PERSISTENT,
+                )?);
             }
             f(slot.as_mut().expect("prepared above"))
         })
@@ -524,29 +550,70 @@ mod tests {
     use super::*;
 
     #[test]
-    fn held_statements_match_the_schema_and_stay_held() {
+    fn held_statements_match_the_schema_run_clean_and_are_reused() {
+        use rusqlite::StatementStatus;
         let dir = tempfile::tempdir().unwrap();
-        let db = Db::hold(crate::schema::open(&dir.path().join("f"), None).unwrap());
-        let params = |which| db.with(which, |st| Ok(st.parameter_count())).unwrap();
-        for (which, n) in [
-            (HotSql::Insert, 13),
-            (HotSql::Lease, 3),
-            (HotSql::FindLease, 3),
-            (HotSql::Delete, 1),
-        ] {
-            assert_eq!(params(which), n);
-        }
-        // Each is held after its first use, for the next call to find.
-        let held = |db: &Db| db.with_dependent(|_, hot| hot.0.borrow().iter().all(Option::is_some));
-        assert!(held(&db));
-        assert!(!held(&Db::hold(
-            crate::schema::open(&dir.path().join("g"), None).unwrap()
-        )));
-        // The connection is still usable directly, beside them.
+        let path = dir.path().join("f");
+        let db = Db::hold(crate::schema::open(&path, None).unwrap());
+        // Each names what it is: its parameters, its columns, whether it writes.
+        let shape = |which: HotSql| {
+            db.with(which, |st| {
+                Ok((st.parameter_count(), st.column_count(), st.readonly()))
+            })
+            .unwrap()
+        };
+        let shapes: Vec<_> = HotSql::ALL.into_iter().map(shape).collect();
         assert_eq!(
-            db.query_row("SELECT count(*) FROM jobs", [], |r| r.get::<_, i64>(0))
-                .unwrap(),
-            0
+            shapes,
+            [(13, 0, false), (3, 0, false), (3, 3, true), (1, 0, false)]
         );
+        // A job's lifecycle through them; none is left active after its call
+        // (an active statement would hold a read transaction open).
+        let insert = |id: Option<&str>| {
+            db.with(HotSql::Insert, |st| {
+                st.execute(rusqlite::params![
+                    1,
+                    id,
+                    1,
+                    0,
+                    0,
+                    None::<i64>,
+                    None::<i64>,
+                    None::<String>,
+                    0,
+                    false,
+                    b"x".as_slice(),
+                    None::<i64>,
+                    None::<String>
+                ])
+            })
+        };
+        assert_eq!(insert(Some("a")).unwrap(), 1);
+        assert!(!db.is_busy());
+        let seq = db.last_insert_rowid();
+        let leased = db.with(HotSql::Lease, |st| {
+            st.execute(rusqlite::params!["t", 5, seq])
+        });
+        assert_eq!(leased.unwrap(), 1);
+        let found = db.with(HotSql::FindLease, |st| {
+            st.query_row(rusqlite::params![1, "a", "t"], |r| r.get::<_, i64>(0))
+        });
+        assert_eq!(found.unwrap(), seq);
+        assert!(!db.is_busy());
+        // A statement that failed is reset too, and runs again.
+        assert!(insert(None).is_err());
+        assert!(!db.is_busy());
+        assert_eq!(insert(Some("b")).unwrap(), 1);
+        // Three runs of one prepared statement: held, not prepared anew.
+        let runs = db.with(HotSql::Insert, |st| Ok(st.get_status(StatementStatus::Run)));
+        assert_eq!(runs.unwrap(), 3);
+        assert_eq!(db.with(HotSql::Delete, |st| st.execute([seq])).unwrap(), 1);
+        // Statements first, then the connection: a clean close of the last
+        // connection removes the write-ahead log, a close refused for an
+        // unfinalized statement would leave it.
+        let wal = crate::schema::wal_path(&path);
+        assert!(wal.exists());
+        drop(db);
+        assert!(!wal.exists());
     }
 }
