@@ -639,11 +639,34 @@ impl HandOut<'_> {
             .lease_override
             .or(j.lease_ms)
             .unwrap_or(self.topic_lease_ms);
-        let token = format!("{}{:x}", self.prefix, self.leases.len() + 1);
+        let token = numbered(&self.prefix, self.leases.len() + 1);
         let l = lease(cx, self.topic, j, lease_ms, token, self.now)?;
         self.leases.push(l);
         Ok(())
     }
+}
+
+/// `prefix` followed by `n` in lower-case hex: a lease's token, the call's
+/// random prefix and its count of leases (as `format!("{prefix}{n:x}")`
+/// writes it, without the formatting machinery: 1.5 % of the writer's
+/// instructions per job went to `format!` here).
+fn numbered(prefix: &str, n: usize) -> String {
+    const DIGITS: usize = 2 * std::mem::size_of::<usize>();
+    let mut hex = [0u8; DIGITS];
+    let mut at = DIGITS;
+    let mut rest = n;
+    loop {
+        at -= 1;
+        hex[at] = b"0123456789abcdef"[rest & 0xf];
+        rest >>= 4;
+        if rest == 0 {
+            break;
+        }
+    }
+    let mut token = String::with_capacity(prefix.len() + DIGITS - at);
+    token.push_str(prefix);
+    token.extend(hex[at..].iter().map(|&b| char::from(b)));
+    token
 }
 
 /// Marks the topic as one whose jobs may carry flow-control keys: its
@@ -936,7 +959,16 @@ pub(crate) fn ack(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64
 /// `token`.
 fn end_lease(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> OpResult<i64> {
     let tid = tid(cx, topic)?.ok_or(Failure(StoreError::NotFound))?;
-    // One read finds the lease (only a refusal looks again, to say why),
+    // A job without a dedup window or a flow-control key (most jobs) leaves
+    // nothing behind: one delete, found by `(tid, id)` and the token, ends
+    // its lease.
+    if cx.conn.with(HotSql::AckPlain, |st| {
+        st.execute(params![tid, id.as_str(), token])
+    })? == 1
+    {
+        return Ok(tid);
+    }
+    // Any other: one read finds the lease (only a refusal looks again, to say why),
     // one delete by row id ends it. Not `DELETE … RETURNING`: SQLite
     // collects a RETURNING statement's rows in an ephemeral table, a B-tree
     // opened and closed on every call (a fifth of the ack's time in `perf`).
@@ -2081,5 +2113,13 @@ mod tests {
                 "state {state}: {plan:?}"
             );
         }
+    }
+
+    #[test]
+    fn tokens_are_the_prefix_and_the_count_in_hex() {
+        for n in [0, 1, 9, 10, 15, 16, 255, 4096, 0xdead_beef, usize::MAX] {
+            assert_eq!(numbered("0a.", n), format!("0a.{n:x}"));
+        }
+        assert_eq!(numbered("", 0), "0");
     }
 }

@@ -44,20 +44,23 @@ use crate::space::Space;
 pub const MAX_GROUP: usize = 1000;
 
 /// The statements every job's lifecycle runs: enqueue's insert, the lease,
-/// the ack's read and delete.
+/// the ack of a plain job (one delete), the ack of any other (a read and a
+/// delete).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum HotSql {
     Insert,
     Lease,
+    AckPlain,
     FindLease,
     Delete,
 }
 
 impl HotSql {
     #[cfg(test)]
-    const ALL: [HotSql; 4] = [
+    const ALL: [HotSql; 5] = [
         HotSql::Insert,
         HotSql::Lease,
+        HotSql::AckPlain,
         HotSql::FindLease,
         HotSql::Delete,
     ];
@@ -72,6 +75,10 @@ impl HotSql {
             HotSql::Lease => {
                 "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?1, deadline_ms = ?2,
                  died_ms = NULL WHERE seq = ?3"
+            }
+            HotSql::AckPlain => {
+                "DELETE FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3
+                 AND fkey IS NULL AND (dedup_ms IS NULL OR dedup_ms <= 0)"
             }
             HotSql::FindLease => {
                 "SELECT seq, dedup_ms, fkey FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3"
@@ -89,7 +96,7 @@ impl HotSql {
 /// instructions per job (docs/performance.md, "Held statements").
 /// One cell per statement: a `with` inside another's `f` is fine, the same
 /// statement twice would panic.
-pub(crate) struct Hot<'c>([RefCell<Option<Statement<'c>>>; 4]);
+pub(crate) struct Hot<'c>([RefCell<Option<Statement<'c>>>; 5]);
 
 self_cell::self_cell!(
     /// The connection and its held statements, which self_cell drops before
@@ -565,8 +572,30 @@ mod tests {
         let shapes: Vec<_> = HotSql::ALL.into_iter().map(shape).collect();
         assert_eq!(
             shapes,
-            [(13, 0, false), (3, 0, false), (3, 3, true), (1, 0, false)]
+            [
+                (13, 0, false),
+                (3, 0, false),
+                (3, 0, false),
+                (3, 3, true),
+                (1, 0, false)
+            ]
         );
+        // Each finds its rows by an index or the row id, never a scan.
+        for which in HotSql::ALL {
+            let mut explain = db
+                .prepare(&format!("EXPLAIN QUERY PLAN {}", which.sql()))
+                .unwrap();
+            // Parameters left unbound are NULL: the plan does not need them.
+            let plan: Vec<String> = explain
+                .raw_query()
+                .mapped(|r| r.get::<_, String>(3))
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert!(
+                plan.iter().all(|p| !p.starts_with("SCAN")),
+                "{which:?}: {plan:?}"
+            );
+        }
         // A job's lifecycle through them; none is left active after its call
         // (an active statement would hold a read transaction open).
         let insert = |id: Option<&str>| {
