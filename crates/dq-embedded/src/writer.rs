@@ -580,8 +580,27 @@ mod tests {
                 (1, 0, false)
             ]
         );
-        // Each finds its rows by an index or the row id, never a scan.
-        for which in HotSql::ALL {
+        // Each finds its rows where it should: the ack's by `(tid, id)`, the
+        // lease's and the delete's by row id (an insert has no plan).
+        for (which, how) in [
+            (HotSql::Insert, None),
+            (
+                HotSql::Lease,
+                Some("SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)"),
+            ),
+            (
+                HotSql::AckPlain,
+                Some("SEARCH jobs USING INDEX jobs_id (tid=? AND id=?)"),
+            ),
+            (
+                HotSql::FindLease,
+                Some("SEARCH jobs USING INDEX jobs_id (tid=? AND id=?)"),
+            ),
+            (
+                HotSql::Delete,
+                Some("SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)"),
+            ),
+        ] {
             let mut explain = db
                 .prepare(&format!("EXPLAIN QUERY PLAN {}", which.sql()))
                 .unwrap();
@@ -591,14 +610,11 @@ mod tests {
                 .mapped(|r| r.get::<_, String>(3))
                 .collect::<Result<_, _>>()
                 .unwrap();
-            assert!(
-                plan.iter().all(|p| !p.starts_with("SCAN")),
-                "{which:?}: {plan:?}"
-            );
+            assert_eq!(plan, Vec::from_iter(how), "{which:?}");
         }
-        // A job's lifecycle through them; none is left active after its call
+        // Jobs' lifecycles through them; none is left active after its call
         // (an active statement would hold a read transaction open).
-        let insert = |id: Option<&str>| {
+        let insert = |id: Option<&str>, dedup_ms: Option<i64>, key: Option<&str>| {
             db.with(HotSql::Insert, |st| {
                 st.execute(rusqlite::params![
                     1,
@@ -612,31 +628,59 @@ mod tests {
                     0,
                     false,
                     b"x".as_slice(),
-                    None::<i64>,
-                    None::<String>
+                    dedup_ms,
+                    key
                 ])
             })
         };
-        assert_eq!(insert(Some("a")).unwrap(), 1);
+        let mut seqs = Vec::new();
+        for (id, dedup_ms, key) in [
+            ("plain", None, None),
+            ("no-window", Some(0), None),
+            ("window", Some(1000), None),
+            ("keyed", None, Some("k")),
+        ] {
+            assert_eq!(insert(Some(id), dedup_ms, key).unwrap(), 1);
+            assert!(!db.is_busy());
+            let seq = db.last_insert_rowid();
+            let leased = db.with(HotSql::Lease, |st| {
+                st.execute(rusqlite::params!["t", 5, seq])
+            });
+            assert_eq!(leased.unwrap(), 1);
+            seqs.push(seq);
+        }
+        let ack_plain = |id: &str, token: &str| {
+            db.with(HotSql::AckPlain, |st| {
+                st.execute(rusqlite::params![1, id, token])
+            })
+            .unwrap()
+        };
+        // The plain ack ends only a plain job's lease, and only its own.
+        assert_eq!(ack_plain("plain", "stale"), 0);
+        assert_eq!(ack_plain("plain", "t"), 1);
+        assert_eq!(ack_plain("plain", "t"), 0);
+        assert_eq!(ack_plain("no-window", "t"), 1);
         assert!(!db.is_busy());
-        let seq = db.last_insert_rowid();
-        let leased = db.with(HotSql::Lease, |st| {
-            st.execute(rusqlite::params!["t", 5, seq])
-        });
-        assert_eq!(leased.unwrap(), 1);
-        let found = db.with(HotSql::FindLease, |st| {
-            st.query_row(rusqlite::params![1, "a", "t"], |r| r.get::<_, i64>(0))
-        });
-        assert_eq!(found.unwrap(), seq);
-        assert!(!db.is_busy());
+        for (id, seq) in [("window", seqs[2]), ("keyed", seqs[3])] {
+            assert_eq!(ack_plain(id, "t"), 0, "{id} has more to do");
+            let found = db.with(HotSql::FindLease, |st| {
+                st.query_row(rusqlite::params![1, id, "t"], |r| r.get::<_, i64>(0))
+            });
+            assert_eq!(found.unwrap(), seq);
+            assert!(!db.is_busy());
+            assert_eq!(db.with(HotSql::Delete, |st| st.execute([seq])).unwrap(), 1);
+        }
+        let left: i64 = db
+            .query_row("SELECT count(*) FROM jobs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(left, 0);
         // A statement that failed is reset too, and runs again.
-        assert!(insert(None).is_err());
+        assert!(insert(None, None, None).is_err());
         assert!(!db.is_busy());
-        assert_eq!(insert(Some("b")).unwrap(), 1);
-        // Three runs of one prepared statement: held, not prepared anew.
+        assert_eq!(insert(Some("again"), None, None).unwrap(), 1);
+        // Six runs of one prepared statement: held, not prepared anew.
         let runs = db.with(HotSql::Insert, |st| Ok(st.get_status(StatementStatus::Run)));
-        assert_eq!(runs.unwrap(), 3);
-        assert_eq!(db.with(HotSql::Delete, |st| st.execute([seq])).unwrap(), 1);
+        assert_eq!(runs.unwrap(), 6);
         // Statements first, then the connection: a clean close of the last
         // connection removes the write-ahead log, a close refused for an
         // unfinalized statement would leave it.

@@ -357,6 +357,58 @@ pub async fn ack_nack_touch_refuse_a_stale_token(s: &dyn Store) {
     ));
 }
 
+/// A stale token is refused alike for a plain job, a job with a flow-control
+/// key and one with a dedup window, in a topic that has keys: each stays
+/// reserved under its own lease. Their acks then do each job's own
+/// bookkeeping and no other's: the key's slot is freed (its next job is
+/// handed out), the window opened (the id is refused), the plain job leaves
+/// neither behind (its id is new again).
+pub async fn ack_refusals_and_acks_of_every_kind_of_job(s: &dyn Store) {
+    let t = topic("ack-kinds");
+    strict_topic(s, &t).await;
+    key_limits(s, &t, Some(Some(1)), None).await;
+    put(s, &t, keyed("k1", "kk", When::DelayMs(0)), T0).await;
+    put(s, &t, keyed("k2", "kk", When::DelayMs(0)), T0).await;
+    put(s, &t, job("plain", When::DelayMs(0)), T0).await;
+    let windowed = || NewJob {
+        dedup_ms: Some(1000),
+        ..job("win", When::DelayMs(0))
+    };
+    put(s, &t, windowed(), T0).await;
+    let leases = s.reserve(&t, 10, None, T0).await.unwrap().leases;
+    let mut ids: Vec<&str> = leases.iter().map(|l| l.id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["k1", "plain", "win"], "k2 waits for its key's slot");
+    for l in &leases {
+        let stale = format!("{}x", l.token);
+        for token in [stale.as_str(), ""] {
+            assert!(
+                matches!(
+                    s.ack(&t, &l.id, token, T0 + 1).await,
+                    Err(StoreError::LeaseMismatch)
+                ),
+                "{}",
+                l.id
+            );
+        }
+        let info = s.get(&t, &l.id).await.unwrap().unwrap();
+        assert_eq!(info.state, JobState::Reserved, "{}", l.id);
+    }
+    let stats = s.stats(&t, T0 + 1).await.unwrap();
+    assert_eq!((stats.reserved, stats.ready), (3, 1));
+    for l in &leases {
+        s.ack(&t, &l.id, &l.token, T0 + 2).await.unwrap();
+        assert!(s.get(&t, &l.id).await.unwrap().is_none(), "{}", l.id);
+    }
+    let next = s.reserve(&t, 10, None, T0 + 2).await.unwrap().leases;
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].id.as_str(), "k2", "the key's slot is free again");
+    let again = put(s, &t, windowed(), T0 + 3).await;
+    assert!(again.deduplicated && !again.created, "{again:?}");
+    let again = put(s, &t, job("plain", When::DelayMs(0)), T0 + 3).await;
+    assert!(again.created, "{again:?}");
+}
+
 /// A batch of acks (`Store::ack_batch`) over three topics answers per item,
 /// in order, what single acks one after the other would: valid tokens ack
 /// (counters, dedup windows and a keyed job's key slot as `ack`), a stale
@@ -3503,6 +3555,7 @@ macro_rules! conformance_tests {
             reserve_one_holder_among_concurrent_callers,
             requeue_expired_redelivers,
             ack_nack_touch_refuse_a_stale_token,
+            ack_refusals_and_acks_of_every_kind_of_job,
             ack_batch_results_per_job,
             nack_batch_results_per_job,
             touch_batch_results_per_job,
