@@ -45,6 +45,9 @@ import time
 GROUP = 100
 BODY = b"x" * 64
 
+# dq's jobs table and its indexes as crates/dq-embedded/src/schema.rs
+# builds them (BASE and every migration since), copied: keep them in step
+# when the schema changes, or the prototype measures a layout dq left.
 NOW_SCHEMA = """
 CREATE TABLE jobs (
   seq INTEGER PRIMARY KEY, tid INTEGER NOT NULL, id TEXT NOT NULL,
