@@ -25,6 +25,7 @@
 //! [`OpenError::Locked`].
 
 pub mod backup;
+mod leases;
 mod ops;
 mod schema;
 pub mod space;
@@ -195,13 +196,17 @@ impl EmbeddedStore {
         let lock = lock_dir(&dir)?;
         let db = dir.join(DB_FILE);
         let conn = schema::open(&db, options.max_pages)?;
+        let leases = leases::Leases::load(&conn).map_err(|e| OpenError::Corrupt {
+            file: db.clone(),
+            reason: e.to_string(),
+        })?;
         let files = writer::Files {
             db,
             max_pages: options.max_pages,
             space: space::Space::open(&dir, options.disk_reserve_bytes),
         };
         let wakes: Arc<Mutex<Vec<(u64, WakeFn)>>> = Arc::default();
-        let writer = Writer::start(conn, lock, files, wakes.clone());
+        let writer = Writer::start(conn, leases, lock, files, wakes.clone());
         Ok(Self {
             writer,
             wakes,
@@ -692,5 +697,104 @@ impl Store for EmbeddedStore {
             key,
         };
         std::future::pending::<()>().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::writer::Failure;
+
+    const T0: u64 = 1_700_000_000_000;
+
+    fn job(id: &str) -> NewJob {
+        NewJob::new(
+            JobId::new(id).unwrap(),
+            Body::Json("1".into()),
+            When::DelayMs(0),
+        )
+    }
+
+    async fn leases_held(s: &EmbeddedStore) -> usize {
+        s.writer.read(|cx| Ok(cx.leases.len())).await.unwrap()
+    }
+
+    /// The leases in memory follow the transaction: an operation undone
+    /// by its savepoint takes its leases with it, and a later expiry finds
+    /// exactly the leases the file holds.
+    #[tokio::test]
+    async fn an_undone_operation_leaves_no_lease_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        let topic = Topic::new("undo").unwrap();
+        s.enqueue(&topic, &[job("a"), job("b"), job("c")], T0)
+            .await
+            .unwrap();
+        let a = s.reserve(&topic, 1, Some(1000), T0).await.unwrap().leases;
+        assert_eq!(a[0].id.as_str(), "a");
+        assert_eq!(leases_held(&s).await, 1);
+        // Leases b, extends a, ends nothing, then fails: all of it undone.
+        let t = topic.clone();
+        let token = a[0].token.clone();
+        let undone: StoreResult<()> = s
+            .writer
+            .exec(move |cx| {
+                let b = ops::reserve(cx, &t, 1, Some(1000), T0)?;
+                assert_eq!(b.leases[0].id.as_str(), "b");
+                ops::touch(cx, &t, &JobId::new("a").unwrap(), &token, Some(50_000), T0)?;
+                assert_eq!(cx.leases.len(), 2);
+                Err(Failure(StoreError::Unavailable(
+                    "the test's failure".into(),
+                )))
+            })
+            .await;
+        assert!(undone.is_err());
+        assert_eq!(leases_held(&s).await, 1);
+        let st = s.stats(&topic, T0).await.unwrap();
+        assert_eq!((st.ready, st.reserved), (2, 1));
+        // Only a's lease ends, at its own deadline (the extension undone).
+        let none = s.requeue_expired(&topic, 10, T0 + 1000).await.unwrap();
+        assert!(none.jobs.is_empty());
+        assert_eq!(none.next_deadline_ms, Some(T0 + 1000));
+        let r = s.requeue_expired(&topic, 10, T0 + 1001).await.unwrap();
+        let ids: Vec<_> = r.jobs.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["a"]);
+        assert_eq!(r.next_deadline_ms, None);
+        assert_eq!(leases_held(&s).await, 0);
+    }
+
+    /// A lease whose token names no row (as an older dq wrote them: the
+    /// call's prefix and a count) is still acked, and its entry goes.
+    #[tokio::test]
+    async fn a_token_without_its_row_id_is_acked_the_long_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        let topic = Topic::new("old-token").unwrap();
+        s.enqueue(&topic, &[job("x"), job("y")], T0).await.unwrap();
+        let leases = s.reserve(&topic, 2, Some(1000), T0).await.unwrap().leases;
+        assert_eq!(leases_held(&s).await, 2);
+        let old = "00000000000000aa.7";
+        s.writer
+            .exec(move |cx| {
+                cx.conn
+                    .execute("UPDATE jobs SET token = ?1 WHERE id = 'x'", [old])
+                    .map_err(Failure::from)?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let x = JobId::new("x").unwrap();
+        assert!(matches!(
+            s.ack(&topic, &x, &leases[0].token, T0).await,
+            Err(StoreError::LeaseMismatch)
+        ));
+        s.ack(&topic, &x, old, T0).await.unwrap();
+        assert_eq!(leases_held(&s).await, 1);
+        s.ack(&topic, &leases[1].id, &leases[1].token, T0)
+            .await
+            .unwrap();
+        assert_eq!(leases_held(&s).await, 0);
+        let st = s.stats(&topic, T0).await.unwrap();
+        assert_eq!((st.reserved, st.counters.acked), (0, 2));
     }
 }

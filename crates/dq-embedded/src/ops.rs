@@ -449,6 +449,7 @@ pub(crate) fn cancel(
     counts(cx, tid, delta(Some(state), None))?;
     bump(cx, tid, "cancelled", 1)?;
     if state == RESERVED {
+        cx.leases.remove(seq);
         unlease(cx, topic, tid, fkey)?;
     }
     Ok(Some(state_of(state)))
@@ -634,30 +635,31 @@ struct HandOut<'a> {
 
 impl HandOut<'_> {
     /// Leases ready job `j` (the state counts are the caller's to move).
-    fn lease(&mut self, cx: &Ctx, j: Leasable) -> OpResult<()> {
+    fn lease(&mut self, cx: &mut Ctx, j: Leasable) -> OpResult<()> {
         let lease_ms = self
             .lease_override
             .or(j.lease_ms)
             .unwrap_or(self.topic_lease_ms);
-        let token = numbered(&self.prefix, self.leases.len() + 1);
-        let l = lease(cx, self.topic, j, lease_ms, token, self.now)?;
+        let token = numbered(&self.prefix, j.seq);
+        let l = lease(cx, self.topic, self.tid, j, lease_ms, token, self.now)?;
         self.leases.push(l);
         Ok(())
     }
 }
 
-/// `prefix` followed by `n` in lower-case hex: a lease's token, the call's
-/// random prefix and its count of leases (as `format!("{prefix}{n:x}")`
+/// `prefix` followed by `seq` in lower-case hex: a lease's token, the
+/// call's random prefix and the job's row id (as `format!("{prefix}{seq:x}")`
 /// writes it, without the formatting machinery: 1.5 % of the writer's
-/// instructions per job went to `format!` here).
-fn numbered(prefix: &str, n: usize) -> String {
-    const DIGITS: usize = 2 * std::mem::size_of::<usize>();
+/// instructions per job went to `format!` here). The row id lets an ack
+/// find the row and its lease without an index: [`token_seq`].
+fn numbered(prefix: &str, seq: i64) -> String {
+    const DIGITS: usize = 2 * std::mem::size_of::<u64>();
     let mut hex = [0u8; DIGITS];
     let mut at = DIGITS;
-    let mut rest = n;
+    let mut rest = seq as u64;
     loop {
         at -= 1;
-        hex[at] = b"0123456789abcdef"[rest & 0xf];
+        hex[at] = b"0123456789abcdef"[(rest & 0xf) as usize];
         rest >>= 4;
         if rest == 0 {
             break;
@@ -667,6 +669,19 @@ fn numbered(prefix: &str, n: usize) -> String {
     token.push_str(prefix);
     token.extend(hex[at..].iter().map(|&b| char::from(b)));
     token
+}
+
+/// The row id a token [`numbered`] names; `None` for any other string (a
+/// client's typo, a token of an older dq). Only a hint: the ack that uses
+/// it checks the row's topic, id, state and token.
+fn token_seq(token: &str) -> Option<i64> {
+    let (_, hex) = token.rsplit_once('.')?;
+    if hex.is_empty() || hex.len() > 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(hex, 16)
+        .ok()
+        .and_then(|v| i64::try_from(v).ok())
 }
 
 /// Marks the topic as one whose jobs may carry flow-control keys: its
@@ -944,6 +959,7 @@ pub(crate) fn touch(
     cx.conn
         .prepare_cached("UPDATE jobs SET deadline_ms = ?1 WHERE seq = ?2")?
         .execute(params![deadline as i64, seq])?;
+    cx.leases.add(tid, seq, deadline as i64);
     Ok(deadline)
 }
 
@@ -960,13 +976,16 @@ pub(crate) fn ack(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64
 fn end_lease(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> OpResult<i64> {
     let tid = tid(cx, topic)?.ok_or(Failure(StoreError::NotFound))?;
     // A job without a dedup window or a flow-control key (most jobs) leaves
-    // nothing behind: one delete, found by `(tid, id)` and the token, ends
-    // its lease (−9 % of the writer's instructions per lifecycle). Any
-    // other job, and a refusal, pays this one index seek more than before.
-    if cx.conn.with(HotSql::AckPlain, |st| {
-        st.execute(params![tid, id.as_str(), token])
-    })? == 1
+    // nothing behind: one delete, found by the row id its token names and
+    // checked against the token, ends its lease (−9 % of the writer's
+    // instructions per lifecycle). Any other job, and a refusal, pays this
+    // one row lookup more.
+    if let Some(seq) = token_seq(token)
+        && cx.conn.with(HotSql::AckPlain, |st| {
+            st.execute(params![seq, tid, id.as_str(), token])
+        })? == 1
     {
+        cx.leases.remove(seq);
         return Ok(tid);
     }
     // Any other: one read finds the lease (only a refusal looks again, to
@@ -987,6 +1006,7 @@ fn end_lease(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> 
         return Err(StoreError::LeaseMismatch.into());
     };
     cx.conn.with(HotSql::Delete, |st| st.execute([seq]))?;
+    cx.leases.remove(seq);
     open_window(cx, tid, id.as_str(), dedup_ms, now)?;
     unlease(cx, topic, tid, fkey)?;
     Ok(tid)
@@ -1140,6 +1160,7 @@ fn fail(
         .conn
         .prepare_cached("SELECT attempts, max_attempts, retry, fkey FROM jobs WHERE seq = ?1")?
         .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+    cx.leases.remove(seq);
     unlease(cx, topic, tid, fkey)?;
     let max = max.unwrap_or(cfg.max_attempts);
     cx.conn
@@ -1259,6 +1280,7 @@ pub(crate) fn release(
              releases = releases + 1 WHERE seq = ?1 RETURNING fkey",
         )?
         .query_row([seq], |r| r.get(0))?;
+    cx.leases.remove(seq);
     unlease(cx, topic, tid, fkey)?;
     let due = now + delay_ms;
     place(cx, topic, tid, seq, Some(RESERVED), due, now)?;
@@ -1288,13 +1310,24 @@ pub(crate) fn requeue_expired(
     let Some(tid) = tid(cx, topic)? else {
         return Ok(Requeued::default());
     };
-    let rows: Vec<(i64, String)> = cx
-        .conn
-        .prepare_cached(
-            "SELECT seq, id FROM jobs WHERE tid = ?1 AND state = 2 AND deadline_ms < ?2 ORDER BY deadline_ms LIMIT ?3",
-        )?
-        .query_map(params![tid, now as i64, max as i64], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<Result<_, _>>()?;
+    // The leases that ended, from memory; each row read by its id.
+    let mut rows: Vec<(i64, String)> = Vec::new();
+    for seq in cx.leases.expired(tid, now as i64, max) {
+        let id: Option<String> = cx
+            .conn
+            .prepare_cached("SELECT id FROM jobs WHERE seq = ?1 AND state = 2")?
+            .query_row([seq], |r| r.get(0))
+            .optional()?;
+        match id {
+            Some(id) => rows.push((seq, id)),
+            // Not reserved in the file: cannot happen while every change of
+            // a lease goes through `Leases`; drop the entry rather than loop.
+            None => {
+                tracing::warn!(seq, "embedded store: a lease in memory had no reserved row");
+                cx.leases.remove(seq);
+            }
+        }
+    }
     let mut out = Requeued::default();
     if !rows.is_empty() {
         let cfg = config(cx, tid)?;
@@ -1322,10 +1355,7 @@ pub(crate) fn requeue_expired(
         }
         bump(cx, tid, "expired", out.jobs.len() as i64)?;
     }
-    out.next_deadline_ms = cx
-        .conn
-        .prepare_cached("SELECT min(deadline_ms) FROM jobs WHERE tid = ?1 AND state = 2")?
-        .query_row([tid], |r| r.get(0))?;
+    out.next_deadline_ms = cx.leases.next_deadline(tid);
     Ok(out)
 }
 
@@ -1607,9 +1637,29 @@ pub(crate) fn configure_topic(
 /// `jobs_id`).
 fn delete_in_state(state: i64) -> String {
     format!(
-        "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE tid = ?1 AND state = {state} LIMIT ?2)
-         RETURNING fkey"
+        "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE tid = ?1 AND state = {state} LIMIT ?2)"
     )
+}
+
+/// Deletes up to `max` of topic `tid`'s reserved jobs (found in memory:
+/// no index holds them), freeing their keys' slots; returns how many.
+fn delete_leases(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
+    let mut n = 0;
+    for seq in cx.leases.of_topic(tid, max.max(0) as usize) {
+        let key: Option<Option<String>> = cx
+            .conn
+            .prepare_cached("SELECT fkey FROM jobs WHERE seq = ?1 AND state = 2")?
+            .query_row([seq], |r| r.get(0))
+            .optional()?;
+        cx.leases.remove(seq);
+        let Some(key) = key else { continue };
+        cx.conn.with(HotSql::Delete, |st| st.execute([seq]))?;
+        if let Some(k) = key {
+            free_slot(cx, tid, &k)?;
+        }
+        n += 1;
+    }
+    Ok(n)
 }
 
 pub(crate) fn delete_topic(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<(u64, bool)> {
@@ -1618,23 +1668,21 @@ pub(crate) fn delete_topic(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<
     };
     let mut left = max as i64;
     let mut deleted = 0;
+    // Leases before the jobs that wait for them (a delete cut short frees
+    // the keys' slots first); ready last.
     for state in [SCHEDULED, RESERVED, DEAD, READY] {
         if left <= 0 {
             break;
         }
         // The keys of deleted leases, to free their slots (a delete cut
         // short leaves no key held for good).
-        let keys: Vec<Option<String>> = cx
-            .conn
-            .prepare_cached(&delete_in_state(state))?
-            .query_map(params![tid, left], |r| r.get(0))?
-            .collect::<Result<_, _>>()?;
-        let n = keys.len() as i64;
-        if state == RESERVED {
-            for k in keys.into_iter().flatten() {
-                free_slot(cx, tid, &k)?;
-            }
-        }
+        let n = if state == RESERVED {
+            delete_leases(cx, tid, left)?
+        } else {
+            cx.conn
+                .prepare_cached(&delete_in_state(state))?
+                .execute(params![tid, left])? as i64
+        };
         let mut d = [0; 4];
         d[state as usize] = -n;
         counts(cx, tid, d)?;
@@ -1740,7 +1788,7 @@ pub(crate) fn reserve_job(
         None => config(cx, tid)?.lease_ms,
     };
     let from = j.state;
-    let token = format!("{:016x}.1", rand::random::<u64>());
+    let token = numbered(&format!("{:016x}.", rand::random::<u64>()), j.seq);
     if let Some(k) = &j.fkey {
         cx.conn
             .prepare_cached(
@@ -1749,7 +1797,7 @@ pub(crate) fn reserve_job(
             )?
             .execute(params![tid, k])?;
     }
-    let l = lease(cx, topic, j, lease_ms, token, now)?;
+    let l = lease(cx, topic, tid, j, lease_ms, token, now)?;
     counts(cx, tid, delta(Some(from), Some(RESERVED)))?;
     Ok(Some(l))
 }
@@ -1791,8 +1839,9 @@ impl Leasable {
 /// Leases `j` for `lease_ms` under `token`: reserved, the attempt counted,
 /// a died-at time cleared. The state counts are the caller's to move.
 fn lease(
-    cx: &Ctx,
+    cx: &mut Ctx,
     topic: &Topic,
+    tid: i64,
     j: Leasable,
     lease_ms: u64,
     token: String,
@@ -1802,6 +1851,7 @@ fn lease(
     cx.conn.with(HotSql::Lease, |st| {
         st.execute(params![token, deadline as i64, j.seq])
     })?;
+    cx.leases.add(tid, j.seq, deadline as i64);
     Ok(Lease {
         topic: topic.clone(),
         id: JobId::new(j.id).map_err(|e| Failure(StoreError::Invalid(e)))?,
@@ -2092,16 +2142,12 @@ mod tests {
     use super::*;
 
     /// Each state's step of a topic delete seeks its partial index, not
-    /// every row of the topic.
+    /// every row of the topic (leases are found in memory).
     #[test]
     fn deleting_a_topic_seeks_each_states_index() {
         let dir = tempfile::tempdir().unwrap();
         let conn = crate::schema::open(&dir.path().join("f"), None).unwrap();
-        for (state, index) in [
-            (SCHEDULED, "jobs_sched"),
-            (RESERVED, "jobs_lease"),
-            (DEAD, "jobs_dead"),
-        ] {
+        for (state, index) in [(SCHEDULED, "jobs_sched"), (DEAD, "jobs_dead")] {
             let plan: Vec<String> = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {}", delete_in_state(state)))
                 .unwrap()
@@ -2117,10 +2163,26 @@ mod tests {
     }
 
     #[test]
-    fn tokens_are_the_prefix_and_the_count_in_hex() {
-        for n in [0, 1, 9, 10, 15, 16, 255, 4096, 0xdead_beef, usize::MAX] {
-            assert_eq!(numbered("0a.", n), format!("0a.{n:x}"));
+    fn tokens_are_the_prefix_and_the_row_id_in_hex() {
+        for n in [0, 1, 9, 10, 15, 16, 255, 4096, 0xdead_beef, i64::MAX] {
+            let token = numbered("0123456789abcdef.", n);
+            assert_eq!(token, format!("0123456789abcdef.{n:x}"));
+            assert_eq!(token_seq(&token), Some(n));
         }
         assert_eq!(numbered("", 0), "0");
+        // Anything else names no row.
+        for other in [
+            "",
+            "abc",
+            "0123456789abcdef.",
+            "0123456789abcdef.+1",
+            "0123456789abcdef.-1",
+            "0123456789abcdef.x1",
+            "0123456789abcdef.8000000000000000",
+            "0123456789abcdef.10000000000000000",
+            "0123456789abcdef.1 ",
+        ] {
+            assert_eq!(token_seq(other), None, "{other:?}");
+        }
     }
 }

@@ -7,7 +7,7 @@
 //! | --- | --- | --- |
 //! | 0 | scheduled | `(tid, due_ms)` |
 //! | 1 | ready | `(tid, priority, due_ms, seq)` — the hand-out order (jobs without a flow-control key); `(tid, fkey, priority, due_ms, seq)` — each key's lane |
-//! | 2 | reserved | `(tid, deadline_ms)` |
+//! | 2 | reserved | none: the writer keeps the leases in memory (`leases`), built by a scan at open |
 //! | 3 | dead | `(tid, died_ms, seq)` |
 //!
 //! `seq` (the rowid) is the enqueue order. Topics are interned as integers
@@ -142,6 +142,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
                 PRIMARY KEY (tid, fkey)
               ) WITHOUT ROWID;
               CREATE INDEX fkeys_idle ON fkeys(tid, active);",
+    },
+    // → 6
+    Migration {
+        what: "leases kept in memory: the index of reserved jobs by deadline dropped",
+        sql: "DROP INDEX jobs_lease;",
     },
 ];
 

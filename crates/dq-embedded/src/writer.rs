@@ -38,6 +38,7 @@ use dq_core::{StoreError, WakeFn};
 use rusqlite::{Connection, Statement};
 use tokio::sync::oneshot;
 
+use crate::leases::Leases;
 use crate::space::Space;
 
 /// Most operations in one transaction.
@@ -77,7 +78,7 @@ impl HotSql {
                  died_ms = NULL WHERE seq = ?3"
             }
             HotSql::AckPlain => {
-                "DELETE FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3
+                "DELETE FROM jobs WHERE seq = ?1 AND tid = ?2 AND id = ?3 AND state = 2 AND token = ?4
                  AND fkey IS NULL AND (dedup_ms IS NULL OR dedup_ms <= 0)"
             }
             HotSql::FindLease => {
@@ -158,6 +159,8 @@ pub(crate) struct Ctx {
     pub(crate) unsynced: bool,
     /// `ping` wrote a probe in the current transaction.
     pub(crate) probed: bool,
+    /// The reserved jobs and their deadlines, in step with the transaction.
+    pub(crate) leases: Leases,
 }
 
 impl Ctx {
@@ -294,6 +297,7 @@ pub(crate) type OpResult<T> = Result<T, Failure>;
 impl Writer {
     pub(crate) fn start(
         conn: Connection,
+        leases: Leases,
         lock: File,
         files: Files,
         wakes: Arc<Mutex<Vec<(u64, WakeFn)>>>,
@@ -309,6 +313,7 @@ impl Writer {
                     wake: Vec::new(),
                     unsynced: false,
                     probed: false,
+                    leases,
                 };
                 let mut files = files;
                 run(&mut cx, &mut files, &rx, &wakes);
@@ -428,6 +433,7 @@ fn run(
             }
             let wake_mark = cx.wake.len();
             let created_mark = cx.created.len();
+            let leases_mark = cx.leases.mark();
             let (err, reply) = op(Some(cx));
             let Some(err) = err else {
                 if savepoint && let Err(e) = run_cached(&cx.conn, "RELEASE op") {
@@ -441,12 +447,14 @@ fn run(
             // gone too, so forget that cached topic id.
             cx.wake.truncate(wake_mark);
             cx.forget_created(created_mark);
+            cx.leases.undo_to(leases_mark);
             if cx.conn.is_autocommit() {
                 // SQLite rolled back the whole transaction (a full disk does
                 // that): the group's earlier operations are lost with it.
                 tracing::error!(error = %err, "embedded store transaction rolled back");
                 cx.wake.clear();
                 cx.forget_created(0);
+                cx.leases.undo_to(0);
                 for r in replies.drain(..) {
                     r(Some(err.clone()));
                 }
@@ -465,6 +473,7 @@ fn run(
                         cx.unsynced = false;
                     }
                     cx.created.clear();
+                    cx.leases.committed();
                     // Wake first, so a caller that sees its answer can rely on
                     // its wake-up having been delivered.
                     deliver_wakes(cx, wakes);
@@ -484,6 +493,7 @@ fn run(
                     let _ = cx.conn.execute_batch("ROLLBACK");
                     cx.forget_created(0);
                     cx.wake.clear();
+                    cx.leases.undo_to(0);
                     // Only an unknown outcome needs the file read afresh; a
                     // known failure is undone by the rollback.
                     stale = cx.unsynced;
@@ -520,6 +530,12 @@ fn reopen(cx: &mut Ctx, files: &Files) -> Result<(), StoreError> {
             ),
         })?,
     );
+    cx.leases = Leases::load(&cx.conn).map_err(|e| StoreError::Storage {
+        code: "store_io_error",
+        message: format!(
+            "the embedded store cannot read its leases after reopening its file ({e}); check the data directory's disk"
+        ),
+    })?;
     cx.tids.clear();
     cx.created.clear();
     cx.wake.clear();
@@ -575,13 +591,14 @@ mod tests {
             [
                 (13, 0, false),
                 (3, 0, false),
-                (3, 0, false),
+                (4, 0, false),
                 (3, 3, true),
                 (1, 0, false)
             ]
         );
-        // Each finds its rows where it should: the ack's by `(tid, id)`, the
-        // lease's and the delete's by row id (an insert has no plan).
+        // Each finds its rows where it should: the plain ack's, the lease's
+        // and the delete's by row id, the lease's reader by `(tid, id)` (an
+        // insert has no plan).
         for (which, how) in [
             (HotSql::Insert, None),
             (
@@ -590,7 +607,7 @@ mod tests {
             ),
             (
                 HotSql::AckPlain,
-                Some("SEARCH jobs USING INDEX jobs_id (tid=? AND id=?)"),
+                Some("SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)"),
             ),
             (
                 HotSql::FindLease,
@@ -649,20 +666,23 @@ mod tests {
             assert_eq!(leased.unwrap(), 1);
             seqs.push(seq);
         }
-        let ack_plain = |id: &str, token: &str| {
+        let ack_plain = |seq: i64, id: &str, token: &str| {
             db.with(HotSql::AckPlain, |st| {
-                st.execute(rusqlite::params![1, id, token])
+                st.execute(rusqlite::params![seq, 1, id, token])
             })
             .unwrap()
         };
-        // The plain ack ends only a plain job's lease, and only its own.
-        assert_eq!(ack_plain("plain", "stale"), 0);
-        assert_eq!(ack_plain("plain", "t"), 1);
-        assert_eq!(ack_plain("plain", "t"), 0);
-        assert_eq!(ack_plain("no-window", "t"), 1);
+        // The plain ack ends only a plain job's lease, and only its own: the
+        // row id, the id and the token must all match.
+        assert_eq!(ack_plain(seqs[0], "plain", "stale"), 0);
+        assert_eq!(ack_plain(seqs[1], "plain", "t"), 0);
+        assert_eq!(ack_plain(seqs[0], "no-window", "t"), 0);
+        assert_eq!(ack_plain(seqs[0], "plain", "t"), 1);
+        assert_eq!(ack_plain(seqs[0], "plain", "t"), 0);
+        assert_eq!(ack_plain(seqs[1], "no-window", "t"), 1);
         assert!(!db.is_busy());
         for (id, seq) in [("window", seqs[2]), ("keyed", seqs[3])] {
-            assert_eq!(ack_plain(id, "t"), 0, "{id} has more to do");
+            assert_eq!(ack_plain(seq, id, "t"), 0, "{id} has more to do");
             let found = db.with(HotSql::FindLease, |st| {
                 st.query_row(rusqlite::params![1, id, "t"], |r| r.get::<_, i64>(0))
             });

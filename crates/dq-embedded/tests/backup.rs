@@ -179,6 +179,14 @@ async fn assert_old_jobs(s: &EmbeddedStore) {
     assert_eq!(got.leases.len(), 1);
     assert_eq!(got.leases[0].id.as_str(), "r");
     assert_eq!(s.stats(&topic, T0).await.unwrap().reserved, 2);
+    // The old file's lease was read back at open: it ends at its deadline.
+    let later = T0 + 3_600_000;
+    let ended = s.requeue_expired(&topic, 10, later + 1).await.unwrap();
+    assert!(
+        ended.jobs.iter().any(|(id, _)| id.as_str() == "l"),
+        "{:?}",
+        ended.jobs
+    );
 }
 
 #[tokio::test]

@@ -76,6 +76,15 @@ async fn jobs_survive_reopening() {
     assert_eq!(b.lease_deadline_ms, Some(T0 + 60_000));
     let st = s.stats(&topic, T0).await.unwrap();
     assert_eq!((st.scheduled, st.reserved, st.counters.enqueued), (1, 1, 2));
+    // The lease outlives the restart (the store reads it back at open):
+    // not expired at its deadline, expired one millisecond later.
+    let kept = s.requeue_expired(&topic, 10, T0 + 60_000).await.unwrap();
+    assert!(kept.jobs.is_empty());
+    assert_eq!(kept.next_deadline_ms, Some(T0 + 60_000));
+    let ended = s.requeue_expired(&topic, 10, T0 + 60_001).await.unwrap();
+    assert_eq!(ended.jobs.len(), 1);
+    assert_eq!(ended.jobs[0].0.as_str(), "b");
+    assert_eq!(ended.next_deadline_ms, None);
 }
 
 #[test]
@@ -340,7 +349,7 @@ async fn open_when_free(dir: &std::path::Path) -> EmbeddedStore {
 
 /// A file of schema version 1 (per-state counts named n0..n3, no per-job
 /// counts, no dedup windows or records, no flow control, no flow-control
-/// keys) opens with its
+/// keys, an index of leases) opens with its
 /// jobs and counts kept, as the current version; a version this dq does not know is
 /// refused at start, file untouched.
 #[tokio::test]
@@ -361,7 +370,8 @@ async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
     // The store's writer may still be closing: wait for the lock first.
     drop(open_when_free(dir.path()).await);
     downgrade(
-        "DROP INDEX jobs_kready;
+        "CREATE INDEX jobs_lease ON jobs(tid, deadline_ms) WHERE state = 2;
+         DROP INDEX jobs_kready;
          DROP INDEX jobs_ready;
          ALTER TABLE jobs DROP COLUMN fkey;
          CREATE INDEX jobs_ready ON jobs(tid, priority, due_ms, seq) WHERE state = 1;
