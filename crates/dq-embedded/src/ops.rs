@@ -1069,6 +1069,7 @@ fn per_item<T, R>(
 ) -> OpResult<Vec<StoreResult<R>>> {
     let mut out = Vec::with_capacity(items.len());
     for it in items {
+        let leases = cx.leases.mark();
         run_cached(&cx.conn, "SAVEPOINT item")?;
         match op(cx, it) {
             Ok(r) => {
@@ -1076,6 +1077,8 @@ fn per_item<T, R>(
                 out.push(Ok(r));
             }
             Err(Failure(e)) => {
+                // The item's leases go back with its rows.
+                cx.leases.undo_to(leases);
                 if cx.conn.is_autocommit() {
                     // SQLite rolled back the whole transaction.
                     return Err(Failure(e));
@@ -1315,8 +1318,8 @@ pub(crate) fn requeue_expired(
     for seq in cx.leases.expired(tid, now as i64, max) {
         let id: Option<String> = cx
             .conn
-            .prepare_cached("SELECT id FROM jobs WHERE seq = ?1 AND state = 2")?
-            .query_row([seq], |r| r.get(0))
+            .prepare_cached("SELECT id FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 2")?
+            .query_row(params![seq, tid], |r| r.get(0))
             .optional()?;
         match id {
             Some(id) => rows.push((seq, id)),
@@ -1630,7 +1633,7 @@ pub(crate) fn configure_topic(
     config(cx, tid)
 }
 
-/// Deletes up to `?2` jobs of topic `?1` in `state`, returning their keys.
+/// Deletes up to `?2` jobs of topic `?1` in `state`.
 /// The state is written into the SQL, not bound: only a literal matches a
 /// partial index's `WHERE state = N` (with the query planner stability
 /// guarantee on, a bound state would read every row of the topic through
@@ -1648,8 +1651,8 @@ fn delete_leases(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
     for seq in cx.leases.of_topic(tid, max.max(0) as usize) {
         let key: Option<Option<String>> = cx
             .conn
-            .prepare_cached("SELECT fkey FROM jobs WHERE seq = ?1 AND state = 2")?
-            .query_row([seq], |r| r.get(0))
+            .prepare_cached("SELECT fkey FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 2")?
+            .query_row(params![seq, tid], |r| r.get(0))
             .optional()?;
         cx.leases.remove(seq);
         let Some(key) = key else { continue };
@@ -2160,6 +2163,63 @@ mod tests {
                 "state {state}: {plan:?}"
             );
         }
+    }
+
+    /// An item of a batch undone by its own savepoint takes its lease
+    /// changes with it: the lease its nack ended is held again, in memory
+    /// as in the file, and ends at its deadline.
+    #[tokio::test]
+    async fn a_batch_item_undone_alone_keeps_its_lease() {
+        const T0: u64 = 1_700_000_000_000;
+        let dir = tempfile::tempdir().unwrap();
+        let s = crate::EmbeddedStore::open(dir.path()).unwrap();
+        let topic = Topic::new("items").unwrap();
+        let jobs: Vec<NewJob> = ["a", "b"]
+            .map(|id| {
+                NewJob::new(
+                    JobId::new(id).unwrap(),
+                    Body::Json("1".into()),
+                    When::DelayMs(0),
+                )
+            })
+            .into();
+        s.enqueue(&topic, &jobs, T0).await.unwrap();
+        let leases = s.reserve(&topic, 2, Some(1000), T0).await.unwrap().leases;
+        let t = topic.clone();
+        let results = s
+            .writer
+            .exec(move |cx| {
+                per_item(cx, &leases, |cx, l| {
+                    let given_back = Nack {
+                        token: &l.token,
+                        error: "e",
+                        retry_in_ms: Some(0),
+                        dead: false,
+                        priority: None,
+                    };
+                    nack(cx, &t, &l.id, given_back, T0)?;
+                    // b's nack ran, then its item fails: undone alone.
+                    if l.id.as_str() == "b" {
+                        return Err(Failure(StoreError::Unavailable(
+                            "the test's failure".into(),
+                        )));
+                    }
+                    Ok(())
+                })
+            })
+            .await
+            .unwrap();
+        assert!(results[0].is_ok() && results[1].is_err(), "{results:?}");
+        assert_eq!(s.writer.read(|cx| Ok(cx.leases.len())).await.unwrap(), 1);
+        let b = s
+            .get(&topic, &JobId::new("b").unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(b.state, JobState::Reserved);
+        let r = s.requeue_expired(&topic, 10, T0 + 1001).await.unwrap();
+        let ids: Vec<_> = r.jobs.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["b"]);
     }
 
     #[test]

@@ -462,7 +462,10 @@ fn run(
                 continue;
             }
             if savepoint && let Err(e) = cx.conn.execute_batch("ROLLBACK TO op; RELEASE op") {
-                tracing::error!(error = %e, "embedded store savepoint rollback failed");
+                // What the file kept of the operation is unknown: read it
+                // afresh (the leases in memory with it) before the next call.
+                tracing::error!(error = %e, "embedded store savepoint rollback failed; the file is reopened before the next call");
+                stale = true;
             }
             replies.push(reply);
         }
@@ -495,8 +498,9 @@ fn run(
                     cx.wake.clear();
                     cx.leases.undo_to(0);
                     // Only an unknown outcome needs the file read afresh; a
-                    // known failure is undone by the rollback.
-                    stale = cx.unsynced;
+                    // known failure is undone by the rollback (unless that
+                    // failed too).
+                    stale = cx.unsynced || !cx.conn.is_autocommit();
                     for r in replies {
                         r(Some(err.clone()));
                     }
