@@ -2165,6 +2165,51 @@ mod tests {
         }
     }
 
+    /// Every read of ready jobs seeks the one ready index (the jobs
+    /// without a key are its `fkey IS NULL` prefix) in the order it wants,
+    /// without sorting.
+    #[test]
+    fn ready_jobs_are_read_in_index_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = crate::schema::open(&dir.path().join("f"), None).unwrap();
+        for sql in [
+            format!(
+                "SELECT {LEASABLE} FROM jobs
+                 WHERE tid = ?1 AND state = 1 AND fkey IS NULL ORDER BY priority, due_ms, seq LIMIT ?2"
+            ),
+            format!(
+                "SELECT {LEASABLE} FROM jobs WHERE tid = ?1 AND state = 1 AND fkey = ?2
+                 ORDER BY priority, due_ms, seq LIMIT 1"
+            ),
+            "SELECT EXISTS (SELECT 1 FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL)"
+                .to_string(),
+            "SELECT min(fkey) FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL AND fkey > ?2"
+                .to_string(),
+            format!(
+                "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL
+                 ORDER BY fkey, priority, due_ms, seq LIMIT ?2 OFFSET ?3"
+            ),
+            delete_in_state(READY),
+        ] {
+            let plan: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .raw_query()
+                .mapped(|r| r.get::<_, String>(3))
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert!(
+                plan.iter().any(|p| p.contains("USING INDEX jobs_ready")
+                    || p.contains("USING COVERING INDEX jobs_ready")),
+                "{sql}: {plan:?}"
+            );
+            assert!(
+                !plan.iter().any(|p| p.contains("TEMP B-TREE")),
+                "{sql}: {plan:?}"
+            );
+        }
+    }
+
     /// An item of a batch undone by its own savepoint takes its lease
     /// changes with it: the lease its nack ended is held again, in memory
     /// as in the file, and ends at its deadline.

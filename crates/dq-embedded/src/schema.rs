@@ -6,7 +6,7 @@
 //! | state | meaning | index |
 //! | --- | --- | --- |
 //! | 0 | scheduled | `(tid, due_ms)` |
-//! | 1 | ready | `(tid, priority, due_ms, seq)` — the hand-out order (jobs without a flow-control key); `(tid, fkey, priority, due_ms, seq)` — each key's lane |
+//! | 1 | ready | `(tid, fkey, priority, due_ms, seq)`: the jobs without a flow-control key first (`fkey IS NULL`, in hand-out order), then each key's lane |
 //! | 2 | reserved | none: the writer keeps the leases in memory (`leases`), built by a scan at open |
 //! | 3 | dead | `(tid, died_ms, seq)` |
 //!
@@ -145,8 +145,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     // → 6
     Migration {
-        what: "leases kept in memory: the index of reserved jobs by deadline dropped",
-        sql: "DROP INDEX jobs_lease;",
+        what: "leases kept in memory: the index of reserved jobs by deadline dropped; one index of ready jobs, the jobs without a key first",
+        sql: "DROP INDEX jobs_lease;
+              DROP INDEX jobs_ready;
+              DROP INDEX jobs_kready;
+              CREATE INDEX jobs_ready ON jobs(tid, fkey, priority, due_ms, seq) WHERE state = 1;",
     },
 ];
 
