@@ -77,6 +77,11 @@ async fn fsync_errors_never_get_a_2xx_and_after_recovery_the_api_and_the_file_ag
         .post("/v1/topics/fs/jobs", json!({"id": "before", "body": 1}))
         .await;
     assert_eq!(s, 201, "{v}");
+    // A job to lease while fsync fails (topic `fsl`).
+    let (s, v) = dq
+        .post("/v1/topics/fsl/jobs", json!({"id": "x", "body": 1}))
+        .await;
+    assert_eq!(s, 201, "{v}");
 
     let pid = dq.pid();
     let mut strace = Command::new("strace")
@@ -118,6 +123,18 @@ async fn fsync_errors_never_get_a_2xx_and_after_recovery_the_api_and_the_file_ag
         (503, Some("store_outcome_unknown")),
         "{v}"
     );
+    // A lease made while fsync fails: unknown whether the file kept it.
+    let (s, v) = dq
+        .post(
+            "/v1/reserve",
+            json!({"topics": ["fsl"], "max": 1, "lease_ms": 1000}),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (503, Some("store_outcome_unknown")),
+        "{v}"
+    );
     let (s, v) = dq.get("/readyz").await;
     assert_eq!(s, 503, "not ready while writes cannot be synced: {v}");
     assert_eq!(v["error"]["code"], "store_outcome_unknown", "{v}");
@@ -149,6 +166,17 @@ async fn fsync_errors_never_get_a_2xx_and_after_recovery_the_api_and_the_file_ag
         .post("/v1/topics/fs/jobs", json!({"id": "after", "body": 2}))
         .await;
     assert_eq!(s, 201, "{v}");
+    // The job leased while fsync failed is handed out again: at once if the
+    // file did not keep the lease, at the lease's end if it did (the store
+    // read its leases afresh from the file when it reopened it).
+    let (s, v) = dq
+        .post(
+            "/v1/reserve",
+            json!({"topics": ["fsl"], "max": 1, "wait_ms": 10_000, "lease_ms": 60_000}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["jobs"][0]["id"], "x", "{v}");
 
     // What the API showed is what the file holds.
     dq.restart().await;
