@@ -106,19 +106,20 @@ impl Leases {
             .collect()
     }
 
-    /// Up to `max` of topic `tid`'s leases, any of them: their jobs' `seq`.
-    pub(crate) fn of_topic(&self, tid: i64, max: usize) -> Vec<i64> {
+    /// Topic `tid`'s leases, the earliest to end first.
+    fn topic(&self, tid: i64) -> impl Iterator<Item = &(i64, i64, i64)> {
         self.order
             .range((tid, i64::MIN, i64::MIN)..=(tid, i64::MAX, i64::MAX))
-            .take(max)
-            .map(|&(_, _, seq)| seq)
-            .collect()
+    }
+
+    /// Up to `max` of topic `tid`'s leases, any of them: their jobs' `seq`.
+    pub(crate) fn of_topic(&self, tid: i64, max: usize) -> Vec<i64> {
+        self.topic(tid).take(max).map(|&(_, _, seq)| seq).collect()
     }
 
     /// When topic `tid`'s first lease ends.
     pub(crate) fn next_deadline(&self, tid: i64) -> Option<u64> {
-        self.order
-            .range((tid, i64::MIN, i64::MIN)..=(tid, i64::MAX, i64::MAX))
+        self.topic(tid)
             .next()
             .map(|&(_, deadline, _)| deadline.max(0) as u64)
     }

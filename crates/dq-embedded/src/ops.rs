@@ -1316,19 +1316,8 @@ pub(crate) fn requeue_expired(
     // The leases that ended, from memory; each row read by its id.
     let mut rows: Vec<(i64, String)> = Vec::new();
     for seq in cx.leases.expired(tid, now as i64, max) {
-        let id: Option<String> = cx
-            .conn
-            .prepare_cached("SELECT id FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 2")?
-            .query_row(params![seq, tid], |r| r.get(0))
-            .optional()?;
-        match id {
-            Some(id) => rows.push((seq, id)),
-            // Not reserved in the file: cannot happen while every change of
-            // a lease goes through `Leases`; drop the entry rather than loop.
-            None => {
-                tracing::warn!(seq, "embedded store: a lease in memory had no reserved row");
-                cx.leases.remove(seq);
-            }
+        if let Some((id, _)) = leased_row(cx, tid, seq)? {
+            rows.push((seq, id));
         }
     }
     let mut out = Requeued::default();
@@ -1644,18 +1633,33 @@ fn delete_in_state(state: i64) -> String {
     )
 }
 
+/// The id and key of reserved job `seq` of topic `tid`, a lease in memory.
+/// `None` when the file does not hold it reserved: cannot happen while
+/// every change of a lease goes through `Leases`; the entry is dropped
+/// rather than found again and again.
+fn leased_row(cx: &mut Ctx, tid: i64, seq: i64) -> OpResult<Option<(String, Option<String>)>> {
+    let row = cx
+        .conn
+        .prepare_cached("SELECT id, fkey FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 2")?
+        .query_row(params![seq, tid], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if row.is_none() {
+        tracing::warn!(seq, "embedded store: a lease in memory had no reserved row");
+        cx.leases.remove(seq);
+    }
+    Ok(row)
+}
+
 /// Deletes up to `max` of topic `tid`'s reserved jobs (found in memory:
-/// no index holds them), freeing their keys' slots; returns how many.
+/// no index holds them), freeing their keys' slots (a delete cut short
+/// leaves no key held for good); returns how many.
 fn delete_leases(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
     let mut n = 0;
     for seq in cx.leases.of_topic(tid, max.max(0) as usize) {
-        let key: Option<Option<String>> = cx
-            .conn
-            .prepare_cached("SELECT fkey FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 2")?
-            .query_row(params![seq, tid], |r| r.get(0))
-            .optional()?;
+        let Some((_, key)) = leased_row(cx, tid, seq)? else {
+            continue;
+        };
         cx.leases.remove(seq);
-        let Some(key) = key else { continue };
         cx.conn.with(HotSql::Delete, |st| st.execute([seq]))?;
         if let Some(k) = key {
             free_slot(cx, tid, &k)?;
@@ -1677,8 +1681,6 @@ pub(crate) fn delete_topic(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<
         if left <= 0 {
             break;
         }
-        // The keys of deleted leases, to free their slots (a delete cut
-        // short leaves no key held for good).
         let n = if state == RESERVED {
             delete_leases(cx, tid, left)?
         } else {
