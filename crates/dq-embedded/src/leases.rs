@@ -7,7 +7,7 @@
 //! of the writer's instructions per job, docs/performance.md, "Leases in
 //! memory"). The set is built from the
 //! table when the file is opened (one scan of the jobs table, the only
-//! cost: [`Leases::load`]) and kept in step by every operation that starts,
+//! cost: [`crate::memory::Memory::load`]) and kept in step by every operation that starts,
 //! moves or ends a lease.
 //!
 //! It follows the transaction exactly: each change is logged, and what an
@@ -18,8 +18,6 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
-
-use rusqlite::Connection;
 
 /// Every lease the file holds: job `seq` of topic `tid` reserved until
 /// `deadline` (ms).
@@ -62,21 +60,6 @@ enum Step {
 }
 
 impl Leases {
-    /// The leases of the file `conn` has open: every row in state 2 (one
-    /// scan of the table, no index has them).
-    pub(crate) fn load(conn: &Connection) -> rusqlite::Result<Self> {
-        let mut leases = Leases::default();
-        let mut st =
-            conn.prepare("SELECT seq, tid, coalesce(deadline_ms, 0) FROM jobs WHERE state = 2")?;
-        let mut rows = st.query([])?;
-        while let Some(r) = rows.next()? {
-            let (seq, tid, deadline) = (r.get(0)?, r.get(1)?, r.get(2)?);
-            leases.order.insert((tid, deadline, seq));
-            leases.of.insert(seq, (tid, deadline));
-        }
-        Ok(leases)
-    }
-
     /// Job `seq` of topic `tid` is reserved until `deadline` (a lease made,
     /// or one extended: the entry before is replaced).
     pub(crate) fn add(&mut self, tid: i64, seq: i64, deadline: i64) {
@@ -122,6 +105,12 @@ impl Leases {
         self.topic(tid)
             .next()
             .map(|&(_, deadline, _)| deadline.max(0) as u64)
+    }
+
+    /// Every entry, for comparing with the file (`Memory::check`).
+    #[cfg(debug_assertions)]
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &(i64, i64, i64)> {
+        self.order.iter()
     }
 
     /// How many leases are held, in all topics.

@@ -26,7 +26,9 @@
 
 pub mod backup;
 mod leases;
+mod memory;
 mod ops;
+mod ready;
 mod schema;
 pub mod space;
 pub mod writer;
@@ -196,7 +198,7 @@ impl EmbeddedStore {
         let lock = lock_dir(&dir)?;
         let db = dir.join(DB_FILE);
         let conn = schema::open(&db, options.max_pages)?;
-        let leases = leases::Leases::load(&conn).map_err(|e| OpenError::Corrupt {
+        let mem = memory::Memory::load(&conn).map_err(|e| OpenError::Corrupt {
             file: db.clone(),
             reason: e.to_string(),
         })?;
@@ -206,7 +208,7 @@ impl EmbeddedStore {
             space: space::Space::open(&dir, options.disk_reserve_bytes),
         };
         let wakes: Arc<Mutex<Vec<(u64, WakeFn)>>> = Arc::default();
-        let writer = Writer::start(conn, leases, lock, files, wakes.clone());
+        let writer = Writer::start(conn, mem, lock, files, wakes.clone());
         Ok(Self {
             writer,
             wakes,
@@ -716,7 +718,7 @@ mod tests {
     }
 
     async fn leases_held(s: &EmbeddedStore) -> usize {
-        s.writer.read(|cx| Ok(cx.leases.len())).await.unwrap()
+        s.writer.read(|cx| Ok(cx.mem.leases.len())).await.unwrap()
     }
 
     /// The leases in memory follow the transaction: an operation undone
@@ -742,7 +744,7 @@ mod tests {
                 let b = ops::reserve(cx, &t, 1, Some(1000), T0)?;
                 assert_eq!(b.leases[0].id.as_str(), "b");
                 ops::touch(cx, &t, &JobId::new("a").unwrap(), &token, Some(50_000), T0)?;
-                assert_eq!(cx.leases.len(), 2);
+                assert_eq!(cx.mem.leases.len(), 2);
                 Err(Failure(StoreError::Unavailable(
                     "the test's failure".into(),
                 )))
@@ -761,6 +763,88 @@ mod tests {
         assert_eq!(ids, ["a"]);
         assert_eq!(r.next_deadline_ms, None);
         assert_eq!(leases_held(&s).await, 0);
+    }
+
+    async fn ready_held(s: &EmbeddedStore) -> usize {
+        s.writer.read(|cx| Ok(cx.mem.ready.len())).await.unwrap()
+    }
+
+    /// The ready jobs in memory follow the transaction as the leases do:
+    /// whatever an undone operation did to them (a job leased, enqueued,
+    /// cancelled, rescheduled) is as it was, and the jobs go out in their
+    /// order, after a restart too.
+    #[tokio::test]
+    async fn an_undone_operation_leaves_the_ready_jobs_as_they_were() {
+        let dir = tempfile::tempdir().unwrap();
+        let topic = Topic::new("undo-ready").unwrap();
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        let mut urgent = job("c");
+        urgent.priority = 0;
+        let mut jobs = vec![job("a"), job("b")];
+        for j in &mut jobs {
+            j.priority = 5;
+        }
+        jobs.push(urgent);
+        s.enqueue(&topic, &jobs, T0).await.unwrap();
+        assert_eq!(ready_held(&s).await, 3);
+        let t = topic.clone();
+        let undone: StoreResult<()> = s
+            .writer
+            .exec(move |cx| {
+                let got = ops::reserve(cx, &t, 1, Some(1000), T0)?;
+                assert_eq!(got.leases[0].id.as_str(), "c", "priority 0 first");
+                ops::enqueue(cx, &t, &[job("d")], T0)?;
+                ops::cancel(cx, &t, &JobId::new("a").unwrap(), T0)?;
+                ops::reschedule(cx, &t, &JobId::new("b").unwrap(), T0 + 60_000, T0)?;
+                assert_eq!(cx.mem.ready.len(), 1);
+                Err(Failure(StoreError::Unavailable(
+                    "the test's failure".into(),
+                )))
+            })
+            .await;
+        assert!(undone.is_err());
+        assert_eq!(ready_held(&s).await, 3);
+        drop(s);
+        let s = loop {
+            match EmbeddedStore::open(dir.path()) {
+                Ok(s) => break s,
+                Err(OpenError::Locked { .. }) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(ready_held(&s).await, 3, "read back at open");
+        let got = s.reserve(&topic, 10, Some(1000), T0).await.unwrap().leases;
+        let ids: Vec<_> = got.iter().map(|l| l.id.as_str()).collect();
+        assert_eq!(ids, ["c", "a", "b"]);
+        assert_eq!(ready_held(&s).await, 0);
+    }
+
+    /// A reserve reads the rows of its jobs in one pass when their row
+    /// ids are close: a ready job between them that is not handed out
+    /// (a later priority) is read and left ready, and the jobs go out in
+    /// their order, not the rows'.
+    #[tokio::test]
+    async fn a_span_of_rows_hands_out_only_the_jobs_in_front() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        let topic = Topic::new("span").unwrap();
+        let jobs: Vec<NewJob> = [("w", 3), ("x", 1), ("y", 9), ("z", 0)]
+            .map(|(id, p)| {
+                let mut j = job(id);
+                j.priority = p;
+                j
+            })
+            .into();
+        s.enqueue(&topic, &jobs, T0).await.unwrap();
+        let got = s.reserve(&topic, 3, Some(1000), T0).await.unwrap().leases;
+        let ids: Vec<_> = got.iter().map(|l| l.id.as_str()).collect();
+        assert_eq!(ids, ["z", "x", "w"]);
+        assert_eq!(ready_held(&s).await, 1);
+        let rest = s.reserve(&topic, 3, Some(1000), T0).await.unwrap().leases;
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].id.as_str(), "y");
     }
 
     /// A lease whose token names no row (as an older dq wrote them: the

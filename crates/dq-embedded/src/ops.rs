@@ -157,6 +157,21 @@ fn place(
         let head = sched_head(cx, tid)?;
         (SCHEDULED, head.is_none_or(|h| due < h))
     };
+    if from == Some(READY) || to == READY {
+        // The ready jobs without a key are in memory, by priority and due time.
+        let (priority, old_due, keyed): (i64, i64, bool) = cx
+            .conn
+            .prepare_cached("SELECT priority, due_ms, fkey IS NOT NULL FROM jobs WHERE seq = ?1")?
+            .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        if !keyed {
+            if from == Some(READY) {
+                cx.mem.ready.remove(tid, priority, old_due, seq);
+            }
+            if to == READY {
+                cx.mem.ready.add(tid, priority, due as i64, seq);
+            }
+        }
+    }
     cx.conn
         .prepare_cached("UPDATE jobs SET state = ?1, due_ms = ?2 WHERE seq = ?3")?
         .execute(params![to, due as i64, seq])?;
@@ -263,11 +278,14 @@ pub(crate) fn enqueue(
         };
         let mut replaced = false;
         if insert(cx)? == 0 {
-            let (seq, old, old_due): (i64, i64, u64) = cx
+            #[allow(clippy::type_complexity)]
+            let (seq, old, old_due, old_priority, old_keyed): (i64, i64, u64, i64, bool) = cx
                 .conn
-                .prepare_cached("SELECT seq, state, due_ms FROM jobs WHERE tid = ?1 AND id = ?2")?
+                .prepare_cached(
+                    "SELECT seq, state, due_ms, priority, fkey IS NOT NULL FROM jobs WHERE tid = ?1 AND id = ?2",
+                )?
                 .query_row(params![tid, id.as_str()], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
                 })?;
             if !(j.replace && (old == SCHEDULED || old == READY)) {
                 out.push(Enqueued {
@@ -281,6 +299,9 @@ pub(crate) fn enqueue(
                 continue;
             }
             cx.conn.with(HotSql::Delete, |st| st.execute([seq]))?;
+            if old == READY && !old_keyed {
+                cx.mem.ready.remove(tid, old_priority, old_due as i64, seq);
+            }
             d[old as usize] -= 1;
             if old == SCHEDULED && head == Some(old_due) {
                 // The head may have been this job: ask again.
@@ -293,6 +314,12 @@ pub(crate) fn enqueue(
         }
         d[state as usize] += 1;
         if state == READY {
+            if j.key.is_none() {
+                let seq = cx.conn.last_insert_rowid();
+                cx.mem
+                    .ready
+                    .add(tid, i64::from(j.priority), due as i64, seq);
+            }
             wake = true;
         } else {
             if head.is_none_or(|h| due < h) {
@@ -441,15 +468,21 @@ pub(crate) fn cancel(
     let Some((seq, state)) = row else {
         return Ok(None);
     };
-    let (dedup_ms, fkey): (Option<i64>, Option<String>) = cx
+    #[allow(clippy::type_complexity)]
+    let (dedup_ms, fkey, priority, due): (Option<i64>, Option<String>, i64, i64) = cx
         .conn
-        .prepare_cached("DELETE FROM jobs WHERE seq = ?1 RETURNING dedup_ms, fkey")?
-        .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        .prepare_cached(
+            "DELETE FROM jobs WHERE seq = ?1 RETURNING dedup_ms, fkey, priority, due_ms",
+        )?
+        .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+    if state == READY && fkey.is_none() {
+        cx.mem.ready.remove(tid, priority, due, seq);
+    }
     open_window(cx, tid, id.as_str(), dedup_ms, now)?;
     counts(cx, tid, delta(Some(state), None))?;
     bump(cx, tid, "cancelled", 1)?;
     if state == RESERVED {
-        cx.leases.remove(seq);
+        cx.mem.leases.remove(seq);
         unlease(cx, topic, tid, fkey)?;
     }
     Ok(Some(state_of(state)))
@@ -478,14 +511,29 @@ pub(crate) fn reschedule(
 }
 
 /// Moves up to `max` due jobs to ready; returns how many.
-fn promote(cx: &Ctx, tid: i64, now: u64, max: i64) -> OpResult<i64> {
-    let moved = cx
+fn promote(cx: &mut Ctx, tid: i64, now: u64, max: i64) -> OpResult<i64> {
+    // Read, then moved one by one: the jobs without a key go into memory
+    // with their places (not `UPDATE … RETURNING`, whose ephemeral table
+    // every reserve would pay for, due jobs or not).
+    let due: Vec<(i64, i64, i64, bool)> = cx
         .conn
         .prepare_cached(
-            "UPDATE jobs SET state = 1 WHERE seq IN
-               (SELECT seq FROM jobs WHERE tid = ?1 AND state = 0 AND due_ms <= ?2 ORDER BY due_ms LIMIT ?3)",
+            "SELECT seq, priority, due_ms, fkey IS NOT NULL FROM jobs
+             WHERE tid = ?1 AND state = 0 AND due_ms <= ?2 ORDER BY due_ms LIMIT ?3",
         )?
-        .execute(params![tid, now as i64, max])? as i64;
+        .query_map(params![tid, now as i64, max], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    for &(seq, priority, due_ms, keyed) in &due {
+        cx.conn
+            .prepare_cached("UPDATE jobs SET state = 1 WHERE seq = ?1")?
+            .execute([seq])?;
+        if !keyed {
+            cx.mem.ready.add(tid, priority, due_ms, seq);
+        }
+    }
+    let moved = due.len() as i64;
     counts(cx, tid, [-moved, moved, 0, 0])?;
     Ok(moved)
 }
@@ -571,15 +619,9 @@ pub(crate) fn reserve(
     let (go, key_token_at) = if keyed {
         reserve_keyed(cx, &mut hand, take)?
     } else {
-        let rows: Vec<Leasable> = cx
-            .conn
-            .prepare_cached(&format!(
-                "SELECT {LEASABLE} FROM jobs
-                 WHERE tid = ?1 AND state = 1 AND fkey IS NULL ORDER BY priority, due_ms, seq LIMIT ?2"
-            ))?
-            .query_map(params![tid, take as i64], Leasable::row)?
-            .collect::<Result<_, _>>()?;
-        for j in rows {
+        // The first ready jobs, from memory, and their rows.
+        let places = cx.mem.ready.first(tid, take as usize);
+        for j in ready_rows(cx, tid, &places)? {
             hand.lease(cx, j)?;
         }
         // The topic's ready count once promote moved its jobs in.
@@ -710,24 +752,86 @@ fn ready_keys(cx: &Ctx, tid: i64) -> OpResult<Vec<String>> {
         .collect::<Result<_, _>>()?)
 }
 
-/// The next job of a key's lane (`None`: the jobs without a key).
-fn lane_head(cx: &Ctx, tid: i64, key: Option<&str>) -> OpResult<Option<Leasable>> {
-    let sql = match key {
-        None => format!(
-            "SELECT {LEASABLE} FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NULL
-             ORDER BY priority, due_ms, seq LIMIT 1"
-        ),
-        Some(_) => format!(
+/// The ready job without a key at `place` (`(priority, due, seq)`) of
+/// topic `tid`'s order in memory, read to be leased. `None` when the file
+/// does not hold it ready: cannot happen while every change of a ready job
+/// goes through [`crate::ready::Ready`]; the entry is dropped rather than
+/// found again and again.
+fn ready_row(cx: &mut Ctx, tid: i64, place: (i64, i64, i64)) -> OpResult<Option<Leasable>> {
+    let (priority, due, seq) = place;
+    let row = cx.conn.with(HotSql::ReadyRow, |st| {
+        st.query_row(params![seq, tid], Leasable::row).optional()
+    })?;
+    if row.is_none() {
+        tracing::warn!(
+            seq,
+            "embedded store: a ready job in memory had no ready row"
+        );
+        cx.mem.ready.remove(tid, priority, due, seq);
+    }
+    Ok(row)
+}
+
+/// The rows of topic `tid`'s ready jobs at `places` (from memory, in
+/// hand-out order), in that order. Jobs enqueued together and due together
+/// have neighbouring row ids: when the places' row ids are that dense (a
+/// span of at most twice their number), one pass over the table's rows
+/// between the first and the last reads them all (instead of a statement
+/// and a search from the table's root per job: −7 % of the writer's
+/// instructions per lifecycle, docs/performance.md, "Ready jobs in
+/// memory"); else each is read by its id ([`ready_row`]). A place whose row
+/// is not ready is dropped, as `ready_row` drops it.
+fn ready_rows(cx: &mut Ctx, tid: i64, places: &[(i64, i64, i64)]) -> OpResult<Vec<Leasable>> {
+    let lo = places.iter().map(|p| p.2).min().unwrap_or(0);
+    let hi = places.iter().map(|p| p.2).max().unwrap_or(0);
+    if places.len() < 2 || hi - lo >= 2 * places.len() as i64 {
+        let mut out = Vec::with_capacity(places.len());
+        for &place in places {
+            out.extend(ready_row(cx, tid, place)?);
+        }
+        return Ok(out);
+    }
+    let rows: Vec<Leasable> = cx.conn.with(HotSql::ReadySpan, |st| {
+        st.query_map(params![lo, hi, tid], Leasable::row)?.collect()
+    })?;
+    // The span's rows come in row-id order.
+    let seqs: Vec<i64> = rows.iter().map(|j| j.seq).collect();
+    let mut rows: Vec<Option<Leasable>> = rows.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(places.len());
+    for &(priority, due, seq) in places {
+        match seqs.binary_search(&seq).ok().and_then(|i| rows[i].take()) {
+            Some(j) => out.push(j),
+            None => {
+                tracing::warn!(
+                    seq,
+                    "embedded store: a ready job in memory had no ready row"
+                );
+                cx.mem.ready.remove(tid, priority, due, seq);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The next job of a key's lane (`None`: the jobs without a key, whose
+/// order is in memory).
+fn lane_head(cx: &mut Ctx, tid: i64, key: Option<&str>) -> OpResult<Option<Leasable>> {
+    let Some(k) = key else {
+        while let Some(place) = cx.mem.ready.head(tid) {
+            if let Some(j) = ready_row(cx, tid, place)? {
+                return Ok(Some(j));
+            }
+        }
+        return Ok(None);
+    };
+    Ok(cx
+        .conn
+        .prepare_cached(&format!(
             "SELECT {LEASABLE} FROM jobs WHERE tid = ?1 AND state = 1 AND fkey = ?2
              ORDER BY priority, due_ms, seq LIMIT 1"
-        ),
-    };
-    let mut st = cx.conn.prepare_cached(&sql)?;
-    Ok(match key {
-        None => st.query_row([tid], Leasable::row),
-        Some(k) => st.query_row(params![tid, k], Leasable::row),
-    }
-    .optional()?)
+        ))?
+        .query_row(params![tid, k], Leasable::row)
+        .optional()?)
 }
 
 /// One lease fewer for key `key` of topic `tid`; its count after, when the
@@ -959,7 +1063,7 @@ pub(crate) fn touch(
     cx.conn
         .prepare_cached("UPDATE jobs SET deadline_ms = ?1 WHERE seq = ?2")?
         .execute(params![deadline as i64, seq])?;
-    cx.leases.add(tid, seq, deadline as i64);
+    cx.mem.leases.add(tid, seq, deadline as i64);
     Ok(deadline)
 }
 
@@ -985,7 +1089,7 @@ fn end_lease(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> 
             st.execute(params![seq, tid, id.as_str(), token])
         })? == 1
     {
-        cx.leases.remove(seq);
+        cx.mem.leases.remove(seq);
         return Ok(tid);
     }
     // Any other: one read finds the lease (only a refusal looks again, to
@@ -1006,7 +1110,7 @@ fn end_lease(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> 
         return Err(StoreError::LeaseMismatch.into());
     };
     cx.conn.with(HotSql::Delete, |st| st.execute([seq]))?;
-    cx.leases.remove(seq);
+    cx.mem.leases.remove(seq);
     open_window(cx, tid, id.as_str(), dedup_ms, now)?;
     unlease(cx, topic, tid, fkey)?;
     Ok(tid)
@@ -1069,7 +1173,7 @@ fn per_item<T, R>(
 ) -> OpResult<Vec<StoreResult<R>>> {
     let mut out = Vec::with_capacity(items.len());
     for it in items {
-        let leases = cx.leases.mark();
+        let mark = cx.mem.mark();
         run_cached(&cx.conn, "SAVEPOINT item")?;
         match op(cx, it) {
             Ok(r) => {
@@ -1077,8 +1181,8 @@ fn per_item<T, R>(
                 out.push(Ok(r));
             }
             Err(Failure(e)) => {
-                // The item's leases go back with its rows.
-                cx.leases.undo_to(leases);
+                // The item's leases and ready jobs go back with its rows.
+                cx.mem.undo_to(mark);
                 if cx.conn.is_autocommit() {
                     // SQLite rolled back the whole transaction.
                     return Err(Failure(e));
@@ -1163,7 +1267,7 @@ fn fail(
         .conn
         .prepare_cached("SELECT attempts, max_attempts, retry, fkey FROM jobs WHERE seq = ?1")?
         .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
-    cx.leases.remove(seq);
+    cx.mem.leases.remove(seq);
     unlease(cx, topic, tid, fkey)?;
     let max = max.unwrap_or(cfg.max_attempts);
     cx.conn
@@ -1283,7 +1387,7 @@ pub(crate) fn release(
              releases = releases + 1 WHERE seq = ?1 RETURNING fkey",
         )?
         .query_row([seq], |r| r.get(0))?;
-    cx.leases.remove(seq);
+    cx.mem.leases.remove(seq);
     unlease(cx, topic, tid, fkey)?;
     let due = now + delay_ms;
     place(cx, topic, tid, seq, Some(RESERVED), due, now)?;
@@ -1315,7 +1419,7 @@ pub(crate) fn requeue_expired(
     };
     // The leases that ended, from memory; each row read by its id.
     let mut rows: Vec<(i64, String)> = Vec::new();
-    for seq in cx.leases.expired(tid, now as i64, max) {
+    for seq in cx.mem.leases.expired(tid, now as i64, max) {
         if let Some((id, _)) = leased_row(cx, tid, seq)? {
             rows.push((seq, id));
         }
@@ -1347,7 +1451,7 @@ pub(crate) fn requeue_expired(
         }
         bump(cx, tid, "expired", out.jobs.len() as i64)?;
     }
-    out.next_deadline_ms = cx.leases.next_deadline(tid);
+    out.next_deadline_ms = cx.mem.leases.next_deadline(tid);
     Ok(out)
 }
 
@@ -1361,15 +1465,24 @@ pub(crate) fn list_dead(
 }
 
 pub(crate) fn list_ready(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<Vec<JobInfo>> {
-    // The jobs without a key in hand-out order, then the keys' lanes.
-    let mut jobs = list_in_state(
-        cx,
-        topic,
-        "state = 1 AND fkey IS NULL",
-        "priority, due_ms, seq",
-        0,
-        limit,
-    )?;
+    // The jobs without a key in hand-out order (from memory), then the
+    // keys' lanes.
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok(Vec::new());
+    };
+    let cfg = config(cx, tid)?;
+    let mut jobs = Vec::new();
+    for (_, _, seq) in cx.mem.ready.first(tid, limit) {
+        jobs.extend(
+            cx.conn
+                .prepare_cached(&format!(
+                    "SELECT {JOB_COLUMNS} FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1"
+                ))?
+                .query_row(params![seq, tid], |r| job_row(r, &cfg))
+                .optional()?
+                .map(|(_, j)| j),
+        );
+    }
     if jobs.len() < limit {
         jobs.extend(list_in_state(
             cx,
@@ -1645,7 +1758,7 @@ fn leased_row(cx: &mut Ctx, tid: i64, seq: i64) -> OpResult<Option<(String, Opti
         .optional()?;
     if row.is_none() {
         tracing::warn!(seq, "embedded store: a lease in memory had no reserved row");
-        cx.leases.remove(seq);
+        cx.mem.leases.remove(seq);
     }
     Ok(row)
 }
@@ -1655,16 +1768,39 @@ fn leased_row(cx: &mut Ctx, tid: i64, seq: i64) -> OpResult<Option<(String, Opti
 /// leaves no key held for good); returns how many.
 fn delete_leases(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
     let mut n = 0;
-    for seq in cx.leases.of_topic(tid, max.max(0) as usize) {
+    for seq in cx.mem.leases.of_topic(tid, max.max(0) as usize) {
         let Some((_, key)) = leased_row(cx, tid, seq)? else {
             continue;
         };
-        cx.leases.remove(seq);
+        cx.mem.leases.remove(seq);
         cx.conn.with(HotSql::Delete, |st| st.execute([seq]))?;
         if let Some(k) = key {
             free_slot(cx, tid, &k)?;
         }
         n += 1;
+    }
+    Ok(n)
+}
+
+/// Deletes up to `max` of topic `tid`'s ready jobs: those without a key
+/// (found in memory), then those with one; returns how many.
+fn delete_ready(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
+    let mut n = 0;
+    for (priority, due, seq) in cx.mem.ready.first(tid, max.max(0) as usize) {
+        cx.mem.ready.remove(tid, priority, due, seq);
+        n += cx
+            .conn
+            .prepare_cached("DELETE FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1")?
+            .execute(params![seq, tid])? as i64;
+    }
+    if n < max {
+        n += cx
+            .conn
+            .prepare_cached(
+                "DELETE FROM jobs WHERE seq IN
+                   (SELECT seq FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL LIMIT ?2)",
+            )?
+            .execute(params![tid, max - n])? as i64;
     }
     Ok(n)
 }
@@ -1683,6 +1819,8 @@ pub(crate) fn delete_topic(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<
         }
         let n = if state == RESERVED {
             delete_leases(cx, tid, left)?
+        } else if state == READY {
+            delete_ready(cx, tid, left)?
         } else {
             cx.conn
                 .prepare_cached(&delete_in_state(state))?
@@ -1746,13 +1884,7 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
                 ..TopicStats::default()
             })
         })?;
-    let ready_head: Option<u64> = cx
-        .conn
-        .prepare_cached(
-            "SELECT due_ms FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NULL ORDER BY priority, due_ms, seq LIMIT 1",
-        )?
-        .query_row([tid], |r| r.get(0))
-        .optional()?;
+    let ready_head = cx.mem.ready.head(tid).map(|(_, due, _)| due.max(0) as u64);
     // The head of each key's lane (one index seek per key with ready jobs).
     let mut key_heads = None;
     for key in ready_keys(cx, tid)? {
@@ -1856,7 +1988,12 @@ fn lease(
     cx.conn.with(HotSql::Lease, |st| {
         st.execute(params![token, deadline as i64, j.seq])
     })?;
-    cx.leases.add(tid, j.seq, deadline as i64);
+    if j.state == READY && j.fkey.is_none() {
+        cx.mem
+            .ready
+            .remove(tid, i64::from(j.priority), j.due as i64, j.seq);
+    }
+    cx.mem.leases.add(tid, j.seq, deadline as i64);
     Ok(Lease {
         topic: topic.clone(),
         id: JobId::new(j.id).map_err(|e| Failure(StoreError::Invalid(e)))?,
@@ -2167,18 +2304,13 @@ mod tests {
         }
     }
 
-    /// Every read of ready jobs seeks the one ready index (the jobs
-    /// without a key are its `fkey IS NULL` prefix) in the order it wants,
-    /// without sorting.
+    /// Every read of the ready jobs with a key seeks their index (those
+    /// without one are in memory) in the order it wants, without sorting.
     #[test]
-    fn ready_jobs_are_read_in_index_order() {
+    fn keyed_ready_jobs_are_read_in_index_order() {
         let dir = tempfile::tempdir().unwrap();
         let conn = crate::schema::open(&dir.path().join("f"), None).unwrap();
         for sql in [
-            format!(
-                "SELECT {LEASABLE} FROM jobs
-                 WHERE tid = ?1 AND state = 1 AND fkey IS NULL ORDER BY priority, due_ms, seq LIMIT ?2"
-            ),
             format!(
                 "SELECT {LEASABLE} FROM jobs WHERE tid = ?1 AND state = 1 AND fkey = ?2
                  ORDER BY priority, due_ms, seq LIMIT 1"
@@ -2191,7 +2323,8 @@ mod tests {
                 "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL
                  ORDER BY fkey, priority, due_ms, seq LIMIT ?2 OFFSET ?3"
             ),
-            delete_in_state(READY),
+            "SELECT seq FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL LIMIT ?2"
+                .to_string(),
         ] {
             let plan: Vec<String> = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
@@ -2201,8 +2334,8 @@ mod tests {
                 .collect::<Result<_, _>>()
                 .unwrap();
             assert!(
-                plan.iter().any(|p| p.contains("USING INDEX jobs_ready")
-                    || p.contains("USING COVERING INDEX jobs_ready")),
+                plan.iter().any(|p| p.contains("USING INDEX jobs_kready")
+                    || p.contains("USING COVERING INDEX jobs_kready")),
                 "{sql}: {plan:?}"
             );
             assert!(
@@ -2257,7 +2390,10 @@ mod tests {
             .await
             .unwrap();
         assert!(results[0].is_ok() && results[1].is_err(), "{results:?}");
-        assert_eq!(s.writer.read(|cx| Ok(cx.leases.len())).await.unwrap(), 1);
+        assert_eq!(
+            s.writer.read(|cx| Ok(cx.mem.leases.len())).await.unwrap(),
+            1
+        );
         let b = s
             .get(&topic, &JobId::new("b").unwrap())
             .await

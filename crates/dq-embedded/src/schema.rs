@@ -6,7 +6,7 @@
 //! | state | meaning | index |
 //! | --- | --- | --- |
 //! | 0 | scheduled | `(tid, due_ms)` |
-//! | 1 | ready | `(tid, fkey, priority, due_ms, seq)`: the jobs without a flow-control key first (`fkey IS NULL`, in hand-out order), then each key's lane |
+//! | 1 | ready | with a flow-control key: `(tid, fkey, priority, due_ms, seq)`, each key's lane; without one: none, the writer keeps them in memory in hand-out order (`ready`), built by the same scan at open |
 //! | 2 | reserved | none: the writer keeps the leases in memory (`leases`), built by a scan at open |
 //! | 3 | dead | `(tid, died_ms, seq)` |
 //!
@@ -150,6 +150,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
               DROP INDEX jobs_ready;
               DROP INDEX jobs_kready;
               CREATE INDEX jobs_ready ON jobs(tid, fkey, priority, due_ms, seq) WHERE state = 1;",
+    },
+    // → 7
+    Migration {
+        what: "ready jobs without a key kept in memory: the ready index holds only the jobs with a flow-control key",
+        sql: "DROP INDEX jobs_ready;
+              CREATE INDEX jobs_kready ON jobs(tid, fkey, priority, due_ms, seq) WHERE state = 1 AND fkey IS NOT NULL;",
     },
 ];
 

@@ -38,7 +38,7 @@ use dq_core::{StoreError, WakeFn};
 use rusqlite::{Connection, Statement};
 use tokio::sync::oneshot;
 
-use crate::leases::Leases;
+use crate::memory::Memory;
 use crate::space::Space;
 
 /// Most operations in one transaction.
@@ -54,16 +54,20 @@ pub(crate) enum HotSql {
     AckPlain,
     FindLease,
     Delete,
+    ReadyRow,
+    ReadySpan,
 }
 
 impl HotSql {
     #[cfg(test)]
-    const ALL: [HotSql; 5] = [
+    const ALL: [HotSql; 7] = [
         HotSql::Insert,
         HotSql::Lease,
         HotSql::AckPlain,
         HotSql::FindLease,
         HotSql::Delete,
+        HotSql::ReadyRow,
+        HotSql::ReadySpan,
     ];
 
     fn sql(self) -> &'static str {
@@ -85,6 +89,21 @@ impl HotSql {
                 "SELECT seq, dedup_ms, fkey FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3"
             }
             HotSql::Delete => "DELETE FROM jobs WHERE seq = ?1",
+            // A ready job without a key, found in memory (`crate::ready`),
+            // read to be leased: the columns of `ops::LEASABLE`.
+            HotSql::ReadyRow => {
+                "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey
+                 FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1 AND fkey IS NULL"
+            }
+            // The same for the rows between two row ids, in row-id order
+            // (`ops::ready_rows`). `+tid`: a range of row ids, never the
+            // topic's whole `(tid, id)` index, which the planner would
+            // otherwise pick.
+            HotSql::ReadySpan => {
+                "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey
+                 FROM jobs WHERE seq BETWEEN ?1 AND ?2 AND +tid = ?3 AND state = 1 AND fkey IS NULL
+                 ORDER BY seq"
+            }
         }
     }
 }
@@ -97,7 +116,7 @@ impl HotSql {
 /// instructions per job (docs/performance.md, "Held statements").
 /// One cell per statement: a `with` inside another's `f` is fine, the same
 /// statement twice would panic.
-pub(crate) struct Hot<'c>([RefCell<Option<Statement<'c>>>; 5]);
+pub(crate) struct Hot<'c>([RefCell<Option<Statement<'c>>>; 7]);
 
 self_cell::self_cell!(
     /// The connection and its held statements, which self_cell drops before
@@ -159,8 +178,9 @@ pub(crate) struct Ctx {
     pub(crate) unsynced: bool,
     /// `ping` wrote a probe in the current transaction.
     pub(crate) probed: bool,
-    /// The reserved jobs and their deadlines, in step with the transaction.
-    pub(crate) leases: Leases,
+    /// The leases and the ready jobs without a key, in step with the
+    /// transaction.
+    pub(crate) mem: Memory,
 }
 
 impl Ctx {
@@ -297,7 +317,7 @@ pub(crate) type OpResult<T> = Result<T, Failure>;
 impl Writer {
     pub(crate) fn start(
         conn: Connection,
-        leases: Leases,
+        mem: Memory,
         lock: File,
         files: Files,
         wakes: Arc<Mutex<Vec<(u64, WakeFn)>>>,
@@ -313,7 +333,7 @@ impl Writer {
                     wake: Vec::new(),
                     unsynced: false,
                     probed: false,
-                    leases,
+                    mem,
                 };
                 let mut files = files;
                 run(&mut cx, &mut files, &rx, &wakes);
@@ -433,7 +453,7 @@ fn run(
             }
             let wake_mark = cx.wake.len();
             let created_mark = cx.created.len();
-            let leases_mark = cx.leases.mark();
+            let mem_mark = cx.mem.mark();
             let (err, reply) = op(Some(cx));
             let Some(err) = err else {
                 if savepoint && let Err(e) = run_cached(&cx.conn, "RELEASE op") {
@@ -447,14 +467,14 @@ fn run(
             // gone too, so forget that cached topic id.
             cx.wake.truncate(wake_mark);
             cx.forget_created(created_mark);
-            cx.leases.undo_to(leases_mark);
+            cx.mem.undo_to(mem_mark);
             if cx.conn.is_autocommit() {
                 // SQLite rolled back the whole transaction (a full disk does
                 // that): the group's earlier operations are lost with it.
                 tracing::error!(error = %err, "embedded store transaction rolled back");
                 cx.wake.clear();
                 cx.forget_created(0);
-                cx.leases.undo_to(0);
+                cx.mem.undo_all();
                 for r in replies.drain(..) {
                     r(Some(err.clone()));
                 }
@@ -476,7 +496,7 @@ fn run(
                         cx.unsynced = false;
                     }
                     cx.created.clear();
-                    cx.leases.committed();
+                    cx.mem.committed(Some(&cx.conn));
                     // Wake first, so a caller that sees its answer can rely on
                     // its wake-up having been delivered.
                     deliver_wakes(cx, wakes);
@@ -496,7 +516,7 @@ fn run(
                     let _ = cx.conn.execute_batch("ROLLBACK");
                     cx.forget_created(0);
                     cx.wake.clear();
-                    cx.leases.undo_to(0);
+                    cx.mem.undo_all();
                     // Only an unknown outcome needs the file read afresh; a
                     // known failure is undone by the rollback (unless that
                     // failed too).
@@ -534,10 +554,10 @@ fn reopen(cx: &mut Ctx, files: &Files) -> Result<(), StoreError> {
             ),
         })?,
     );
-    cx.leases = Leases::load(&cx.conn).map_err(|e| StoreError::Storage {
+    cx.mem = Memory::load(&cx.conn).map_err(|e| StoreError::Storage {
         code: "store_io_error",
         message: format!(
-            "the embedded store cannot read its leases after reopening its file ({e}); check the data directory's disk"
+            "the embedded store cannot read its leases and ready jobs after reopening its file ({e}); check the data directory's disk"
         ),
     })?;
     cx.tids.clear();
@@ -597,7 +617,9 @@ mod tests {
                 (3, 0, false),
                 (4, 0, false),
                 (3, 3, true),
-                (1, 0, false)
+                (1, 0, false),
+                (2, 10, true),
+                (3, 10, true)
             ]
         );
         // Each finds its rows where it should: the plain ack's, the lease's
@@ -620,6 +642,14 @@ mod tests {
             (
                 HotSql::Delete,
                 Some("SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)"),
+            ),
+            (
+                HotSql::ReadyRow,
+                Some("SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)"),
+            ),
+            (
+                HotSql::ReadySpan,
+                Some("SEARCH jobs USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
             ),
         ] {
             let mut explain = db
