@@ -277,6 +277,17 @@ pub fn clip_error(text: &str) -> &str {
 /// # Errors
 /// `invalid_body` naming the limit.
 pub fn check_json_depth(text: &str) -> Result<(), InvalidInput> {
+    // Nesting deeper than the limit takes more opening brackets than it:
+    // text with fewer (most bodies) needs no walk through its strings. The
+    // count is a plain pass the compiler vectorizes (this check ran at
+    // ≈ 11 instructions per byte of every enqueued body).
+    let opening = text
+        .bytes()
+        .map(|b| usize::from(b == b'[' || b == b'{'))
+        .sum::<usize>();
+    if opening <= MAX_JSON_DEPTH {
+        return Ok(());
+    }
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for b in text.bytes() {
         if in_string {
@@ -331,6 +342,12 @@ mod tests {
         let in_string = format!(r#"["{}\"{}"]"#, "[".repeat(500), "{".repeat(500));
         assert!(check_json_depth(&in_string).is_ok());
         assert!(check_json_depth(r#"{"a": {"b": [1, {"c": "]]]"}]}}"#).is_ok());
+        // More brackets than the limit, none deep: walked, and fine.
+        let wide = format!("[{}[]]", "[],".repeat(2 * MAX_JSON_DEPTH));
+        assert!(check_json_depth(&wide).is_ok());
+        // Deep after a wide start: refused.
+        let late = format!("[{}{}]", "[],".repeat(MAX_JSON_DEPTH), at(MAX_JSON_DEPTH));
+        assert_eq!(check_json_depth(&late).unwrap_err().code, "invalid_body");
     }
 
     #[test]
