@@ -213,10 +213,7 @@ fn printable(what: &str, code: &'static str, max: usize, value: &str) -> Result<
     // character, none of them whitespace or control; checked in one pass
     // the compiler vectorizes, without decoding characters (every id and
     // topic of every call comes through here).
-    if !value.is_empty()
-        && value.len() <= max
-        && value.bytes().all(|b| (0x21..0x7f).contains(&b))
-    {
+    if !value.is_empty() && value.len() <= max && value.bytes().all(|b| (0x21..0x7f).contains(&b)) {
         return Ok(());
     }
     let chars = value.chars().count();

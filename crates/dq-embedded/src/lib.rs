@@ -28,7 +28,7 @@ pub mod backup;
 mod leases;
 mod memory;
 mod ops;
-mod ready;
+mod ordered;
 mod schema;
 pub mod space;
 pub mod writer;

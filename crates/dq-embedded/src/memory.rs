@@ -1,6 +1,6 @@
 //! What the writer keeps in memory instead of in an index: the leases
-//! ([`Leases`], by deadline) and the ready jobs without a key ([`Ready`], in
-//! hand-out order). Both are read from the file when it is opened (one scan
+//! ([`Leases`], by deadline), the ready jobs without a key ([`Ready`], in
+//! hand-out order) and the dead letters ([`Dead`], oldest first). All are read from the file when it is opened (one scan
 //! of the jobs table: [`Memory::load`]) and follow the transaction: the
 //! writer marks them before each operation and batch item, undoes them to
 //! the mark when SQLite undoes its savepoint or the group, and forgets the
@@ -9,12 +9,13 @@
 use rusqlite::Connection;
 
 use crate::leases::Leases;
-use crate::ready::Ready;
+use crate::ordered::{Dead, Ready};
 
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
     pub(crate) leases: Leases,
     pub(crate) ready: Ready,
+    pub(crate) dead: Dead,
     /// Debug builds compare the memory with the file after a commit, every
     /// `check_every` commits (more rarely as the table grows).
     #[cfg(debug_assertions)]
@@ -28,35 +29,41 @@ pub(crate) struct Memory {
 pub(crate) struct Mark {
     leases: usize,
     ready: usize,
+    dead: usize,
 }
 
 impl Memory {
-    /// The leases and ready jobs of the file `conn` has open: one scan of
-    /// the table (no index holds them), reading the columns before the body.
+    /// The leases, ready jobs and dead letters of the file `conn` has
+    /// open: one scan of the table (no index holds them), reading the
+    /// columns before the body.
     pub(crate) fn load(conn: &Connection) -> rusqlite::Result<Self> {
         let mut m = Memory::default();
-        let mut st = conn.prepare(
-            "SELECT seq, tid, state, priority, due_ms, coalesce(deadline_ms, 0), fkey IS NULL
-             FROM jobs WHERE state IN (1, 2)",
-        )?;
+        let mut st = conn.prepare(&format!("{ROWS} WHERE state IN (1, 2, 3)"))?;
         let mut rows = st.query([])?;
         while let Some(r) = rows.next()? {
-            let (seq, tid, state): (i64, i64, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
-            if state == 2 {
-                m.leases.add(tid, seq, r.get(5)?);
-            } else if r.get::<_, bool>(6)? {
-                m.ready.add(tid, r.get(3)?, r.get(4)?, seq);
-            }
+            m.place(&Row::read(r)?);
         }
         m.committed(None);
         Ok(m)
     }
 
-    /// Where both logs are.
+    /// Puts a job's row where its state says (nowhere for a scheduled
+    /// job or a ready one with a key).
+    fn place(&mut self, r: &Row) {
+        match r.state {
+            1 if !r.keyed => self.ready.add((r.tid, r.priority, r.due, r.seq)),
+            2 => self.leases.add(r.tid, r.seq, r.deadline),
+            3 => self.dead.add((r.tid, r.died, r.seq)),
+            _ => {}
+        }
+    }
+
+    /// Where the logs are.
     pub(crate) fn mark(&self) -> Mark {
         Mark {
             leases: self.leases.mark(),
             ready: self.ready.mark(),
+            dead: self.dead.mark(),
         }
     }
 
@@ -64,6 +71,7 @@ impl Memory {
     pub(crate) fn undo_to(&mut self, mark: Mark) {
         self.leases.undo_to(mark.leases);
         self.ready.undo_to(mark.ready);
+        self.dead.undo_to(mark.dead);
     }
 
     /// Undoes every change of the current transaction.
@@ -71,6 +79,7 @@ impl Memory {
         self.undo_to(Mark {
             leases: 0,
             ready: 0,
+            dead: 0,
         });
     }
 
@@ -81,6 +90,7 @@ impl Memory {
     pub(crate) fn committed(&mut self, conn: Option<&Connection>) {
         self.leases.committed();
         self.ready.committed();
+        self.dead.committed();
         #[cfg(debug_assertions)]
         if let Some(conn) = conn {
             self.commits += 1;
@@ -94,40 +104,70 @@ impl Memory {
         let _ = conn;
     }
 
-    /// Panics unless the memory holds exactly the file's leases and ready
-    /// jobs without a key; returns how many rows the file has.
+    /// Panics unless the memory holds exactly the file's leases, ready
+    /// jobs without a key and dead letters; returns how many rows the file
+    /// has.
     #[cfg(debug_assertions)]
     fn check(&self, conn: &Connection) -> u64 {
-        let mut ready = Vec::new();
-        let mut leases = Vec::new();
+        let mut file = Memory::default();
         let mut rows = 0;
-        let mut st = conn
-            .prepare(
-                "SELECT seq, tid, state, priority, due_ms, coalesce(deadline_ms, 0), fkey IS NULL FROM jobs",
-            )
-            .expect("check: prepare");
+        let mut st = conn.prepare(ROWS).expect("check: prepare");
         let mut q = st.query([]).expect("check: query");
         while let Some(r) = q.next().expect("check: row") {
             rows += 1;
-            let get = |i| r.get::<_, i64>(i).expect("check: column");
-            match get(2) {
-                1 if get(6) == 1 => ready.push((get(1), get(3), get(4), get(0))),
-                2 => leases.push((get(1), get(5), get(0))),
-                _ => {}
-            }
+            file.place(&Row::read(r).expect("check: columns"));
         }
-        ready.sort_unstable();
-        leases.sort_unstable();
-        let mem_ready: Vec<_> = self.ready.entries().copied().collect();
-        let mem_leases: Vec<_> = self.leases.entries().copied().collect();
+        let all = |m: &Memory| {
+            (
+                m.ready.entries().copied().collect::<Vec<_>>(),
+                m.leases.entries().copied().collect::<Vec<_>>(),
+                m.dead.entries().copied().collect::<Vec<_>>(),
+            )
+        };
+        let (mine, theirs) = (all(self), all(&file));
         assert_eq!(
-            mem_ready, ready,
+            mine.0, theirs.0,
             "the ready jobs in memory differ from the file's"
         );
         assert_eq!(
-            mem_leases, leases,
+            mine.1, theirs.1,
             "the leases in memory differ from the file's"
         );
+        assert_eq!(
+            mine.2, theirs.2,
+            "the dead letters in memory differ from the file's"
+        );
         rows
+    }
+}
+
+/// The columns of a job's row that place it in memory.
+const ROWS: &str = "SELECT seq, tid, state, priority, due_ms, coalesce(deadline_ms, 0),
+    fkey IS NOT NULL, coalesce(died_ms, -9223372036854775808) FROM jobs";
+
+/// A job's row as [`ROWS`] reads it.
+struct Row {
+    seq: i64,
+    tid: i64,
+    state: i64,
+    priority: i64,
+    due: i64,
+    deadline: i64,
+    keyed: bool,
+    died: i64,
+}
+
+impl Row {
+    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Row {
+            seq: r.get(0)?,
+            tid: r.get(1)?,
+            state: r.get(2)?,
+            priority: r.get(3)?,
+            due: r.get(4)?,
+            deadline: r.get(5)?,
+            keyed: r.get(6)?,
+            died: r.get(7)?,
+        })
     }
 }

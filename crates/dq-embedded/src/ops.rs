@@ -165,10 +165,10 @@ fn place(
             .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         if !keyed {
             if from == Some(READY) {
-                cx.mem.ready.remove(tid, priority, old_due, seq);
+                cx.mem.ready.remove((tid, priority, old_due, seq));
             }
             if to == READY {
-                cx.mem.ready.add(tid, priority, due as i64, seq);
+                cx.mem.ready.add((tid, priority, due as i64, seq));
             }
         }
     }
@@ -300,7 +300,9 @@ pub(crate) fn enqueue(
             }
             cx.conn.with(HotSql::Delete, |st| st.execute([seq]))?;
             if old == READY && !old_keyed {
-                cx.mem.ready.remove(tid, old_priority, old_due as i64, seq);
+                cx.mem
+                    .ready
+                    .remove((tid, old_priority, old_due as i64, seq));
             }
             d[old as usize] -= 1;
             if old == SCHEDULED && head == Some(old_due) {
@@ -318,7 +320,7 @@ pub(crate) fn enqueue(
                 let seq = cx.conn.last_insert_rowid();
                 cx.mem
                     .ready
-                    .add(tid, i64::from(j.priority), due as i64, seq);
+                    .add((tid, i64::from(j.priority), due as i64, seq));
             }
             wake = true;
         } else {
@@ -469,14 +471,20 @@ pub(crate) fn cancel(
         return Ok(None);
     };
     #[allow(clippy::type_complexity)]
-    let (dedup_ms, fkey, priority, due): (Option<i64>, Option<String>, i64, i64) = cx
+    let (dedup_ms, fkey, priority, due, died): (Option<i64>, Option<String>, i64, i64, i64) = cx
         .conn
         .prepare_cached(
-            "DELETE FROM jobs WHERE seq = ?1 RETURNING dedup_ms, fkey, priority, due_ms",
+            "DELETE FROM jobs WHERE seq = ?1
+             RETURNING dedup_ms, fkey, priority, due_ms, coalesce(died_ms, -9223372036854775808)",
         )?
-        .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+        .query_row([seq], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?;
     if state == READY && fkey.is_none() {
-        cx.mem.ready.remove(tid, priority, due, seq);
+        cx.mem.ready.remove((tid, priority, due, seq));
+    }
+    if state == DEAD {
+        cx.mem.dead.remove((tid, died, seq));
     }
     open_window(cx, tid, id.as_str(), dedup_ms, now)?;
     counts(cx, tid, delta(Some(state), None))?;
@@ -530,7 +538,7 @@ fn promote(cx: &mut Ctx, tid: i64, now: u64, max: i64) -> OpResult<i64> {
             .prepare_cached("UPDATE jobs SET state = 1 WHERE seq = ?1")?
             .execute([seq])?;
         if !keyed {
-            cx.mem.ready.add(tid, priority, due_ms, seq);
+            cx.mem.ready.add((tid, priority, due_ms, seq));
         }
     }
     let moved = due.len() as i64;
@@ -767,7 +775,7 @@ fn ready_row(cx: &mut Ctx, tid: i64, place: (i64, i64, i64)) -> OpResult<Option<
             seq,
             "embedded store: a ready job in memory had no ready row"
         );
-        cx.mem.ready.remove(tid, priority, due, seq);
+        cx.mem.ready.remove((tid, priority, due, seq));
     }
     Ok(row)
 }
@@ -806,7 +814,7 @@ fn ready_rows(cx: &mut Ctx, tid: i64, places: &[(i64, i64, i64)]) -> OpResult<Ve
                     seq,
                     "embedded store: a ready job in memory had no ready row"
                 );
-                cx.mem.ready.remove(tid, priority, due, seq);
+                cx.mem.ready.remove((tid, priority, due, seq));
             }
         }
     }
@@ -1290,6 +1298,7 @@ fn fail(
                  RETURNING id, dedup_ms",
             )?
             .query_row(params![now as i64, seq], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        cx.mem.dead.add((tid, now as i64, seq));
         open_window(cx, tid, &id, dedup_ms, now)?;
         counts(cx, tid, [0, 0, -1, 1])?;
         bump(cx, tid, "dead", 1)?;
@@ -1312,7 +1321,7 @@ fn fail(
 }
 
 /// Drops the oldest dead letters over the cap, at most [`BATCH`] per call.
-fn trim_dead(cx: &Ctx, tid: i64, cap: u64) -> OpResult<()> {
+fn trim_dead(cx: &mut Ctx, tid: i64, cap: u64) -> OpResult<()> {
     let dead: i64 = cx
         .conn
         .prepare_cached("SELECT n_dead FROM topics WHERE tid = ?1")?
@@ -1325,15 +1334,25 @@ fn trim_dead(cx: &Ctx, tid: i64, cap: u64) -> OpResult<()> {
     bump(cx, tid, "dead_dropped", n)
 }
 
-fn delete_oldest_dead(cx: &Ctx, tid: i64, max: i64) -> OpResult<i64> {
-    let n = cx
-        .conn
-        .prepare_cached(
-            "DELETE FROM jobs WHERE seq IN
-               (SELECT seq FROM jobs WHERE tid = ?1 AND state = 3 ORDER BY died_ms, seq LIMIT ?2)",
-        )?
-        .execute(params![tid, max])? as i64;
+/// Deletes up to `max` of topic `tid`'s oldest dead letters and counts
+/// them gone; returns how many.
+fn delete_oldest_dead(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
+    let n = delete_dead(cx, tid, max)?;
     counts(cx, tid, [0, 0, 0, -n])?;
+    Ok(n)
+}
+
+/// Deletes up to `max` of topic `tid`'s oldest dead letters (found in
+/// memory), leaving the counts to the caller; returns how many.
+fn delete_dead(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
+    let mut n = 0;
+    for (died, seq) in cx.mem.dead.first(tid, max.max(0) as usize) {
+        cx.mem.dead.remove((tid, died, seq));
+        n += cx
+            .conn
+            .prepare_cached("DELETE FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 3")?
+            .execute(params![seq, tid])? as i64;
+    }
     Ok(n)
 }
 
@@ -1461,7 +1480,37 @@ pub(crate) fn list_dead(
     offset: usize,
     limit: usize,
 ) -> OpResult<Vec<JobInfo>> {
-    list_in_state(cx, topic, "state = 3", "died_ms, seq", offset, limit)
+    // Oldest first, from memory; each row read by its id.
+    let Some(tid) = tid(cx, topic)? else {
+        return Ok(Vec::new());
+    };
+    let seqs: Vec<i64> = cx
+        .mem
+        .dead
+        .topic(tid)
+        .skip(offset)
+        .take(limit)
+        .map(|(_, seq)| seq)
+        .collect();
+    rows_by_seq(cx, tid, 3, &seqs)
+}
+
+/// The rows of topic `tid`'s jobs `seqs` in state `state`, in that order
+/// (a job no longer there is left out).
+fn rows_by_seq(cx: &mut Ctx, tid: i64, state: i64, seqs: &[i64]) -> OpResult<Vec<JobInfo>> {
+    let cfg = config(cx, tid)?;
+    let mut st = cx.conn.prepare_cached(&format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = ?3"
+    ))?;
+    let mut jobs = Vec::with_capacity(seqs.len());
+    for &seq in seqs {
+        jobs.extend(
+            st.query_row(params![seq, tid, state], |r| job_row(r, &cfg))
+                .optional()?
+                .map(|(_, j)| j),
+        );
+    }
+    Ok(jobs)
 }
 
 pub(crate) fn list_ready(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<Vec<JobInfo>> {
@@ -1470,19 +1519,8 @@ pub(crate) fn list_ready(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<
     let Some(tid) = tid(cx, topic)? else {
         return Ok(Vec::new());
     };
-    let cfg = config(cx, tid)?;
-    let mut jobs = Vec::new();
-    for (_, _, seq) in cx.mem.ready.first(tid, limit) {
-        jobs.extend(
-            cx.conn
-                .prepare_cached(&format!(
-                    "SELECT {JOB_COLUMNS} FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1"
-                ))?
-                .query_row(params![seq, tid], |r| job_row(r, &cfg))
-                .optional()?
-                .map(|(_, j)| j),
-        );
-    }
+    let seqs: Vec<i64> = cx.mem.ready.topic(tid).take(limit).map(|p| p.2).collect();
+    let mut jobs = rows_by_seq(cx, tid, READY, &seqs)?;
     if jobs.len() < limit {
         jobs.extend(list_in_state(
             cx,
@@ -1538,30 +1576,27 @@ pub(crate) fn replay_dead(
     let Some(tid) = tid(cx, topic)? else {
         return Ok(0);
     };
-    let seqs: Vec<i64> = match ids {
+    // `(died, seq)` of each: its place among the dead letters in memory.
+    let seqs: Vec<(i64, i64)> = match ids {
         Some(ids) => {
             let mut v = Vec::new();
             for id in ids {
-                let s: Option<i64> = cx
+                let s: Option<(i64, i64)> = cx
                     .conn
                     .prepare_cached(
-                        "SELECT seq FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 3",
+                        "SELECT coalesce(died_ms, -9223372036854775808), seq FROM jobs
+                         WHERE tid = ?1 AND id = ?2 AND state = 3",
                     )?
-                    .query_row(params![tid, id.as_str()], |r| r.get(0))
+                    .query_row(params![tid, id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
                     .optional()?;
                 v.extend(s);
             }
             v
         }
-        None => cx
-            .conn
-            .prepare_cached(
-                "SELECT seq FROM jobs WHERE tid = ?1 AND state = 3 ORDER BY died_ms, seq LIMIT ?2",
-            )?
-            .query_map(params![tid, max as i64], |r| r.get(0))?
-            .collect::<Result<_, _>>()?,
+        None => cx.mem.dead.first(tid, max),
     };
-    for &seq in &seqs {
+    for &(died, seq) in &seqs {
+        cx.mem.dead.remove((tid, died, seq));
         cx.conn
             .prepare_cached(
                 "UPDATE jobs SET attempts = 0, died_ms = NULL, kicks = kicks + 1 WHERE seq = ?1",
@@ -1787,7 +1822,7 @@ fn delete_leases(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
 fn delete_ready(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
     let mut n = 0;
     for (priority, due, seq) in cx.mem.ready.first(tid, max.max(0) as usize) {
-        cx.mem.ready.remove(tid, priority, due, seq);
+        cx.mem.ready.remove((tid, priority, due, seq));
         n += cx
             .conn
             .prepare_cached("DELETE FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1")?
@@ -1821,6 +1856,8 @@ pub(crate) fn delete_topic(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<
             delete_leases(cx, tid, left)?
         } else if state == READY {
             delete_ready(cx, tid, left)?
+        } else if state == DEAD {
+            delete_dead(cx, tid, left)?
         } else {
             cx.conn
                 .prepare_cached(&delete_in_state(state))?
@@ -1925,6 +1962,16 @@ pub(crate) fn reserve_job(
         None => config(cx, tid)?.lease_ms,
     };
     let from = j.state;
+    if from == DEAD {
+        // Out of the dead letters in memory, from its place among them.
+        let died: i64 = cx
+            .conn
+            .prepare_cached(
+                "SELECT coalesce(died_ms, -9223372036854775808) FROM jobs WHERE seq = ?1",
+            )?
+            .query_row([j.seq], |r| r.get(0))?;
+        cx.mem.dead.remove((tid, died, j.seq));
+    }
     let token = numbered(&format!("{:016x}.", rand::random::<u64>()), j.seq);
     if let Some(k) = &j.fkey {
         cx.conn
@@ -1991,7 +2038,7 @@ fn lease(
     if j.state == READY && j.fkey.is_none() {
         cx.mem
             .ready
-            .remove(tid, i64::from(j.priority), j.due as i64, j.seq);
+            .remove((tid, i64::from(j.priority), j.due as i64, j.seq));
     }
     cx.mem.leases.add(tid, j.seq, deadline as i64);
     Ok(Lease {
@@ -2254,6 +2301,8 @@ pub(crate) fn import_jobs(
         }
         created += 1;
         if state == DEAD {
+            let died = j.died_at_ms.map_or(i64::MIN, |v| v as i64);
+            cx.mem.dead.add((tid, died, cx.conn.last_insert_rowid()));
             dead += 1;
             counts(cx, tid, [0, 0, 0, 1])?;
         } else {
@@ -2283,25 +2332,24 @@ pub(crate) fn import_jobs(
 mod tests {
     use super::*;
 
-    /// Each state's step of a topic delete seeks its partial index, not
-    /// every row of the topic (leases are found in memory).
+    /// A topic delete's scheduled step seeks the schedule's partial index,
+    /// not every row of the topic (leases, ready jobs without a key and
+    /// dead letters are found in memory).
     #[test]
-    fn deleting_a_topic_seeks_each_states_index() {
+    fn deleting_a_topic_seeks_the_schedules_index() {
         let dir = tempfile::tempdir().unwrap();
         let conn = crate::schema::open(&dir.path().join("f"), None).unwrap();
-        for (state, index) in [(SCHEDULED, "jobs_sched"), (DEAD, "jobs_dead")] {
-            let plan: Vec<String> = conn
-                .prepare(&format!("EXPLAIN QUERY PLAN {}", delete_in_state(state)))
-                .unwrap()
-                .query_map(params![1, 10], |r| r.get::<_, String>(3))
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap();
-            assert!(
-                plan.iter().any(|p| p.contains(index)),
-                "state {state}: {plan:?}"
-            );
-        }
+        let plan: Vec<String> = conn
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN {}",
+                delete_in_state(SCHEDULED)
+            ))
+            .unwrap()
+            .query_map(params![1, 10], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(plan.iter().any(|p| p.contains("jobs_sched")), "{plan:?}");
     }
 
     /// Every read of the ready jobs with a key seeks their index (those

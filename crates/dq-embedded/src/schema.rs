@@ -6,9 +6,9 @@
 //! | state | meaning | index |
 //! | --- | --- | --- |
 //! | 0 | scheduled | `(tid, due_ms)` |
-//! | 1 | ready | with a flow-control key: `(tid, fkey, priority, due_ms, seq)`, each key's lane; without one: none, the writer keeps them in memory in hand-out order (`ready`), built by the same scan at open |
+//! | 1 | ready | with a flow-control key: `(tid, fkey, priority, due_ms, seq)`, each key's lane; without one: none, the writer keeps them in memory in hand-out order (`ordered`), built by the same scan at open |
 //! | 2 | reserved | none: the writer keeps the leases in memory (`leases`), built by a scan at open |
-//! | 3 | dead | `(tid, died_ms, seq)` |
+//! | 3 | dead | none: the writer keeps them in memory, oldest first (`ordered`), built by the same scan |
 //!
 //! `seq` (the rowid) is the enqueue order. Topics are interned as integers
 //! (`tid`) to keep rows and indexes small.
@@ -153,8 +153,9 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     // → 7
     Migration {
-        what: "ready jobs without a key kept in memory: the ready index holds only the jobs with a flow-control key",
+        what: "ready jobs without a key and dead letters kept in memory: their indexes dropped; the ready index holds only the jobs with a flow-control key",
         sql: "DROP INDEX jobs_ready;
+              DROP INDEX jobs_dead;
               CREATE INDEX jobs_kready ON jobs(tid, fkey, priority, due_ms, seq) WHERE state = 1 AND fkey IS NOT NULL;",
     },
 ];

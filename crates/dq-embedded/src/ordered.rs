@@ -1,0 +1,237 @@
+//! Queue orders the writer keeps in memory instead of in a partial index:
+//! the ready jobs without a flow-control key, in hand-out order
+//! ([`Ready`]), and the dead letters, oldest first ([`Dead`]).
+//!
+//! A reserve hands out a topic's ready jobs by `(priority, due, seq)`, and
+//! dead letters are trimmed, replayed and listed by `(died, seq)`; which
+//! come first is asked here, not of an index. Each partial index on the
+//! jobs table cost every statement that writes a job a cursor and the test
+//! of its `WHERE`, and the ready index an entry in and out per job
+//! (docs/performance.md, "Ready jobs and dead letters in memory"). The jobs
+//! with a key keep their index (`jobs_kready`): their lanes take turns by
+//! key, which the index answers (`crate::ops`' keyed hand-out); so does the
+//! schedule (`jobs_sched`), whose backlog (reminders days ahead) is the one
+//! that may be too big for memory.
+//!
+//! Like [`crate::leases::Leases`], each set is built when the file is
+//! opened ([`crate::memory::Memory::load`]) and follows the transaction
+//! exactly: each change is logged, undone with the operation, batch item
+//! or group that made it, and forgotten at commit.
+//!
+//! Memory: one entry per job, ≈ 45–50 bytes with the B-tree's nodes
+//! (10,000,000 jobs ready at once, a long consumer outage, ≈ 0.5 GB; dead
+//! letters are capped per topic by `dead_cap`).
+
+use std::collections::BTreeSet;
+
+/// An entry: a topic id first, then the job's place in the topic's order,
+/// its `seq` last.
+pub(crate) trait Entry: Ord + Copy + std::fmt::Debug {
+    /// The entry without its topic: `(priority, due, seq)` or `(died, seq)`.
+    type Place: Copy;
+    /// The smallest and the largest entry of topic `tid`.
+    fn bounds(tid: i64) -> (Self, Self);
+    fn place(&self) -> Self::Place;
+}
+
+impl Entry for (i64, i64, i64, i64) {
+    type Place = (i64, i64, i64);
+    fn bounds(tid: i64) -> (Self, Self) {
+        (
+            (tid, i64::MIN, i64::MIN, i64::MIN),
+            (tid, i64::MAX, i64::MAX, i64::MAX),
+        )
+    }
+    fn place(&self) -> Self::Place {
+        (self.1, self.2, self.3)
+    }
+}
+
+impl Entry for (i64, i64, i64) {
+    type Place = (i64, i64);
+    fn bounds(tid: i64) -> (Self, Self) {
+        ((tid, i64::MIN, i64::MIN), (tid, i64::MAX, i64::MAX))
+    }
+    fn place(&self) -> Self::Place {
+        (self.1, self.2)
+    }
+}
+
+/// Every ready job without a key: `(tid, priority, due_ms, seq)`.
+pub(crate) type Ready = Ordered<(i64, i64, i64, i64)>;
+/// Every dead letter: `(tid, died_ms, seq)` (a dead letter imported
+/// without a death time: `i64::MIN`, first, as SQLite orders its NULL).
+pub(crate) type Dead = Ordered<(i64, i64, i64)>;
+
+/// One order: entries of every topic, each topic's in a row.
+#[derive(Debug)]
+pub(crate) struct Ordered<K> {
+    order: BTreeSet<K>,
+    /// What the current transaction changed, to undo it.
+    log: Vec<Step<K>>,
+}
+
+impl<K> Default for Ordered<K> {
+    fn default() -> Self {
+        Self {
+            order: BTreeSet::new(),
+            log: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Step<K> {
+    Added(K),
+    Removed(K),
+}
+
+impl<K: Entry> Ordered<K> {
+    /// The job is in this order now (for a job already there, nothing changes).
+    pub(crate) fn add(&mut self, k: K) {
+        if self.order.insert(k) {
+            self.log.push(Step::Added(k));
+        }
+    }
+
+    /// The job is no longer in this order (if it was, at that place).
+    pub(crate) fn remove(&mut self, k: K) {
+        if self.order.remove(&k) {
+            self.log.push(Step::Removed(k));
+        }
+    }
+
+    /// Topic `tid`'s entries in order: their places.
+    pub(crate) fn topic(&self, tid: i64) -> impl Iterator<Item = K::Place> + '_ {
+        let (lo, hi) = K::bounds(tid);
+        self.order.range(lo..=hi).map(Entry::place)
+    }
+
+    /// The first `max` of topic `tid`'s entries: their places.
+    pub(crate) fn first(&self, tid: i64, max: usize) -> Vec<K::Place> {
+        self.topic(tid).take(max).collect()
+    }
+
+    /// Topic `tid`'s first entry.
+    pub(crate) fn head(&self, tid: i64) -> Option<K::Place> {
+        self.topic(tid).next()
+    }
+
+    /// How many entries, in all topics.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Every entry, for comparing with the file (`Memory::check`).
+    #[cfg(debug_assertions)]
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &K> {
+        self.order.iter()
+    }
+
+    /// Where the log is: what [`Ordered::undo_to`] goes back to.
+    pub(crate) fn mark(&self) -> usize {
+        self.log.len()
+    }
+
+    /// Undoes every change since `mark`, the latest first.
+    pub(crate) fn undo_to(&mut self, mark: usize) {
+        while self.log.len() > mark {
+            match self.log.pop().expect("longer than mark") {
+                Step::Added(k) => {
+                    self.order.remove(&k);
+                }
+                Step::Removed(k) => {
+                    self.order.insert(k);
+                }
+            }
+        }
+    }
+
+    /// The transaction committed: its changes stay.
+    pub(crate) fn committed(&mut self) {
+        self.log.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all<K: Entry>(r: &Ordered<K>) -> Vec<K> {
+        r.order.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_topic_hands_out_by_priority_then_due_then_seq_and_alone() {
+        let mut r = Ready::default();
+        r.add((1, 5, 100, 10));
+        r.add((1, 0, 300, 11));
+        r.add((2, 0, 0, 12));
+        r.add((1, 0, 300, 9));
+        r.add((1, 0, 200, 13));
+        assert_eq!(
+            r.first(1, 10),
+            [(0, 200, 13), (0, 300, 9), (0, 300, 11), (5, 100, 10)]
+        );
+        assert_eq!(r.first(1, 2), [(0, 200, 13), (0, 300, 9)]);
+        assert_eq!(r.head(1), Some((0, 200, 13)));
+        assert_eq!(r.head(2), Some((0, 0, 12)));
+        assert_eq!(r.head(0), None);
+        assert_eq!(r.head(3), None);
+        assert_eq!(r.first(3, 10), Vec::<(i64, i64, i64)>::new());
+        // Removing needs the job's place: a wrong one changes nothing.
+        r.remove((1, 5, 101, 10));
+        assert_eq!(r.len(), 5);
+        r.remove((1, 5, 100, 10));
+        assert_eq!(r.first(1, 10).len(), 3);
+    }
+
+    #[test]
+    fn dead_letters_come_oldest_first_within_their_topic_only() {
+        let mut d = Dead::default();
+        d.add((1, 500, 10));
+        d.add((1, 100, 12));
+        d.add((2, 50, 13));
+        d.add((1, 100, 11));
+        d.add((1, i64::MIN, 14));
+        assert_eq!(
+            d.first(1, 10),
+            [(i64::MIN, 14), (100, 11), (100, 12), (500, 10)]
+        );
+        assert_eq!(
+            d.topic(1).skip(1).take(2).collect::<Vec<_>>(),
+            [(100, 11), (100, 12)]
+        );
+        assert_eq!(d.head(2), Some((50, 13)));
+        assert_eq!(d.head(0), None);
+    }
+
+    #[test]
+    fn undo_puts_back_exactly_what_was_there_at_the_mark() {
+        let mut r = Ready::default();
+        r.add((1, 0, 100, 10));
+        r.add((1, 0, 200, 11));
+        r.committed();
+        let before = all(&r);
+        let mark = r.mark();
+        r.add((1, 0, 300, 12)); // enqueued
+        r.remove((1, 0, 100, 10)); // reserved
+        r.remove((1, 0, 999, 99)); // not there: nothing to undo
+        r.add((1, 0, 200, 11)); // there already: nothing to undo
+        r.remove((1, 0, 200, 11)); // rescheduled…
+        r.add((1, 0, 50, 11)); // …to another due time
+        assert_eq!(all(&r), [(1, 0, 50, 11), (1, 0, 300, 12)]);
+        r.undo_to(mark);
+        assert_eq!(all(&r), before);
+        // A savepoint inside: only the operation's own changes go.
+        r.add((1, 0, 300, 12));
+        let inner = r.mark();
+        r.remove((1, 0, 100, 10));
+        r.undo_to(inner);
+        assert_eq!(all(&r), [(1, 0, 100, 10), (1, 0, 200, 11), (1, 0, 300, 12)]);
+        r.committed();
+        r.undo_to(0);
+        assert_eq!(r.len(), 3);
+    }
+}
