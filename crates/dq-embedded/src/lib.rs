@@ -847,6 +847,61 @@ mod tests {
         assert_eq!(rest[0].id.as_str(), "y");
     }
 
+    /// Every move of a ready job with a flow-control key changes its lane
+    /// in memory (debug builds compare memory and file after each commit:
+    /// a move that forgot fails here): enqueue, cancel, reschedule both
+    /// ways, replace, list, reserve, release, and the topic's delete.
+    #[tokio::test]
+    async fn keyed_ready_jobs_follow_every_move() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        let topic = Topic::new("keyed-moves").unwrap();
+        let keyed = |id: &str, key: &str, priority: u32| {
+            let mut j = job(id);
+            j.key = Some(JobKey::new(key).unwrap());
+            j.priority = priority;
+            j
+        };
+        let id = |x: &str| JobId::new(x).unwrap();
+        s.enqueue(
+            &topic,
+            &[
+                keyed("a", "k1", 5),
+                keyed("b", "k2", 5),
+                keyed("c", "k1", 7),
+                job("d"),
+            ],
+            T0,
+        )
+        .await
+        .unwrap();
+        s.cancel(&topic, &id("a"), T0).await.unwrap();
+        s.reschedule(&topic, &id("b"), T0 + 60_000, T0)
+            .await
+            .unwrap();
+        s.reschedule(&topic, &id("b"), T0, T0).await.unwrap();
+        let mut again = keyed("c", "k3", 1);
+        again.replace = true;
+        s.enqueue(&topic, &[again], T0).await.unwrap();
+        let listed: Vec<_> = s.list_ready(&topic, 10).await.unwrap();
+        let ids: Vec<_> = listed.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(ids, ["d", "b", "c"], "unkeyed first, then by key");
+        let st = s.stats(&topic, T0 + 5).await.unwrap();
+        assert_eq!((st.ready, st.oldest_overdue_ms), (3, 5));
+        let got = s.reserve(&topic, 10, Some(1000), T0).await.unwrap().leases;
+        assert_eq!(got.len(), 3);
+        let c = got.iter().find(|l| l.id.as_str() == "c").unwrap();
+        s.release(&topic, &c.id, &c.token, 0, T0).await.unwrap();
+        let c = s.reserve(&topic, 10, Some(1000), T0).await.unwrap().leases;
+        assert_eq!(c.len(), 1);
+        s.release(&topic, &c[0].id, &c[0].token, 0, T0)
+            .await
+            .unwrap();
+        assert_eq!(s.delete_topic(&topic, 100).await.unwrap(), (3, true));
+        let none = s.reserve(&topic, 10, Some(1000), T0).await.unwrap();
+        assert!(none.leases.is_empty());
+    }
+
     /// A lease whose token names no row (as an older dq wrote them: the
     /// call's prefix and a count) is still acked, and its entry goes.
     #[tokio::test]

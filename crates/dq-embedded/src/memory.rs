@@ -1,6 +1,7 @@
 //! What the writer keeps in memory instead of in an index: the leases
-//! ([`Leases`], by deadline), the ready jobs without a key ([`Ready`], in
-//! hand-out order) and the dead letters ([`Dead`], oldest first). All are read from the file when it is opened (one scan
+//! ([`Leases`], by deadline), the ready jobs ([`Ready`] without a key, in
+//! hand-out order, and [`Lanes`], each key's) and the dead letters
+//! ([`Dead`], oldest first). All are read from the file when it is opened (one scan
 //! of the jobs table: [`Memory::load`]) and follow the transaction: the
 //! writer marks them before each operation and batch item, undoes them to
 //! the mark when SQLite undoes its savepoint or the group, and forgets the
@@ -9,12 +10,13 @@
 use rusqlite::Connection;
 
 use crate::leases::Leases;
-use crate::ordered::{Dead, Ready};
+use crate::ordered::{Dead, Lanes, Ready};
 
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
     pub(crate) leases: Leases,
     pub(crate) ready: Ready,
+    pub(crate) lanes: Lanes,
     pub(crate) dead: Dead,
     /// Debug builds compare the memory with the file after a commit, every
     /// `check_every` commits (more rarely as the table grows).
@@ -29,6 +31,7 @@ pub(crate) struct Memory {
 pub(crate) struct Mark {
     leases: usize,
     ready: usize,
+    lanes: usize,
     dead: usize,
 }
 
@@ -47,11 +50,41 @@ impl Memory {
         Ok(m)
     }
 
-    /// Puts a job's row where its state says (nowhere for a scheduled
-    /// job or a ready one with a key).
+    /// Job `seq` of topic `tid`, with key `key` (or none), is ready at
+    /// `priority` and `due`.
+    pub(crate) fn add_ready(
+        &mut self,
+        tid: i64,
+        key: Option<&str>,
+        priority: i64,
+        due: i64,
+        seq: i64,
+    ) {
+        match key {
+            None => self.ready.add((tid, priority, due, seq)),
+            Some(k) => self.lanes.add(tid, k, (priority, due, seq)),
+        }
+    }
+
+    /// Job `seq` is no longer ready (if it was, there).
+    pub(crate) fn remove_ready(
+        &mut self,
+        tid: i64,
+        key: Option<&str>,
+        priority: i64,
+        due: i64,
+        seq: i64,
+    ) {
+        match key {
+            None => self.ready.remove((tid, priority, due, seq)),
+            Some(k) => self.lanes.remove(tid, k, (priority, due, seq)),
+        }
+    }
+
+    /// Puts a job's row where its state says (nowhere for a scheduled job).
     fn place(&mut self, r: &Row) {
         match r.state {
-            1 if !r.keyed => self.ready.add((r.tid, r.priority, r.due, r.seq)),
+            1 => self.add_ready(r.tid, r.key.as_deref(), r.priority, r.due, r.seq),
             2 => self.leases.add(r.tid, r.seq, r.deadline),
             3 => self.dead.add((r.tid, r.died, r.seq)),
             _ => {}
@@ -63,6 +96,7 @@ impl Memory {
         Mark {
             leases: self.leases.mark(),
             ready: self.ready.mark(),
+            lanes: self.lanes.mark(),
             dead: self.dead.mark(),
         }
     }
@@ -71,6 +105,7 @@ impl Memory {
     pub(crate) fn undo_to(&mut self, mark: Mark) {
         self.leases.undo_to(mark.leases);
         self.ready.undo_to(mark.ready);
+        self.lanes.undo_to(mark.lanes);
         self.dead.undo_to(mark.dead);
     }
 
@@ -79,6 +114,7 @@ impl Memory {
         self.undo_to(Mark {
             leases: 0,
             ready: 0,
+            lanes: 0,
             dead: 0,
         });
     }
@@ -90,6 +126,7 @@ impl Memory {
     pub(crate) fn committed(&mut self, conn: Option<&Connection>) {
         self.leases.committed();
         self.ready.committed();
+        self.lanes.committed();
         self.dead.committed();
         #[cfg(debug_assertions)]
         if let Some(conn) = conn {
@@ -122,6 +159,7 @@ impl Memory {
                 m.ready.entries().copied().collect::<Vec<_>>(),
                 m.leases.entries().copied().collect::<Vec<_>>(),
                 m.dead.entries().copied().collect::<Vec<_>>(),
+                m.lanes.entries(),
             )
         };
         let (mine, theirs) = (all(self), all(&file));
@@ -137,13 +175,17 @@ impl Memory {
             mine.2, theirs.2,
             "the dead letters in memory differ from the file's"
         );
+        assert_eq!(
+            mine.3, theirs.3,
+            "the keys' ready jobs in memory differ from the file's"
+        );
         rows
     }
 }
 
 /// The columns of a job's row that place it in memory.
 const ROWS: &str = "SELECT seq, tid, state, priority, due_ms, coalesce(deadline_ms, 0),
-    fkey IS NOT NULL, coalesce(died_ms, -9223372036854775808) FROM jobs";
+    fkey, coalesce(died_ms, -9223372036854775808) FROM jobs";
 
 /// A job's row as [`ROWS`] reads it.
 struct Row {
@@ -153,7 +195,7 @@ struct Row {
     priority: i64,
     due: i64,
     deadline: i64,
-    keyed: bool,
+    key: Option<String>,
     died: i64,
 }
 
@@ -166,7 +208,7 @@ impl Row {
             priority: r.get(3)?,
             due: r.get(4)?,
             deadline: r.get(5)?,
-            keyed: r.get(6)?,
+            key: r.get(6)?,
             died: r.get(7)?,
         })
     }

@@ -158,18 +158,18 @@ fn place(
         (SCHEDULED, head.is_none_or(|h| due < h))
     };
     if from == Some(READY) || to == READY {
-        // The ready jobs without a key are in memory, by priority and due time.
-        let (priority, old_due, keyed): (i64, i64, bool) = cx
+        // The ready jobs are in memory, by key, priority and due time.
+        let (priority, old_due, key): (i64, i64, Option<String>) = cx
             .conn
-            .prepare_cached("SELECT priority, due_ms, fkey IS NOT NULL FROM jobs WHERE seq = ?1")?
+            .prepare_cached("SELECT priority, due_ms, fkey FROM jobs WHERE seq = ?1")?
             .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-        if !keyed {
-            if from == Some(READY) {
-                cx.mem.ready.remove((tid, priority, old_due, seq));
-            }
-            if to == READY {
-                cx.mem.ready.add((tid, priority, due as i64, seq));
-            }
+        if from == Some(READY) {
+            cx.mem
+                .remove_ready(tid, key.as_deref(), priority, old_due, seq);
+        }
+        if to == READY {
+            cx.mem
+                .add_ready(tid, key.as_deref(), priority, due as i64, seq);
         }
     }
     cx.conn
@@ -279,10 +279,10 @@ pub(crate) fn enqueue(
         let mut replaced = false;
         if insert(cx)? == 0 {
             #[allow(clippy::type_complexity)]
-            let (seq, old, old_due, old_priority, old_keyed): (i64, i64, u64, i64, bool) = cx
+            let (seq, old, old_due, old_priority, old_key): (i64, i64, u64, i64, Option<String>) = cx
                 .conn
                 .prepare_cached(
-                    "SELECT seq, state, due_ms, priority, fkey IS NOT NULL FROM jobs WHERE tid = ?1 AND id = ?2",
+                    "SELECT seq, state, due_ms, priority, fkey FROM jobs WHERE tid = ?1 AND id = ?2",
                 )?
                 .query_row(params![tid, id.as_str()], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
@@ -299,10 +299,9 @@ pub(crate) fn enqueue(
                 continue;
             }
             cx.conn.with(HotSql::Delete, |st| st.execute([seq]))?;
-            if old == READY && !old_keyed {
+            if old == READY {
                 cx.mem
-                    .ready
-                    .remove((tid, old_priority, old_due as i64, seq));
+                    .remove_ready(tid, old_key.as_deref(), old_priority, old_due as i64, seq);
             }
             d[old as usize] -= 1;
             if old == SCHEDULED && head == Some(old_due) {
@@ -316,12 +315,14 @@ pub(crate) fn enqueue(
         }
         d[state as usize] += 1;
         if state == READY {
-            if j.key.is_none() {
-                let seq = cx.conn.last_insert_rowid();
-                cx.mem
-                    .ready
-                    .add((tid, i64::from(j.priority), due as i64, seq));
-            }
+            let seq = cx.conn.last_insert_rowid();
+            cx.mem.add_ready(
+                tid,
+                j.key.as_ref().map(JobKey::as_str),
+                i64::from(j.priority),
+                due as i64,
+                seq,
+            );
             wake = true;
         } else {
             if head.is_none_or(|h| due < h) {
@@ -480,8 +481,9 @@ pub(crate) fn cancel(
         .query_row([seq], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?;
-    if state == READY && fkey.is_none() {
-        cx.mem.ready.remove((tid, priority, due, seq));
+    if state == READY {
+        cx.mem
+            .remove_ready(tid, fkey.as_deref(), priority, due, seq);
     }
     if state == DEAD {
         cx.mem.dead.remove((tid, died, seq));
@@ -520,26 +522,26 @@ pub(crate) fn reschedule(
 
 /// Moves up to `max` due jobs to ready; returns how many.
 fn promote(cx: &mut Ctx, tid: i64, now: u64, max: i64) -> OpResult<i64> {
-    // Read, then moved one by one: the jobs without a key go into memory
-    // with their places (not `UPDATE … RETURNING`, whose ephemeral table
-    // every reserve would pay for, due jobs or not).
-    let due: Vec<(i64, i64, i64, bool)> = cx
+    // Read, then moved one by one: the jobs go into memory with their
+    // places (not `UPDATE … RETURNING`, whose ephemeral table every
+    // reserve would pay for, due jobs or not).
+    #[allow(clippy::type_complexity)]
+    let due: Vec<(i64, i64, i64, Option<String>)> = cx
         .conn
         .prepare_cached(
-            "SELECT seq, priority, due_ms, fkey IS NOT NULL FROM jobs
+            "SELECT seq, priority, due_ms, fkey FROM jobs
              WHERE tid = ?1 AND state = 0 AND due_ms <= ?2 ORDER BY due_ms LIMIT ?3",
         )?
         .query_map(params![tid, now as i64, max], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })?
         .collect::<Result<_, _>>()?;
-    for &(seq, priority, due_ms, keyed) in &due {
+    for (seq, priority, due_ms, key) in &due {
         cx.conn
             .prepare_cached("UPDATE jobs SET state = 1 WHERE seq = ?1")?
             .execute([seq])?;
-        if !keyed {
-            cx.mem.ready.add((tid, priority, due_ms, seq));
-        }
+        cx.mem
+            .add_ready(tid, key.as_deref(), *priority, *due_ms, *seq);
     }
     let moved = due.len() as i64;
     counts(cx, tid, [-moved, moved, 0, 0])?;
@@ -616,14 +618,8 @@ pub(crate) fn reserve(
     // Whether ready jobs are left that may go now, and when a key out of
     // tokens has its next one.
     // A topic that had keyed jobs takes the keyed path while any is ready
-    // (one seek of the lanes' index) or a key may still be waiting.
-    let keyed = keyed
-        && cx
-            .conn
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL)",
-            )?
-            .query_row([tid], |r| r.get::<_, bool>(0))?;
+    // (the lanes in memory say).
+    let keyed = keyed && cx.mem.lanes.any(tid);
     let (go, key_token_at) = if keyed {
         reserve_keyed(cx, &mut hand, take)?
     } else {
@@ -743,27 +739,10 @@ fn mark_keyed(cx: &Ctx, tid: i64) -> OpResult<()> {
     Ok(())
 }
 
-/// The keys with ready jobs, in key order: one index seek per key (a skip
-/// scan of the lanes' index).
-fn ready_keys(cx: &Ctx, tid: i64) -> OpResult<Vec<String>> {
-    Ok(cx
-        .conn
-        .prepare_cached(
-            "WITH RECURSIVE k(f) AS (
-               SELECT (SELECT min(fkey) FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL)
-               UNION ALL
-               SELECT (SELECT min(fkey) FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL AND fkey > k.f)
-               FROM k WHERE k.f IS NOT NULL
-             ) SELECT f FROM k WHERE f IS NOT NULL",
-        )?
-        .query_map([tid], |r| r.get(0))?
-        .collect::<Result<_, _>>()?)
-}
-
 /// The ready job without a key at `place` (`(priority, due, seq)`) of
 /// topic `tid`'s order in memory, read to be leased. `None` when the file
 /// does not hold it ready: cannot happen while every change of a ready job
-/// goes through [`crate::ready::Ready`]; the entry is dropped rather than
+/// goes through [`crate::ordered::Ready`]; the entry is dropped rather than
 /// found again and again.
 fn ready_row(cx: &mut Ctx, tid: i64, place: (i64, i64, i64)) -> OpResult<Option<Leasable>> {
     let (priority, due, seq) = place;
@@ -832,14 +811,25 @@ fn lane_head(cx: &mut Ctx, tid: i64, key: Option<&str>) -> OpResult<Option<Leasa
         }
         return Ok(None);
     };
-    Ok(cx
-        .conn
-        .prepare_cached(&format!(
-            "SELECT {LEASABLE} FROM jobs WHERE tid = ?1 AND state = 1 AND fkey = ?2
-             ORDER BY priority, due_ms, seq LIMIT 1"
-        ))?
-        .query_row(params![tid, k], Leasable::row)
-        .optional()?)
+    // The key's lane, in memory; its head's row read by its id.
+    while let Some((priority, due, seq)) = cx.mem.lanes.head(tid, k) {
+        let row = cx
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {LEASABLE} FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1 AND fkey = ?3"
+            ))?
+            .query_row(params![seq, tid, k], Leasable::row)
+            .optional()?;
+        if row.is_some() {
+            return Ok(row);
+        }
+        tracing::warn!(
+            seq,
+            "embedded store: a ready job in memory had no ready row"
+        );
+        cx.mem.lanes.remove(tid, k, (priority, due, seq));
+    }
+    Ok(None)
 }
 
 /// One lease fewer for key `key` of topic `tid`; its count after, when the
@@ -911,7 +901,7 @@ fn reserve_keyed(cx: &mut Ctx, hand: &mut HandOut<'_>, take: u64) -> OpResult<(b
         });
     }
     let mut fresh = 0;
-    for key in ready_keys(cx, tid)? {
+    for key in cx.mem.lanes.keys(tid) {
         let row: Option<(i64, i64, Option<u64>, u64)> = cx
             .conn
             .prepare_cached(
@@ -1040,13 +1030,22 @@ fn reserve_keyed(cx: &mut Ctx, hand: &mut HandOut<'_>, take: u64) -> OpResult<(b
     // Keys with no lease, no ready job and a full bucket (or none) are
     // forgotten: they are the same as a key never seen.
     let (cap, per) = krate.map_or((None, 1), |r| (Some(r.capacity() as i64), r.limit as i64));
-    cx.conn
+    // (Whether a key has ready jobs, the lanes in memory say.)
+    let idle: Vec<String> = cx
+        .conn
         .prepare_cached(
-            "DELETE FROM fkeys WHERE tid = ?1 AND active <= 0
-               AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.tid = ?1 AND jobs.state = 1 AND jobs.fkey = fkeys.fkey)
+            "SELECT fkey FROM fkeys WHERE tid = ?1 AND active <= 0
                AND (?2 IS NULL OR credit IS NULL OR at + (?2 - credit + ?3 - 1) / ?3 <= ?4)",
         )?
-        .execute(params![tid, cap, per, now as i64])?;
+        .query_map(params![tid, cap, per, now as i64], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for k in idle {
+        if cx.mem.lanes.head(tid, &k).is_none() {
+            cx.conn
+                .prepare_cached("DELETE FROM fkeys WHERE tid = ?1 AND fkey = ?2")?
+                .execute(params![tid, k])?;
+        }
+    }
     Ok((!open.is_empty(), token_at))
 }
 
@@ -1522,14 +1521,14 @@ pub(crate) fn list_ready(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<
     let seqs: Vec<i64> = cx.mem.ready.topic(tid).take(limit).map(|p| p.2).collect();
     let mut jobs = rows_by_seq(cx, tid, READY, &seqs)?;
     if jobs.len() < limit {
-        jobs.extend(list_in_state(
-            cx,
-            topic,
-            "state = 1 AND fkey IS NOT NULL",
-            "fkey, priority, due_ms, seq",
-            0,
-            limit - jobs.len(),
-        )?);
+        let keyed: Vec<i64> = cx
+            .mem
+            .lanes
+            .topic(tid)
+            .take(limit - jobs.len())
+            .map(|(_, p)| p.2)
+            .collect();
+        jobs.extend(rows_by_seq(cx, tid, READY, &keyed)?);
     }
     Ok(jobs)
 }
@@ -1817,8 +1816,8 @@ fn delete_leases(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
     Ok(n)
 }
 
-/// Deletes up to `max` of topic `tid`'s ready jobs: those without a key
-/// (found in memory), then those with one; returns how many.
+/// Deletes up to `max` of topic `tid`'s ready jobs (found in memory):
+/// those without a key, then those with one; returns how many.
 fn delete_ready(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
     let mut n = 0;
     for (priority, due, seq) in cx.mem.ready.first(tid, max.max(0) as usize) {
@@ -1828,14 +1827,19 @@ fn delete_ready(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
             .prepare_cached("DELETE FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1")?
             .execute(params![seq, tid])? as i64;
     }
-    if n < max {
+    let keyed: Vec<(String, (i64, i64, i64))> = cx
+        .mem
+        .lanes
+        .topic(tid)
+        .take((max - n).max(0) as usize)
+        .map(|(k, p)| (k.to_string(), p))
+        .collect();
+    for (k, p) in keyed {
+        cx.mem.lanes.remove(tid, &k, p);
         n += cx
             .conn
-            .prepare_cached(
-                "DELETE FROM jobs WHERE seq IN
-                   (SELECT seq FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL LIMIT ?2)",
-            )?
-            .execute(params![tid, max - n])? as i64;
+            .prepare_cached("DELETE FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1")?
+            .execute(params![p.2, tid])? as i64;
     }
     Ok(n)
 }
@@ -1922,12 +1926,13 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
             })
         })?;
     let ready_head = cx.mem.ready.head(tid).map(|(_, due, _)| due.max(0) as u64);
-    // The head of each key's lane (one index seek per key with ready jobs).
-    let mut key_heads = None;
-    for key in ready_keys(cx, tid)? {
-        let due = lane_head(cx, tid, Some(&key))?.map(|j| j.due);
-        key_heads = key_heads.min(due).or(key_heads).or(due);
-    }
+    // The head of each key's lane.
+    let key_heads = cx
+        .mem
+        .lanes
+        .heads(tid)
+        .map(|(_, due, _)| due.max(0) as u64)
+        .min();
     let oldest = [sched_head(cx, tid)?, ready_head, key_heads]
         .into_iter()
         .flatten()
@@ -2035,10 +2040,14 @@ fn lease(
     cx.conn.with(HotSql::Lease, |st| {
         st.execute(params![token, deadline as i64, j.seq])
     })?;
-    if j.state == READY && j.fkey.is_none() {
-        cx.mem
-            .ready
-            .remove((tid, i64::from(j.priority), j.due as i64, j.seq));
+    if j.state == READY {
+        cx.mem.remove_ready(
+            tid,
+            j.fkey.as_deref(),
+            i64::from(j.priority),
+            j.due as i64,
+            j.seq,
+        );
     }
     cx.mem.leases.add(tid, j.seq, deadline as i64);
     Ok(Lease {
@@ -2350,47 +2359,6 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert!(plan.iter().any(|p| p.contains("jobs_sched")), "{plan:?}");
-    }
-
-    /// Every read of the ready jobs with a key seeks their index (those
-    /// without one are in memory) in the order it wants, without sorting.
-    #[test]
-    fn keyed_ready_jobs_are_read_in_index_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let conn = crate::schema::open(&dir.path().join("f"), None).unwrap();
-        for sql in [
-            format!(
-                "SELECT {LEASABLE} FROM jobs WHERE tid = ?1 AND state = 1 AND fkey = ?2
-                 ORDER BY priority, due_ms, seq LIMIT 1"
-            ),
-            "SELECT EXISTS (SELECT 1 FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL)"
-                .to_string(),
-            "SELECT min(fkey) FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL AND fkey > ?2"
-                .to_string(),
-            format!(
-                "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL
-                 ORDER BY fkey, priority, due_ms, seq LIMIT ?2 OFFSET ?3"
-            ),
-            "SELECT seq FROM jobs WHERE tid = ?1 AND state = 1 AND fkey IS NOT NULL LIMIT ?2"
-                .to_string(),
-        ] {
-            let plan: Vec<String> = conn
-                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-                .unwrap()
-                .raw_query()
-                .mapped(|r| r.get::<_, String>(3))
-                .collect::<Result<_, _>>()
-                .unwrap();
-            assert!(
-                plan.iter().any(|p| p.contains("USING INDEX jobs_kready")
-                    || p.contains("USING COVERING INDEX jobs_kready")),
-                "{sql}: {plan:?}"
-            );
-            assert!(
-                !plan.iter().any(|p| p.contains("TEMP B-TREE")),
-                "{sql}: {plan:?}"
-            );
-        }
     }
 
     /// An item of a batch undone by its own savepoint takes its lease

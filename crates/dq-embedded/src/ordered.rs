@@ -22,7 +22,7 @@
 //! (10,000,000 jobs ready at once, a long consumer outage, ≈ 0.5 GB; dead
 //! letters are capped per topic by `dead_cap`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// An entry: a topic id first, then the job's place in the topic's order,
 /// its `seq` last.
@@ -154,6 +154,141 @@ impl<K: Entry> Ordered<K> {
     }
 }
 
+/// A ready job's place in its key's lane: `(priority, due_ms, seq)`.
+pub(crate) type Place = (i64, i64, i64);
+
+/// The ready jobs with a flow-control key: each key's lane in hand-out
+/// order, the keys of a topic in key order (the keyed hand-out takes turns
+/// over them: `ops::reserve_keyed`).
+#[derive(Debug, Default)]
+pub(crate) struct Lanes {
+    /// tid → key → the lane.
+    of: BTreeMap<i64, BTreeMap<Box<str>, BTreeSet<Place>>>,
+    log: Vec<LaneStep>,
+}
+
+#[derive(Debug)]
+enum LaneStep {
+    Added(i64, Box<str>, Place),
+    Removed(i64, Box<str>, Place),
+}
+
+impl Lanes {
+    fn put(&mut self, tid: i64, key: &str, p: Place) -> bool {
+        self.of
+            .entry(tid)
+            .or_default()
+            .entry(key.into())
+            .or_default()
+            .insert(p)
+    }
+
+    fn take(&mut self, tid: i64, key: &str, p: Place) -> bool {
+        let Some(keys) = self.of.get_mut(&tid) else {
+            return false;
+        };
+        let Some(lane) = keys.get_mut(key) else {
+            return false;
+        };
+        let was = lane.remove(&p);
+        if lane.is_empty() {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.of.remove(&tid);
+            }
+        }
+        was
+    }
+
+    /// The job at `p` of key `key`'s lane is ready.
+    pub(crate) fn add(&mut self, tid: i64, key: &str, p: Place) {
+        if self.put(tid, key, p) {
+            self.log.push(LaneStep::Added(tid, key.into(), p));
+        }
+    }
+
+    /// The job at `p` of key `key`'s lane is no longer ready.
+    pub(crate) fn remove(&mut self, tid: i64, key: &str, p: Place) {
+        if self.take(tid, key, p) {
+            self.log.push(LaneStep::Removed(tid, key.into(), p));
+        }
+    }
+
+    /// Whether topic `tid` has a ready job with a key.
+    pub(crate) fn any(&self, tid: i64) -> bool {
+        self.of.contains_key(&tid)
+    }
+
+    /// Topic `tid`'s keys with ready jobs, in key order.
+    pub(crate) fn keys(&self, tid: i64) -> Vec<String> {
+        self.of
+            .get(&tid)
+            .map(|k| k.keys().map(|k| k.to_string()).collect())
+            .unwrap_or_default()
+    }
+
+    /// The job key `key`'s lane hands out next.
+    pub(crate) fn head(&self, tid: i64, key: &str) -> Option<Place> {
+        self.of.get(&tid)?.get(key)?.first().copied()
+    }
+
+    /// The job each of topic `tid`'s lanes hands out next.
+    pub(crate) fn heads(&self, tid: i64) -> impl Iterator<Item = Place> + '_ {
+        self.of
+            .get(&tid)
+            .into_iter()
+            .flat_map(|keys| keys.values().filter_map(|lane| lane.first().copied()))
+    }
+
+    /// Topic `tid`'s ready jobs with a key, by key then in each lane's
+    /// order.
+    pub(crate) fn topic(&self, tid: i64) -> impl Iterator<Item = (&str, Place)> + '_ {
+        self.of.get(&tid).into_iter().flat_map(|keys| {
+            keys.iter()
+                .flat_map(|(k, lane)| lane.iter().map(move |p| (&**k, *p)))
+        })
+    }
+
+    /// Every entry as `(tid, key, priority, due, seq)`, for comparing with
+    /// the file (`Memory::check`).
+    #[cfg(debug_assertions)]
+    pub(crate) fn entries(&self) -> Vec<(i64, String, i64, i64, i64)> {
+        self.of
+            .iter()
+            .flat_map(|(&tid, keys)| {
+                keys.iter().flat_map(move |(k, lane)| {
+                    lane.iter()
+                        .map(move |&(p, d, s)| (tid, k.to_string(), p, d, s))
+                })
+            })
+            .collect()
+    }
+
+    /// Where the log is: what [`Lanes::undo_to`] goes back to.
+    pub(crate) fn mark(&self) -> usize {
+        self.log.len()
+    }
+
+    /// Undoes every change since `mark`, the latest first.
+    pub(crate) fn undo_to(&mut self, mark: usize) {
+        while self.log.len() > mark {
+            match self.log.pop().expect("longer than mark") {
+                LaneStep::Added(tid, k, p) => {
+                    self.take(tid, &k, p);
+                }
+                LaneStep::Removed(tid, k, p) => {
+                    self.put(tid, &k, p);
+                }
+            }
+        }
+    }
+
+    /// The transaction committed: its changes stay.
+    pub(crate) fn committed(&mut self) {
+        self.log.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +340,35 @@ mod tests {
         );
         assert_eq!(d.head(2), Some((50, 13)));
         assert_eq!(d.head(0), None);
+    }
+
+    #[test]
+    fn lanes_keep_each_keys_order_and_undo_to_the_mark() {
+        let mut l = Lanes::default();
+        l.add(1, "b", (0, 100, 10));
+        l.add(1, "a", (5, 50, 11));
+        l.add(1, "a", (0, 90, 12));
+        l.add(2, "a", (0, 0, 13));
+        l.committed();
+        assert!(l.any(1) && l.any(2) && !l.any(3));
+        assert_eq!(l.keys(1), ["a", "b"]);
+        assert_eq!(l.head(1, "a"), Some((0, 90, 12)));
+        assert_eq!(l.head(1, "c"), None);
+        assert_eq!(
+            l.topic(1).collect::<Vec<_>>(),
+            [("a", (0, 90, 12)), ("a", (5, 50, 11)), ("b", (0, 100, 10))]
+        );
+        let before = l.entries();
+        let mark = l.mark();
+        l.remove(1, "b", (0, 100, 10)); // the lane empties: the key goes
+        l.remove(1, "b", (0, 100, 10)); // not there: nothing to undo
+        l.add(1, "c", (0, 1, 14));
+        l.remove(2, "a", (0, 0, 13)); // the topic empties
+        assert_eq!(l.keys(1), ["a", "c"]);
+        assert!(!l.any(2));
+        l.undo_to(mark);
+        assert_eq!(l.entries(), before);
+        assert_eq!(l.keys(1), ["a", "b"]);
     }
 
     #[test]

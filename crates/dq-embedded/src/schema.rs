@@ -6,7 +6,7 @@
 //! | state | meaning | index |
 //! | --- | --- | --- |
 //! | 0 | scheduled | `(tid, due_ms)` |
-//! | 1 | ready | with a flow-control key: `(tid, fkey, priority, due_ms, seq)`, each key's lane; without one: none, the writer keeps them in memory in hand-out order (`ordered`), built by the same scan at open |
+//! | 1 | ready | none: the writer keeps them in memory in hand-out order, each flow-control key's lane apart (`ordered`), built by the same scan at open |
 //! | 2 | reserved | none: the writer keeps the leases in memory (`leases`), built by a scan at open |
 //! | 3 | dead | none: the writer keeps them in memory, oldest first (`ordered`), built by the same scan |
 //!
@@ -153,10 +153,9 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     // → 7
     Migration {
-        what: "ready jobs without a key and dead letters kept in memory: their indexes dropped; the ready index holds only the jobs with a flow-control key",
+        what: "ready jobs and dead letters kept in memory: their indexes dropped",
         sql: "DROP INDEX jobs_ready;
-              DROP INDEX jobs_dead;
-              CREATE INDEX jobs_kready ON jobs(tid, fkey, priority, due_ms, seq) WHERE state = 1 AND fkey IS NOT NULL;",
+              DROP INDEX jobs_dead;",
     },
 ];
 

@@ -372,7 +372,6 @@ async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
     downgrade(
         "CREATE INDEX jobs_lease ON jobs(tid, deadline_ms) WHERE state = 2;
          CREATE INDEX jobs_dead ON jobs(tid, died_ms, seq) WHERE state = 3;
-         DROP INDEX jobs_kready;
          ALTER TABLE jobs DROP COLUMN fkey;
          CREATE INDEX jobs_ready ON jobs(tid, priority, due_ms, seq) WHERE state = 1;
          DROP TABLE fkeys;
