@@ -143,7 +143,7 @@ impl Leases {
 
     /// The transaction committed: its changes stay.
     pub(crate) fn committed(&mut self) {
-        self.log.clear();
+        crate::ordered::forget(&mut self.log);
     }
 }
 

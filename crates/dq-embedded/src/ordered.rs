@@ -24,6 +24,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Empties an undo log at commit, giving back the memory of a big one (a
+/// file's load, a group of thousands of jobs) rather than keeping it for
+/// good.
+pub(crate) fn forget<T>(log: &mut Vec<T>) {
+    log.clear();
+    log.shrink_to(4096);
+}
+
 /// An entry: a topic id first, then the job's place in the topic's order,
 /// its `seq` last.
 pub(crate) trait Entry: Ord + Copy + std::fmt::Debug {
@@ -150,7 +158,7 @@ impl<K: Entry> Ordered<K> {
 
     /// The transaction committed: its changes stay.
     pub(crate) fn committed(&mut self) {
-        self.log.clear();
+        forget(&mut self.log);
     }
 }
 
@@ -285,7 +293,7 @@ impl Lanes {
 
     /// The transaction committed: its changes stay.
     pub(crate) fn committed(&mut self) {
-        self.log.clear();
+        forget(&mut self.log);
     }
 }
 
