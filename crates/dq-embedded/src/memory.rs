@@ -38,7 +38,7 @@ pub(crate) struct Mark {
 impl Memory {
     /// The leases, ready jobs and dead letters of the file `conn` has
     /// open: one scan of the table (no index holds them), reading the
-    /// columns before the body.
+    /// columns before the body (and a ready job's key).
     pub(crate) fn load(conn: &Connection) -> rusqlite::Result<Self> {
         let mut m = Memory::default();
         let mut st = conn.prepare(&format!("{ROWS} WHERE state IN (1, 2, 3)"))?;
@@ -142,8 +142,8 @@ impl Memory {
     }
 
     /// Panics unless the memory holds exactly the file's leases, ready
-    /// jobs without a key and dead letters; returns how many rows the file
-    /// has.
+    /// jobs (without a key and in each key's lane) and dead letters;
+    /// returns how many rows the file has.
     #[cfg(debug_assertions)]
     fn check(&self, conn: &Connection) -> u64 {
         let mut file = Memory::default();
@@ -184,8 +184,11 @@ impl Memory {
 }
 
 /// The columns of a job's row that place it in memory.
+/// `fkey` is stored after the body (a column added by a migration), so it
+/// is read only for a ready job, whose lane needs it: reading it reads
+/// the row's overflow pages too.
 const ROWS: &str = "SELECT seq, tid, state, priority, due_ms, coalesce(deadline_ms, 0),
-    fkey, coalesce(died_ms, -9223372036854775808) FROM jobs";
+    CASE WHEN state = 1 THEN fkey END, coalesce(died_ms, -9223372036854775808) FROM jobs";
 
 /// A job's row as [`ROWS`] reads it.
 struct Row {

@@ -741,13 +741,14 @@ fn mark_keyed(cx: &Ctx, tid: i64) -> OpResult<()> {
 
 /// The ready job without a key at `place` (`(priority, due, seq)`) of
 /// topic `tid`'s order in memory, read to be leased. `None` when the file
-/// does not hold it ready: cannot happen while every change of a ready job
+/// does not hold it ready there: cannot happen while every change of a ready job
 /// goes through [`crate::ordered::Ready`]; the entry is dropped rather than
 /// found again and again.
 fn ready_row(cx: &mut Ctx, tid: i64, place: (i64, i64, i64)) -> OpResult<Option<Leasable>> {
     let (priority, due, seq) = place;
     let row = cx.conn.with(HotSql::ReadyRow, |st| {
-        st.query_row(params![seq, tid], Leasable::row).optional()
+        st.query_row(params![seq, tid, priority, due], Leasable::row)
+            .optional()
     })?;
     if row.is_none() {
         tracing::warn!(
@@ -764,10 +765,13 @@ fn ready_row(cx: &mut Ctx, tid: i64, place: (i64, i64, i64)) -> OpResult<Option<
 /// have neighbouring row ids: when the places' row ids are that dense (a
 /// span of at most twice their number), one pass over the table's rows
 /// between the first and the last reads them all (instead of a statement
-/// and a search from the table's root per job: −7 % of the writer's
-/// instructions per lifecycle, docs/performance.md, "Ready jobs in
-/// memory"); else each is read by its id ([`ready_row`]). A place whose row
-/// is not ready is dropped, as `ready_row` drops it.
+/// and a search from the table's root per job: −4 % of the writer's
+/// instructions per lifecycle, docs/performance.md, "Ready jobs and dead
+/// letters in memory"); else each is read by its id ([`ready_row`]). The
+/// pass reads only rows up to the last place in hand-out order, so a job
+/// behind them whose row lies in between (a later priority) costs no read
+/// of its body. A place whose row is not ready there is dropped, as
+/// `ready_row` drops it.
 fn ready_rows(cx: &mut Ctx, tid: i64, places: &[(i64, i64, i64)]) -> OpResult<Vec<Leasable>> {
     let lo = places.iter().map(|p| p.2).min().unwrap_or(0);
     let hi = places.iter().map(|p| p.2).max().unwrap_or(0);
@@ -778,15 +782,18 @@ fn ready_rows(cx: &mut Ctx, tid: i64, places: &[(i64, i64, i64)]) -> OpResult<Ve
         }
         return Ok(out);
     }
+    let last = places[places.len() - 1];
     let rows: Vec<Leasable> = cx.conn.with(HotSql::ReadySpan, |st| {
-        st.query_map(params![lo, hi, tid], Leasable::row)?.collect()
+        st.query_map(params![lo, hi, tid, last.0, last.1, last.2], Leasable::row)?
+            .collect()
     })?;
     // The span's rows come in row-id order.
     let seqs: Vec<i64> = rows.iter().map(|j| j.seq).collect();
     let mut rows: Vec<Option<Leasable>> = rows.into_iter().map(Some).collect();
     let mut out = Vec::with_capacity(places.len());
     for &(priority, due, seq) in places {
-        match seqs.binary_search(&seq).ok().and_then(|i| rows[i].take()) {
+        let row = seqs.binary_search(&seq).ok().and_then(|i| rows[i].take());
+        match row.filter(|j| i64::from(j.priority) == priority && j.due as i64 == due) {
             Some(j) => out.push(j),
             None => {
                 tracing::warn!(
@@ -816,9 +823,10 @@ fn lane_head(cx: &mut Ctx, tid: i64, key: Option<&str>) -> OpResult<Option<Leasa
         let row = cx
             .conn
             .prepare_cached(&format!(
-                "SELECT {LEASABLE} FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1 AND fkey = ?3"
+                "SELECT {LEASABLE} FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1 AND fkey = ?3
+                 AND priority = ?4 AND due_ms = ?5"
             ))?
-            .query_row(params![seq, tid, k], Leasable::row)
+            .query_row(params![seq, tid, k, priority, due], Leasable::row)
             .optional()?;
         if row.is_some() {
             return Ok(row);
@@ -890,7 +898,7 @@ fn reserve_keyed(cx: &mut Ctx, hand: &mut HandOut<'_>, take: u64) -> OpResult<(b
         .query_row([tid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
     let krate = krate.as_deref().and_then(RateLimit::decode);
     let mut lanes: Vec<Lane> = Vec::new();
-    if lane_head(cx, tid, None)?.is_some() {
+    if cx.mem.ready.head(tid).is_some() {
         lanes.push(Lane {
             turn: uturn,
             key: None,
@@ -1594,17 +1602,25 @@ pub(crate) fn replay_dead(
         }
         None => cx.mem.dead.first(tid, max),
     };
+    let mut replayed = 0;
     for &(died, seq) in &seqs {
-        cx.mem.dead.remove((tid, died, seq));
-        cx.conn
+        // Only a job still dead (an id named twice is replayed once).
+        let moved = cx
+            .conn
             .prepare_cached(
-                "UPDATE jobs SET attempts = 0, died_ms = NULL, kicks = kicks + 1 WHERE seq = ?1",
+                "UPDATE jobs SET attempts = 0, died_ms = NULL, kicks = kicks + 1
+                 WHERE seq = ?1 AND tid = ?2 AND state = 3",
             )?
-            .execute([seq])?;
+            .execute(params![seq, tid])?;
+        if moved == 0 {
+            continue;
+        }
+        cx.mem.dead.remove((tid, died, seq));
         place(cx, topic, tid, seq, Some(DEAD), now, now)?;
+        replayed += 1;
     }
-    bump(cx, tid, "replayed", seqs.len() as i64)?;
-    Ok(seqs.len() as u64)
+    bump(cx, tid, "replayed", replayed)?;
+    Ok(replayed as u64)
 }
 
 pub(crate) fn purge_dead(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<u64> {

@@ -1,26 +1,30 @@
 //! Queue orders the writer keeps in memory instead of in a partial index:
 //! the ready jobs without a flow-control key, in hand-out order
-//! ([`Ready`]), and the dead letters, oldest first ([`Dead`]).
+//! ([`Ready`]), each key's ready jobs ([`Lanes`]), and the dead letters,
+//! oldest first ([`Dead`]).
 //!
-//! A reserve hands out a topic's ready jobs by `(priority, due, seq)`, and
-//! dead letters are trimmed, replayed and listed by `(died, seq)`; which
-//! come first is asked here, not of an index. Each partial index on the
-//! jobs table cost every statement that writes a job a cursor and the test
-//! of its `WHERE`, and the ready index an entry in and out per job
-//! (docs/performance.md, "Ready jobs and dead letters in memory"). The jobs
-//! with a key keep their index (`jobs_kready`): their lanes take turns by
-//! key, which the index answers (`crate::ops`' keyed hand-out); so does the
-//! schedule (`jobs_sched`), whose backlog (reminders days ahead) is the one
-//! that may be too big for memory.
+//! A reserve hands out a topic's ready jobs by `(priority, due, seq)` (the
+//! keyed hand-out takes turns over the keys' lanes, each in that order),
+//! and dead letters are trimmed, replayed and listed by `(died, seq)`;
+//! which come first is asked here, not of an index. Each partial index on
+//! the jobs table cost every statement that writes a job a cursor and the
+//! test of its `WHERE`, and the ready index an entry in and out per job
+//! (docs/performance.md, "Ready jobs and dead letters in memory"). The
+//! schedule keeps its index (`jobs_sched`): its backlog (reminders days
+//! ahead) is the one that may be too big for memory.
 //!
 //! Like [`crate::leases::Leases`], each set is built when the file is
 //! opened ([`crate::memory::Memory::load`]) and follows the transaction
 //! exactly: each change is logged, undone with the operation, batch item
 //! or group that made it, and forgotten at commit.
 //!
-//! Memory: one entry per job, ≈ 45–50 bytes with the B-tree's nodes
-//! (10,000,000 jobs ready at once, a long consumer outage, ≈ 0.5 GB; dead
-//! letters are capped per topic by `dead_cap`).
+//! Memory: ≈ 70–80 bytes per ready job (a `(tid, priority, due, seq)` key
+//! of 32 bytes in B-tree nodes about half full, as entries arriving in
+//! order leave them: `scripts/ready-rss.py`), so 10,000,000 jobs ready at
+//! once (a long consumer outage) take ≈ 0.75 GB. A key's lane costs its
+//! key and a set of its own (≈ 300 bytes for a key with one ready job:
+//! per-user keys cost that per job). Dead letters are capped per topic by
+//! `dead_cap`.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -89,19 +89,24 @@ impl HotSql {
                 "SELECT seq, dedup_ms, fkey FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3"
             }
             HotSql::Delete => "DELETE FROM jobs WHERE seq = ?1",
-            // A ready job without a key, found in memory (`crate::ready`),
-            // read to be leased: the columns of `ops::LEASABLE`.
+            // A ready job without a key, found in memory at
+            // `(priority, due_ms)` (`crate::ordered::Ready`), read to be
+            // leased: the columns of `ops::LEASABLE`.
             HotSql::ReadyRow => {
                 "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey
-                 FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1 AND fkey IS NULL"
+                 FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1 AND fkey IS NULL
+                 AND priority = ?3 AND due_ms = ?4"
             }
             // The same for the rows between two row ids, in row-id order
-            // (`ops::ready_rows`). `+tid`: a range of row ids, never the
-            // topic's whole `(tid, id)` index, which the planner would
+            // (`ops::ready_rows`): those up to the last place handed out
+            // (`?4`–`?6`), so a job behind them in the order, its body
+            // above all, is not read. `+tid`: a range of row ids, never
+            // the topic's whole `(tid, id)` index, which the planner would
             // otherwise pick.
             HotSql::ReadySpan => {
                 "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey
                  FROM jobs WHERE seq BETWEEN ?1 AND ?2 AND +tid = ?3 AND state = 1 AND fkey IS NULL
+                 AND (priority, due_ms, seq) <= (?4, ?5, ?6)
                  ORDER BY seq"
             }
         }
@@ -178,8 +183,8 @@ pub(crate) struct Ctx {
     pub(crate) unsynced: bool,
     /// `ping` wrote a probe in the current transaction.
     pub(crate) probed: bool,
-    /// The leases and the ready jobs without a key, in step with the
-    /// transaction.
+    /// The leases, ready jobs (without a key and in each key's lane) and
+    /// dead letters, in step with the transaction.
     pub(crate) mem: Memory,
 }
 
@@ -618,8 +623,8 @@ mod tests {
                 (4, 0, false),
                 (3, 3, true),
                 (1, 0, false),
-                (2, 10, true),
-                (3, 10, true)
+                (4, 10, true),
+                (6, 10, true)
             ]
         );
         // Each finds its rows where it should: the plain ack's, the lease's
