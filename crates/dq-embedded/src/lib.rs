@@ -902,33 +902,6 @@ mod tests {
         assert!(none.leases.is_empty());
     }
 
-    /// A dead letter named twice in one replay is replayed once: counted
-    /// once, its state counts moved once.
-    #[tokio::test]
-    async fn an_id_named_twice_is_replayed_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = EmbeddedStore::open(dir.path()).unwrap();
-        let topic = Topic::new("replay-twice").unwrap();
-        s.enqueue(&topic, &[job("x")], T0).await.unwrap();
-        let l = s.reserve(&topic, 1, Some(1000), T0).await.unwrap().leases;
-        let nack = Nack {
-            token: &l[0].token,
-            error: "boom",
-            retry_in_ms: None,
-            dead: true,
-            priority: None,
-        };
-        s.nack(&topic, &l[0].id, nack, T0).await.unwrap();
-        let x = JobId::new("x").unwrap();
-        let n = s
-            .replay_dead(&topic, Some(&[x.clone(), x]), 10, T0)
-            .await
-            .unwrap();
-        assert_eq!(n, 1);
-        let st = s.stats(&topic, T0).await.unwrap();
-        assert_eq!((st.dead, st.ready, st.counters.replayed), (0, 1, 1));
-    }
-
     /// A lease whose token names no row (as an older dq wrote them: the
     /// call's prefix and a count) is still acked, and its entry goes.
     #[tokio::test]

@@ -1107,7 +1107,8 @@ pub async fn requeue_expired_last_attempt_goes_dead(s: &dyn Store) {
     assert_eq!(info.last_error.as_deref(), Some("lease expired"));
 }
 
-/// Replay makes dead letters due now with a fresh attempt count; purge deletes them.
+/// Replay makes dead letters due now with a fresh attempt count (an id
+/// named twice, once); purge deletes them.
 pub async fn replay_and_purge_dead(s: &dyn Store) {
     let t = topic("replay");
     for i in ["a", "b", "c"] {
@@ -1124,10 +1125,16 @@ pub async fn replay_and_purge_dead(s: &dyn Store) {
         );
     }
     assert_eq!(
-        s.replay_dead(&t, Some(&[id("b"), id("zz")]), 100, T0 + 10)
+        s.replay_dead(&t, Some(&[id("b"), id("zz"), id("b")]), 100, T0 + 10)
             .await
             .unwrap(),
         1
+    );
+    let st = s.stats(&t, T0 + 10).await.unwrap();
+    assert_eq!(
+        (st.dead, st.ready, st.counters.replayed),
+        (2, 1, 1),
+        "moved and counted once"
     );
     let info = s.get(&t, &id("b")).await.unwrap().unwrap();
     assert_eq!(
