@@ -82,6 +82,10 @@ enum Scenario {
         max: usize,
         #[arg(long, default_value_t = 2)]
         producers: usize,
+        /// Jobs per enqueue call (large bodies need fewer to stay within
+        /// the server's request limit)
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
         #[arg(long, default_value_t = 64)]
         body_bytes: usize,
     },
@@ -814,6 +818,7 @@ impl BenchArgs {
                 consumers,
                 max,
                 producers,
+                batch,
                 body_bytes,
             } => {
                 let (a, b) = range_ms(&window)?;
@@ -850,7 +855,7 @@ impl BenchArgs {
                     &api,
                     &topic,
                     jobs,
-                    1000,
+                    batch.max(1),
                     producers,
                     job,
                     &enq_pb,
@@ -879,7 +884,7 @@ impl BenchArgs {
                     .values()
                     .map(|c| (*c as u64).saturating_sub(1))
                     .sum();
-                json!({"scenario": "drain", "jobs": jobs, "window_ms": [a, b], "consumers": consumers, "max": max,
+                json!({"scenario": "drain", "jobs": jobs, "window_ms": [a, b], "consumers": consumers, "max": max, "batch": batch,
                        "enqueue_seconds": (enqueue_s * 1000.0).round() / 1000.0, "enqueue_errors": errors,
                        "seconds": (wall * 1000.0).round() / 1000.0,
                        "jobs_per_s": (obs.seen.len() as f64 / active.max(0.001)).round(),
