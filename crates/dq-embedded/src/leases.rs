@@ -19,6 +19,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::ordered::UndoLog;
+
 /// Every lease the file holds: job `seq` of topic `tid` reserved until
 /// `deadline` (ms).
 #[derive(Debug, Default)]
@@ -27,8 +29,7 @@ pub(crate) struct Leases {
     order: BTreeSet<(i64, i64, i64)>,
     /// `seq` → `(tid, deadline)`.
     of: HashMap<i64, (i64, i64), BuildHasherDefault<RowIdHasher>>,
-    /// What the current transaction changed, to undo it.
-    log: Vec<Step>,
+    log: UndoLog<Step>,
 }
 
 /// Hashes a row id with one multiplication (Fibonacci hashing): row ids
@@ -121,29 +122,28 @@ impl Leases {
 
     /// Where the log is: what [`Leases::undo_to`] goes back to.
     pub(crate) fn mark(&self) -> usize {
-        self.log.len()
+        self.log.mark()
     }
 
     /// Undoes every change since `mark`, the latest first.
     pub(crate) fn undo_to(&mut self, mark: usize) {
-        while self.log.len() > mark {
-            match self.log.pop().expect("longer than mark") {
-                Step::Added(seq) => {
-                    if let Some((tid, deadline)) = self.of.remove(&seq) {
-                        self.order.remove(&(tid, deadline, seq));
-                    }
-                }
-                Step::Removed { seq, tid, deadline } => {
-                    self.order.insert((tid, deadline, seq));
-                    self.of.insert(seq, (tid, deadline));
+        let (order, of) = (&mut self.order, &mut self.of);
+        self.log.undo_to(mark, |step| match step {
+            Step::Added(seq) => {
+                if let Some((tid, deadline)) = of.remove(&seq) {
+                    order.remove(&(tid, deadline, seq));
                 }
             }
-        }
+            Step::Removed { seq, tid, deadline } => {
+                order.insert((tid, deadline, seq));
+                of.insert(seq, (tid, deadline));
+            }
+        });
     }
 
     /// The transaction committed: its changes stay.
     pub(crate) fn committed(&mut self) {
-        crate::ordered::forget(&mut self.log);
+        self.log.forget();
     }
 }
 

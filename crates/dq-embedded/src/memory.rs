@@ -26,7 +26,7 @@ pub(crate) struct Memory {
     commits: u64,
 }
 
-/// A point to undo both logs to.
+/// A point to undo every log to.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Mark {
     leases: usize,

@@ -28,12 +28,43 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Empties an undo log at commit, giving back the memory of a big one (a
-/// file's load, a group of thousands of jobs) rather than keeping it for
-/// good.
-pub(crate) fn forget<T>(log: &mut Vec<T>) {
-    log.clear();
-    log.shrink_to(4096);
+/// What the current transaction changed in one of the writer's in-memory
+/// orders (these and [`crate::leases::Leases`]), newest last: undone to a
+/// mark as SQLite undoes an operation's or a batch item's savepoint or the
+/// whole group, forgotten at commit.
+#[derive(Debug)]
+pub(crate) struct UndoLog<S>(Vec<S>);
+
+impl<S> Default for UndoLog<S> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<S> UndoLog<S> {
+    pub(crate) fn push(&mut self, step: S) {
+        self.0.push(step);
+    }
+
+    /// Where the log is: what [`UndoLog::undo_to`] goes back to.
+    pub(crate) fn mark(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Hands `undo` every step since `mark`, the latest first.
+    pub(crate) fn undo_to(&mut self, mark: usize, mut undo: impl FnMut(S)) {
+        while self.0.len() > mark {
+            undo(self.0.pop().expect("longer than mark"));
+        }
+    }
+
+    /// The transaction committed: its steps stay done. Gives back the
+    /// memory of a big log (a file's load, a group of thousands of jobs)
+    /// rather than keeping it for good.
+    pub(crate) fn forget(&mut self) {
+        self.0.clear();
+        self.0.shrink_to(4096);
+    }
 }
 
 /// An entry: a topic id first, then the job's place in the topic's order,
@@ -79,15 +110,14 @@ pub(crate) type Dead = Ordered<(i64, i64, i64)>;
 #[derive(Debug)]
 pub(crate) struct Ordered<K> {
     order: BTreeSet<K>,
-    /// What the current transaction changed, to undo it.
-    log: Vec<Step<K>>,
+    log: UndoLog<Step<K>>,
 }
 
 impl<K> Default for Ordered<K> {
     fn default() -> Self {
         Self {
             order: BTreeSet::new(),
-            log: Vec::new(),
+            log: UndoLog::default(),
         }
     }
 }
@@ -143,26 +173,25 @@ impl<K: Entry> Ordered<K> {
 
     /// Where the log is: what [`Ordered::undo_to`] goes back to.
     pub(crate) fn mark(&self) -> usize {
-        self.log.len()
+        self.log.mark()
     }
 
     /// Undoes every change since `mark`, the latest first.
     pub(crate) fn undo_to(&mut self, mark: usize) {
-        while self.log.len() > mark {
-            match self.log.pop().expect("longer than mark") {
-                Step::Added(k) => {
-                    self.order.remove(&k);
-                }
-                Step::Removed(k) => {
-                    self.order.insert(k);
-                }
+        let order = &mut self.order;
+        self.log.undo_to(mark, |step| match step {
+            Step::Added(k) => {
+                order.remove(&k);
             }
-        }
+            Step::Removed(k) => {
+                order.insert(k);
+            }
+        });
     }
 
     /// The transaction committed: its changes stay.
     pub(crate) fn committed(&mut self) {
-        forget(&mut self.log);
+        self.log.forget();
     }
 }
 
@@ -175,9 +204,11 @@ pub(crate) type Place = (i64, i64, i64);
 #[derive(Debug, Default)]
 pub(crate) struct Lanes {
     /// tid → key → the lane.
-    of: BTreeMap<i64, BTreeMap<Box<str>, BTreeSet<Place>>>,
-    log: Vec<LaneStep>,
+    of: LaneMap,
+    log: UndoLog<LaneStep>,
 }
+
+type LaneMap = BTreeMap<i64, BTreeMap<Box<str>, BTreeSet<Place>>>;
 
 #[derive(Debug)]
 enum LaneStep {
@@ -185,43 +216,45 @@ enum LaneStep {
     Removed(i64, Box<str>, Place),
 }
 
-impl Lanes {
-    fn put(&mut self, tid: i64, key: &str, p: Place) -> bool {
-        self.of
-            .entry(tid)
-            .or_default()
-            .entry(key.into())
-            .or_default()
-            .insert(p)
-    }
+/// Puts `p` into key `key`'s lane; whether it was not there.
+fn put(of: &mut LaneMap, tid: i64, key: &str, p: Place) -> bool {
+    of.entry(tid)
+        .or_default()
+        .entry(key.into())
+        .or_default()
+        .insert(p)
+}
 
-    fn take(&mut self, tid: i64, key: &str, p: Place) -> bool {
-        let Some(keys) = self.of.get_mut(&tid) else {
-            return false;
-        };
-        let Some(lane) = keys.get_mut(key) else {
-            return false;
-        };
-        let was = lane.remove(&p);
-        if lane.is_empty() {
-            keys.remove(key);
-            if keys.is_empty() {
-                self.of.remove(&tid);
-            }
+/// Takes `p` out of key `key`'s lane, and the lane (and the topic) out
+/// when that empties it; whether it was there.
+fn take(of: &mut LaneMap, tid: i64, key: &str, p: Place) -> bool {
+    let Some(keys) = of.get_mut(&tid) else {
+        return false;
+    };
+    let Some(lane) = keys.get_mut(key) else {
+        return false;
+    };
+    let was = lane.remove(&p);
+    if lane.is_empty() {
+        keys.remove(key);
+        if keys.is_empty() {
+            of.remove(&tid);
         }
-        was
     }
+    was
+}
 
+impl Lanes {
     /// The job at `p` of key `key`'s lane is ready.
     pub(crate) fn add(&mut self, tid: i64, key: &str, p: Place) {
-        if self.put(tid, key, p) {
+        if put(&mut self.of, tid, key, p) {
             self.log.push(LaneStep::Added(tid, key.into(), p));
         }
     }
 
     /// The job at `p` of key `key`'s lane is no longer ready.
     pub(crate) fn remove(&mut self, tid: i64, key: &str, p: Place) {
-        if self.take(tid, key, p) {
+        if take(&mut self.of, tid, key, p) {
             self.log.push(LaneStep::Removed(tid, key.into(), p));
         }
     }
@@ -278,26 +311,25 @@ impl Lanes {
 
     /// Where the log is: what [`Lanes::undo_to`] goes back to.
     pub(crate) fn mark(&self) -> usize {
-        self.log.len()
+        self.log.mark()
     }
 
     /// Undoes every change since `mark`, the latest first.
     pub(crate) fn undo_to(&mut self, mark: usize) {
-        while self.log.len() > mark {
-            match self.log.pop().expect("longer than mark") {
-                LaneStep::Added(tid, k, p) => {
-                    self.take(tid, &k, p);
-                }
-                LaneStep::Removed(tid, k, p) => {
-                    self.put(tid, &k, p);
-                }
+        let of = &mut self.of;
+        self.log.undo_to(mark, |step| match step {
+            LaneStep::Added(tid, k, p) => {
+                take(of, tid, &k, p);
             }
-        }
+            LaneStep::Removed(tid, k, p) => {
+                put(of, tid, &k, p);
+            }
+        });
     }
 
     /// The transaction committed: its changes stay.
     pub(crate) fn committed(&mut self) {
-        forget(&mut self.log);
+        self.log.forget();
     }
 }
 
