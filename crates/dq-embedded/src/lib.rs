@@ -805,15 +805,21 @@ mod tests {
         assert!(undone.is_err());
         assert_eq!(ready_held(&s).await, 3);
         drop(s);
-        let s = loop {
+        // The writer lets go of the lock once its thread has closed the file.
+        let mut reopened = None;
+        for _ in 0..400 {
             match EmbeddedStore::open(dir.path()) {
-                Ok(s) => break s,
+                Ok(s) => {
+                    reopened = Some(s);
+                    break;
+                }
                 Err(OpenError::Locked { .. }) => {
                     tokio::time::sleep(std::time::Duration::from_millis(5)).await
                 }
                 Err(e) => panic!("{e}"),
             }
-        };
+        }
+        let s = reopened.expect("still locked after 2 s");
         assert_eq!(ready_held(&s).await, 3, "read back at open");
         let got = s.reserve(&topic, 10, Some(1000), T0).await.unwrap().leases;
         let ids: Vec<_> = got.iter().map(|l| l.id.as_str()).collect();
