@@ -10,7 +10,7 @@
 use rusqlite::Connection;
 
 use crate::leases::Leases;
-use crate::ordered::{Dead, Lanes, Ready};
+use crate::ordered::{Dead, Lanes, Ready, died_place};
 
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
@@ -81,12 +81,21 @@ impl Memory {
         }
     }
 
+    /// The job lane `key` of topic `tid` (`None`: the jobs without a key)
+    /// hands out next: `(priority, due, seq)`.
+    pub(crate) fn ready_head(&self, tid: i64, key: Option<&str>) -> Option<(i64, i64, i64)> {
+        match key {
+            None => self.ready.head(tid),
+            Some(k) => self.lanes.head(tid, k),
+        }
+    }
+
     /// Puts a job's row where its state says (nowhere for a scheduled job).
     fn place(&mut self, r: &Row) {
         match r.state {
             1 => self.add_ready(r.tid, r.key.as_deref(), r.priority, r.due, r.seq),
             2 => self.leases.add(r.tid, r.seq, r.deadline),
-            3 => self.dead.add((r.tid, r.died, r.seq)),
+            3 => self.dead.add((r.tid, died_place(r.died), r.seq)),
             _ => {}
         }
     }
@@ -188,7 +197,7 @@ impl Memory {
 /// is read only for a ready job, whose lane needs it: reading it reads
 /// the row's overflow pages too.
 const ROWS: &str = "SELECT seq, tid, state, priority, due_ms, coalesce(deadline_ms, 0),
-    CASE WHEN state = 1 THEN fkey END, coalesce(died_ms, -9223372036854775808) FROM jobs";
+    CASE WHEN state = 1 THEN fkey END, died_ms FROM jobs";
 
 /// A job's row as [`ROWS`] reads it.
 struct Row {
@@ -199,7 +208,7 @@ struct Row {
     due: i64,
     deadline: i64,
     key: Option<String>,
-    died: i64,
+    died: Option<i64>,
 }
 
 impl Row {

@@ -9,6 +9,7 @@
 use dq_core::*;
 use rusqlite::{OptionalExtension, params};
 
+use crate::ordered::died_place;
 use crate::writer::{Ctx, Failure, HotSql, OpResult, run_cached};
 
 const SCHEDULED: i64 = 0;
@@ -472,11 +473,16 @@ pub(crate) fn cancel(
         return Ok(None);
     };
     #[allow(clippy::type_complexity)]
-    let (dedup_ms, fkey, priority, due, died): (Option<i64>, Option<String>, i64, i64, i64) = cx
+    let (dedup_ms, fkey, priority, due, died): (
+        Option<i64>,
+        Option<String>,
+        i64,
+        i64,
+        Option<i64>,
+    ) = cx
         .conn
         .prepare_cached(
-            "DELETE FROM jobs WHERE seq = ?1
-             RETURNING dedup_ms, fkey, priority, due_ms, coalesce(died_ms, -9223372036854775808)",
+            "DELETE FROM jobs WHERE seq = ?1 RETURNING dedup_ms, fkey, priority, due_ms, died_ms",
         )?
         .query_row([seq], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
@@ -486,7 +492,7 @@ pub(crate) fn cancel(
             .remove_ready(tid, fkey.as_deref(), priority, due, seq);
     }
     if state == DEAD {
-        cx.mem.dead.remove((tid, died, seq));
+        cx.mem.dead.remove((tid, died_place(died), seq));
     }
     open_window(cx, tid, id.as_str(), dedup_ms, now)?;
     counts(cx, tid, delta(Some(state), None))?;
@@ -739,25 +745,38 @@ fn mark_keyed(cx: &Ctx, tid: i64) -> OpResult<()> {
     Ok(())
 }
 
-/// The ready job without a key at `place` (`(priority, due, seq)`) of
-/// topic `tid`'s order in memory, read to be leased. `None` when the file
-/// does not hold it ready there: cannot happen while every change of a ready job
-/// goes through [`crate::ordered::Ready`]; the entry is dropped rather than
-/// found again and again.
-fn ready_row(cx: &mut Ctx, tid: i64, place: (i64, i64, i64)) -> OpResult<Option<Leasable>> {
+/// The ready job at `place` (`(priority, due, seq)`) of topic `tid`'s
+/// lane `key` (`None`: the jobs without a key) in memory, read to be
+/// leased. `None` when the file does not hold it ready there
+/// ([`stale_ready`]).
+fn ready_row(
+    cx: &mut Ctx,
+    tid: i64,
+    key: Option<&str>,
+    place: (i64, i64, i64),
+) -> OpResult<Option<Leasable>> {
     let (priority, due, seq) = place;
     let row = cx.conn.with(HotSql::ReadyRow, |st| {
-        st.query_row(params![seq, tid, priority, due], Leasable::row)
+        st.query_row(params![seq, tid, priority, due, key], Leasable::row)
             .optional()
     })?;
     if row.is_none() {
-        tracing::warn!(
-            seq,
-            "embedded store: a ready job in memory had no ready row"
-        );
-        cx.mem.ready.remove((tid, priority, due, seq));
+        stale_ready(cx, tid, key, place);
     }
     Ok(row)
+}
+
+/// Drops a ready job's entry whose row the file does not hold ready at
+/// that place: cannot happen while every change of a ready job goes
+/// through [`crate::memory::Memory`]; the entry is dropped rather than
+/// found again and again.
+fn stale_ready(cx: &mut Ctx, tid: i64, key: Option<&str>, place: (i64, i64, i64)) {
+    let (priority, due, seq) = place;
+    tracing::warn!(
+        seq,
+        "embedded store: a ready job in memory had no ready row"
+    );
+    cx.mem.remove_ready(tid, key, priority, due, seq);
 }
 
 /// The rows of topic `tid`'s ready jobs at `places` (from memory, in
@@ -778,7 +797,7 @@ fn ready_rows(cx: &mut Ctx, tid: i64, places: &[(i64, i64, i64)]) -> OpResult<Ve
     if places.len() < 2 || hi - lo >= 2 * places.len() as i64 {
         let mut out = Vec::with_capacity(places.len());
         for &place in places {
-            out.extend(ready_row(cx, tid, place)?);
+            out.extend(ready_row(cx, tid, None, place)?);
         }
         return Ok(out);
     }
@@ -791,17 +810,12 @@ fn ready_rows(cx: &mut Ctx, tid: i64, places: &[(i64, i64, i64)]) -> OpResult<Ve
     let seqs: Vec<i64> = rows.iter().map(|j| j.seq).collect();
     let mut rows: Vec<Option<Leasable>> = rows.into_iter().map(Some).collect();
     let mut out = Vec::with_capacity(places.len());
-    for &(priority, due, seq) in places {
+    for &place in places {
+        let (priority, due, seq) = place;
         let row = seqs.binary_search(&seq).ok().and_then(|i| rows[i].take());
         match row.filter(|j| i64::from(j.priority) == priority && j.due as i64 == due) {
             Some(j) => out.push(j),
-            None => {
-                tracing::warn!(
-                    seq,
-                    "embedded store: a ready job in memory had no ready row"
-                );
-                cx.mem.ready.remove((tid, priority, due, seq));
-            }
+            None => stale_ready(cx, tid, None, place),
         }
     }
     Ok(out)
@@ -810,32 +824,10 @@ fn ready_rows(cx: &mut Ctx, tid: i64, places: &[(i64, i64, i64)]) -> OpResult<Ve
 /// The next job of a key's lane (`None`: the jobs without a key, whose
 /// order is in memory).
 fn lane_head(cx: &mut Ctx, tid: i64, key: Option<&str>) -> OpResult<Option<Leasable>> {
-    let Some(k) = key else {
-        while let Some(place) = cx.mem.ready.head(tid) {
-            if let Some(j) = ready_row(cx, tid, place)? {
-                return Ok(Some(j));
-            }
+    while let Some(place) = cx.mem.ready_head(tid, key) {
+        if let Some(j) = ready_row(cx, tid, key, place)? {
+            return Ok(Some(j));
         }
-        return Ok(None);
-    };
-    // The key's lane, in memory; its head's row read by its id.
-    while let Some((priority, due, seq)) = cx.mem.lanes.head(tid, k) {
-        let row = cx
-            .conn
-            .prepare_cached(&format!(
-                "SELECT {LEASABLE} FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1 AND fkey = ?3
-                 AND priority = ?4 AND due_ms = ?5"
-            ))?
-            .query_row(params![seq, tid, k, priority, due], Leasable::row)
-            .optional()?;
-        if row.is_some() {
-            return Ok(row);
-        }
-        tracing::warn!(
-            seq,
-            "embedded store: a ready job in memory had no ready row"
-        );
-        cx.mem.lanes.remove(tid, k, (priority, due, seq));
     }
     Ok(None)
 }
@@ -1355,12 +1347,18 @@ fn delete_dead(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
     let mut n = 0;
     for (died, seq) in cx.mem.dead.first(tid, max.max(0) as usize) {
         cx.mem.dead.remove((tid, died, seq));
-        n += cx
-            .conn
-            .prepare_cached("DELETE FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 3")?
-            .execute(params![seq, tid])? as i64;
+        n += delete_row(cx, tid, DEAD, seq)?;
     }
     Ok(n)
+}
+
+/// Deletes job `seq` of topic `tid` if it is in `state` (an entry found in
+/// memory); returns how many rows went (0 or 1).
+fn delete_row(cx: &Ctx, tid: i64, state: i64, seq: i64) -> OpResult<i64> {
+    Ok(cx
+        .conn
+        .prepare_cached("DELETE FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = ?3")?
+        .execute(params![seq, tid, state])? as i64)
 }
 
 pub(crate) fn nack(
@@ -1541,21 +1539,9 @@ pub(crate) fn list_ready(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<
     Ok(jobs)
 }
 
+/// The first `limit` scheduled jobs of `topic`, soonest first (along the
+/// schedule's partial index).
 pub(crate) fn list_scheduled(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<Vec<JobInfo>> {
-    list_in_state(cx, topic, "state = 0", "due_ms, seq", 0, limit)
-}
-
-/// Jobs of `topic` that meet `cond` (a state and what its partial index
-/// covers), ordered by `order` (columns of that index, so the scan follows
-/// it).
-fn list_in_state(
-    cx: &mut Ctx,
-    topic: &Topic,
-    cond: &'static str,
-    order: &'static str,
-    offset: usize,
-    limit: usize,
-) -> OpResult<Vec<JobInfo>> {
     let Some(tid) = tid(cx, topic)? else {
         return Ok(Vec::new());
     };
@@ -1563,11 +1549,9 @@ fn list_in_state(
     let rows = cx
         .conn
         .prepare_cached(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND {cond} ORDER BY {order} LIMIT ?2 OFFSET ?3"
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND state = 0 ORDER BY due_ms, seq LIMIT ?2"
         ))?
-        .query_map(params![tid, limit as i64, offset as i64], |r| {
-            job_row(r, &cfg)
-        })?
+        .query_map(params![tid, limit as i64], |r| job_row(r, &cfg))?
         .map(|r| r.map(|(_, j)| j))
         .collect::<Result<_, _>>()?;
     Ok(rows)
@@ -1591,10 +1575,11 @@ pub(crate) fn replay_dead(
                 let s: Option<(i64, i64)> = cx
                     .conn
                     .prepare_cached(
-                        "SELECT coalesce(died_ms, -9223372036854775808), seq FROM jobs
-                         WHERE tid = ?1 AND id = ?2 AND state = 3",
+                        "SELECT died_ms, seq FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 3",
                     )?
-                    .query_row(params![tid, id.as_str()], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .query_row(params![tid, id.as_str()], |r| {
+                        Ok((died_place(r.get(0)?), r.get(1)?))
+                    })
                     .optional()?;
                 v.extend(s);
             }
@@ -1785,16 +1770,13 @@ pub(crate) fn configure_topic(
     config(cx, tid)
 }
 
-/// Deletes up to `?2` jobs of topic `?1` in `state`.
-/// The state is written into the SQL, not bound: only a literal matches a
-/// partial index's `WHERE state = N` (with the query planner stability
-/// guarantee on, a bound state would read every row of the topic through
-/// `jobs_id`).
-fn delete_in_state(state: i64) -> String {
-    format!(
-        "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE tid = ?1 AND state = {state} LIMIT ?2)"
-    )
-}
+/// Deletes up to `?2` scheduled jobs of topic `?1` (the other states are
+/// found in memory). The state is written into the SQL, not bound: only a
+/// literal matches the schedule's partial index `WHERE state = 0` (with
+/// the query planner stability guarantee on, a bound state would read
+/// every row of the topic through `jobs_id`).
+const DELETE_SCHEDULED: &str =
+    "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE tid = ?1 AND state = 0 LIMIT ?2)";
 
 /// The id and key of reserved job `seq` of topic `tid`, a lease in memory.
 /// `None` when the file does not hold it reserved: cannot happen while
@@ -1838,10 +1820,7 @@ fn delete_ready(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
     let mut n = 0;
     for (priority, due, seq) in cx.mem.ready.first(tid, max.max(0) as usize) {
         cx.mem.ready.remove((tid, priority, due, seq));
-        n += cx
-            .conn
-            .prepare_cached("DELETE FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1")?
-            .execute(params![seq, tid])? as i64;
+        n += delete_row(cx, tid, READY, seq)?;
     }
     let keyed: Vec<(String, (i64, i64, i64))> = cx
         .mem
@@ -1852,10 +1831,7 @@ fn delete_ready(cx: &mut Ctx, tid: i64, max: i64) -> OpResult<i64> {
         .collect();
     for (k, p) in keyed {
         cx.mem.lanes.remove(tid, &k, p);
-        n += cx
-            .conn
-            .prepare_cached("DELETE FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1")?
-            .execute(params![p.2, tid])? as i64;
+        n += delete_row(cx, tid, READY, p.2)?;
     }
     Ok(n)
 }
@@ -1872,16 +1848,14 @@ pub(crate) fn delete_topic(cx: &mut Ctx, topic: &Topic, max: usize) -> OpResult<
         if left <= 0 {
             break;
         }
-        let n = if state == RESERVED {
-            delete_leases(cx, tid, left)?
-        } else if state == READY {
-            delete_ready(cx, tid, left)?
-        } else if state == DEAD {
-            delete_dead(cx, tid, left)?
-        } else {
-            cx.conn
-                .prepare_cached(&delete_in_state(state))?
-                .execute(params![tid, left])? as i64
+        let n = match state {
+            SCHEDULED => cx
+                .conn
+                .prepare_cached(DELETE_SCHEDULED)?
+                .execute(params![tid, left])? as i64,
+            RESERVED => delete_leases(cx, tid, left)?,
+            READY => delete_ready(cx, tid, left)?,
+            _ => delete_dead(cx, tid, left)?,
         };
         let mut d = [0; 4];
         d[state as usize] = -n;
@@ -1985,13 +1959,11 @@ pub(crate) fn reserve_job(
     let from = j.state;
     if from == DEAD {
         // Out of the dead letters in memory, from its place among them.
-        let died: i64 = cx
+        let died: Option<i64> = cx
             .conn
-            .prepare_cached(
-                "SELECT coalesce(died_ms, -9223372036854775808) FROM jobs WHERE seq = ?1",
-            )?
+            .prepare_cached("SELECT died_ms FROM jobs WHERE seq = ?1")?
             .query_row([j.seq], |r| r.get(0))?;
-        cx.mem.dead.remove((tid, died, j.seq));
+        cx.mem.dead.remove((tid, died_place(died), j.seq));
     }
     let token = numbered(&format!("{:016x}.", rand::random::<u64>()), j.seq);
     if let Some(k) = &j.fkey {
@@ -2326,7 +2298,7 @@ pub(crate) fn import_jobs(
         }
         created += 1;
         if state == DEAD {
-            let died = j.died_at_ms.map_or(i64::MIN, |v| v as i64);
+            let died = died_place(j.died_at_ms.map(|v| v as i64));
             cx.mem.dead.add((tid, died, cx.conn.last_insert_rowid()));
             dead += 1;
             counts(cx, tid, [0, 0, 0, 1])?;
@@ -2365,10 +2337,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conn = crate::schema::open(&dir.path().join("f"), None).unwrap();
         let plan: Vec<String> = conn
-            .prepare(&format!(
-                "EXPLAIN QUERY PLAN {}",
-                delete_in_state(SCHEDULED)
-            ))
+            .prepare(&format!("EXPLAIN QUERY PLAN {DELETE_SCHEDULED}"))
             .unwrap()
             .query_map(params![1, 10], |r| r.get::<_, String>(3))
             .unwrap()

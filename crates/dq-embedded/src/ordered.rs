@@ -102,9 +102,15 @@ impl Entry for (i64, i64, i64) {
 
 /// Every ready job without a key: `(tid, priority, due_ms, seq)`.
 pub(crate) type Ready = Ordered<(i64, i64, i64, i64)>;
-/// Every dead letter: `(tid, died_ms, seq)` (a dead letter imported
-/// without a death time: `i64::MIN`, first, as SQLite orders its NULL).
+/// Every dead letter: `(tid, died_ms, seq)`, its death time as
+/// [`died_place`] places it.
 pub(crate) type Dead = Ordered<(i64, i64, i64)>;
+
+/// A dead letter's death time in [`Dead`]'s order: a dead letter imported
+/// without one comes first, as SQLite orders its NULL.
+pub(crate) fn died_place(died_ms: Option<i64>) -> i64 {
+    died_ms.unwrap_or(i64::MIN)
+}
 
 /// One order: entries of every topic, each topic's in a row.
 #[derive(Debug)]

@@ -89,12 +89,12 @@ impl HotSql {
                 "SELECT seq, dedup_ms, fkey FROM jobs WHERE tid = ?1 AND id = ?2 AND state = 2 AND token = ?3"
             }
             HotSql::Delete => "DELETE FROM jobs WHERE seq = ?1",
-            // A ready job without a key, found in memory at
-            // `(priority, due_ms)` (`crate::ordered::Ready`), read to be
-            // leased: the columns of `ops::LEASABLE`.
+            // A ready job of lane `?5` (a key, or NULL: the jobs without
+            // one), found in memory at `(priority, due_ms)` (`crate::memory`),
+            // read to be leased: the columns of `ops::LEASABLE`.
             HotSql::ReadyRow => {
                 "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey
-                 FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1 AND fkey IS NULL
+                 FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1 AND fkey IS ?5
                  AND priority = ?3 AND due_ms = ?4"
             }
             // The same for the rows between two row ids, in row-id order
@@ -623,7 +623,7 @@ mod tests {
                 (4, 0, false),
                 (3, 3, true),
                 (1, 0, false),
-                (4, 10, true),
+                (5, 10, true),
                 (6, 10, true)
             ]
         );
