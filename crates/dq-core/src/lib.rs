@@ -28,5 +28,5 @@ pub use flow::RateLimit;
 pub use limits::{InvalidInput, Limits};
 pub use model::*;
 pub use retry::RetryPolicy;
-pub use store::{MAX_RECORD_BYTES, Record, Store, StoreError, StoreResult, WakeFn};
+pub use store::{MAX_RECORD_BYTES, Record, Store, StoreError, StoreResult, WakeFn, WorkCounter};
 pub use topic::{Delivery, PushConfig, PushMethod, TopicConfig, TopicConfigPatch};

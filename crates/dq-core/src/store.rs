@@ -44,6 +44,18 @@ pub enum StoreError {
 /// A store result.
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// One of [`Store::work_counters`]: a Prometheus counter (it only grows
+/// while the process runs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkCounter {
+    /// The metric's name (`dq_…_total`).
+    pub name: &'static str,
+    /// Its `# HELP` text.
+    pub help: &'static str,
+    /// Its value.
+    pub value: f64,
+}
+
 /// The storage behind dq. Implementations: `dq-redis` (`RedisStore` for one
 /// server or a Cluster, `ShardedStore` over shards and partitions) and
 /// `dq-embedded` (SQLite on local disk).
@@ -396,6 +408,13 @@ pub trait Store: Send + Sync + 'static {
     /// and any others). Default: unknown.
     async fn size_bytes(&self) -> StoreResult<Option<u64>> {
         Ok(None)
+    }
+
+    /// Counters of the store's own work, for `/metrics`: the embedded
+    /// store's writer thread (calls run, commits, seconds busy), which
+    /// tell how close that one thread is to its capacity. Default: none.
+    fn work_counters(&self) -> Vec<WorkCounter> {
+        Vec::new()
     }
 
     /// The next value of the counter `name`: 1, 2, 3, … — unique and

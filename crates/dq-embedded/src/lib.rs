@@ -631,6 +631,10 @@ impl Store for EmbeddedStore {
             .await
     }
 
+    fn work_counters(&self) -> Vec<WorkCounter> {
+        self.writer.work().counters()
+    }
+
     async fn size_bytes(&self) -> StoreResult<Option<u64>> {
         let db = self.dir.join(DB_FILE);
         let bytes = [schema::wal_path(&db), db]
@@ -763,6 +767,41 @@ mod tests {
         assert_eq!(ids, ["a"]);
         assert_eq!(r.next_deadline_ms, None);
         assert_eq!(leases_held(&s).await, 0);
+    }
+
+    /// The writer's work counters: one operation per call, one commit per
+    /// call awaited alone, and its time, the commits' part of it included.
+    #[tokio::test]
+    async fn the_writer_counts_its_calls_commits_and_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        let counter = |s: &EmbeddedStore, name: &str| {
+            s.work_counters()
+                .into_iter()
+                .find(|c| c.name == name)
+                .unwrap_or_else(|| panic!("{name} missing"))
+                .value
+        };
+        assert_eq!(counter(&s, "dq_embedded_writer_operations_total"), 0.0);
+        assert_eq!(counter(&s, "dq_embedded_writer_commits_total"), 0.0);
+        let topic = Topic::new("work").unwrap();
+        s.enqueue(&topic, &[job("a"), job("b")], T0).await.unwrap();
+        let l = s.reserve(&topic, 2, Some(1000), T0).await.unwrap().leases;
+        assert_eq!(l.len(), 2);
+        s.stats(&topic, T0).await.unwrap();
+        assert_eq!(counter(&s, "dq_embedded_writer_operations_total"), 3.0);
+        assert_eq!(counter(&s, "dq_embedded_writer_commits_total"), 3.0);
+        let busy = counter(&s, "dq_embedded_writer_busy_seconds_total");
+        let commit = counter(&s, "dq_embedded_writer_commit_seconds_total");
+        assert!(
+            commit > 0.0 && commit <= busy,
+            "commit {commit} busy {busy}"
+        );
+        // A refused call (a stale token) is a call run too.
+        let a = JobId::new("a").unwrap();
+        assert!(s.ack(&topic, &a, "0.1", T0).await.is_err());
+        assert_eq!(counter(&s, "dq_embedded_writer_operations_total"), 4.0);
+        assert!(counter(&s, "dq_embedded_writer_busy_seconds_total") > busy);
     }
 
     async fn ready_held(s: &EmbeddedStore) -> usize {

@@ -30,11 +30,13 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use dq_core::store::StoreResult;
-use dq_core::{StoreError, WakeFn};
+use dq_core::{StoreError, WakeFn, WorkCounter};
 use rusqlite::{Connection, Statement};
 use tokio::sync::oneshot;
 
@@ -231,6 +233,56 @@ pub(crate) struct Files {
 /// operations already sent.
 pub(crate) struct Writer {
     tx: mpsc::Sender<Msg>,
+    work: Arc<Work>,
+}
+
+/// What the writer thread has done since it started: the store's
+/// [`dq_core::Store::work_counters`]. Its busy time over wall-clock time is
+/// how close the one writer is to the embedded store's capacity (near 1:
+/// calls queue behind it; docs/operations.md, "Metrics").
+#[derive(Default)]
+pub(crate) struct Work {
+    operations: AtomicU64,
+    commits: AtomicU64,
+    busy_ns: AtomicU64,
+    commit_ns: AtomicU64,
+}
+
+impl Work {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn elapsed(counter: &AtomicU64, since: Instant) {
+        Self::add(counter, since.elapsed().as_nanos() as u64);
+    }
+
+    /// The counters, as `/metrics` shows them.
+    pub(crate) fn counters(&self) -> Vec<WorkCounter> {
+        let secs = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64 / 1e9;
+        vec![
+            WorkCounter {
+                name: "dq_embedded_writer_operations_total",
+                help: "Calls the embedded store's writer thread has run (an enqueue of a batch, a reserve, an ack of a batch: one each).",
+                value: self.operations.load(Ordering::Relaxed) as f64,
+            },
+            WorkCounter {
+                name: "dq_embedded_writer_commits_total",
+                help: "Transactions the writer has committed, each synced to disk before its calls are answered.",
+                value: self.commits.load(Ordering::Relaxed) as f64,
+            },
+            WorkCounter {
+                name: "dq_embedded_writer_busy_seconds_total",
+                help: "Seconds the writer has spent running calls and committing them; its rate is the writer's utilisation (near 1: calls queue behind the one writer).",
+                value: secs(&self.busy_ns),
+            },
+            WorkCounter {
+                name: "dq_embedded_writer_commit_seconds_total",
+                help: "Of the busy seconds, those spent committing: writing the log and waiting for its fsync.",
+                value: secs(&self.commit_ns),
+            },
+        ]
+    }
 }
 
 /// Runs one statement without parameters or rows (`BEGIN`, `SAVEPOINT`,
@@ -328,6 +380,8 @@ impl Writer {
         wakes: Arc<Mutex<Vec<(u64, WakeFn)>>>,
     ) -> Self {
         let (tx, rx) = mpsc::channel::<Msg>();
+        let work = Arc::new(Work::default());
+        let counted = work.clone();
         std::thread::Builder::new()
             .name("dq-embedded-writer".into())
             .spawn(move || {
@@ -341,13 +395,18 @@ impl Writer {
                     mem,
                 };
                 let mut files = files;
-                run(&mut cx, &mut files, &rx, &wakes);
+                run(&mut cx, &mut files, &rx, &wakes, &counted);
                 drop(cx);
                 // The lock is released only after the connection is closed.
                 drop(lock);
             })
             .expect("spawn writer thread");
-        Self { tx }
+        Self { tx, work }
+    }
+
+    /// What the writer thread has done since it started.
+    pub(crate) fn work(&self) -> &Work {
+        &self.work
     }
 
     /// Runs a writing operation; answers after its group is committed.
@@ -407,10 +466,12 @@ fn run(
     files: &mut Files,
     rx: &mpsc::Receiver<Msg>,
     wakes: &Mutex<Vec<(u64, WakeFn)>>,
+    work: &Work,
 ) {
     // The connection must be reopened before the next call (a commit failed).
     let mut stale = false;
     while let Ok(first) = rx.recv() {
+        let started = Instant::now();
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
@@ -418,6 +479,7 @@ fn run(
                 Err(_) => break,
             }
         }
+        Work::add(&work.operations, group.len() as u64);
         if stale {
             match reopen(cx, files) {
                 Ok(()) => stale = false,
@@ -495,8 +557,12 @@ fn run(
             replies.push(reply);
         }
         if !cx.conn.is_autocommit() {
-            match run_cached(&cx.conn, "COMMIT") {
+            let committing = Instant::now();
+            let committed = run_cached(&cx.conn, "COMMIT");
+            Work::elapsed(&work.commit_ns, committing);
+            match committed {
                 Ok(()) => {
+                    Work::add(&work.commits, 1);
                     if cx.probed || cx.conn.total_changes() > changes_before {
                         cx.unsynced = false;
                     }
@@ -536,6 +602,7 @@ fn run(
         if full {
             files.space.release("SQLite reported the disk full");
         }
+        Work::elapsed(&work.busy_ns, started);
     }
 }
 

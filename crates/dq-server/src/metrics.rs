@@ -428,6 +428,13 @@ impl Metrics {
                 "# HELP dq_store_bytes Size of the store: the embedded store's files, or the Redis servers' used memory.\n# TYPE dq_store_bytes gauge\ndq_store_bytes {bytes}"
             );
         }
+        for c in svc.store_work() {
+            let _ = writeln!(
+                out,
+                "# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}",
+                c.name, c.help, c.value
+            );
+        }
         use dq_core::Clock as _;
         let offset = svc.clock().now_ms() as f64 - dq_core::SystemClock.now_ms() as f64;
         let _ = writeln!(

@@ -812,6 +812,11 @@ impl Service {
         Ok(self.store.size_bytes().await?)
     }
 
+    /// Counters of the store's own work (see `Store::work_counters`).
+    pub fn store_work(&self) -> Vec<dq_core::WorkCounter> {
+        self.store.work_counters()
+    }
+
     /// The next value of the store's counter `name` (unique and increasing
     /// across every instance sharing the store).
     ///

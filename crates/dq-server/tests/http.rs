@@ -1581,7 +1581,8 @@ async fn lateness_and_overdue_count_from_the_enqueue_for_a_past_due_time() {
 }
 
 /// What a dashboard reads besides the topics: the store's size, reserve
-/// calls waiting, push deliveries in flight; HTTP histograms stay small.
+/// calls waiting, push deliveries in flight, the embedded writer's work;
+/// HTTP histograms stay small.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_store_size_waiting_reserves_and_deliveries() {
     for (store, a) in [("redis", redis_api()), ("embedded", embedded_api())] {
@@ -1610,6 +1611,23 @@ async fn metrics_show_store_size_waiting_reserves_and_deliveries() {
             m.get("dq_store_bytes").is_some_and(|b| *b > 0.0),
             "{store}\n{text}"
         );
+        // The embedded store's one writer says how busy it is; Redis has none.
+        let writer = |name: &str| m.get(name).copied();
+        if store == "embedded" {
+            let ops = writer("dq_embedded_writer_operations_total").unwrap_or(0.0);
+            let commits = writer("dq_embedded_writer_commits_total").unwrap_or(0.0);
+            let busy = writer("dq_embedded_writer_busy_seconds_total").unwrap_or(0.0);
+            let commit = writer("dq_embedded_writer_commit_seconds_total").unwrap_or(-1.0);
+            assert!(ops >= 1.0 && commits >= 1.0, "{text}");
+            assert!(busy > 0.0 && (0.0..=busy).contains(&commit), "{text}");
+            assert!(text.contains("# TYPE dq_embedded_writer_busy_seconds_total counter"));
+        } else {
+            assert_eq!(
+                writer("dq_embedded_writer_operations_total"),
+                None,
+                "{text}"
+            );
+        }
         assert_eq!(waiter.await.unwrap().0, StatusCode::OK);
         let text = a.metrics_text().await;
         let m = parse_metrics(&text);
