@@ -10,7 +10,8 @@
 #
 # Figures read from the last JSON line of each run: jobs_per_s (push:
 # deliveries_per_s), the p99 and max of `lateness` (ms) and `cpu_us_per_job` (dq's
-# and its Redis server's) when the scenario reports them.
+# and its Redis server's) when the scenario reports them, and the embedded
+# writer's busy and commit shares and calls per commit (`writer`, drain).
 set -euo pipefail
 if [ $# -lt 5 ]; then
   sed -n "2,13p" "$0" >&2
@@ -52,10 +53,14 @@ for name, f in [("jobs_per_s", lambda r: r.get("jobs_per_s", r.get("deliveries_p
                 ("lateness p99 ms", lambda r: (r.get("lateness") or {}).get("p99_ms")),
                 ("lateness max ms", lambda r: (r.get("lateness") or {}).get("max_ms")),
                 ("dq CPU us/job", lambda r: (r.get("cpu_us_per_job") or {}).get("dq")),
-                ("store CPU us/job", lambda r: (r.get("cpu_us_per_job") or {}).get("store"))]:
+                ("store CPU us/job", lambda r: (r.get("cpu_us_per_job") or {}).get("store")),
+                ("writer busy share", lambda r: (r.get("writer") or {}).get("busy_share")),
+                ("writer commit share", lambda r: (r.get("writer") or {}).get("commit_share")),
+                ("writer calls/commit", lambda r: (r.get("writer") or {}).get("calls_per_commit"))]:
     b, n = med("base", f), med("new", f)
     if b is None or n is None:
         continue
     ratio = f"{n / b:.3f}" if b else "-"
-    print(f"median {name}: base {b:.1f}  new {n:.1f}  new/base {ratio}")
+    d = 3 if max(b, n) < 2 else 1
+    print(f"median {name}: base {b:.{d}f}  new {n:.{d}f}  new/base {ratio}")
 EOF

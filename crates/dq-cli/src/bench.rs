@@ -468,6 +468,53 @@ async fn consume(
     Ok(obs)
 }
 
+/// The embedded store's writer counters, read from `/metrics`
+/// (`dq_embedded_writer_*`; absent on Redis).
+struct WriterWork {
+    operations: f64,
+    commits: f64,
+    busy: f64,
+    commit: f64,
+}
+
+impl WriterWork {
+    async fn read(server: &str, token: Option<&str>) -> Option<Self> {
+        let url = format!("{}/metrics", server.trim_end_matches('/'));
+        let mut req = reqwest::Client::new().get(url);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let text = req.send().await.ok()?.text().await.ok()?;
+        let get = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+        };
+        Some(Self {
+            operations: get("dq_embedded_writer_operations_total")?,
+            commits: get("dq_embedded_writer_commits_total")?,
+            busy: get("dq_embedded_writer_busy_seconds_total")?,
+            commit: get("dq_embedded_writer_commit_seconds_total")?,
+        })
+    }
+
+    /// The writer's share of the run's `wall` seconds (from its start to
+    /// the last job handed out; the work of both reads' interval, which
+    /// adds the consumers' last empty reserves): busy (running calls and
+    /// committing) and committing (its fsyncs included), and the calls per
+    /// commit.
+    fn since(&self, before: &Self, wall: f64) -> Value {
+        let wall = wall.max(1e-9);
+        let commits = self.commits - before.commits;
+        let share = |x: f64| (x / wall * 1000.0).round() / 1000.0;
+        json!({
+            "busy_share": share(self.busy - before.busy),
+            "commit_share": share(self.commit - before.commit),
+            "commits": commits,
+            "calls_per_commit": ((self.operations - before.operations) / commits.max(1.0) * 100.0).round() / 100.0,
+        })
+    }
+}
+
 fn ms(us: u64) -> f64 {
     (us as f64 / 1000.0 * 10.0).round() / 10.0
 }
@@ -826,6 +873,7 @@ impl BenchArgs {
                 // reserve, ack): the cost of a job's lifecycle.
                 let procs = topics::processes(&self.server, &topics::Given::default());
                 let cpu0 = procs.cpu_us();
+                let work0 = WriterWork::read(&self.server, self.token.as_deref()).await;
                 let t0_ms = now_us() / 1000;
                 let bd = body(body_bytes);
                 let rid = run_id.clone();
@@ -865,6 +913,7 @@ impl BenchArgs {
                 let enqueue_s = started.elapsed().as_secs_f64();
                 let obs = consumer.await??;
                 let cpu1 = procs.cpu_us();
+                let work1 = WriterWork::read(&self.server, self.token.as_deref()).await;
                 pb.finish_and_clear();
                 let per_job = |a: Option<u64>, b: Option<u64>| match (a, b) {
                     (Some(a), Some(b)) if !obs.seen.is_empty() => {
@@ -878,6 +927,9 @@ impl BenchArgs {
                 let cpu = json!({"dq": per_job(cpu0.0, cpu1.0), "store": per_job(cpu0.1, cpu1.1),
                                  "measured": procs.how()});
                 let wall = (obs.last_us.saturating_sub(t0_ms * 1000)) as f64 / 1e6;
+                let writer = work1
+                    .zip(work0)
+                    .map_or(Value::Null, |(w1, w0)| w1.since(&w0, wall));
                 let active = wall - a as f64 / 1000.0;
                 let dup: u64 = obs
                     .seen
@@ -891,7 +943,7 @@ impl BenchArgs {
                        "lateness": lateness_json(&obs.lateness),
                        "lateness_from_enqueue_ack": lateness_json(&obs.lateness_from_ack(&acked)?),
                        "lateness_by_due_second": obs.lateness_by_second(t0_ms)?,
-                       "cpu_us_per_job": cpu,
+                       "cpu_us_per_job": cpu, "writer": writer,
                        "lost": jobs.saturating_sub(obs.seen.len()), "duplicated": dup, "early": obs.early})
             }
             Scenario::Steady {
