@@ -471,6 +471,7 @@ async fn consume(
 /// The embedded store's writer counters, read from `/metrics`
 /// (`dq_embedded_writer_*`; absent on Redis).
 struct WriterWork {
+    at: Instant,
     operations: f64,
     commits: f64,
     busy: f64,
@@ -479,37 +480,52 @@ struct WriterWork {
 
 impl WriterWork {
     async fn read(server: &str, token: Option<&str>) -> Option<Self> {
-        let url = format!("{}/metrics", server.trim_end_matches('/'));
-        let mut req = reqwest::Client::new().get(url);
+        use dq_embedded::writer::{WORK_BUSY, WORK_COMMIT, WORK_COMMITS, WORK_OPERATIONS};
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .ok()?;
+        let mut req = http.get(format!("{}/metrics", server.trim_end_matches('/')));
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
-        let text = req.send().await.ok()?.text().await.ok()?;
+        let res = match req.send().await {
+            Ok(r) if r.status().is_success() => r,
+            Ok(r) => {
+                eprintln!("bench: /metrics answered {}: no writer figures", r.status());
+                return None;
+            }
+            Err(e) => {
+                eprintln!("bench: cannot read /metrics ({e}): no writer figures");
+                return None;
+            }
+        };
+        let text = res.text().await.ok()?;
         let get = |name: &str| {
             text.lines()
                 .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
         };
         Some(Self {
-            operations: get("dq_embedded_writer_operations_total")?,
-            commits: get("dq_embedded_writer_commits_total")?,
-            busy: get("dq_embedded_writer_busy_seconds_total")?,
-            commit: get("dq_embedded_writer_commit_seconds_total")?,
+            at: Instant::now(),
+            operations: get(WORK_OPERATIONS)?,
+            commits: get(WORK_COMMITS)?,
+            busy: get(WORK_BUSY)?,
+            commit: get(WORK_COMMIT)?,
         })
     }
 
-    /// The writer's share of the run's `wall` seconds (from its start to
-    /// the last job handed out; the work of both reads' interval, which
-    /// adds the consumers' last empty reserves): busy (running calls and
-    /// committing) and committing (its fsyncs included), and the calls per
-    /// commit.
-    fn since(&self, before: &Self, wall: f64) -> Value {
-        let wall = wall.max(1e-9);
+    /// The writer's share of the time between two reads: busy (running
+    /// calls and committing) and committing (its fsyncs and checkpoints
+    /// included), the commits and the calls per commit (the reads' own
+    /// calls among them: one or two).
+    fn since(&self, before: &Self) -> Value {
+        let wall = (self.at - before.at).as_secs_f64().max(1e-9);
         let commits = self.commits - before.commits;
         let share = |x: f64| (x / wall * 1000.0).round() / 1000.0;
         json!({
             "busy_share": share(self.busy - before.busy),
             "commit_share": share(self.commit - before.commit),
-            "commits": commits,
+            "commits": commits as u64,
             "calls_per_commit": ((self.operations - before.operations) / commits.max(1.0) * 100.0).round() / 100.0,
         })
     }
@@ -896,6 +912,18 @@ impl BenchArgs {
                         consume(&api, &topic, consumers, max, jobs, deadline, &pb).await
                     })
                 };
+                // The writer's counters again when the last job is handed
+                // out (not when the consumers stop: their last long polls
+                // would add idle time).
+                let work_end = {
+                    let (server, token, pb) = (self.server.clone(), self.token.clone(), pb.clone());
+                    tokio::spawn(async move {
+                        while pb.position() < jobs as u64 && Instant::now() < deadline {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                        WriterWork::read(&server, token.as_deref()).await
+                    })
+                };
                 let enq_pb = ProgressBar::hidden();
                 let acked: Arc<Vec<AtomicU64>> =
                     Arc::new((0..jobs).map(|_| AtomicU64::new(0)).collect());
@@ -913,7 +941,7 @@ impl BenchArgs {
                 let enqueue_s = started.elapsed().as_secs_f64();
                 let obs = consumer.await??;
                 let cpu1 = procs.cpu_us();
-                let work1 = WriterWork::read(&self.server, self.token.as_deref()).await;
+                let work1 = work_end.await.ok().flatten();
                 pb.finish_and_clear();
                 let per_job = |a: Option<u64>, b: Option<u64>| match (a, b) {
                     (Some(a), Some(b)) if !obs.seen.is_empty() => {
@@ -929,7 +957,7 @@ impl BenchArgs {
                 let wall = (obs.last_us.saturating_sub(t0_ms * 1000)) as f64 / 1e6;
                 let writer = work1
                     .zip(work0)
-                    .map_or(Value::Null, |(w1, w0)| w1.since(&w0, wall));
+                    .map_or(Value::Null, |(w1, w0)| w1.since(&w0));
                 let active = wall - a as f64 / 1000.0;
                 let dup: u64 = obs
                     .seen

@@ -164,15 +164,17 @@ async fn bench_drain_also_measures_lateness_from_the_enqueue_ack() {
             .starts_with("embedded"),
         "{cpu}"
     );
-    // The writer's share of the run, from its counters in /metrics: busy
-    // some of the time, committing part of that, several calls a commit
-    // at most (2,000 jobs: 2 enqueues, 20+ reserves and acks).
+    // The writer's share of the run, from its counters in /metrics read at
+    // the start and when the last job was handed out: busy some of the
+    // time (a group is added when it ends, so one running at the first read
+    // may add a little more than the interval), committing part of that;
+    // each counter moved (2,000 jobs: 2 enqueues, 20+ reserves and acks).
     let w = &v["writer"];
     let busy = w["busy_share"].as_f64().expect("busy_share");
     let commit = w["commit_share"].as_f64().expect("commit_share");
-    assert!(busy > 0.0 && busy <= 1.01, "{w}");
-    assert!(commit > 0.0 && commit <= busy, "{w}");
-    assert!(w["commits"].as_f64().is_some_and(|c| c >= 3.0), "{w}");
+    assert!(busy > 0.0 && busy <= 1.05, "{w}");
+    assert!((0.0..=busy).contains(&commit), "{w}");
+    assert!(w["commits"].as_u64().is_some_and(|c| c >= 3), "{w}");
     assert!(
         w["calls_per_commit"].as_f64().is_some_and(|c| c >= 1.0),
         "{w}"

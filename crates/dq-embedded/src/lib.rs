@@ -782,17 +782,17 @@ mod tests {
                 .unwrap_or_else(|| panic!("{name} missing"))
                 .value
         };
-        assert_eq!(counter(&s, "dq_embedded_writer_operations_total"), 0.0);
-        assert_eq!(counter(&s, "dq_embedded_writer_commits_total"), 0.0);
+        assert_eq!(counter(&s, writer::WORK_OPERATIONS), 0.0);
+        assert_eq!(counter(&s, writer::WORK_COMMITS), 0.0);
         let topic = Topic::new("work").unwrap();
         s.enqueue(&topic, &[job("a"), job("b")], T0).await.unwrap();
         let l = s.reserve(&topic, 2, Some(1000), T0).await.unwrap().leases;
         assert_eq!(l.len(), 2);
         s.stats(&topic, T0).await.unwrap();
-        assert_eq!(counter(&s, "dq_embedded_writer_operations_total"), 3.0);
-        assert_eq!(counter(&s, "dq_embedded_writer_commits_total"), 3.0);
-        let busy = counter(&s, "dq_embedded_writer_busy_seconds_total");
-        let commit = counter(&s, "dq_embedded_writer_commit_seconds_total");
+        assert_eq!(counter(&s, writer::WORK_OPERATIONS), 3.0);
+        assert_eq!(counter(&s, writer::WORK_COMMITS), 3.0);
+        let busy = counter(&s, writer::WORK_BUSY);
+        let commit = counter(&s, writer::WORK_COMMIT);
         assert!(
             commit > 0.0 && commit <= busy,
             "commit {commit} busy {busy}"
@@ -800,8 +800,8 @@ mod tests {
         // A refused call (a stale token) is a call run too.
         let a = JobId::new("a").unwrap();
         assert!(s.ack(&topic, &a, "0.1", T0).await.is_err());
-        assert_eq!(counter(&s, "dq_embedded_writer_operations_total"), 4.0);
-        assert!(counter(&s, "dq_embedded_writer_busy_seconds_total") > busy);
+        assert_eq!(counter(&s, writer::WORK_OPERATIONS), 4.0);
+        assert!(counter(&s, writer::WORK_BUSY) > busy);
     }
 
     async fn ready_held(s: &EmbeddedStore) -> usize {

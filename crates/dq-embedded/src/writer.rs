@@ -262,28 +262,37 @@ impl Work {
         let secs = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64 / 1e9;
         vec![
             WorkCounter {
-                name: "dq_embedded_writer_operations_total",
-                help: "Calls the embedded store's writer thread has run (an enqueue of a batch, a reserve, an ack of a batch: one each).",
+                name: WORK_OPERATIONS,
+                help: "Calls the embedded store's writer thread has run: every store call of this process, each one (an enqueue of up to 1,000 jobs, a reserve, an ack of a batch, and reads: stats, listings, the health check's ping).",
                 value: self.operations.load(Ordering::Relaxed) as f64,
             },
             WorkCounter {
-                name: "dq_embedded_writer_commits_total",
-                help: "Transactions the writer has committed, each synced to disk before its calls are answered.",
+                name: WORK_COMMITS,
+                help: "Transactions the writer has committed: the calls that waited together share one; one that wrote is fsynced before its calls are answered.",
                 value: self.commits.load(Ordering::Relaxed) as f64,
             },
             WorkCounter {
-                name: "dq_embedded_writer_busy_seconds_total",
-                help: "Seconds the writer has spent running calls and committing them; its rate is the writer's utilisation (near 1: calls queue behind the one writer).",
+                name: WORK_BUSY,
+                help: "Seconds the writer has spent running calls and committing them (added as each group of calls ends); its rate is the writer's utilisation: near 1, calls queue behind the one writer.",
                 value: secs(&self.busy_ns),
             },
             WorkCounter {
-                name: "dq_embedded_writer_commit_seconds_total",
-                help: "Of the busy seconds, those spent committing: writing the log and waiting for its fsync.",
+                name: WORK_COMMIT,
+                help: "Of the busy seconds, those spent committing: writing the log, waiting for its fsync, and SQLite's checkpoints, which run inside a commit (failed commits included).",
                 value: secs(&self.commit_ns),
             },
         ]
     }
 }
+
+/// The names of the writer's counters in `/metrics`.
+pub const WORK_OPERATIONS: &str = "dq_embedded_writer_operations_total";
+/// See [`WORK_OPERATIONS`].
+pub const WORK_COMMITS: &str = "dq_embedded_writer_commits_total";
+/// See [`WORK_OPERATIONS`].
+pub const WORK_BUSY: &str = "dq_embedded_writer_busy_seconds_total";
+/// See [`WORK_OPERATIONS`].
+pub const WORK_COMMIT: &str = "dq_embedded_writer_commit_seconds_total";
 
 /// Runs one statement without parameters or rows (`BEGIN`, `SAVEPOINT`,
 /// `RELEASE`, `COMMIT`) through the connection's statement cache: the writer
@@ -485,6 +494,7 @@ fn run(
                 Ok(()) => stale = false,
                 Err(e) => {
                     tracing::error!(error = %e, "embedded store cannot reopen its file");
+                    Work::elapsed(&work.busy_ns, started);
                     for m in group {
                         op_failed(m.op, e.clone());
                     }
@@ -571,6 +581,9 @@ fn run(
                     // Wake first, so a caller that sees its answer can rely on
                     // its wake-up having been delivered.
                     deliver_wakes(cx, wakes);
+                    // Counted before the answers: a caller that reads the
+                    // counters after its answer finds its call in them.
+                    Work::elapsed(&work.busy_ns, started);
                     for r in replies {
                         r(None);
                     }
@@ -592,17 +605,19 @@ fn run(
                     // known failure is undone by the rollback (unless that
                     // failed too).
                     stale = cx.unsynced || !cx.conn.is_autocommit();
+                    Work::elapsed(&work.busy_ns, started);
                     for r in replies {
                         r(Some(err.clone()));
                     }
                 }
             }
+        } else {
+            Work::elapsed(&work.busy_ns, started);
         }
         cx.probed = false;
         if full {
             files.space.release("SQLite reported the disk full");
         }
-        Work::elapsed(&work.busy_ns, started);
     }
 }
 
