@@ -166,9 +166,9 @@ async fn bench_drain_also_measures_lateness_from_the_enqueue_ack() {
     );
     // The writer's share of the run, from its counters in /metrics read at
     // the start and when the last job was handed out: busy some of the
-    // time (a group is added when it ends, so one running at the first read
-    // may add a little more than the interval), committing part of that;
-    // each counter moved (2,000 jobs: 2 enqueues, 20+ reserves and acks).
+    // time (at most all of it; rounding and the reads' own timing allow a
+    // little over), committing part of that; each counter moved (2,000
+    // jobs: 2 enqueues, 20+ reserves and acks).
     let w = &v["writer"];
     let busy = w["busy_share"].as_f64().expect("busy_share");
     let commit = w["commit_share"].as_f64().expect("commit_share");

@@ -804,6 +804,53 @@ mod tests {
         assert!(counter(&s, writer::WORK_BUSY) > busy);
     }
 
+    /// A call that holds the writer (as a stuck fsync would) counts as
+    /// busy while it runs, not only once it ends, and the counter never
+    /// goes back.
+    #[tokio::test]
+    async fn a_writer_held_by_a_call_shows_busy_while_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+        let value = |s: &EmbeddedStore, name: &str| {
+            s.work_counters()
+                .into_iter()
+                .find(|c| c.name == name)
+                .map(|c| c.value)
+                .unwrap()
+        };
+        let slow = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                s.writer
+                    .exec(|_| {
+                        std::thread::sleep(std::time::Duration::from_millis(300));
+                        Ok(())
+                    })
+                    .await
+            })
+        };
+        let t0 = std::time::Instant::now();
+        while value(&s, writer::WORK_OPERATIONS) < 1.0 {
+            assert!(t0.elapsed().as_secs() < 2, "the call never started");
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        let before = value(&s, writer::WORK_BUSY);
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        let during = value(&s, writer::WORK_BUSY);
+        // At least the 150 ms slept, or all that was left of the call's 300.
+        assert!(during - before >= 0.14, "{before} → {during}");
+        let mut last = during;
+        while !slow.is_finished() {
+            let now = value(&s, writer::WORK_BUSY);
+            assert!(now >= last, "went back: {last} → {now}");
+            last = now;
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        slow.await.unwrap().unwrap();
+        let after = value(&s, writer::WORK_BUSY);
+        assert!(after >= last && after >= 0.3, "{last} → {after}");
+    }
+
     async fn ready_held(s: &EmbeddedStore) -> usize {
         s.writer.read(|cx| Ok(cx.mem.ready.len())).await.unwrap()
     }

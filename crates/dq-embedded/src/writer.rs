@@ -33,7 +33,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use dq_core::store::StoreResult;
 use dq_core::{StoreError, WakeFn, WorkCounter};
@@ -244,8 +244,33 @@ pub(crate) struct Writer {
 pub(crate) struct Work {
     operations: AtomicU64,
     commits: AtomicU64,
-    busy_ns: AtomicU64,
-    commit_ns: AtomicU64,
+    busy: Timer,
+    commit: Timer,
+}
+
+/// Time spent in spans of work, the span in progress included (a writer
+/// stuck in an fsync shows as busy while it is stuck); never goes back,
+/// as a counter must not (the total and the open span's start under one
+/// lock, taken twice per span: a few hundred times a second).
+#[derive(Default)]
+struct Timer(Mutex<(Duration, Option<Instant>)>);
+
+impl Timer {
+    fn start(&self) {
+        self.0.lock().expect("poisoned").1 = Some(Instant::now());
+    }
+
+    fn stop(&self) {
+        let mut t = self.0.lock().expect("poisoned");
+        if let Some(since) = t.1.take() {
+            t.0 += since.elapsed();
+        }
+    }
+
+    fn seconds(&self) -> f64 {
+        let t = self.0.lock().expect("poisoned");
+        (t.0 + t.1.map_or(Duration::ZERO, |since| since.elapsed())).as_secs_f64()
+    }
 }
 
 impl Work {
@@ -253,13 +278,8 @@ impl Work {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    fn elapsed(counter: &AtomicU64, since: Instant) {
-        Self::add(counter, since.elapsed().as_nanos() as u64);
-    }
-
     /// The counters, as `/metrics` shows them.
     pub(crate) fn counters(&self) -> Vec<WorkCounter> {
-        let secs = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64 / 1e9;
         vec![
             WorkCounter {
                 name: WORK_OPERATIONS,
@@ -273,13 +293,13 @@ impl Work {
             },
             WorkCounter {
                 name: WORK_BUSY,
-                help: "Seconds the writer has spent running calls and committing them (added as each group of calls ends); its rate is the writer's utilisation: near 1, calls queue behind the one writer.",
-                value: secs(&self.busy_ns),
+                help: "Seconds the writer has spent running calls and committing them (the group of calls in progress included); its rate is the writer's utilisation: near 1, calls queue behind the one writer.",
+                value: self.busy.seconds(),
             },
             WorkCounter {
                 name: WORK_COMMIT,
                 help: "Of the busy seconds, those spent committing: writing the log, waiting for its fsync, and SQLite's checkpoints, which run inside a commit (failed commits included).",
-                value: secs(&self.commit_ns),
+                value: self.commit.seconds(),
             },
         ]
     }
@@ -480,7 +500,7 @@ fn run(
     // The connection must be reopened before the next call (a commit failed).
     let mut stale = false;
     while let Ok(first) = rx.recv() {
-        let started = Instant::now();
+        work.busy.start();
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
@@ -494,7 +514,7 @@ fn run(
                 Ok(()) => stale = false,
                 Err(e) => {
                     tracing::error!(error = %e, "embedded store cannot reopen its file");
-                    Work::elapsed(&work.busy_ns, started);
+                    work.busy.stop();
                     for m in group {
                         op_failed(m.op, e.clone());
                     }
@@ -567,9 +587,9 @@ fn run(
             replies.push(reply);
         }
         if !cx.conn.is_autocommit() {
-            let committing = Instant::now();
+            work.commit.start();
             let committed = run_cached(&cx.conn, "COMMIT");
-            Work::elapsed(&work.commit_ns, committing);
+            work.commit.stop();
             match committed {
                 Ok(()) => {
                     Work::add(&work.commits, 1);
@@ -583,7 +603,7 @@ fn run(
                     deliver_wakes(cx, wakes);
                     // Counted before the answers: a caller that reads the
                     // counters after its answer finds its call in them.
-                    Work::elapsed(&work.busy_ns, started);
+                    work.busy.stop();
                     for r in replies {
                         r(None);
                     }
@@ -605,14 +625,14 @@ fn run(
                     // known failure is undone by the rollback (unless that
                     // failed too).
                     stale = cx.unsynced || !cx.conn.is_autocommit();
-                    Work::elapsed(&work.busy_ns, started);
+                    work.busy.stop();
                     for r in replies {
                         r(Some(err.clone()));
                     }
                 }
             }
         } else {
-            Work::elapsed(&work.busy_ns, started);
+            work.busy.stop();
         }
         cx.probed = false;
         if full {
