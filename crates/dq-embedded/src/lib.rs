@@ -769,30 +769,32 @@ mod tests {
         assert_eq!(leases_held(&s).await, 0);
     }
 
+    /// The value of the writer's counter `name` (`writer::WORK_*`).
+    fn work(s: &EmbeddedStore, name: &str) -> f64 {
+        s.work_counters()
+            .into_iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("{name} missing"))
+            .value
+    }
+
     /// The writer's work counters: one operation per call, one commit per
     /// call awaited alone, and its time, the commits' part of it included.
     #[tokio::test]
     async fn the_writer_counts_its_calls_commits_and_time() {
         let dir = tempfile::tempdir().unwrap();
         let s = EmbeddedStore::open(dir.path()).unwrap();
-        let counter = |s: &EmbeddedStore, name: &str| {
-            s.work_counters()
-                .into_iter()
-                .find(|c| c.name == name)
-                .unwrap_or_else(|| panic!("{name} missing"))
-                .value
-        };
-        assert_eq!(counter(&s, writer::WORK_OPERATIONS), 0.0);
-        assert_eq!(counter(&s, writer::WORK_COMMITS), 0.0);
+        assert_eq!(work(&s, writer::WORK_OPERATIONS), 0.0);
+        assert_eq!(work(&s, writer::WORK_COMMITS), 0.0);
         let topic = Topic::new("work").unwrap();
         s.enqueue(&topic, &[job("a"), job("b")], T0).await.unwrap();
         let l = s.reserve(&topic, 2, Some(1000), T0).await.unwrap().leases;
         assert_eq!(l.len(), 2);
         s.stats(&topic, T0).await.unwrap();
-        assert_eq!(counter(&s, writer::WORK_OPERATIONS), 3.0);
-        assert_eq!(counter(&s, writer::WORK_COMMITS), 3.0);
-        let busy = counter(&s, writer::WORK_BUSY);
-        let commit = counter(&s, writer::WORK_COMMIT);
+        assert_eq!(work(&s, writer::WORK_OPERATIONS), 3.0);
+        assert_eq!(work(&s, writer::WORK_COMMITS), 3.0);
+        let busy = work(&s, writer::WORK_BUSY);
+        let commit = work(&s, writer::WORK_COMMIT);
         assert!(
             commit > 0.0 && commit <= busy,
             "commit {commit} busy {busy}"
@@ -800,8 +802,8 @@ mod tests {
         // A refused call (a stale token) is a call run too.
         let a = JobId::new("a").unwrap();
         assert!(s.ack(&topic, &a, "0.1", T0).await.is_err());
-        assert_eq!(counter(&s, writer::WORK_OPERATIONS), 4.0);
-        assert!(counter(&s, writer::WORK_BUSY) > busy);
+        assert_eq!(work(&s, writer::WORK_OPERATIONS), 4.0);
+        assert!(work(&s, writer::WORK_BUSY) > busy);
     }
 
     /// A call that holds the writer (as a stuck fsync would) counts as
@@ -811,13 +813,6 @@ mod tests {
     async fn a_writer_held_by_a_call_shows_busy_while_held() {
         let dir = tempfile::tempdir().unwrap();
         let s = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
-        let value = |s: &EmbeddedStore, name: &str| {
-            s.work_counters()
-                .into_iter()
-                .find(|c| c.name == name)
-                .map(|c| c.value)
-                .unwrap()
-        };
         let slow = {
             let s = s.clone();
             tokio::spawn(async move {
@@ -830,24 +825,24 @@ mod tests {
             })
         };
         let t0 = std::time::Instant::now();
-        while value(&s, writer::WORK_OPERATIONS) < 1.0 {
+        while work(&s, writer::WORK_OPERATIONS) < 1.0 {
             assert!(t0.elapsed().as_secs() < 2, "the call never started");
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
-        let before = value(&s, writer::WORK_BUSY);
+        let before = work(&s, writer::WORK_BUSY);
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
-        let during = value(&s, writer::WORK_BUSY);
+        let during = work(&s, writer::WORK_BUSY);
         // At least the 150 ms slept, or all that was left of the call's 300.
         assert!(during - before >= 0.14, "{before} → {during}");
         let mut last = during;
         while !slow.is_finished() {
-            let now = value(&s, writer::WORK_BUSY);
+            let now = work(&s, writer::WORK_BUSY);
             assert!(now >= last, "went back: {last} → {now}");
             last = now;
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         slow.await.unwrap().unwrap();
-        let after = value(&s, writer::WORK_BUSY);
+        let after = work(&s, writer::WORK_BUSY);
         assert!(after >= last && after >= 0.3, "{last} → {after}");
     }
 

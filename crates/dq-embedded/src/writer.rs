@@ -586,7 +586,11 @@ fn run(
             }
             replies.push(reply);
         }
-        if !cx.conn.is_autocommit() {
+        // The group's answer: each call's own result, or the error that
+        // undid the transaction.
+        let undone = if cx.conn.is_autocommit() {
+            None
+        } else {
             work.commit.start();
             let committed = run_cached(&cx.conn, "COMMIT");
             work.commit.stop();
@@ -601,12 +605,7 @@ fn run(
                     // Wake first, so a caller that sees its answer can rely on
                     // its wake-up having been delivered.
                     deliver_wakes(cx, wakes);
-                    // Counted before the answers: a caller that reads the
-                    // counters after its answer finds its call in them.
-                    work.busy.stop();
-                    for r in replies {
-                        r(None);
-                    }
+                    None
                 }
                 Err(e) => {
                     let err = sql_error(&e);
@@ -625,14 +624,17 @@ fn run(
                     // known failure is undone by the rollback (unless that
                     // failed too).
                     stale = cx.unsynced || !cx.conn.is_autocommit();
-                    work.busy.stop();
-                    for r in replies {
-                        r(Some(err.clone()));
-                    }
+                    Some(err)
                 }
             }
-        } else {
-            work.busy.stop();
+        };
+        // Counted before the answers: a caller that reads the counters
+        // after its answer finds its call in them. (Without a transaction
+        // left open no answer is owed here: a rollback of the whole
+        // transaction answered its calls.)
+        work.busy.stop();
+        for r in replies {
+            r(undone.clone());
         }
         cx.probed = false;
         if full {
