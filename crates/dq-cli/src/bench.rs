@@ -80,6 +80,12 @@ enum Scenario {
         /// Jobs per reserve call
         #[arg(long, default_value_t = 100)]
         max: usize,
+        /// How a consumer acks what it reserved: `inline` (ack the batch,
+        /// wait for the answer, then reserve again) or `pipelined` (send
+        /// the acks and reserve again at once, one ack call in flight per
+        /// consumer, as the Rust Worker's acker runs beside its reserves)
+        #[arg(long, value_enum, default_value_t = Acks::Inline)]
+        acks: Acks,
         #[arg(long, default_value_t = 2)]
         producers: usize,
         /// Jobs per enqueue call (large bodies need fewer to stay within
@@ -331,6 +337,29 @@ struct Observed {
     lateness: Histogram<u64>,
     early: u64,
     last_us: u64,
+    /// Jobs the server answered `acked` for.
+    acked: u64,
+    /// Acks refused (an item's error) or lost with a failed call.
+    ack_errors: u64,
+}
+
+/// How a bench consumer acks the jobs it reserved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Acks {
+    /// Ack a batch, wait for the answer, then reserve again.
+    Inline,
+    /// Send a batch's acks and reserve again without waiting for them (at
+    /// most one ack call in flight per consumer).
+    Pipelined,
+}
+
+impl Acks {
+    fn name(self) -> &'static str {
+        match self {
+            Acks::Inline => "inline",
+            Acks::Pipelined => "pipelined",
+        }
+    }
 }
 
 impl Observed {
@@ -342,6 +371,8 @@ impl Observed {
             lateness: Histogram::new_with_bounds(1, 3_600_000_000, 3)?,
             early: 0,
             last_us: 0,
+            acked: 0,
+            ack_errors: 0,
         })
     }
 
@@ -403,23 +434,43 @@ impl Observed {
     }
 }
 
-/// Runs `c` consumers until `expected` distinct jobs were received or `deadline`.
+/// Acks `acks` in one call; counts what was acked and what was not into
+/// `tally` (acked, errors).
+async fn ack_counted(api: &Client, acks: Vec<Ack>, tally: &(AtomicU64, AtomicU64)) {
+    let n = acks.len() as u64;
+    let acked = match api.ack_batch(&acks).await {
+        Ok(results) => results.iter().filter(|r| r.is_ok()).count() as u64,
+        Err(_) => 0,
+    };
+    tally.0.fetch_add(acked, Ordering::Relaxed);
+    tally.1.fetch_add(n - acked, Ordering::Relaxed);
+}
+
+/// Runs `c` consumers until `expected` distinct jobs were received or
+/// `deadline`, each reserving `max` at a time and acking as `acks` says.
+#[allow(clippy::too_many_arguments)]
 async fn consume(
     api: &Client,
     topic: &str,
     c: usize,
     max: usize,
+    ack_mode: Acks,
     expected: usize,
     deadline: Instant,
     pb: &ProgressBar,
 ) -> Result<Observed> {
     let obs = Arc::new(Mutex::new(Observed::new(expected)?));
     let done = Arc::new(AtomicBool::new(false));
+    let tally = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
     let mut tasks = Vec::new();
     for _ in 0..c {
         let (api, obs, done, pb) = (api.clone(), obs.clone(), done.clone(), pb.clone());
+        let tally = tally.clone();
         let topic = topic.to_string();
         tasks.push(tokio::spawn(async move {
+            // Pipelined: the ack call still in flight, awaited before the
+            // next one is sent and when the consumer stops.
+            let mut in_flight: Option<tokio::task::JoinHandle<()>> = None;
             while !done.load(Ordering::SeqCst) && Instant::now() < deadline {
                 let req = Reserve::new([topic.clone()])
                     .max(max)
@@ -454,17 +505,33 @@ async fn consume(
                         token: j.token,
                     })
                     .collect();
-                let _ = api.ack_batch(&acks).await;
+                match ack_mode {
+                    Acks::Inline => ack_counted(&api, acks, &tally).await,
+                    Acks::Pipelined => {
+                        if let Some(previous) = in_flight.take() {
+                            let _ = previous.await;
+                        }
+                        let (api, tally) = (api.clone(), tally.clone());
+                        in_flight = Some(tokio::spawn(async move {
+                            ack_counted(&api, acks, &tally).await;
+                        }));
+                    }
+                }
+            }
+            if let Some(last) = in_flight {
+                let _ = last.await;
             }
         }));
     }
     for t in tasks {
         t.await?;
     }
-    let obs = Arc::try_unwrap(obs)
+    let mut obs = Arc::try_unwrap(obs)
         .map_err(|_| anyhow!("consumers still running"))?
         .into_inner()
         .expect("poisoned");
+    obs.acked = tally.0.load(Ordering::Relaxed);
+    obs.ack_errors = tally.1.load(Ordering::Relaxed);
     Ok(obs)
 }
 
@@ -684,9 +751,19 @@ async fn steady(api: &Client, topic: &str, run_id: &str, p: &SteadyPlan) -> Resu
     let consumer = {
         let (api, topic, pb) = (api.clone(), topic.to_string(), pb.clone());
         let (consumers, max) = (p.consumers, p.max);
-        tokio::spawn(
-            async move { consume(&api, &topic, consumers, max, jobs, deadline, &pb).await },
-        )
+        tokio::spawn(async move {
+            consume(
+                &api,
+                &topic,
+                consumers,
+                max,
+                Acks::Inline,
+                jobs,
+                deadline,
+                &pb,
+            )
+            .await
+        })
     };
     let errors = feed(api, topic, run_id, p).await;
     let obs = consumer.await??;
@@ -699,6 +776,7 @@ async fn steady(api: &Client, topic: &str, run_id: &str, p: &SteadyPlan) -> Resu
     Ok(
         json!({"rate": p.rate, "seconds": p.secs, "delay_ms": [a, b], "jobs": jobs,
               "consumers": p.consumers, "enqueue_errors": errors,
+              "acked": obs.acked, "ack_errors": obs.ack_errors,
               "lateness": lateness_json(&obs.lateness),
               "lost": jobs.saturating_sub(obs.seen.len()), "duplicated": dup, "early": obs.early}),
     )
@@ -880,6 +958,7 @@ impl BenchArgs {
                 window,
                 consumers,
                 max,
+                acks,
                 producers,
                 batch,
                 body_bytes,
@@ -909,7 +988,7 @@ impl BenchArgs {
                 let consumer = {
                     let (api, topic, pb) = (api.clone(), topic.clone(), pb.clone());
                     tokio::spawn(async move {
-                        consume(&api, &topic, consumers, max, jobs, deadline, &pb).await
+                        consume(&api, &topic, consumers, max, acks, jobs, deadline, &pb).await
                     })
                 };
                 // The writer's counters again when the last job is handed
@@ -965,6 +1044,7 @@ impl BenchArgs {
                     .map(|c| (*c as u64).saturating_sub(1))
                     .sum();
                 json!({"scenario": "drain", "jobs": jobs, "window_ms": [a, b], "consumers": consumers, "max": max, "batch": batch,
+                       "acks": acks.name(), "acked": obs.acked, "ack_errors": obs.ack_errors,
                        "enqueue_seconds": (enqueue_s * 1000.0).round() / 1000.0, "enqueue_errors": errors,
                        "seconds": (wall * 1000.0).round() / 1000.0,
                        "jobs_per_s": (obs.seen.len() as f64 / active.max(0.001)).round(),
@@ -1194,6 +1274,7 @@ fn check(result: &Value) -> Result<()> {
         "early",
         "errors",
         "enqueue_errors",
+        "ack_errors",
         "fill_errors",
         "topics_left",
     ] {

@@ -134,6 +134,10 @@ async fn bench_drain_also_measures_lateness_from_the_enqueue_ack() {
     .await;
     let num = |path: &str| number(&v, path);
     assert_eq!(num("/lost"), 0.0);
+    // Every job handed out was acked, each consumer waiting for its acks.
+    assert_eq!(v["acks"], "inline", "{v}");
+    assert_eq!(num("/acked"), 2000.0, "{v}");
+    assert_eq!(num("/ack_errors"), 0.0, "{v}");
     // Measured from a later moment (the due time, or the enqueue's reply
     // if later): never more than the plain figure, quantile by quantile
     // (histogram precision: 3 significant digits).
@@ -179,4 +183,50 @@ async fn bench_drain_also_measures_lateness_from_the_enqueue_ack() {
         w["calls_per_commit"].as_f64().is_some_and(|c| c >= 1.0),
         "{w}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bench_drain_with_pipelined_acks_acks_every_job_it_hands_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let dq = Dq::start_embedded(dir.path()).await;
+    let v = bench(
+        &dq.base,
+        &[
+            "drain",
+            "--jobs",
+            "3000",
+            "--window",
+            "0s..0s",
+            "--consumers",
+            "3",
+            "--max",
+            "7",
+            "--acks",
+            "pipelined",
+            "--topic",
+            "bench-pipelined",
+            "--keep",
+            "--check",
+        ],
+    )
+    .await;
+    assert_eq!(v["acks"], "pipelined", "{v}");
+    for (k, want) in [
+        ("lost", 0.0),
+        ("duplicated", 0.0),
+        ("acked", 3000.0),
+        ("ack_errors", 0.0),
+    ] {
+        assert_eq!(number(&v, &format!("/{k}")), want, "{k}: {v}");
+    }
+    // The store agrees: the last ack calls (sent while the consumers were
+    // reserving again) arrived before the bench ended; nothing is left
+    // waiting or leased.
+    let (status, t) = dq.get("/v1/topics/bench-pipelined").await;
+    assert_eq!(status, 200, "{t}");
+    let stats = &t["stats"];
+    for k in ["scheduled", "ready", "reserved", "dead"] {
+        assert_eq!(stats[k], 0, "{k}: {t}");
+    }
+    assert_eq!(stats["counters"]["acked"], 3000, "{t}");
 }
