@@ -2,8 +2,8 @@
 # Runs one `dq bench` scenario against two `dq` binaries alternately, N times
 # each (base, new, base, new, …), every run on a fresh store through
 # scripts/bench-fresh.sh, and prints each run's figures, then the medians
-# and the ratio new/base. The machine's speed drifts over minutes, so only
-# figures of the same alternating run are compared.
+# (min–max in brackets) and the ratio new/base. The machine's speed drifts
+# over minutes, so only figures of the same alternating run are compared.
 #
 #   scripts/bench-compare.sh BASE_BIN NEW_BIN N STORE SCENARIO [ARGS…]
 #   scripts/bench-compare.sh /tmp/base/dq target/release/dq 3 redis drain --jobs 50000 --window 0s..0s
@@ -45,10 +45,13 @@ runs = {"base": [], "new": []}
 for l in open(sys.argv[1]):
     which, rest = l.split(" ", 1)
     runs[which].append(json.loads(rest))
-def med(which, f):
+def figures(which, f):
     xs = [f(r) for r in runs[which]]
-    xs = [x for x in xs if isinstance(x, (int, float))]
-    return statistics.median(xs) if xs else None
+    return sorted(x for x in xs if isinstance(x, (int, float)))
+def show(xs, d):
+    if not xs:
+        return "-"
+    return f"{statistics.median(xs):.{d}f} ({xs[0]:.{d}f}–{xs[-1]:.{d}f})"
 for name, f in [("jobs_per_s", lambda r: r.get("jobs_per_s", r.get("deliveries_per_s"))),
                 ("lateness p99 ms", lambda r: (r.get("lateness") or {}).get("p99_ms")),
                 ("lateness max ms", lambda r: (r.get("lateness") or {}).get("max_ms")),
@@ -57,10 +60,14 @@ for name, f in [("jobs_per_s", lambda r: r.get("jobs_per_s", r.get("deliveries_p
                 ("writer busy share", lambda r: (r.get("writer") or {}).get("busy_share")),
                 ("writer commit share", lambda r: (r.get("writer") or {}).get("commit_share")),
                 ("writer calls/commit", lambda r: (r.get("writer") or {}).get("calls_per_commit"))]:
-    b, n = med("base", f), med("new", f)
-    if b is None or n is None:
+    b, n = figures("base", f), figures("new", f)
+    if not b and not n:
         continue
-    ratio = f"{n / b:.3f}" if b else "-"
-    d = 3 if max(b, n) < 2 else 1
-    print(f"median {name}: base {b:.{d}f}  new {n:.{d}f}  new/base {ratio}")
+    d = 3 if max(b + n) < 2 else 1
+    ratio = "-"
+    if b and n and statistics.median(b):
+        ratio = f"{statistics.median(n) / statistics.median(b):.3f}"
+    # Medians with min–max; a figure only one build reports (the writer's,
+    # against a build without its counters) shows for that build alone.
+    print(f"median {name}: base {show(b, d)}  new {show(n, d)}  new/base {ratio}")
 EOF
