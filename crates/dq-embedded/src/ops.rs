@@ -631,9 +631,8 @@ pub(crate) fn reserve(
     } else {
         // The first ready jobs, from memory, and their rows.
         let places = cx.mem.ready.first(tid, take as usize);
-        for j in ready_rows(cx, tid, &places)? {
-            hand.lease(cx, j)?;
-        }
+        let ready = ready_rows(cx, tid, &places)?;
+        hand.lease_rows(cx, ready)?;
         // The topic's ready count once promote moved its jobs in.
         (n_ready + promoted > hand.leases.len() as i64, None)
     };
@@ -686,15 +685,69 @@ struct HandOut<'a> {
 }
 
 impl HandOut<'_> {
+    /// How long job `j`'s lease lasts: the call's length, else the job's
+    /// own, else the topic's.
+    fn lease_ms(&self, j: &Leasable) -> u64 {
+        self.lease_override
+            .or(j.lease_ms)
+            .unwrap_or(self.topic_lease_ms)
+    }
+
     /// Leases ready job `j` (the state counts are the caller's to move).
     fn lease(&mut self, cx: &mut Ctx, j: Leasable) -> OpResult<()> {
-        let lease_ms = self
-            .lease_override
-            .or(j.lease_ms)
-            .unwrap_or(self.topic_lease_ms);
+        let lease_ms = self.lease_ms(&j);
         let token = numbered(&self.prefix, j.seq);
         let l = lease(cx, self.topic, self.tid, j, lease_ms, token, self.now)?;
         self.leases.push(l);
+        Ok(())
+    }
+
+    /// Leases the rows [`ready_rows`] read: all with one `UPDATE` when they
+    /// are the whole of the span it read and share one lease length (the
+    /// jobs of one topic due at once, the usual batch: a third of the
+    /// lease's instructions saved, the statement's set-up and a search per
+    /// row), else one by one.
+    fn lease_rows(&mut self, cx: &mut Ctx, ready: ReadyRows) -> OpResult<()> {
+        let lease_ms = ready.rows.first().map(|j| self.lease_ms(j));
+        let shared = ready
+            .rows
+            .iter()
+            .all(|j| Some(self.lease_ms(j)) == lease_ms);
+        let (Some(span), Some(lease_ms), true) = (ready.span, lease_ms, shared) else {
+            for j in ready.rows {
+                self.lease(cx, j)?;
+            }
+            return Ok(());
+        };
+        let deadline = self.now + lease_ms;
+        let (p, d, seq) = span.last;
+        let n = cx.conn.with(HotSql::LeaseSpan, |st| {
+            st.execute(params![
+                span.lo,
+                span.hi,
+                self.tid,
+                p,
+                d,
+                seq,
+                self.prefix,
+                deadline as i64
+            ])
+        })?;
+        if n != ready.rows.len() {
+            // The read and this update select the same rows in one
+            // transaction, so this cannot happen; refuse (the call's
+            // savepoint undoes the update) rather than answer leases the
+            // file does not hold.
+            return Err(Failure(StoreError::Unavailable(format!(
+                "leasing a span of {} ready jobs changed {n} rows",
+                ready.rows.len()
+            ))));
+        }
+        for j in ready.rows {
+            let token = numbered(&self.prefix, j.seq);
+            let l = note_lease(cx, self.topic, self.tid, j, lease_ms, token, self.now)?;
+            self.leases.push(l);
+        }
         Ok(())
     }
 }
@@ -791,7 +844,7 @@ fn stale_ready(cx: &mut Ctx, tid: i64, key: Option<&str>, place: (i64, i64, i64)
 /// behind them whose row lies in between (a later priority) costs no read
 /// of its body. A place whose row is not ready there is dropped, as
 /// `ready_row` drops it.
-fn ready_rows(cx: &mut Ctx, tid: i64, places: &[(i64, i64, i64)]) -> OpResult<Vec<Leasable>> {
+fn ready_rows(cx: &mut Ctx, tid: i64, places: &[(i64, i64, i64)]) -> OpResult<ReadyRows> {
     let lo = places.iter().map(|p| p.2).min().unwrap_or(0);
     let hi = places.iter().map(|p| p.2).max().unwrap_or(0);
     if places.len() < 2 || hi - lo >= 2 * places.len() as i64 {
@@ -799,7 +852,10 @@ fn ready_rows(cx: &mut Ctx, tid: i64, places: &[(i64, i64, i64)]) -> OpResult<Ve
         for &place in places {
             out.extend(ready_row(cx, tid, None, place)?);
         }
-        return Ok(out);
+        return Ok(ReadyRows {
+            rows: out,
+            span: None,
+        });
     }
     let last = places[places.len() - 1];
     let rows: Vec<Leasable> = cx.conn.with(HotSql::ReadySpan, |st| {
@@ -808,6 +864,7 @@ fn ready_rows(cx: &mut Ctx, tid: i64, places: &[(i64, i64, i64)]) -> OpResult<Ve
     })?;
     // The span's rows come in row-id order.
     let seqs: Vec<i64> = rows.iter().map(|j| j.seq).collect();
+    let read = rows.len();
     let mut rows: Vec<Option<Leasable>> = rows.into_iter().map(Some).collect();
     let mut out = Vec::with_capacity(places.len());
     for &place in places {
@@ -818,7 +875,27 @@ fn ready_rows(cx: &mut Ctx, tid: i64, places: &[(i64, i64, i64)]) -> OpResult<Ve
             None => stale_ready(cx, tid, None, place),
         }
     }
-    Ok(out)
+    // Every row the span's read found is handed out: the same condition
+    // selects exactly these rows again (`HotSql::LeaseSpan`).
+    let span = (out.len() == read).then_some(Span { lo, hi, last });
+    Ok(ReadyRows { rows: out, span })
+}
+
+/// Ready jobs' rows read to be leased ([`ready_rows`]), in hand-out order.
+struct ReadyRows {
+    rows: Vec<Leasable>,
+    /// When they are every row of one span read with `HotSql::ReadySpan`:
+    /// that span, whose condition `HotSql::LeaseSpan` repeats.
+    span: Option<Span>,
+}
+
+/// Rows `lo..=hi` of a topic, ready, without a key, up to the place `last`
+/// (`(priority, due_ms, seq)`) in hand-out order.
+#[derive(Clone, Copy)]
+struct Span {
+    lo: i64,
+    hi: i64,
+    last: (i64, i64, i64),
 }
 
 /// The next job of a key's lane (`None`: the jobs without a key, whose
@@ -2028,6 +2105,21 @@ fn lease(
     cx.conn.with(HotSql::Lease, |st| {
         st.execute(params![token, deadline as i64, j.seq])
     })?;
+    note_lease(cx, topic, tid, j, lease_ms, token, now)
+}
+
+/// Job `j`, its row leased until `now + lease_ms` under `token`: out of
+/// the ready order, into the leases in memory, and the call's answer.
+fn note_lease(
+    cx: &mut Ctx,
+    topic: &Topic,
+    tid: i64,
+    j: Leasable,
+    lease_ms: u64,
+    token: String,
+    now: u64,
+) -> OpResult<Lease> {
+    let deadline = now + lease_ms;
     if j.state == READY {
         cx.mem.remove_ready(
             tid,
@@ -2344,6 +2436,117 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert!(plan.iter().any(|p| p.contains("jobs_sched")), "{plan:?}");
+    }
+
+    /// How often the held statement `which` ran on the writer's connection.
+    async fn runs(s: &crate::EmbeddedStore, which: HotSql) -> i32 {
+        s.writer
+            .read(move |cx| {
+                Ok(cx.conn.with(
+                    which,
+                    |st| Ok(st.get_status(rusqlite::StatementStatus::Run)),
+                )?)
+            })
+            .await
+            .unwrap()
+    }
+
+    fn due_now(ids: &[&str], lease_ms: &[Option<u64>]) -> Vec<NewJob> {
+        ids.iter()
+            .zip(lease_ms)
+            .map(|(id, ms)| {
+                let mut j = NewJob::new(
+                    JobId::new(*id).unwrap(),
+                    Body::Json("1".into()),
+                    When::DelayMs(0),
+                );
+                j.lease_ms = *ms;
+                j
+            })
+            .collect()
+    }
+
+    /// Jobs due at once, leased by one call, are leased by one `UPDATE` over
+    /// their span, which writes each row the token the call answers (row ids
+    /// above 2³² included: SQLite's `printf('%x')` and `numbered` agree), so
+    /// every ack finds its lease; a span with a job of its own lease length
+    /// is leased row by row, each with its own deadline.
+    #[tokio::test]
+    async fn a_span_of_ready_jobs_is_leased_at_once_under_the_tokens_answered() {
+        const T0: u64 = 1_700_000_000_000;
+        let dir = tempfile::tempdir().unwrap();
+        let s = crate::EmbeddedStore::open(dir.path()).unwrap();
+        // Row ids from 2⁴⁰ on: a job due in a day, moved there.
+        let later = Topic::new("later").unwrap();
+        let mut far = due_now(&["far"], &[None]);
+        far[0].when = When::DelayMs(86_400_000);
+        s.enqueue(&later, &far, T0).await.unwrap();
+        s.writer
+            .exec(|cx| {
+                cx.conn
+                    .execute("UPDATE jobs SET seq = 1099511627776 WHERE id = 'far'", [])?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let topic = Topic::new("span").unwrap();
+        let ids = ["a", "b", "c", "d", "e", "f"];
+        s.enqueue(&topic, &due_now(&ids, &[None; 6]), T0)
+            .await
+            .unwrap();
+        let (span0, one0) = (
+            runs(&s, HotSql::LeaseSpan).await,
+            runs(&s, HotSql::Lease).await,
+        );
+        let leases = s.reserve(&topic, 6, None, T0).await.unwrap().leases;
+        assert_eq!(leases.len(), 6);
+        assert_eq!(runs(&s, HotSql::LeaseSpan).await, span0 + 1);
+        assert_eq!(runs(&s, HotSql::Lease).await, one0);
+        for l in &leases {
+            let (id, token) = (l.id.as_str().to_string(), l.token.clone());
+            let stored: String = s
+                .writer
+                .read(move |cx| {
+                    Ok(cx
+                        .conn
+                        .query_row("SELECT token FROM jobs WHERE id = ?1", [&id], |r| r.get(0))?)
+                })
+                .await
+                .unwrap();
+            assert_eq!(stored, token);
+            assert!(token_seq(&token).unwrap() > 1 << 40, "{token}");
+            assert_eq!(l.attempt, 1);
+            assert_eq!(l.lease_deadline_ms, T0 + TopicConfig::default().lease_ms);
+        }
+        let held: Vec<Held> = leases
+            .iter()
+            .map(|l| Held {
+                topic: &topic,
+                id: &l.id,
+                token: &l.token,
+            })
+            .collect();
+        let acked = s.ack_batch(&held, T0).await;
+        assert!(acked.iter().all(Result::is_ok), "{acked:?}");
+
+        // One job of the span with a lease of its own: row by row.
+        let own = [None, Some(5_000), None];
+        s.enqueue(&topic, &due_now(&["g", "h", "i"], &own), T0)
+            .await
+            .unwrap();
+        let (span0, one0) = (
+            runs(&s, HotSql::LeaseSpan).await,
+            runs(&s, HotSql::Lease).await,
+        );
+        let leases = s.reserve(&topic, 3, None, T0).await.unwrap().leases;
+        assert_eq!(runs(&s, HotSql::LeaseSpan).await, span0);
+        assert_eq!(runs(&s, HotSql::Lease).await, one0 + 3);
+        let deadlines: Vec<(&str, u64)> = leases
+            .iter()
+            .map(|l| (l.id.as_str(), l.lease_deadline_ms - T0))
+            .collect();
+        let topic_ms = TopicConfig::default().lease_ms;
+        assert_eq!(deadlines, [("g", topic_ms), ("h", 5_000), ("i", topic_ms)]);
     }
 
     /// An item of a batch undone by its own savepoint takes its lease

@@ -58,11 +58,12 @@ pub(crate) enum HotSql {
     Delete,
     ReadyRow,
     ReadySpan,
+    LeaseSpan,
 }
 
 impl HotSql {
     #[cfg(test)]
-    const ALL: [HotSql; 7] = [
+    const ALL: [HotSql; 8] = [
         HotSql::Insert,
         HotSql::Lease,
         HotSql::AckPlain,
@@ -70,6 +71,7 @@ impl HotSql {
         HotSql::Delete,
         HotSql::ReadyRow,
         HotSql::ReadySpan,
+        HotSql::LeaseSpan,
     ];
 
     fn sql(self) -> &'static str {
@@ -111,6 +113,16 @@ impl HotSql {
                  AND (priority, due_ms, seq) <= (?4, ?5, ?6)
                  ORDER BY seq"
             }
+            // `Lease` for every row `ReadySpan` read with the same first
+            // six parameters (`ops::HandOut::lease_rows`): each row's token
+            // is the call's prefix `?7` and its row id in lower-case hex,
+            // as `ops::numbered` writes it.
+            HotSql::LeaseSpan => {
+                "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?7 || printf('%x', seq),
+                 deadline_ms = ?8, died_ms = NULL
+                 WHERE seq BETWEEN ?1 AND ?2 AND +tid = ?3 AND state = 1 AND fkey IS NULL
+                 AND (priority, due_ms, seq) <= (?4, ?5, ?6)"
+            }
         }
     }
 }
@@ -123,7 +135,7 @@ impl HotSql {
 /// instructions per job (docs/performance.md, "Held statements").
 /// One cell per statement: a `with` inside another's `f` is fine, the same
 /// statement twice would panic.
-pub(crate) struct Hot<'c>([RefCell<Option<Statement<'c>>>; 7]);
+pub(crate) struct Hot<'c>([RefCell<Option<Statement<'c>>>; 8]);
 
 self_cell::self_cell!(
     /// The connection and its held statements, which self_cell drops before
@@ -728,7 +740,8 @@ mod tests {
                 (3, 3, true),
                 (1, 0, false),
                 (5, 10, true),
-                (6, 10, true)
+                (6, 10, true),
+                (8, 0, false)
             ]
         );
         // Each finds its rows where it should: the plain ack's, the lease's
@@ -758,6 +771,10 @@ mod tests {
             ),
             (
                 HotSql::ReadySpan,
+                Some("SEARCH jobs USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
+            ),
+            (
+                HotSql::LeaseSpan,
                 Some("SEARCH jobs USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
             ),
         ] {
