@@ -12,9 +12,11 @@
 # deliveries_per_s), the p99 and max of `lateness` (ms) and `cpu_us_per_job` (dq's
 # and its Redis server's) when the scenario reports them, and the embedded
 # writer's busy and commit shares and calls per commit (`writer`, drain).
+# Each run's line ends with what went wrong in it (lost, duplicated, early,
+# refused acks, failed enqueues), or "ok".
 set -euo pipefail
 if [ $# -lt 5 ]; then
-  sed -n "2,13p" "$0" >&2
+  sed -n "2,16p" "$0" >&2
   exit 2
 fi
 base=$1 new=$2 n=$3
@@ -34,8 +36,13 @@ which, i, line = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 late = line.get("lateness", {}) or {}
 rate = line.get("jobs_per_s", line.get("deliveries_per_s"))
 cpu = line.get("cpu_us_per_job") or {}
+# What went wrong in the run, if anything: each correctness figure the
+# scenario reports that is not 0.
+wrong = [f"{k} {line[k]}" for k in ("lost", "duplicated", "early", "ack_errors", "enqueue_errors")
+         if isinstance(line.get(k), (int, float)) and line[k]]
 print(f"run {i} {which:4}: jobs_per_s {rate}  lateness p99 {late.get('p99_ms', '-')} ms max {late.get('max_ms', '-')} ms"
-      f"  CPU us/job dq {cpu.get('dq', '-')} store {cpu.get('store', '-')}")
+      f"  CPU us/job dq {cpu.get('dq', '-')} store {cpu.get('store', '-')}"
+      f"  {'WRONG: ' + ', '.join(wrong) if wrong else 'ok (nothing lost, duplicated, early or refused)'}")
 EOF
   done
 done

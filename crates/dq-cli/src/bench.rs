@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
 
-use clap::{Args, Subcommand};
+use clap::{Args, Subcommand, ValueEnum};
 use comfy_table::Table;
 use dq_client::{Ack, Client, NewJob, Reserve};
 use hdrhistogram::Histogram;
@@ -344,22 +344,13 @@ struct Observed {
 }
 
 /// How a bench consumer acks the jobs it reserved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Acks {
     /// Ack a batch, wait for the answer, then reserve again.
     Inline,
     /// Send a batch's acks and reserve again without waiting for them (at
     /// most one ack call in flight per consumer).
     Pipelined,
-}
-
-impl Acks {
-    fn name(self) -> &'static str {
-        match self {
-            Acks::Inline => "inline",
-            Acks::Pipelined => "pipelined",
-        }
-    }
 }
 
 impl Observed {
@@ -439,11 +430,20 @@ impl Observed {
 async fn ack_counted(api: &Client, acks: Vec<Ack>, tally: &(AtomicU64, AtomicU64)) {
     let n = acks.len() as u64;
     let acked = match api.ack_batch(&acks).await {
-        Ok(results) => results.iter().filter(|r| r.is_ok()).count() as u64,
+        Ok(results) => (results.iter().filter(|r| r.is_ok()).count() as u64).min(n),
         Err(_) => 0,
     };
     tally.0.fetch_add(acked, Ordering::Relaxed);
     tally.1.fetch_add(n - acked, Ordering::Relaxed);
+}
+
+/// Waits for a pipelined ack call (its task and its number of acks); a
+/// task that did not finish counts its acks as errors.
+async fn ack_landed(call: (tokio::task::JoinHandle<()>, u64), tally: &(AtomicU64, AtomicU64)) {
+    let (task, n) = call;
+    if task.await.is_err() {
+        tally.1.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 /// Runs `c` consumers until `expected` distinct jobs were received or
@@ -470,7 +470,7 @@ async fn consume(
         tasks.push(tokio::spawn(async move {
             // Pipelined: the ack call still in flight, awaited before the
             // next one is sent and when the consumer stops.
-            let mut in_flight: Option<tokio::task::JoinHandle<()>> = None;
+            let mut in_flight: Option<(tokio::task::JoinHandle<()>, u64)> = None;
             while !done.load(Ordering::SeqCst) && Instant::now() < deadline {
                 let req = Reserve::new([topic.clone()])
                     .max(max)
@@ -509,17 +509,19 @@ async fn consume(
                     Acks::Inline => ack_counted(&api, acks, &tally).await,
                     Acks::Pipelined => {
                         if let Some(previous) = in_flight.take() {
-                            let _ = previous.await;
+                            ack_landed(previous, &tally).await;
                         }
+                        let n = acks.len() as u64;
                         let (api, tally) = (api.clone(), tally.clone());
-                        in_flight = Some(tokio::spawn(async move {
+                        let task = tokio::spawn(async move {
                             ack_counted(&api, acks, &tally).await;
-                        }));
+                        });
+                        in_flight = Some((task, n));
                     }
                 }
             }
             if let Some(last) = in_flight {
-                let _ = last.await;
+                ack_landed(last, &tally).await;
             }
         }));
     }
@@ -1044,7 +1046,7 @@ impl BenchArgs {
                     .map(|c| (*c as u64).saturating_sub(1))
                     .sum();
                 json!({"scenario": "drain", "jobs": jobs, "window_ms": [a, b], "consumers": consumers, "max": max, "batch": batch,
-                       "acks": acks.name(), "acked": obs.acked, "ack_errors": obs.ack_errors,
+                       "acks": acks.to_possible_value().map(|v| v.get_name().to_string()), "acked": obs.acked, "ack_errors": obs.ack_errors,
                        "enqueue_seconds": (enqueue_s * 1000.0).round() / 1000.0, "enqueue_errors": errors,
                        "seconds": (wall * 1000.0).round() / 1000.0,
                        "jobs_per_s": (obs.seen.len() as f64 / active.max(0.001)).round(),
@@ -1108,7 +1110,7 @@ impl BenchArgs {
                        "fill_jobs_per_s": (scheduled as f64 / fill_s).round(), "fill_errors": fill_errors,
                        "enqueue_jobs_per_s": (jobs as f64 / enq_s).round(), "enqueue_errors": errors,
                        "steady": flow, "lost": flow["lost"], "duplicated": flow["duplicated"],
-                       "early": flow["early"]})
+                       "early": flow["early"], "ack_errors": flow["ack_errors"]})
             }
             Scenario::Push {
                 rate,
@@ -1307,6 +1309,9 @@ mod tests {
     fn check_reads_correctness_figures_only() {
         assert!(check(&json!({"lost": 0, "duplicated": 0, "early": 0, "jobs_per_s": 1})).is_ok());
         let e = check(&json!({"lost": 2, "duplicated": 0, "early": 1})).unwrap_err();
+        assert!(check(&json!({"lost": 0, "acked": 9, "ack_errors": 0})).is_ok());
+        let refused = check(&json!({"lost": 0, "acked": 8, "ack_errors": 1})).unwrap_err();
+        assert!(refused.to_string().contains("ack_errors = 1"), "{refused}");
         assert!(
             e.to_string().contains("lost = 2") && e.to_string().contains("early = 1"),
             "{e}"
