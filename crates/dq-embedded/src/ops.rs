@@ -2556,6 +2556,55 @@ mod tests {
         assert_eq!(deadlines, [("g", topic_ms), ("h", 5_000), ("i", topic_ms)]);
     }
 
+    /// A span whose read finds a row it does not hand out (its place in
+    /// memory is stale: the row's priority changed behind the writer's
+    /// back) is leased row by row: the row left out stays ready in the
+    /// file, not leased without an answer. (All in one call of the writer,
+    /// which then puts the row and its place back as they were: the debug
+    /// build compares memory with the file at every commit.)
+    #[tokio::test]
+    async fn a_span_with_a_row_not_handed_out_is_leased_row_by_row() {
+        const T0: u64 = 1_700_000_000_000;
+        let dir = tempfile::tempdir().unwrap();
+        let s = crate::EmbeddedStore::open(dir.path()).unwrap();
+        let topic = Topic::new("stale").unwrap();
+        let ids = ["a", "b", "c", "d"];
+        s.enqueue(&topic, &due_now(&ids, &[None; 4]), T0)
+            .await
+            .unwrap();
+        let (span0, one0) = (
+            runs(&s, HotSql::LeaseSpan).await,
+            runs(&s, HotSql::Lease).await,
+        );
+        let t = topic.clone();
+        let (handed, b) = s
+            .writer
+            .exec(move |cx| {
+                let (seq, tid): (i64, i64) = cx.conn.query_row(
+                    "UPDATE jobs SET priority = 5 WHERE id = 'b' RETURNING seq, tid",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?;
+                let leases = reserve(cx, &t, 4, None, T0)?.leases;
+                let b: (i64, Option<String>) =
+                    cx.conn
+                        .query_row("SELECT state, token FROM jobs WHERE id = 'b'", [], |r| {
+                            Ok((r.get(0)?, r.get(1)?))
+                        })?;
+                cx.conn
+                    .execute("UPDATE jobs SET priority = 1024 WHERE id = 'b'", [])?;
+                cx.mem.add_ready(tid, None, 1024, T0 as i64, seq);
+                let handed: Vec<String> = leases.iter().map(|l| l.id.to_string()).collect();
+                Ok((handed, b))
+            })
+            .await
+            .unwrap();
+        assert_eq!(handed, ["a", "c", "d"]);
+        assert_eq!(b, (READY, None), "b stays ready, unleased");
+        assert_eq!(runs(&s, HotSql::LeaseSpan).await, span0);
+        assert_eq!(runs(&s, HotSql::Lease).await, one0 + 3);
+    }
+
     /// An item of a batch undone by its own savepoint takes its lease
     /// changes with it: the lease its nack ended is held again, in memory
     /// as in the file, and ends at its deadline.
