@@ -745,7 +745,7 @@ impl HandOut<'_> {
         }
         for j in ready.rows {
             let token = numbered(&self.prefix, j.seq);
-            let l = note_lease(cx, self.topic, self.tid, j, lease_ms, token, self.now)?;
+            let l = note_lease(cx, self.topic, self.tid, j, token, deadline)?;
             self.leases.push(l);
         }
         Ok(())
@@ -2105,21 +2105,19 @@ fn lease(
     cx.conn.with(HotSql::Lease, |st| {
         st.execute(params![token, deadline as i64, j.seq])
     })?;
-    note_lease(cx, topic, tid, j, lease_ms, token, now)
+    note_lease(cx, topic, tid, j, token, deadline)
 }
 
-/// Job `j`, its row leased until `now + lease_ms` under `token`: out of
-/// the ready order, into the leases in memory, and the call's answer.
+/// Job `j`, its row leased until `deadline` under `token`: out of the
+/// ready order, into the leases in memory, and the call's answer.
 fn note_lease(
     cx: &mut Ctx,
     topic: &Topic,
     tid: i64,
     j: Leasable,
-    lease_ms: u64,
     token: String,
-    now: u64,
+    deadline: u64,
 ) -> OpResult<Lease> {
-    let deadline = now + lease_ms;
     if j.state == READY {
         cx.mem.remove_ready(
             tid,
