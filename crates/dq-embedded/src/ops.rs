@@ -258,7 +258,27 @@ pub(crate) fn enqueue(
             .or(topic_dedup)
             .filter(|ms| *ms > 0);
         let state = if due <= now { READY } else { SCHEDULED };
+        // Most jobs set none of the columns the plain insert leaves NULL.
+        let plain = j.max_attempts.is_none()
+            && j.lease_ms.is_none()
+            && j.retry.is_none()
+            && dedup_ms.is_none()
+            && j.key.is_none();
         let insert = |cx: &Ctx| -> OpResult<usize> {
+            if plain {
+                return Ok(cx.conn.with(HotSql::InsertPlain, |st| {
+                    st.execute(params![
+                        tid,
+                        id.as_str(),
+                        state,
+                        due as i64,
+                        j.priority,
+                        now as i64,
+                        j.body.is_json(),
+                        j.body.as_bytes(),
+                    ])
+                })?);
+            }
             Ok(cx.conn.with(HotSql::Insert, |st| {
                 st.execute(params![
                     tid,
@@ -2447,6 +2467,128 @@ mod tests {
             })
             .await
             .unwrap()
+    }
+
+    /// A job that sets none of the five columns the short insert leaves
+    /// NULL goes in by it, a job that sets any one of them (or whose topic
+    /// has a dedup window) by the full insert, and both rows read back as
+    /// what the job asked for.
+    #[tokio::test]
+    async fn a_plain_job_is_inserted_by_the_short_statement_and_any_other_by_the_full_one() {
+        const T0: u64 = 1_700_000_000_000;
+        let dir = tempfile::tempdir().unwrap();
+        let s = crate::EmbeddedStore::open(dir.path()).unwrap();
+        let topic = Topic::new("ins").unwrap();
+        let job = |id: &str| {
+            let mut j = NewJob::new(
+                JobId::new(id).unwrap(),
+                Body::Bytes(b"\x00\xffbody".to_vec()),
+                When::DelayMs(7),
+            );
+            j.priority = 9;
+            j
+        };
+        let mut jobs = vec![job("plain")];
+        let mut j = job("attempts");
+        j.max_attempts = Some(3);
+        jobs.push(j);
+        let mut j = job("lease");
+        j.lease_ms = Some(4_000);
+        jobs.push(j);
+        let mut j = job("retry");
+        j.retry = Some(RetryPolicy::FixedMs(50));
+        jobs.push(j);
+        let mut j = job("window");
+        j.dedup_ms = Some(60_000);
+        jobs.push(j);
+        let mut j = job("keyed");
+        j.key = Some(JobKey::new("k").unwrap());
+        jobs.push(j);
+        let (full0, plain0) = (
+            runs(&s, HotSql::Insert).await,
+            runs(&s, HotSql::InsertPlain).await,
+        );
+        let out = s.enqueue(&topic, &jobs, T0).await.unwrap();
+        assert!(out.iter().all(|e| e.created), "{out:?}");
+        assert_eq!(runs(&s, HotSql::InsertPlain).await, plain0 + 1);
+        assert_eq!(runs(&s, HotSql::Insert).await, full0 + 5);
+        // The same id again: refused by either statement, nothing written.
+        let again = s.enqueue(&topic, &jobs[..2], T0).await.unwrap();
+        assert!(again.iter().all(|e| !e.created), "{again:?}");
+        #[allow(clippy::type_complexity)]
+        let rows: Vec<(
+            String,
+            (i64, i64, i64, i64, i64, bool, Vec<u8>),
+            (
+                Option<i64>,
+                Option<i64>,
+                Option<String>,
+                Option<i64>,
+                Option<String>,
+            ),
+        )> = s
+            .writer
+            .read(|cx| {
+                let mut st = cx.conn.prepare(
+                    "SELECT id, state, due_ms, priority, attempts, created_ms, is_json, body,
+                     max_attempts, lease_ms, retry, dedup_ms, fkey FROM jobs ORDER BY seq",
+                )?;
+                let rows = st
+                    .query_map([], |r| {
+                        Ok((
+                            r.get(0)?,
+                            (
+                                r.get(1)?,
+                                r.get(2)?,
+                                r.get(3)?,
+                                r.get(4)?,
+                                r.get(5)?,
+                                r.get(6)?,
+                                r.get(7)?,
+                            ),
+                            (r.get(8)?, r.get(9)?, r.get(10)?, r.get(11)?, r.get(12)?),
+                        ))
+                    })?
+                    .collect::<Result<_, _>>()?;
+                Ok(rows)
+            })
+            .await
+            .unwrap();
+        let t0 = T0 as i64;
+        let common = (SCHEDULED, t0 + 7, 9, 0, t0, false, b"\x00\xffbody".to_vec());
+        let retry = Some(RetryPolicy::FixedMs(50).encode());
+        let expected = [
+            ("plain", (None, None, None, None, None)),
+            ("attempts", (Some(3), None, None, None, None)),
+            ("lease", (None, Some(4_000), None, None, None)),
+            ("retry", (None, None, retry, None, None)),
+            ("window", (None, None, None, Some(60_000), None)),
+            ("keyed", (None, None, None, None, Some("k".to_string()))),
+        ];
+        assert_eq!(rows.len(), expected.len());
+        for (row, (id, own)) in rows.iter().zip(expected) {
+            assert_eq!(row.0, id);
+            assert_eq!(row.1, common, "{id}");
+            assert_eq!(row.2, own, "{id}");
+        }
+        // A topic whose default window applies to every job: the full insert.
+        let windowed = Topic::new("windowed").unwrap();
+        s.configure_topic(
+            &windowed,
+            &TopicConfigPatch {
+                dedup_ms: Some(30_000),
+                ..TopicConfigPatch::default()
+            },
+        )
+        .await
+        .unwrap();
+        let (full0, plain0) = (
+            runs(&s, HotSql::Insert).await,
+            runs(&s, HotSql::InsertPlain).await,
+        );
+        s.enqueue(&windowed, &[job("w")], T0).await.unwrap();
+        assert_eq!(runs(&s, HotSql::InsertPlain).await, plain0);
+        assert_eq!(runs(&s, HotSql::Insert).await, full0 + 1);
     }
 
     fn due_now(ids: &[&str], lease_ms: &[Option<u64>]) -> Vec<NewJob> {
