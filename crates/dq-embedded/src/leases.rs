@@ -16,17 +16,18 @@
 //! ([`Leases::committed`]). The writer calls these (see `writer::run`); an
 //! operation only adds and removes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::ordered::UndoLog;
+use crate::sorted::Sorted;
 
 /// Every lease the file holds: job `seq` of topic `tid` reserved until
 /// `deadline` (ms).
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
     /// `(tid, deadline, seq)`: each topic's leases in the order they end.
-    order: BTreeSet<(i64, i64, i64)>,
+    order: Sorted<(i64, i64, i64)>,
     /// `seq` → `(tid, deadline)`.
     of: HashMap<i64, (i64, i64), BuildHasherDefault<RowIdHasher>>,
     log: UndoLog<Step>,
@@ -153,7 +154,7 @@ mod tests {
 
     fn all(l: &Leases) -> Vec<(i64, i64, i64)> {
         assert_eq!(l.order.len(), l.of.len(), "both views hold the same leases");
-        for &(tid, deadline, seq) in &l.order {
+        for &(tid, deadline, seq) in l.order.iter() {
             assert_eq!(l.of.get(&seq), Some(&(tid, deadline)));
         }
         l.order.iter().copied().collect()

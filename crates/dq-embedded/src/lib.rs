@@ -30,6 +30,7 @@ mod memory;
 mod ops;
 mod ordered;
 mod schema;
+mod sorted;
 pub mod space;
 pub mod writer;
 

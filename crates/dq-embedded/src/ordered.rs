@@ -28,6 +28,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::sorted::Sorted;
+
 /// What the current transaction changed in one of the writer's in-memory
 /// orders (these and [`crate::leases::Leases`]), newest last: undone to a
 /// mark as SQLite undoes an operation's or a batch item's savepoint or the
@@ -115,14 +117,14 @@ pub(crate) fn died_place(died_ms: Option<i64>) -> i64 {
 /// One order: entries of every topic, each topic's in a row.
 #[derive(Debug)]
 pub(crate) struct Ordered<K> {
-    order: BTreeSet<K>,
+    order: Sorted<K>,
     log: UndoLog<Step<K>>,
 }
 
 impl<K> Default for Ordered<K> {
     fn default() -> Self {
         Self {
-            order: BTreeSet::new(),
+            order: Sorted::default(),
             log: UndoLog::default(),
         }
     }
