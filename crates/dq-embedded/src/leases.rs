@@ -85,7 +85,7 @@ impl Leases {
     /// earliest first: their jobs' `seq`.
     pub(crate) fn expired(&self, tid: i64, now: i64, max: usize) -> Vec<i64> {
         self.order
-            .range((tid, i64::MIN, i64::MIN)..(tid, now, i64::MIN))
+            .range_in(tid, (tid, i64::MIN, i64::MIN)..(tid, now, i64::MIN))
             .take(max)
             .map(|&(_, _, seq)| seq)
             .collect()
@@ -94,7 +94,7 @@ impl Leases {
     /// Topic `tid`'s leases, the earliest to end first.
     fn topic(&self, tid: i64) -> impl Iterator<Item = &(i64, i64, i64)> {
         self.order
-            .range((tid, i64::MIN, i64::MIN)..=(tid, i64::MAX, i64::MAX))
+            .range_in(tid, (tid, i64::MIN, i64::MIN)..=(tid, i64::MAX, i64::MAX))
     }
 
     /// Up to `max` of topic `tid`'s leases, any of them: their jobs' `seq`.

@@ -74,7 +74,7 @@ impl<S> UndoLog<S> {
 
 /// An entry: a topic id first, then the job's place in the topic's order,
 /// its `seq` last.
-pub(crate) trait Entry: Ord + Copy + std::fmt::Debug {
+pub(crate) trait Entry: crate::sorted::Grouped + std::fmt::Debug {
     /// The entry without its topic: `(priority, due, seq)` or `(died, seq)`.
     type Place: Copy;
     /// The smallest and the largest entry of topic `tid`.
@@ -157,7 +157,7 @@ impl<K: Entry> Ordered<K> {
     /// Topic `tid`'s entries in order: their places.
     pub(crate) fn topic(&self, tid: i64) -> impl Iterator<Item = K::Place> + '_ {
         let (lo, hi) = K::bounds(tid);
-        self.order.range(lo..=hi).map(Entry::place)
+        self.order.range_in(tid, lo..=hi).map(Entry::place)
     }
 
     /// The first `max` of topic `tid`'s entries: their places.

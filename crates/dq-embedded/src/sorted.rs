@@ -1,189 +1,299 @@
 //! An ordered set that is cheap to add to in order: the writer's in-memory
 //! queue orders ([`crate::ordered::Ordered`], [`crate::leases::Leases`]).
 //!
-//! Their entries mostly arrive in order: a topic's ready jobs are
-//! `(tid, priority, due, seq)` with `seq` growing, the jobs of one reserve
-//! share one lease deadline, and the file's scan at open reads rows by
-//! `seq`. A `BTreeSet` searches from its root for every insert even when
-//! the entry goes last (≈ 1,000 instructions per ready job, ≈ 600 per
-//! lease: 4 % of the writer's instructions per lifecycle). Here entries
-//! larger than every other one go to the end of a sorted `VecDeque`, the
-//! tail, for the cost of one comparison; anything else goes into the
-//! B-tree, whose entries are all smaller than the tail's.
+//! Their entries start with a topic id and mostly arrive in order within
+//! their topic: a topic's ready jobs are `(tid, priority, due, seq)` with
+//! `seq` growing, the jobs of one reserve share one lease deadline, and the
+//! file's scan at open reads rows by `seq`. A `BTreeSet` searches from its
+//! root for every insert even when the entry goes last (≈ 1,000
+//! instructions per ready job, ≈ 600 per lease: 4 % of the writer's
+//! instructions per lifecycle). Here each topic has a tail, a sorted
+//! `VecDeque` that an entry larger than every other entry of its topic is
+//! appended to for the cost of one comparison; any other entry goes into
+//! one `BTreeSet`, the rest, and a topic's entries are read by merging its
+//! tail with its part of the rest. Nothing ever moves from one to the
+//! other, so no operation costs more than a B-tree's search and a shift of
+//! at most [`NEAR`] slots, except the compaction below (amortized).
 //!
-//! Removing the tail's first or last entry pops it; any other is marked
-//! removed where it is (so a remove costs no shift), and the tail is
-//! compacted when half of it is marked. An entry added inside the tail's
-//! range, away from its ends, moves the tail into the B-tree first (each
-//! entry moves at most once, so that costs no more, over time, than the
-//! B-tree inserts the tail saved). The tail is one for all topics: with
-//! several topics growing at once, the one with the largest id appends to
-//! it and the others insert into the B-tree, as before.
+//! Removing a tail's first or last entry pops it; any other entry is
+//! marked removed where it is (no shift), and the tail is compacted when
+//! more than half of it is marked. Tails are per topic so that one topic's
+//! entries that stay (a paused topic's backlog, a dead letter) never sit in
+//! front of another's: a reserve reads its topic's first entries without
+//! stepping over anything but its own topic's marked slots.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::iter::Peekable;
 use std::ops::{Bound, RangeBounds};
 
-/// How far from an end of the tail an entry is still put in place (a shift
-/// of at most this many entries) rather than moving the tail out.
+/// How far from an end of its tail an entry inside the tail's range is put
+/// in place (a shift of at most this many slots) rather than into the rest.
 const NEAR: usize = 32;
 
 /// A tail this long with less than a quarter of it used gives memory back.
 const SHRINK_FROM: usize = 4096;
 
+/// An entry: ordered, its topic id first.
+pub(crate) trait Grouped: Ord + Copy {
+    fn group(&self) -> i64;
+}
+
+impl Grouped for (i64, i64, i64, i64) {
+    fn group(&self) -> i64 {
+        self.0
+    }
+}
+
+impl Grouped for (i64, i64, i64) {
+    fn group(&self) -> i64 {
+        self.0
+    }
+}
+
+#[cfg(test)]
+impl Grouped for (i64, i64) {
+    fn group(&self) -> i64 {
+        self.0
+    }
+}
+
 /// See the module's documentation.
 #[derive(Debug)]
 pub(crate) struct Sorted<K> {
-    /// Every entry smaller than the tail's first.
-    tree: BTreeSet<K>,
-    /// Strictly increasing; `true` where the entry is still in the set.
-    /// Its first and last entries are always in it.
-    tail: VecDeque<(K, bool)>,
-    /// How many of the tail's entries are marked removed.
+    /// Each topic's tail, while it has one.
+    tails: BTreeMap<i64, Tail<K>>,
+    /// Every entry not in a tail.
+    rest: BTreeSet<K>,
+    /// For each topic with entries in the rest: how many, and the largest
+    /// entry it ever held since it last had none (so an entry above it
+    /// cannot be in the rest).
+    in_rest: BTreeMap<i64, (usize, K)>,
+}
+
+/// One topic's tail: strictly increasing; `true` where the entry is still
+/// in the set. Its first and last slots are always in it.
+#[derive(Debug)]
+struct Tail<K> {
+    slots: VecDeque<(K, bool)>,
+    /// How many slots are marked removed.
     removed: usize,
 }
 
 impl<K> Default for Sorted<K> {
     fn default() -> Self {
         Self {
-            tree: BTreeSet::new(),
-            tail: VecDeque::new(),
-            removed: 0,
+            tails: BTreeMap::new(),
+            rest: BTreeSet::new(),
+            in_rest: BTreeMap::new(),
         }
     }
 }
 
-impl<K: Ord + Copy> Sorted<K> {
+impl<K: Grouped> Sorted<K> {
     /// Adds `k`; whether it was not in the set.
     pub(crate) fn insert(&mut self, k: K) -> bool {
-        let (Some(&(first, _)), Some(&(last, _))) = (self.tail.front(), self.tail.back()) else {
-            if self.tree.last().is_some_and(|l| k <= *l) {
-                return self.tree.insert(k);
+        let g = k.group();
+        let above_rest = self.in_rest.get(&g).is_none_or(|(_, max)| k > *max);
+        let Some(tail) = self.tails.get_mut(&g) else {
+            if !above_rest {
+                return self.put_in_rest(k);
             }
-            self.tail.push_back((k, true));
+            let mut slots = VecDeque::new();
+            slots.push_back((k, true));
+            self.tails.insert(g, Tail { slots, removed: 0 });
             return true;
         };
-        if k > last {
-            self.tail.push_back((k, true));
+        let (first, last) = (tail.slots[0].0, tail.slots[tail.slots.len() - 1].0);
+        if k > last && above_rest {
+            tail.slots.push_back((k, true));
             return true;
         }
-        if k < first {
-            return self.tree.insert(k);
+        if k < first || k > last {
+            return self.put_in_rest(k);
         }
-        match self.tail.binary_search_by(|(e, _)| e.cmp(&k)) {
+        match tail.slots.binary_search_by(|(e, _)| e.cmp(&k)) {
             Ok(i) => {
-                let kept = &mut self.tail[i].1;
+                let kept = &mut tail.slots[i].1;
                 if *kept {
                     return false;
                 }
                 *kept = true;
-                self.removed -= 1;
+                tail.removed -= 1;
                 true
             }
-            Err(i) if i.min(self.tail.len() - i) <= NEAR => {
-                self.tail.insert(i, (k, true));
+            // Not in the tail, so in the rest or nowhere.
+            Err(i) if above_rest && i.min(tail.slots.len() - i) <= NEAR => {
+                tail.slots.insert(i, (k, true));
                 true
             }
-            Err(_) => {
-                self.spill();
-                self.tree.insert(k)
-            }
+            Err(_) => self.put_in_rest(k),
         }
     }
 
     /// Takes `k` out; whether it was in the set.
     pub(crate) fn remove(&mut self, k: &K) -> bool {
-        let Some(&(first, _)) = self.tail.front() else {
-            return self.tree.remove(k);
-        };
-        if *k < first {
-            return self.tree.remove(k);
+        let g = k.group();
+        if let Some(tail) = self.tails.get_mut(&g) {
+            let last = tail.slots.len() - 1;
+            if *k == tail.slots[0].0 {
+                tail.slots.pop_front();
+                self.trim(g);
+                return true;
+            }
+            if *k > tail.slots[0].0
+                && *k <= tail.slots[last].0
+                && let Ok(i) = tail.slots.binary_search_by(|(e, _)| e.cmp(k))
+            {
+                if !tail.slots[i].1 {
+                    return false;
+                }
+                if i == last {
+                    tail.slots.pop_back();
+                    self.trim(g);
+                    return true;
+                }
+                tail.slots[i].1 = false;
+                tail.removed += 1;
+                if tail.removed * 2 > tail.slots.len() {
+                    tail.slots.retain(|(_, kept)| *kept);
+                    tail.removed = 0;
+                    tail.give_back();
+                }
+                return true;
+            }
         }
-        if *k == first {
-            self.tail.pop_front();
-            self.trim();
-            return true;
-        }
-        let Ok(i) = self.tail.binary_search_by(|(e, _)| e.cmp(k)) else {
+        if !self.rest.remove(k) {
             return false;
-        };
-        if !self.tail[i].1 {
-            return false;
         }
-        if i + 1 == self.tail.len() {
-            self.tail.pop_back();
-            self.trim();
-            return true;
-        }
-        self.tail[i].1 = false;
-        self.removed += 1;
-        if self.removed * 2 > self.tail.len() {
-            self.tail.retain(|(_, kept)| *kept);
-            self.removed = 0;
-            self.give_back();
+        if let Some((n, _)) = self.in_rest.get_mut(&g) {
+            *n -= 1;
+            if *n == 0 {
+                self.in_rest.remove(&g);
+            }
         }
         true
     }
 
-    /// The entries within `range`, in order.
-    pub(crate) fn range<R: RangeBounds<K>>(&self, range: R) -> impl Iterator<Item = &K> {
-        let from = match range.start_bound() {
-            Bound::Included(k) => self.tail.partition_point(|(e, _)| e < k),
-            Bound::Excluded(k) => self.tail.partition_point(|(e, _)| e <= k),
-            Bound::Unbounded => 0,
-        };
-        let to = match range.end_bound() {
-            Bound::Included(k) => self.tail.partition_point(|(e, _)| e <= k),
-            Bound::Excluded(k) => self.tail.partition_point(|(e, _)| e < k),
-            Bound::Unbounded => self.tail.len(),
-        };
-        self.tree.range(range).chain(
-            self.tail
-                .range(from..to.max(from))
+    /// Topic `group`'s entries within `range` (whose bounds are of that
+    /// topic), in order.
+    pub(crate) fn range_in<R: RangeBounds<K>>(
+        &self,
+        group: i64,
+        range: R,
+    ) -> impl Iterator<Item = &K> {
+        let tail = self.tails.get(&group).map(|tail| {
+            let slots = &tail.slots;
+            let from = match range.start_bound() {
+                Bound::Included(k) => slots.partition_point(|(e, _)| e < k),
+                Bound::Excluded(k) => slots.partition_point(|(e, _)| e <= k),
+                Bound::Unbounded => 0,
+            };
+            let to = match range.end_bound() {
+                Bound::Included(k) => slots.partition_point(|(e, _)| e <= k),
+                Bound::Excluded(k) => slots.partition_point(|(e, _)| e < k),
+                Bound::Unbounded => slots.len(),
+            };
+            slots.range(from..to.max(from))
+        });
+        let rest = self
+            .in_rest
+            .contains_key(&group)
+            .then(|| self.rest.range(range));
+        Merge {
+            a: tail
+                .into_iter()
+                .flatten()
                 .filter(|(_, kept)| *kept)
-                .map(|(e, _)| e),
-        )
+                .map(|(e, _)| e)
+                .peekable(),
+            b: rest.into_iter().flatten().peekable(),
+        }
     }
 
     /// Every entry, in order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &K> {
-        self.range(..)
+        Merge {
+            a: self
+                .tails
+                .values()
+                .flat_map(|t| t.slots.iter())
+                .filter(|(_, kept)| *kept)
+                .map(|(e, _)| e)
+                .peekable(),
+            b: self.rest.iter().peekable(),
+        }
     }
 
     /// How many entries.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.tree.len() + self.tail.len() - self.removed
+        self.rest.len()
+            + self
+                .tails
+                .values()
+                .map(|t| t.slots.len() - t.removed)
+                .sum::<usize>()
     }
 
-    /// Drops the entries marked removed from both ends of the tail.
-    fn trim(&mut self) {
-        while self.tail.front().is_some_and(|(_, kept)| !kept) {
-            self.tail.pop_front();
-            self.removed -= 1;
+    /// Puts `k` into the rest; whether it was not there.
+    fn put_in_rest(&mut self, k: K) -> bool {
+        if !self.rest.insert(k) {
+            return false;
         }
-        while self.tail.back().is_some_and(|(_, kept)| !kept) {
-            self.tail.pop_back();
-            self.removed -= 1;
-        }
-        self.give_back();
+        let e = self.in_rest.entry(k.group()).or_insert((0, k));
+        e.0 += 1;
+        e.1 = e.1.max(k);
+        true
     }
 
+    /// Drops the slots marked removed from both ends of topic `g`'s tail,
+    /// and the tail when it is empty.
+    fn trim(&mut self, g: i64) {
+        let Some(tail) = self.tails.get_mut(&g) else {
+            return;
+        };
+        while tail.slots.front().is_some_and(|(_, kept)| !kept) {
+            tail.slots.pop_front();
+            tail.removed -= 1;
+        }
+        while tail.slots.back().is_some_and(|(_, kept)| !kept) {
+            tail.slots.pop_back();
+            tail.removed -= 1;
+        }
+        if tail.slots.is_empty() {
+            self.tails.remove(&g);
+        } else {
+            tail.give_back();
+        }
+    }
+}
+
+impl<K> Tail<K> {
     /// A long tail mostly taken out gives back its memory.
     fn give_back(&mut self) {
-        if self.tail.capacity() >= SHRINK_FROM && self.tail.len() < self.tail.capacity() / 4 {
-            self.tail.shrink_to(self.tail.len() * 2);
+        if self.slots.capacity() >= SHRINK_FROM && self.slots.len() < self.slots.capacity() / 4 {
+            self.slots.shrink_to(self.slots.len() * 2);
         }
     }
+}
 
-    /// Moves the tail into the B-tree.
-    fn spill(&mut self) {
-        self.tree.extend(
-            self.tail
-                .drain(..)
-                .filter(|(_, kept)| *kept)
-                .map(|(e, _)| e),
-        );
-        self.removed = 0;
+/// Two increasing iterators of disjoint entries, merged.
+struct Merge<'k, K: 'k, A: Iterator<Item = &'k K>, B: Iterator<Item = &'k K>> {
+    a: Peekable<A>,
+    b: Peekable<B>,
+}
+
+impl<'k, K: Ord + 'k, A: Iterator<Item = &'k K>, B: Iterator<Item = &'k K>> Iterator
+    for Merge<'k, K, A, B>
+{
+    type Item = &'k K;
+
+    fn next(&mut self) -> Option<&'k K> {
+        match (self.a.peek(), self.b.peek()) {
+            (Some(a), Some(b)) if b < a => self.b.next(),
+            (Some(_), _) => self.a.next(),
+            (None, _) => self.b.next(),
+        }
     }
 }
 
@@ -193,20 +303,37 @@ mod tests {
 
     /// Checks the invariants the operations rely on.
     fn check(s: &Sorted<(i64, i64)>) {
-        for w in s.tail.iter().collect::<Vec<_>>().windows(2) {
-            assert!(w[0].0 < w[1].0, "the tail is strictly increasing");
+        for (g, t) in &s.tails {
+            assert!(!t.slots.is_empty(), "an empty tail is dropped");
+            for w in t.slots.iter().collect::<Vec<_>>().windows(2) {
+                assert!(w[0].0 < w[1].0, "a tail is strictly increasing");
+            }
+            assert!(t.slots.iter().all(|(e, _)| e.0 == *g), "of its topic");
+            assert!(
+                t.slots[0].1 && t.slots[t.slots.len() - 1].1,
+                "its ends are in the set"
+            );
+            assert_eq!(t.removed, t.slots.iter().filter(|(_, kept)| !kept).count());
+            assert!(t.removed * 2 <= t.slots.len(), "compacted past half");
+            for (e, _) in &t.slots {
+                assert!(!s.rest.contains(e), "{e:?} in a tail and the rest");
+            }
         }
-        if let (Some(t), Some(f)) = (s.tree.last(), s.tail.front()) {
-            assert!(*t < f.0, "the tree's entries are below the tail's");
+        let mut counts: BTreeMap<i64, usize> = BTreeMap::new();
+        for e in &s.rest {
+            *counts.entry(e.0).or_default() += 1;
+            assert!(
+                *e <= s.in_rest[&e.0].1,
+                "the rest's largest of {e:?}'s topic"
+            );
         }
-        if let (Some(f), Some(b)) = (s.tail.front(), s.tail.back()) {
-            assert!(f.1 && b.1, "the tail's ends are in the set");
-        }
-        assert_eq!(s.removed, s.tail.iter().filter(|(_, kept)| !kept).count());
+        let known: BTreeMap<i64, usize> = s.in_rest.iter().map(|(g, (n, _))| (*g, *n)).collect();
+        assert_eq!(counts, known);
     }
 
-    /// Random inserts, removes and range reads, mostly in order as the
-    /// queue's are, some anywhere: the set answers as a `BTreeSet` does.
+    /// Random inserts, removes and range reads over four topics, mostly in
+    /// order within a topic as the queue's are, some anywhere: the set
+    /// answers as a `BTreeSet` does.
     #[test]
     fn answers_as_a_btree_set_does() {
         let mut x: u64 = 0x2545_f491_4f6c_dd1d;
@@ -216,44 +343,60 @@ mod tests {
             x ^= x << 17;
             x
         };
-        for round in 0..40 {
+        for _ in 0..30 {
             let mut s = Sorted::default();
             let mut model = BTreeSet::new();
-            let mut counter = 0i64;
-            for _ in 0..3_000 {
+            let mut counter = [0i64; 4];
+            // Some rounds mostly append and take from either end, others
+            // (`anywhere` 3) insert and take anywhere, so that marks pile up
+            // and tails are compacted.
+            let anywhere = next() % 4;
+            for _ in 0..4_000 {
                 let r = next();
-                let tid = (r % 3) as i64;
-                match (r >> 8) % 10 {
-                    // In order: the next `seq`, in one of three topics.
+                let g = (r % 4) as i64;
+                let pick = |n: u64, c: i64| (n % (c as u64 + 3)) as i64 - 1;
+                match (r >> 8) % 12 {
                     0..=3 => {
-                        counter += 1;
-                        let k = (tid + round % 2, counter);
+                        counter[g as usize] += 1 + (next() % 2) as i64;
+                        let k = (g, counter[g as usize]);
                         assert_eq!(s.insert(k), model.insert(k), "insert {k:?}");
                     }
-                    // Anywhere, often an entry that is there or was.
-                    4 => {
-                        let k = (tid, (next() % (counter as u64 + 2)) as i64);
-                        assert_eq!(s.insert(k), model.insert(k), "insert {k:?}");
-                    }
-                    // The first of a topic, as a reserve takes it.
-                    5..=6 => {
-                        let lo = (tid, i64::MIN);
-                        let first = model.range(lo..).next().copied();
-                        if let Some(k) = first {
-                            assert_eq!(s.remove(&k), model.remove(&k), "remove {k:?}");
+                    4..=5 => {
+                        if next() % 4 < anywhere {
+                            let k = (g, pick(next(), counter[g as usize]));
+                            assert_eq!(s.insert(k), model.insert(k), "insert {k:?}");
                         }
                     }
-                    // Anywhere.
-                    7..=8 => {
-                        let k = (tid, (next() % (counter as u64 + 2)) as i64);
+                    6..=7 if anywhere < 3 => {
+                        let first = model.range((g, i64::MIN)..=(g, i64::MAX)).next().copied();
+                        if let Some(k) = first {
+                            assert!(s.remove(&k), "remove {k:?}");
+                            model.remove(&k);
+                        }
+                    }
+                    6..=9 => {
+                        let k = (g, pick(next(), counter[g as usize]));
                         assert_eq!(s.remove(&k), model.remove(&k), "remove {k:?}");
                     }
+                    10 if anywhere < 3 => {
+                        let last = model
+                            .range((g, i64::MIN)..=(g, i64::MAX))
+                            .next_back()
+                            .copied();
+                        if let Some(k) = last {
+                            assert!(s.remove(&k), "remove {k:?}");
+                            model.remove(&k);
+                        }
+                    }
+                    10 => {}
                     _ => {
-                        let (lo, hi) = ((tid, i64::MIN), (tid, i64::MAX));
-                        assert!(s.range(lo..=hi).eq(model.range(lo..=hi)));
-                        let cut = (tid, (next() % (counter as u64 + 2)) as i64);
-                        assert!(s.range(lo..cut).eq(model.range(lo..cut)));
-                        assert!(s.range(cut..).eq(model.range(cut..)));
+                        let (lo, hi) = ((g, i64::MIN), (g, i64::MAX));
+                        assert!(s.range_in(g, lo..=hi).eq(model.range(lo..=hi)));
+                        let cut = (g, pick(next(), counter[g as usize]));
+                        assert!(s.range_in(g, lo..cut).eq(model.range(lo..cut)));
+                        assert!(s.range_in(g, cut..=hi).eq(model.range(cut..=hi)));
+                        let after = (Bound::Excluded(cut), Bound::Included(hi));
+                        assert!(s.range_in(g, after).eq(model.range(after)));
                     }
                 }
                 check(&s);
@@ -264,36 +407,87 @@ mod tests {
     }
 
     #[test]
-    fn entries_in_order_stay_in_the_tail_and_leave_from_its_front() {
+    fn entries_in_order_stay_in_their_tail_and_leave_from_its_front() {
         let mut s = Sorted::default();
         for seq in 0..10_000 {
             assert!(s.insert((1i64, seq)));
         }
-        assert!(s.tree.is_empty());
-        assert_eq!(s.tail.len(), 10_000);
-        // Removed in the order they went in, and a few from the middle.
-        for seq in [5_000, 5_001, 7_000] {
+        assert!(s.rest.is_empty());
+        assert_eq!(s.tails[&1].slots.len(), 10_000);
+        // Most taken from the middle: marked, then compacted past half.
+        for seq in (1..9_999).filter(|seq| seq % 10 != 0) {
             assert!(s.remove(&(1, seq)));
             assert!(!s.remove(&(1, seq)));
+            check(&s);
         }
+        assert!(s.tails[&1].slots.len() <= 2 * 1_001);
+        assert_eq!(s.len(), 1_001);
+        // A marked slot comes back.
+        assert!(s.insert((1, 9_995)));
+        assert!(!s.insert((1, 9_995)));
+        assert!(s.range_in(1, ..).any(|e| *e == (1, 9_995)));
+        check(&s);
         for seq in 0..10_000 {
-            assert_eq!(s.remove(&(1, seq)), ![5_000, 5_001, 7_000].contains(&seq));
+            let was = seq % 10 == 0 || seq == 9_999 || seq == 9_995;
+            assert_eq!(s.remove(&(1, seq)), was, "{seq}");
         }
         assert_eq!(s.len(), 0);
-        assert!(s.tail.is_empty());
-        assert_eq!(s.removed, 0);
-        // Its memory given back once it emptied.
-        assert!(s.tail.capacity() < SHRINK_FROM);
-        // One far inside the tail's range: the tail moves into the tree.
-        for seq in 0..1_000 {
-            s.insert((1, seq * 2));
+        assert!(s.tails.is_empty());
+        // One topic's entry that stays in front of the tail's range takes
+        // nothing from another topic's tail: taking topic 2's first entries
+        // pops them.
+        assert!(s.insert((1, 0)));
+        for seq in 0..5_000 {
+            assert!(s.insert((2, seq)));
         }
-        assert!(s.insert((1, 1_001)));
-        assert_eq!(s.tail.len(), 0);
-        assert_eq!(s.tree.len(), 1_001);
-        // Larger than everything: the tail again.
-        assert!(s.insert((2, 0)));
-        assert_eq!(s.tail.len(), 1);
+        for seq in 0..4_000 {
+            assert_eq!(s.range_in(2, (2, i64::MIN)..).next(), Some(&(2, seq)));
+            assert!(s.remove(&(2, seq)));
+        }
+        assert_eq!(s.tails[&2].removed, 0);
+        assert_eq!(s.tails[&2].slots.len(), 1_000);
+        // Memory given back as the tail emptied.
+        assert!(s.tails[&2].slots.capacity() < SHRINK_FROM);
+        // Inside the tail's range, away from its ends: into the rest.
+        for seq in 0..1_000 {
+            assert!(s.insert((3, seq * 2)));
+        }
+        assert!(s.insert((3, 1_001)));
+        assert_eq!(s.tails[&3].slots.len(), 1_000);
+        assert!(s.rest.contains(&(3, 1_001)));
+        // Near an end: in place.
+        assert!(s.insert((3, 1_995)));
+        assert_eq!(s.tails[&3].slots.len(), 1_001);
+        // Above the tail but not above the rest of its topic: an entry
+        // put into the rest from inside the tail's range, then the tail's
+        // end taken below it.
+        let mut t = Sorted::default();
+        for seq in 0..100 {
+            assert!(t.insert((5, seq * 10)));
+        }
+        assert!(t.insert((5, 505)));
+        assert!(t.rest.contains(&(5, 505)));
+        for seq in (40..100).rev() {
+            assert!(t.remove(&(5, seq * 10)));
+        }
+        assert_eq!(t.tails[&5].slots.back(), Some(&((5, 390), true)));
+        assert!(!t.insert((5, 505)), "already in the rest");
+        assert!(t.insert((5, 400)), "above the tail, below the rest's 505");
+        assert!(t.rest.contains(&(5, 400)));
+        assert!(t.insert((5, 600)));
+        assert_eq!(t.tails[&5].slots.back(), Some(&((5, 600), true)));
+        let top: Vec<_> = t.range_in(5, (5, 385)..).copied().collect();
+        assert_eq!(top, [(5, 390), (5, 400), (5, 505), (5, 600)]);
+        // The tail gone while the rest holds some of its topic.
+        for seq in 0..40 {
+            assert!(t.remove(&(5, seq * 10)));
+        }
+        assert!(t.remove(&(5, 600)));
+        assert!(t.tails.is_empty());
+        assert!(!t.insert((5, 400)), "already in the rest");
+        assert!(t.insert((5, 700)));
+        assert!(t.range_in(5, ..).eq([(5, 400), (5, 505), (5, 700)].iter()));
+        check(&t);
         check(&s);
     }
 }
