@@ -20,8 +20,10 @@
 //!
 //! Memory: a `(tid, priority, due, seq)` key of 32 bytes per ready job,
 //! held in a [`Sorted`] set: ≈ 40–80 bytes per job enqueued in order (its
-//! tail, a 40-byte slot in a `VecDeque` whose room grows by doubling),
-//! ≈ 70–80 for one added out of order (B-tree nodes about half full);
+//! topic's tail, a 40-byte slot in a `VecDeque` whose room grows by
+//! doubling; jobs taken from the middle of it leave marked slots, at most
+//! as many as the live ones, until it is compacted), ≈ 70–80 for one
+//! added out of order (B-tree nodes about half full);
 //! `scripts/ready-rss.py` measured 10 bytes per job less than with a
 //! `BTreeSet` alone for 1,000,000 jobs enqueued in order, so 10,000,000
 //! jobs ready at once (a long consumer outage) take ≈ 0.5–0.75 GB. A key's
