@@ -17,7 +17,8 @@
 //!
 //! Removing a tail's first or last entry pops it; any other entry is
 //! marked removed where it is (no shift), and the tail is compacted when
-//! more than half of it is marked. Tails are per topic so that one topic's
+//! more than half of it is marked (after a mark or a pop), so a read steps
+//! over at most as many marked slots as it has live ones in its tail. Tails are per topic so that one topic's
 //! entries that stay (a paused topic's backlog, a dead letter) never sit in
 //! front of another's: a reserve reads its topic's first entries without
 //! stepping over anything but its own topic's marked slots.
@@ -36,11 +37,19 @@ const SHRINK_FROM: usize = 4096;
 /// An entry: ordered, its topic id first.
 pub(crate) trait Grouped: Ord + Copy {
     fn group(&self) -> i64;
+    /// The smallest and the largest entry of topic `group`.
+    fn ends(group: i64) -> (Self, Self);
 }
 
 impl Grouped for (i64, i64, i64, i64) {
     fn group(&self) -> i64 {
         self.0
+    }
+    fn ends(g: i64) -> (Self, Self) {
+        (
+            (g, i64::MIN, i64::MIN, i64::MIN),
+            (g, i64::MAX, i64::MAX, i64::MAX),
+        )
     }
 }
 
@@ -48,12 +57,18 @@ impl Grouped for (i64, i64, i64) {
     fn group(&self) -> i64 {
         self.0
     }
+    fn ends(g: i64) -> (Self, Self) {
+        ((g, i64::MIN, i64::MIN), (g, i64::MAX, i64::MAX))
+    }
 }
 
 #[cfg(test)]
 impl Grouped for (i64, i64) {
     fn group(&self) -> i64 {
         self.0
+    }
+    fn ends(g: i64) -> (Self, Self) {
+        ((g, i64::MIN), (g, i64::MAX))
     }
 }
 
@@ -154,9 +169,7 @@ impl<K: Grouped> Sorted<K> {
                 }
                 tail.slots[i].1 = false;
                 tail.removed += 1;
-                if tail.removed * 2 > tail.slots.len() {
-                    tail.slots.retain(|(_, kept)| *kept);
-                    tail.removed = 0;
+                if tail.compact_past_half() {
                     tail.give_back();
                 }
                 return true;
@@ -174,31 +187,47 @@ impl<K: Grouped> Sorted<K> {
         true
     }
 
-    /// Topic `group`'s entries within `range` (whose bounds are of that
-    /// topic), in order.
+    /// Topic `group`'s entries within `range`, in order (an unbounded end
+    /// is the topic's end; bounds of another topic mean nothing here).
     pub(crate) fn range_in<R: RangeBounds<K>>(
         &self,
         group: i64,
         range: R,
     ) -> impl Iterator<Item = &K> {
+        let (lo, hi) = K::ends(group);
+        let start = match range.start_bound() {
+            Bound::Unbounded => Bound::Included(lo),
+            b => b.cloned(),
+        };
+        let end = match range.end_bound() {
+            Bound::Unbounded => Bound::Included(hi),
+            b => b.cloned(),
+        };
         let tail = self.tails.get(&group).map(|tail| {
             let slots = &tail.slots;
-            let from = match range.start_bound() {
-                Bound::Included(k) => slots.partition_point(|(e, _)| e < k),
-                Bound::Excluded(k) => slots.partition_point(|(e, _)| e <= k),
+            let from = match start {
+                Bound::Excluded(k) => slots.partition_point(|(e, _)| *e <= k),
+                Bound::Included(k) => slots.partition_point(|(e, _)| *e < k),
                 Bound::Unbounded => 0,
             };
-            let to = match range.end_bound() {
-                Bound::Included(k) => slots.partition_point(|(e, _)| e <= k),
-                Bound::Excluded(k) => slots.partition_point(|(e, _)| e < k),
+            let to = match end {
+                Bound::Included(k) => slots.partition_point(|(e, _)| *e <= k),
+                Bound::Excluded(k) => slots.partition_point(|(e, _)| *e < k),
                 Bound::Unbounded => slots.len(),
             };
             slots.range(from..to.max(from))
         });
-        let rest = self
-            .in_rest
-            .contains_key(&group)
-            .then(|| self.rest.range(range));
+        // An empty or reversed range reads nothing (`BTreeSet::range` would
+        // panic on it).
+        let reversed = match (start, end) {
+            (Bound::Included(a), Bound::Included(b)) => a > b,
+            (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => {
+                a >= b
+            }
+            _ => false,
+        };
+        let rest =
+            (self.in_rest.contains_key(&group) && !reversed).then(|| self.rest.range((start, end)));
         Merge {
             a: tail
                 .into_iter()
@@ -263,12 +292,25 @@ impl<K: Grouped> Sorted<K> {
         if tail.slots.is_empty() {
             self.tails.remove(&g);
         } else {
+            tail.compact_past_half();
             tail.give_back();
         }
     }
 }
 
 impl<K> Tail<K> {
+    /// Drops the marked slots once they are more than half the tail (so a
+    /// read steps over at most as many marked slots as live ones); whether
+    /// it did.
+    fn compact_past_half(&mut self) -> bool {
+        if self.removed * 2 <= self.slots.len() {
+            return false;
+        }
+        self.slots.retain(|(_, kept)| *kept);
+        self.removed = 0;
+        true
+    }
+
     /// A long tail mostly taken out gives back its memory.
     fn give_back(&mut self) {
         if self.slots.capacity() >= SHRINK_FROM && self.slots.len() < self.slots.capacity() / 4 {
@@ -489,5 +531,45 @@ mod tests {
         assert!(t.range_in(5, ..).eq([(5, 400), (5, 505), (5, 700)].iter()));
         check(&t);
         check(&s);
+
+        // Marks left past half by popping an end are compacted too.
+        let mut m = Sorted::default();
+        for seq in 0..=5 {
+            assert!(m.insert((1, seq)));
+        }
+        for seq in [2, 3, 4, 0] {
+            assert!(m.remove(&(1, seq)));
+            check(&m);
+        }
+        assert_eq!(m.tails[&1].removed, 0);
+        assert!(m.range_in(1, ..).eq([(1, 1), (1, 5)].iter()));
+
+        // A range of one topic never reads another's entries, in its tail
+        // or in the rest, whatever its bounds; an empty or reversed range
+        // reads nothing.
+        let mut r = Sorted::default();
+        for seq in 0..100 {
+            assert!(r.insert((1, seq * 10)));
+            assert!(r.insert((2, seq * 10)));
+        }
+        for k in [(1, 505), (2, 505), (2, -5), (0, 7), (3, 1)] {
+            assert!(r.insert(k));
+        }
+        assert!(!r.rest.is_empty());
+        let one: Vec<_> = r.range_in(1, ..).copied().collect();
+        assert_eq!(one.len(), 101);
+        assert!(one.iter().all(|e| e.0 == 1));
+        assert!(one.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(
+            r.range_in(2, ..(2, 0)).copied().collect::<Vec<_>>(),
+            [(2, -5)]
+        );
+        assert_eq!(r.range_in(2, (2, 990)..).count(), 1);
+        assert_eq!(r.range_in(2, (2, 600)..(2, 500)).count(), 0);
+        assert_eq!(r.range_in(2, (2, 505)..(2, 505)).count(), 0);
+        let empty = (Bound::Excluded((2, 505)), Bound::Excluded((2, 505)));
+        assert_eq!(r.range_in(2, empty).count(), 0);
+        assert_eq!(r.range_in(2, (2, 505)..=(2, 505)).count(), 1);
+        check(&r);
     }
 }
