@@ -93,8 +93,7 @@ impl Leases {
 
     /// Topic `tid`'s leases, the earliest to end first.
     fn topic(&self, tid: i64) -> impl Iterator<Item = &(i64, i64, i64)> {
-        self.order
-            .range_in(tid, (tid, i64::MIN, i64::MIN)..=(tid, i64::MAX, i64::MAX))
+        self.order.range_in(tid, ..)
     }
 
     /// Up to `max` of topic `tid`'s leases, any of them: their jobs' `seq`.

@@ -79,19 +79,11 @@ impl<S> UndoLog<S> {
 pub(crate) trait Entry: crate::sorted::Grouped + std::fmt::Debug {
     /// The entry without its topic: `(priority, due, seq)` or `(died, seq)`.
     type Place: Copy;
-    /// The smallest and the largest entry of topic `tid`.
-    fn bounds(tid: i64) -> (Self, Self);
     fn place(&self) -> Self::Place;
 }
 
 impl Entry for (i64, i64, i64, i64) {
     type Place = (i64, i64, i64);
-    fn bounds(tid: i64) -> (Self, Self) {
-        (
-            (tid, i64::MIN, i64::MIN, i64::MIN),
-            (tid, i64::MAX, i64::MAX, i64::MAX),
-        )
-    }
     fn place(&self) -> Self::Place {
         (self.1, self.2, self.3)
     }
@@ -99,9 +91,6 @@ impl Entry for (i64, i64, i64, i64) {
 
 impl Entry for (i64, i64, i64) {
     type Place = (i64, i64);
-    fn bounds(tid: i64) -> (Self, Self) {
-        ((tid, i64::MIN, i64::MIN), (tid, i64::MAX, i64::MAX))
-    }
     fn place(&self) -> Self::Place {
         (self.1, self.2)
     }
@@ -158,8 +147,7 @@ impl<K: Entry> Ordered<K> {
 
     /// Topic `tid`'s entries in order: their places.
     pub(crate) fn topic(&self, tid: i64) -> impl Iterator<Item = K::Place> + '_ {
-        let (lo, hi) = K::bounds(tid);
-        self.order.range_in(tid, lo..=hi).map(Entry::place)
+        self.order.range_in(tid, ..).map(Entry::place)
     }
 
     /// The first `max` of topic `tid`'s entries: their places.
