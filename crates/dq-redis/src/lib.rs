@@ -546,6 +546,32 @@ fn n(v: u64) -> Vec<u8> {
     v.to_string().into_bytes()
 }
 
+/// A job's kind (`j` JSON, `b` bytes) and body as its record stores them
+/// (values 7 and 8, common.lua): two MessagePack strings, each with the
+/// header cmsgpack.pack writes for its length (fixstr below 32 bytes, then
+/// str 8, 16, 32), so a record that enqueue.lua's compact form splices
+/// from this is the record cmsgpack.pack would have written, byte for byte.
+fn packed_kind_body(json: bool, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 7);
+    out.extend_from_slice(&[0xa1, if json { b'j' } else { b'b' }]);
+    let len = body.len();
+    if len < 32 {
+        out.push(0xa0 | len as u8);
+    } else if let Ok(l) = u8::try_from(len) {
+        out.extend_from_slice(&[0xd9, l]);
+    } else if let Ok(l) = u16::try_from(len) {
+        out.push(0xda);
+        out.extend_from_slice(&l.to_be_bytes());
+    } else {
+        // The compact form takes bodies below 4 GiB only.
+        let l = u32::try_from(len).unwrap_or(u32::MAX);
+        out.push(0xdb);
+        out.extend_from_slice(&l.to_be_bytes());
+    }
+    out.extend_from_slice(body);
+    out
+}
+
 fn opt(v: Option<impl ToString>) -> Vec<u8> {
     v.map(|x| x.to_string().into_bytes()).unwrap_or_default()
 }
@@ -579,9 +605,10 @@ impl Store for RedisStore {
                 && !j.replace
                 && j.dedup_ms.is_none()
                 && j.key.is_none()
+                && u32::try_from(j.body.as_bytes().len()).is_ok()
         });
         let mut args: Vec<Vec<u8>> =
-            Vec::with_capacity(2 + jobs.len() * if compact { 6 } else { 12 });
+            Vec::with_capacity(2 + jobs.len() * if compact { 5 } else { 12 });
         args.push(self.now_arg(now_ms));
         args.push(if compact {
             b"c".to_vec()
@@ -599,12 +626,7 @@ impl Store for RedisStore {
             args.push(n(value));
             args.push(n(j.priority as u64));
             if compact {
-                args.push(if j.body.is_json() {
-                    b"j".to_vec()
-                } else {
-                    b"b".to_vec()
-                });
-                args.push(j.body.as_bytes().to_vec());
+                args.push(packed_kind_body(j.body.is_json(), j.body.as_bytes()));
                 continue;
             }
             args.push(opt(j.max_attempts));

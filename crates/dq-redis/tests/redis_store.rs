@@ -1144,3 +1144,137 @@ async fn a_stale_ready_member_of_a_reserved_job_is_not_handed_out_again() {
         assert!(after.is_empty(), "{name}: {after:?}");
     }
 }
+
+/// Whether the record of `id` in topic `t` is what cmsgpack.pack writes for
+/// its own values (unpacked and packed again, byte for byte).
+fn record_is_canonical(conn: &mut redis::Connection, t: &str, id: &str) -> bool {
+    redis::cmd("EVAL")
+        .arg(
+            "local raw = redis.call('HGET', KEYS[1], ARGV[1]) \
+             return cmsgpack.pack(cmsgpack.unpack(raw)) == raw and 1 or 0",
+        )
+        .arg(1)
+        .arg(format!("dq:{{{t}}}:jobs"))
+        .arg(id)
+        .query::<i64>(conn)
+        .unwrap()
+        == 1
+}
+
+/// The compact enqueue splices each record from pieces (the caller packs
+/// kind and body): the record is the one cmsgpack.pack would have written,
+/// for a body at each of MessagePack's string-header bounds (31/32 bytes,
+/// 255/256, 65,535/65,536: the last byte of one header and the first of the
+/// next), JSON and bytes, due now, soon, in the wheel, and under a topic's
+/// default dedup window; the body reads back as sent. An id that exists, and
+/// an id twice in one call, are answered as existing with the first job's
+/// due time and state, and leave the first as it was.
+#[tokio::test]
+async fn compact_records_are_what_cmsgpack_writes() {
+    let server = RedisServer::start();
+    let s = store(server.url());
+    let mut conn = server.connection();
+    let body = |len: usize, json: bool| {
+        if json {
+            // A JSON string of `len` bytes: the quotes and `len - 2` x's.
+            Body::Json(format!("\"{}\"", "x".repeat(len.max(2) - 2)))
+        } else {
+            // Every byte value, invalid UTF-8 included.
+            Body::Bytes((0..len).map(|i| (i % 256) as u8).collect())
+        }
+    };
+    let windowed = Topic::new("cw").unwrap();
+    s.configure_topic(
+        &windowed,
+        &TopicConfigPatch {
+            dedup_ms: Some(60_000),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    for (t, values_now, values_far) in [(Topic::new("c").unwrap(), 8, 16), (windowed, 21, 21)] {
+        let mut jobs = Vec::new();
+        for len in [0, 1, 31, 32, 255, 256, 65_535, 65_536, 70_000] {
+            for json in [true, false] {
+                for (when, delay) in [("now", 0), ("soon", 5_000), ("far", 3_600_000)] {
+                    if json && len < 2 {
+                        continue;
+                    }
+                    let id = format!("{when}-{len}-{}", if json { "j" } else { "b" });
+                    jobs.push((
+                        id.clone(),
+                        NewJob::new(
+                            JobId::new(&id).unwrap(),
+                            body(len, json),
+                            When::DelayMs(delay),
+                        ),
+                    ));
+                }
+            }
+        }
+        let new: Vec<NewJob> = jobs.iter().map(|(_, j)| j.clone()).collect();
+        let out = s.enqueue(&t, &new, T0).await.unwrap();
+        assert!(out.iter().all(|e| e.created), "{out:?}");
+        for (id, j) in &jobs {
+            assert!(record_is_canonical(&mut conn, t.as_str(), id), "{t} {id}");
+            let values = record_values(&mut conn, t.as_str(), id);
+            let want = if id.starts_with("far") {
+                values_far
+            } else {
+                values_now
+            };
+            assert_eq!(values, want, "{t} {id}");
+            let info = s.get(&t, &JobId::new(id).unwrap()).await.unwrap().unwrap();
+            assert_eq!(info.body, j.body, "{t} {id}: stored as sent");
+        }
+        // An existing id, then one id twice in a call: the first's answer.
+        let again = |id: &str, delay| {
+            NewJob::new(
+                JobId::new(id).unwrap(),
+                Body::Json("1".into()),
+                When::DelayMs(delay),
+            )
+        };
+        let out = s
+            .enqueue(
+                &t,
+                &[
+                    again("now-32-b", 9_000),
+                    again("twice", 0),
+                    again("twice", 7_000),
+                ],
+                T0 + 1,
+            )
+            .await
+            .unwrap();
+        let got: Vec<(bool, u64, JobState)> = out
+            .iter()
+            .map(|e| (e.created, e.due_at_ms, e.state))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (false, T0, JobState::Ready),
+                (true, T0 + 1, JobState::Ready),
+                (false, T0 + 1, JobState::Ready),
+            ],
+            "{t}"
+        );
+        let info = s
+            .get(&t, &JobId::new("twice").unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (info.due_at_ms, info.body),
+            (T0 + 1, Body::Json("1".into()))
+        );
+        let info = s
+            .get(&t, &JobId::new("now-32-b").unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(info.body, body(32, false), "left as it was");
+    }
+}
