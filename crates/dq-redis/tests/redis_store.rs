@@ -1161,12 +1161,25 @@ fn record_is_canonical(conn: &mut redis::Connection, t: &str, id: &str) -> bool 
         == 1
 }
 
+/// The state letter (value 5) of the record of `id` in topic `t`.
+fn record_state(conn: &mut redis::Connection, t: &str, id: &str) -> String {
+    redis::cmd("EVAL")
+        .arg("return select(5, cmsgpack.unpack(redis.call('HGET', KEYS[1], ARGV[1])))")
+        .arg(1)
+        .arg(format!("dq:{{{t}}}:jobs"))
+        .arg(id)
+        .query(conn)
+        .unwrap()
+}
+
 /// The compact enqueue splices each record from pieces (the caller packs
 /// kind and body): the record is the one cmsgpack.pack would have written,
 /// for a body at each of MessagePack's string-header bounds (31/32 bytes,
 /// 255/256, 65,535/65,536: the last byte of one header and the first of the
 /// next), JSON and bytes, due now, soon, in the wheel, and under a topic's
-/// default dedup window; the body reads back as sent. An id that exists, and
+/// default dedup window; the body reads back as sent, and so it does after
+/// the promotion of the jobs due soon (which changes the state letter of a
+/// record of 8 values in place). An id that exists, and
 /// an id twice in one call, are answered as existing with the first job's
 /// due time and state, and leave the first as it was.
 #[tokio::test]
@@ -1228,6 +1241,38 @@ async fn compact_records_are_what_cmsgpack_writes() {
             let info = s.get(&t, &JobId::new(id).unwrap()).await.unwrap().unwrap();
             assert_eq!(info.body, j.body, "{t} {id}: stored as sent");
         }
+        // Promoted (the jobs due soon: a record of 8 values gets its state
+        // letter changed in place, one of 21 is unpacked and packed again)
+        // and leased: each record still what cmsgpack writes, each body as
+        // sent.
+        let leased = s.reserve(&t, 1000, None, T0 + 5_000).await.unwrap().leases;
+        assert_eq!(leased.len(), 2 * (jobs.len() / 3), "{t}: now and soon");
+        for l in &leased {
+            let (_, j) = jobs.iter().find(|(id, _)| id == l.id.as_str()).unwrap();
+            assert_eq!(l.body, j.body, "{t} {}", l.id);
+            let delay = if l.id.as_str().starts_with("soon") {
+                5_000
+            } else {
+                0
+            };
+            assert_eq!(l.due_at_ms, T0 + delay);
+        }
+        for (id, j) in &jobs {
+            assert!(record_is_canonical(&mut conn, t.as_str(), id), "{t} {id}");
+            let info = s.get(&t, &JobId::new(id).unwrap()).await.unwrap().unwrap();
+            assert_eq!(info.body, j.body, "{t} {id}: stored as sent");
+            let want = if id.starts_with("far") {
+                JobState::Scheduled
+            } else {
+                JobState::Reserved
+            };
+            assert_eq!(info.state, want, "{t} {id}");
+        }
+        for (id, _) in &jobs {
+            // A lease is beside the record (layout 2): a leased job's says ready.
+            let want = if id.starts_with("far") { "s" } else { "y" };
+            assert_eq!(record_state(&mut conn, t.as_str(), id), want, "{t} {id}");
+        }
         // An existing id, then one id twice in a call: the first's answer.
         let again = |id: &str, delay| {
             NewJob::new(
@@ -1255,7 +1300,7 @@ async fn compact_records_are_what_cmsgpack_writes() {
         assert_eq!(
             got,
             [
-                (false, T0, JobState::Ready),
+                (false, T0, JobState::Reserved),
                 (true, T0 + 1, JobState::Ready),
                 (false, T0 + 1, JobState::Ready),
             ],

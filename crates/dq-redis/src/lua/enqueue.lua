@@ -72,6 +72,8 @@ local stride = compact and 5 or 12
 -- (a batch's jobs mostly share them; tonumber costs ~1,200 instructions).
 local existing, batch, records, mids, tails
 local last_ps, last_p, last_wvs, last_wv
+-- The last due time made a string for the schedule's ZADD.
+local last_due, last_due_s
 if compact then
   local ids = {}
   for i = 4, #ARGV, stride do ids[#ids + 1] = ARGV[i] end
@@ -220,7 +222,14 @@ for i = 4, #ARGV, stride do
       else
         local event = due
         if near_due then
-          sched[#sched + 1] = due
+          -- The due as a string (a number costs Redis a "%.17g"): the
+          -- caller's when it is the due, else made once per due time.
+          if wk == 'a' and due == wv then
+            sched[#sched + 1] = wvs
+          else
+            if due ~= last_due then last_due, last_due_s = due, fmt(due) end
+            sched[#sched + 1] = last_due_s
+          end
           sched[#sched + 1] = id
         else
           local b = bucket(due)
