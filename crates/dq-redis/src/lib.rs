@@ -597,7 +597,8 @@ impl Store for RedisStore {
             .map(|j| j.id.clone().unwrap_or_else(JobId::generate))
             .collect();
         // The compact form (see enqueue.lua) when no job sets an override,
-        // a dedup window, a key or replace.
+        // a dedup window, a key or replace, and every body is below 4 GiB
+        // (`packed_kind_body`).
         let compact = jobs.iter().all(|j| {
             j.max_attempts.is_none()
                 && j.lease_ms.is_none()

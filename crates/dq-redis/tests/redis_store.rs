@@ -1172,16 +1172,26 @@ fn record_state(conn: &mut redis::Connection, t: &str, id: &str) -> String {
         .unwrap()
 }
 
+/// The raw record of `id` in topic `t`.
+fn raw_record(conn: &mut redis::Connection, t: &str, id: &str) -> Vec<u8> {
+    conn.hget(format!("dq:{{{t}}}:jobs"), id).unwrap()
+}
+
 /// The compact enqueue splices each record from pieces (the caller packs
-/// kind and body): the record is the one cmsgpack.pack would have written,
-/// for a body at each of MessagePack's string-header bounds (31/32 bytes,
-/// 255/256, 65,535/65,536: the last byte of one header and the first of the
-/// next), JSON and bytes, due now, soon, in the wheel, and under a topic's
-/// default dedup window; the body reads back as sent, and so it does after
-/// the promotion of the jobs due soon (which changes the state letter of a
-/// record of 8 values in place). An id that exists, and
-/// an id twice in one call, are answered as existing with the first job's
-/// due time and state, and leave the first as it was.
+/// kind and body, the call packs its constant values once): every record is
+/// byte for byte the one the full form writes with `pack_values` for the
+/// same job in the same call position (a topic that gets the same jobs and
+/// one with an override, which makes the call full), and what cmsgpack.pack
+/// writes for its own values. Over bodies at each of MessagePack's
+/// string-header bounds (31/32 bytes, 255/256, 65,535/65,536: the last byte
+/// of one header and the first of the next), JSON and bytes; priorities at
+/// the integer encodings' bounds; due now, soon, in the wheel, in the past
+/// (clamped to now), at a time, at the topic's default delay; with and
+/// without a topic's default dedup window. Promoted (a record of 8 values
+/// gets its state letter changed in place), rolled out of the wheel and
+/// leased, each job comes out in (priority, due, enqueue) order, as sent.
+/// Ids that exist, repeat in one call, or are in their dedup window get the
+/// old path's answers.
 #[tokio::test]
 async fn compact_records_are_what_cmsgpack_writes() {
     let server = RedisServer::start();
@@ -1196,84 +1206,115 @@ async fn compact_records_are_what_cmsgpack_writes() {
             Body::Bytes((0..len).map(|i| (i % 256) as u8).collect())
         }
     };
-    let windowed = Topic::new("cw").unwrap();
-    s.configure_topic(
-        &windowed,
-        &TopicConfigPatch {
-            dedup_ms: Some(60_000),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
-    for (t, values_now, values_far) in [(Topic::new("c").unwrap(), 8, 16), (windowed, 21, 21)] {
-        let mut jobs = Vec::new();
-        for len in [0, 1, 31, 32, 255, 256, 65_535, 65_536, 70_000] {
-            for json in [true, false] {
-                for (when, delay) in [("now", 0), ("soon", 5_000), ("far", 3_600_000)] {
-                    if json && len < 2 {
-                        continue;
-                    }
-                    let id = format!("{when}-{len}-{}", if json { "j" } else { "b" });
-                    jobs.push((
-                        id.clone(),
-                        NewJob::new(
-                            JobId::new(&id).unwrap(),
-                            body(len, json),
-                            When::DelayMs(delay),
-                        ),
-                    ));
-                }
+    let priorities = [0, 127, 128, 255, 256, 65_535, 65_536, u32::MAX, 1024];
+    let whens = [
+        ("now", When::DelayMs(0), T0),
+        ("soon", When::DelayMs(5_000), T0 + 5_000),
+        ("far", When::DelayMs(3_600_000), T0 + 3_600_000),
+        ("past", When::DueAtMs(T0 - 1_000), T0),
+        ("at", When::DueAtMs(T0 + 5_000), T0 + 5_000),
+        ("dflt", When::TopicDefault, T0 + 2_000),
+    ];
+    // (id, job, due)
+    let mut jobs = Vec::new();
+    for len in [0, 1, 31, 32, 255, 256, 65_535, 65_536, 70_000] {
+        for json in [true, false] {
+            if json && len < 2 {
+                continue;
+            }
+            for (when, w, due) in &whens {
+                let id = format!("{when}-{len}-{}", if json { "j" } else { "b" });
+                let mut j = NewJob::new(JobId::new(&id).unwrap(), body(len, json), *w);
+                j.priority = priorities[jobs.len() % priorities.len()];
+                jobs.push((id, j, *due));
             }
         }
-        let new: Vec<NewJob> = jobs.iter().map(|(_, j)| j.clone()).collect();
-        let out = s.enqueue(&t, &new, T0).await.unwrap();
+    }
+    let new: Vec<NewJob> = jobs.iter().map(|(_, j, _)| j.clone()).collect();
+    let mut full = new.clone();
+    let mut odd = NewJob::new(JobId::new("odd").unwrap(), body(3, true), When::DelayMs(0));
+    odd.max_attempts = Some(3);
+    full.push(odd);
+    for (c, f, window) in [("c", "f", None), ("cw", "fw", Some(60_000))] {
+        let (c, f) = (Topic::new(c).unwrap(), Topic::new(f).unwrap());
+        for t in [&c, &f] {
+            let patch = TopicConfigPatch {
+                dedup_ms: window,
+                default_delay_ms: Some(2_000),
+                ..Default::default()
+            };
+            s.configure_topic(t, &patch).await.unwrap();
+        }
+        let out = s.enqueue(&c, &new, T0).await.unwrap();
         assert!(out.iter().all(|e| e.created), "{out:?}");
-        for (id, j) in &jobs {
-            assert!(record_is_canonical(&mut conn, t.as_str(), id), "{t} {id}");
-            let values = record_values(&mut conn, t.as_str(), id);
-            let want = if id.starts_with("far") {
-                values_far
-            } else {
-                values_now
-            };
-            assert_eq!(values, want, "{t} {id}");
-            let info = s.get(&t, &JobId::new(id).unwrap()).await.unwrap().unwrap();
-            assert_eq!(info.body, j.body, "{t} {id}: stored as sent");
+        for (e, (_, _, due)) in out.iter().zip(&jobs) {
+            assert_eq!(e.due_at_ms, *due);
         }
-        // Promoted (the jobs due soon: a record of 8 values gets its state
-        // letter changed in place, one of 21 is unpacked and packed again)
-        // and leased: each record still what cmsgpack writes, each body as
-        // sent.
-        let leased = s.reserve(&t, 1000, None, T0 + 5_000).await.unwrap().leases;
-        assert_eq!(leased.len(), 2 * (jobs.len() / 3), "{t}: now and soon");
-        for l in &leased {
-            let (_, j) = jobs.iter().find(|(id, _)| id == l.id.as_str()).unwrap();
-            assert_eq!(l.body, j.body, "{t} {}", l.id);
-            let delay = if l.id.as_str().starts_with("soon") {
-                5_000
-            } else {
-                0
+        s.enqueue(&f, &full, T0).await.unwrap();
+        for (id, j, due) in &jobs {
+            let raw = raw_record(&mut conn, c.as_str(), id);
+            assert_eq!(
+                raw,
+                raw_record(&mut conn, f.as_str(), id),
+                "{c} {id}: as the full form writes it"
+            );
+            assert!(record_is_canonical(&mut conn, c.as_str(), id), "{c} {id}");
+            let values = record_values(&mut conn, c.as_str(), id);
+            let want = match (window, id.starts_with("far")) {
+                (Some(_), _) => 21,
+                (None, true) => 16,
+                (None, false) => 8,
             };
-            assert_eq!(l.due_at_ms, T0 + delay);
+            assert_eq!(values, want, "{c} {id}");
+            let info = s.get(&c, &JobId::new(id).unwrap()).await.unwrap().unwrap();
+            assert_eq!(
+                (info.body.clone(), info.priority, info.due_at_ms),
+                (j.body.clone(), j.priority, *due),
+                "{c} {id}"
+            );
         }
-        for (id, j) in &jobs {
-            assert!(record_is_canonical(&mut conn, t.as_str(), id), "{t} {id}");
-            let info = s.get(&t, &JobId::new(id).unwrap()).await.unwrap().unwrap();
-            assert_eq!(info.body, j.body, "{t} {id}: stored as sent");
-            let want = if id.starts_with("far") {
-                JobState::Scheduled
-            } else {
-                JobState::Reserved
-            };
-            assert_eq!(info.state, want, "{t} {id}");
+        // Rolled out of the wheel, promoted and leased, in order.
+        let leased = s
+            .reserve(&c, 1000, None, T0 + 3_600_000)
+            .await
+            .unwrap()
+            .leases;
+        let mut order: Vec<(u32, u64, usize)> = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, (_, j, due))| (j.priority, *due, i))
+            .collect();
+        order.sort();
+        let want: Vec<&str> = order.iter().map(|&(_, _, i)| jobs[i].0.as_str()).collect();
+        let got: Vec<&str> = leased.iter().map(|l| l.id.as_str()).collect();
+        assert_eq!(got, want, "{c}: (priority, due, enqueue) order");
+        for (l, &(_, due, i)) in leased.iter().zip(&order) {
+            assert_eq!(
+                (l.body.clone(), l.due_at_ms),
+                (jobs[i].1.body.clone(), due),
+                "{c} {}",
+                l.id
+            );
         }
-        for (id, _) in &jobs {
+        for (id, j, _) in &jobs {
+            assert!(record_is_canonical(&mut conn, c.as_str(), id), "{c} {id}");
             // A lease is beside the record (layout 2): a leased job's says ready.
-            let want = if id.starts_with("far") { "s" } else { "y" };
-            assert_eq!(record_state(&mut conn, t.as_str(), id), want, "{t} {id}");
+            assert_eq!(record_state(&mut conn, c.as_str(), id), "y", "{c} {id}");
+            let info = s.get(&c, &JobId::new(id).unwrap()).await.unwrap().unwrap();
+            assert_eq!(
+                (info.state, info.body.clone()),
+                (JobState::Reserved, j.body.clone()),
+                "{c} {id}"
+            );
         }
-        // An existing id, then one id twice in a call: the first's answer.
+        // One job acked (in the windowed topic its id is then in its window),
+        // then in one call: that id twice, an existing id, a new id three
+        // times, one job due later.
+        let first = &leased[0];
+        s.ack(&c, &first.id, &first.token, T0 + 3_600_000)
+            .await
+            .unwrap();
+        let now = T0 + 3_600_001;
         let again = |id: &str, delay| {
             NewJob::new(
                 JobId::new(id).unwrap(),
@@ -1281,45 +1322,69 @@ async fn compact_records_are_what_cmsgpack_writes() {
                 When::DelayMs(delay),
             )
         };
+        let gone = first.id.as_str();
         let out = s
             .enqueue(
-                &t,
+                &c,
                 &[
+                    again(gone, 0),
+                    again(gone, 9),
                     again("now-32-b", 9_000),
-                    again("twice", 0),
-                    again("twice", 7_000),
+                    again("thrice", 70_000),
+                    again("thrice", 0),
+                    again("thrice", 7),
+                    again("later", 1_000),
                 ],
-                T0 + 1,
+                now,
             )
             .await
             .unwrap();
-        let got: Vec<(bool, u64, JobState)> = out
+        let got: Vec<(bool, bool, u64, JobState)> = out
             .iter()
-            .map(|e| (e.created, e.due_at_ms, e.state))
+            .map(|e| (e.created, e.deduplicated, e.due_at_ms, e.state))
             .collect();
+        if window.is_some() {
+            let head: Vec<(bool, bool, u64)> = got[..2].iter().map(|g| (g.0, g.1, g.2)).collect();
+            assert_eq!(
+                head,
+                [(false, true, 0), (false, true, 0)],
+                "{c}: in its window"
+            );
+        } else {
+            assert_eq!(
+                got[..2],
+                [
+                    (true, false, now, JobState::Ready),
+                    (false, false, now, JobState::Ready)
+                ],
+                "{c}: gone, enqueued again, then the first's answer"
+            );
+        }
         assert_eq!(
-            got,
+            got[2..],
             [
-                (false, T0, JobState::Reserved),
-                (true, T0 + 1, JobState::Ready),
-                (false, T0 + 1, JobState::Ready),
+                (false, false, T0, JobState::Reserved),
+                (true, false, now + 70_000, JobState::Scheduled),
+                (false, false, now + 70_000, JobState::Scheduled),
+                (false, false, now + 70_000, JobState::Scheduled),
+                (true, false, now + 1_000, JobState::Scheduled),
             ],
-            "{t}"
+            "{c}"
         );
         let info = s
-            .get(&t, &JobId::new("twice").unwrap())
+            .get(&c, &JobId::new("thrice").unwrap())
             .await
             .unwrap()
             .unwrap();
         assert_eq!(
             (info.due_at_ms, info.body),
-            (T0 + 1, Body::Json("1".into()))
+            (now + 70_000, Body::Json("1".into()))
         );
         let info = s
-            .get(&t, &JobId::new("now-32-b").unwrap())
+            .get(&c, &JobId::new("now-32-b").unwrap())
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(info.body, body(32, false), "left as it was");
+        assert_eq!(info.body, body(32, false), "{c}: left as it was");
     }
 }

@@ -4,7 +4,8 @@
 -- (dq-core's one batch bound), so Rust stays the one source of them.
 --
 -- Keys (all in one hash tag, passed in KEYS by every script in this order):
---   K.sched  ZSET  score = due ms,        member = id
+--   K.sched  ZSET  score = due ms,        member = id (the score is always
+--                  the record's d: promote() reads d, not the score)
 --   K.ready  ZSET  score = priority,      member = ready_member(due, seq, id)
 --   K.lease  ZSET  score = lease deadline, member = id
 --   K.dead   ZSET  score = died-at ms,    member = id
@@ -581,7 +582,7 @@ local function promote(K, now, max)
       local rest, s = cmsgpack.unpack_limit(raw, 4, off)
       if s == SCHEDULED then
         local record, g
-        if rest == -1 then
+        if rest == -1 and string.byte(raw, off + 1) == 0xa1 then
           record = string.sub(raw, 1, off + 1) .. READY .. string.sub(raw, off + 3)
         else
           local c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd

@@ -24,7 +24,8 @@
 -- when it exists (one EXISTS per call otherwise); the topic's default window
 -- is one HGET per call. A job that exists is answered as existing, in its
 -- window or not (a replayed dead letter is live again).
--- Side effects: job records (HSETNX for a new id, HSET when replacing),
+-- Side effects: job records (the full form: HSETNX for a new id, HSET when
+--   replacing; the compact form: one HSET of the new ids),
 --   sched/ready (or the key's lane)/wheel, ctr.enqueued, ctr.seq (once per call) and ctr.far;
 --   one PUBLISH on WAKE_CHANNEL when a job is due now or makes the next
 --   event earlier.
@@ -77,7 +78,7 @@ local last_due, last_due_s
 if compact then
   local ids = {}
   for i = 4, #ARGV, stride do ids[#ids + 1] = ARGV[i] end
-  existing = redis.call('HMGET', K.jobs, unpack(ids))
+  existing = #ids > 0 and redis.call('HMGET', K.jobs, unpack(ids)) or {}
   batch, records, mids, tails = {}, {}, {}, {}
 end
 local n = 0
