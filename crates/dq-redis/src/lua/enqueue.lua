@@ -161,7 +161,8 @@ for i = 4, #ARGV, stride do
     if compact then
       -- pack_values(due, p, seq, 0, st, now, k, b, nil × 7, w, nil × 4,
       -- dd) byte for byte, from pieces (see the header).
-      local old = existing[n] and load(id)
+      -- An existing record is already read (the HMGET): decoded, not read again.
+      local old = existing[n] and lease_view(id, decode(existing[n]))
       local earlier = batch[id]
       if old or earlier then
         written = false
