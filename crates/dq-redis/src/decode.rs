@@ -153,39 +153,155 @@ pub(crate) fn decode_enqueued(v: Value, ids: Vec<JobId>) -> StoreResult<Vec<Enqu
         .collect()
 }
 
+/// The reserve and reserve_job scripts' reply: the next due time, then 4
+/// values per lease: id, token, lease deadline, and the job's record as
+/// stored (its due time, priority, attempts before this lease, kind and
+/// body are read from it here: 4 reply values per job fewer for Redis to
+/// turn into RESP).
 pub(crate) fn decode_reserved(topic: &Topic, v: Value) -> StoreResult<Reservation> {
     let mut items = array(v)?.into_iter();
     let next = int(&items.next().ok_or_else(|| protocol("empty reserve"))?)?;
     let rest: Vec<Value> = items.collect();
-    if !rest.len().is_multiple_of(8) {
+    if !rest.len().is_multiple_of(4) {
         return Err(protocol("reserve reply length"));
     }
-    let mut leases = Vec::with_capacity(rest.len() / 8);
+    let mut leases = Vec::with_capacity(rest.len() / 4);
     let mut it = rest.into_iter();
     while let Some(id) = it.next() {
         let mut next_val = || it.next().ok_or_else(|| protocol("reserve reply length"));
         let token = string(&next_val()?)?;
-        let attempt = int(&next_val()?)? as u32;
-        let due = int(&next_val()?)? as u64;
         let deadline = int(&next_val()?)? as u64;
-        let priority = int(&next_val()?)? as u32;
-        let kind = string(&next_val()?)?;
-        let body = bytes(next_val()?)?;
+        let raw = bytes(next_val()?)?;
+        let head = RecordHead::read(&raw)?;
         let id = JobId::new(string(&id)?).map_err(|_| protocol("bad id"))?;
         leases.push(Lease {
             topic: topic.clone(),
             id,
             token,
-            attempt,
-            due_at_ms: due,
+            attempt: head.attempts.saturating_add(1),
+            due_at_ms: head.due_ms,
             lease_deadline_ms: deadline,
-            priority,
-            body: Body::from_stored(body, kind == "j"),
+            priority: head.priority,
+            body: Body::from_stored(head.body.to_vec(), head.json),
         });
     }
     Ok(Reservation {
         leases,
         next_due_ms: opt_time(next),
+    })
+}
+
+/// The first eight values of a job record (common.lua: due, priority, seq,
+/// attempts, state, created, kind, body), as cmsgpack writes them: what a
+/// lease needs. Every value a record can hold is read (integers of each
+/// width, floats, nil, booleans, strings and binaries), so a record that
+/// cmsgpack wrote with another encoding of the same value reads the same.
+pub(crate) struct RecordHead<'a> {
+    pub(crate) due_ms: u64,
+    pub(crate) priority: u32,
+    pub(crate) attempts: u32,
+    pub(crate) json: bool,
+    pub(crate) body: &'a [u8],
+}
+
+/// One MessagePack value of a record.
+#[derive(Debug, PartialEq)]
+enum Mp<'a> {
+    Nil,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str(&'a [u8]),
+}
+
+impl<'a> RecordHead<'a> {
+    pub(crate) fn read(raw: &'a [u8]) -> StoreResult<Self> {
+        let mut at = 0;
+        let mut vals = Vec::with_capacity(8);
+        for _ in 0..8 {
+            vals.push(mp_value(raw, &mut at)?);
+        }
+        let uint = |v: &Mp<'_>, what: &str| -> StoreResult<u64> {
+            match *v {
+                Mp::Int(i) => u64::try_from(i).ok(),
+                Mp::Float(f) if f >= 0.0 && f.fract() == 0.0 && f < 1.8e19 => Some(f as u64),
+                Mp::Nil if what == "attempts" => Some(0),
+                _ => None,
+            }
+            .ok_or_else(|| protocol(&format!("record: {what}")))
+        };
+        let small =
+            |v: u64, what: &str| u32::try_from(v).map_err(|_| protocol(&format!("record: {what}")));
+        let json = match vals[6] {
+            Mp::Str(b"j") => true,
+            Mp::Str(b"b") => false,
+            _ => return Err(protocol("record: kind")),
+        };
+        let body = match vals[7] {
+            Mp::Str(b) => b,
+            _ => return Err(protocol("record: body")),
+        };
+        Ok(RecordHead {
+            due_ms: uint(&vals[0], "due")?,
+            priority: small(uint(&vals[1], "priority")?, "priority")?,
+            attempts: small(uint(&vals[3], "attempts")?, "attempts")?,
+            json,
+            body,
+        })
+    }
+}
+
+/// The MessagePack value at `*at` in `raw`; `*at` moves past it.
+fn mp_value<'a>(raw: &'a [u8], at: &mut usize) -> StoreResult<Mp<'a>> {
+    let short = || protocol("record: truncated");
+    let mut take = |n: usize| -> StoreResult<&'a [u8]> {
+        let end = at
+            .checked_add(n)
+            .filter(|&e| e <= raw.len())
+            .ok_or_else(short)?;
+        let b = &raw[*at..end];
+        *at = end;
+        Ok(b)
+    };
+    let be = |b: &[u8]| b.iter().fold(0u64, |acc, &x| (acc << 8) | u64::from(x));
+    let marker = take(1)?[0];
+    Ok(match marker {
+        0x00..=0x7f => Mp::Int(i128::from(marker)),
+        0xe0..=0xff => Mp::Int(i128::from(marker as i8)),
+        0xc0 => Mp::Nil,
+        0xc2 => Mp::Bool(false),
+        0xc3 => Mp::Bool(true),
+        0xcc..=0xcf => Mp::Int(i128::from(be(take(1 << (marker - 0xcc))?))),
+        0xd0 => Mp::Int(i128::from(take(1)?[0] as i8)),
+        0xd1 => Mp::Int(i128::from(i16::from_be_bytes(
+            take(2)?.try_into().map_err(|_| short())?,
+        ))),
+        0xd2 => Mp::Int(i128::from(i32::from_be_bytes(
+            take(4)?.try_into().map_err(|_| short())?,
+        ))),
+        0xd3 => Mp::Int(i128::from(i64::from_be_bytes(
+            take(8)?.try_into().map_err(|_| short())?,
+        ))),
+        0xca => Mp::Float(f64::from(f32::from_be_bytes(
+            take(4)?.try_into().map_err(|_| short())?,
+        ))),
+        0xcb => Mp::Float(f64::from_be_bytes(
+            take(8)?.try_into().map_err(|_| short())?,
+        )),
+        0xa0..=0xbf => Mp::Str(take(usize::from(marker & 0x1f))?),
+        0xd9 | 0xc4 => {
+            let n = be(take(1)?);
+            Mp::Str(take(n as usize)?)
+        }
+        0xda | 0xc5 => {
+            let n = be(take(2)?);
+            Mp::Str(take(n as usize)?)
+        }
+        0xdb | 0xc6 => {
+            let n = be(take(4)?);
+            Mp::Str(take(usize::try_from(n).map_err(|_| short())?)?)
+        }
+        _ => return Err(protocol("record: a value of an unknown type")),
     })
 }
 
@@ -315,4 +431,89 @@ pub(crate) fn decode_config(fields: &[(String, String)]) -> TopicConfig {
 /// The due time encoded at the front of a ready-set member.
 pub(crate) fn ready_member_due(member: &str) -> Option<u64> {
     u64::from_str_radix(member.get(..11)?, 16).ok()
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    /// A record as cmsgpack writes a job just enqueued: due and created as
+    /// uint 64, priority as uint 16, seq and attempts as fixints, state,
+    /// kind and body as fixstr, then a value after the eighth (ignored).
+    fn enqueued(body: &[u8]) -> Vec<u8> {
+        let mut r = vec![0xcf];
+        r.extend_from_slice(&1_700_000_000_123u64.to_be_bytes());
+        r.extend_from_slice(&[0xcd, 0x04, 0x00, 0x05, 0x02, 0xa1, b'y', 0xcf]);
+        r.extend_from_slice(&1_700_000_000_000u64.to_be_bytes());
+        r.extend_from_slice(&[0xa1, b'j', 0xa0 | body.len() as u8]);
+        r.extend_from_slice(body);
+        r.push(0xc0);
+        r
+    }
+
+    #[test]
+    fn reads_what_a_lease_needs() {
+        let raw = enqueued(br#"{"a":1}"#);
+        let h = RecordHead::read(&raw).unwrap();
+        assert_eq!(
+            (h.due_ms, h.priority, h.attempts, h.json, h.body),
+            (1_700_000_000_123, 1024, 2, true, &br#"{"a":1}"#[..])
+        );
+    }
+
+    /// Each encoding cmsgpack may use for a value reads as that value: the
+    /// integer widths (u32::MAX as uint 32, a due as a double), attempts
+    /// left off (nil), bodies as str 8/16/32 and bin, bytes of any value.
+    #[test]
+    fn reads_every_encoding_of_a_value() {
+        let body: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+        for (header, len) in [
+            (vec![0xd9, 200], 200usize),
+            (vec![0xda, 0x01, 0x00], 256),
+            (vec![0xdb, 0x00, 0x01, 0x11, 0x70], 70_000),
+            (vec![0xc4, 3], 3),
+            (vec![0xa0], 0),
+        ] {
+            let mut r = vec![0xcb];
+            r.extend_from_slice(&1_700_000_000_000f64.to_be_bytes());
+            r.extend_from_slice(&[0xce, 0xff, 0xff, 0xff, 0xff, 0xd0, 0x7f, 0xc0, 0xa1, b's']);
+            r.extend_from_slice(&[0xd3]);
+            r.extend_from_slice(&5i64.to_be_bytes());
+            r.extend_from_slice(&[0xa1, b'b']);
+            r.extend_from_slice(&header);
+            r.extend_from_slice(&body[..len]);
+            let h = RecordHead::read(&r).unwrap();
+            assert_eq!(
+                (h.due_ms, h.priority, h.attempts, h.json, h.body),
+                (1_700_000_000_000, u32::MAX, 0, false, &body[..len])
+            );
+        }
+    }
+
+    /// A record cut short anywhere, or holding what no record holds (a kind
+    /// other than j or b, a negative or fractional priority, an unknown
+    /// type), is an error, never a panic or a wrong lease.
+    #[test]
+    fn refuses_what_no_record_is() {
+        let raw = enqueued(b"body");
+        for cut in 0..raw.len() - 1 {
+            assert!(RecordHead::read(&raw[..cut]).is_err(), "cut at {cut}");
+        }
+        let kind_at = raw.len() - 1 - 4 - 1 - 2;
+        let mut bad = raw.clone();
+        bad[kind_at + 1] = b'x';
+        assert!(RecordHead::read(&bad).is_err(), "kind x");
+        let mut bad = raw.clone();
+        bad[9] = 0xd1; // priority as int 16: 0x0400 = 1024 still reads
+        assert_eq!(RecordHead::read(&bad).unwrap().priority, 1024);
+        bad[9..12].copy_from_slice(&[0xd1, 0xff, 0xff]); // -1
+        assert!(RecordHead::read(&bad).is_err(), "negative priority");
+        let mut bad = raw.clone();
+        bad[12] = 0xc1; // seq: a marker MessagePack never uses
+        assert!(RecordHead::read(&bad).is_err(), "unknown type");
+        let mut r = vec![0xcb];
+        r.extend_from_slice(&1.5f64.to_be_bytes());
+        r.extend_from_slice(&raw[9..]);
+        assert!(RecordHead::read(&r).is_err(), "fractional due");
+    }
 }

@@ -9,8 +9,10 @@
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, now, max, lease_ms override or '', token prefix (random per call)
 -- Returns: {next_due (-1 none; now if ready jobs remain and may go; the next
---   token's time if they wait for one), then 8 per job:
---   id, token, attempt, due, lease deadline, priority, kind, body}
+--   token's time if they wait for one), then 4 per job:
+--   id, token, lease deadline, the record as stored (decode.rs reads the
+--   due, priority, attempts before this lease, kind and body from it: four
+--   values fewer per job than sending them apart, ~2,700 instructions)}
 -- Side effects: sched -> ready (at most MAX_BATCH), ready -> lease and a
 --   lease token per job (K.tokens; the records are not rewritten, see
 --   "Leases" in common.lua); with a rate limit, ctr.rl_credit and ctr.rl_at (the
@@ -74,7 +76,7 @@ local n = 0
 -- both.
 local function lease_raw(id, raw, held)
   if not raw or held then return nil end
-  local d, p, _, a, s, _, k, b, _, L, _, _, _, _, _, _, _, _, _, _, dd, g = cmsgpack.unpack(raw)
+  local _, _, _, _, s, _, _, _, _, L, _, _, _, _, _, _, _, _, _, _, dd, g = cmsgpack.unpack(raw)
   if s ~= READY then return nil end
   local lease = lease_override or L
   if lease == nil then
@@ -83,17 +85,12 @@ local function lease_raw(id, raw, held)
   end
   local deadline = now + lease
   n = n + 1
-  a = (a or 0) + 1
   local t = lease_token(ARGV[5] .. string.format('%x', n), dd, g)
   local o = #out
   out[o + 1] = id
   out[o + 2] = t
-  out[o + 3] = a
-  out[o + 4] = d
-  out[o + 5] = deadline
-  out[o + 6] = p
-  out[o + 7] = k
-  out[o + 8] = b
+  out[o + 3] = deadline
+  out[o + 4] = raw
   return t, deadline
 end
 -- Leases ready job `id` (already out of its ready set); false when its

@@ -2,8 +2,8 @@
 -- (beanstalkd's reserve-job); a reserved job is left to its holder.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, now, id, lease_ms override or '', token
--- Returns: {0} none (missing or reserved) | {0, id, token, attempt, due,
---   lease deadline, priority, kind, body} (reserve's reply shape)
+-- Returns: {0} none (missing or reserved) | {0, id, token, lease deadline,
+--   the record as stored} (reserve's reply shape)
 -- Side effects: the job leaves sched/wheel/ready/dead for lease; its record
 --   (died-at cleared) and lease token (see save() in common.lua).
 local now = clock_ms(ARGV[2])
@@ -23,4 +23,4 @@ j.s, j.t, j.u = RESERVED, lease_token(ARGV[5], j.dd, j.g), deadline
 save(id, j)
 redis.call('ZADD', K.lease, deadline, id)
 if j.g then key_lease(j.g) end
-return {0, id, j.t, j.a, j.d, deadline, j.p, j.k, j.b}
+return {0, id, j.t, deadline, redis.call('HGET', K.jobs, id)}
