@@ -171,8 +171,11 @@ pub(crate) fn decode_reserved(topic: &Topic, v: Value) -> StoreResult<Reservatio
         let mut next_val = || it.next().ok_or_else(|| protocol("reserve reply length"));
         let token = string(&next_val()?)?;
         let deadline = int(&next_val()?)? as u64;
-        let raw = bytes(next_val()?)?;
+        let mut raw = bytes(next_val()?)?;
         let head = RecordHead::read(&raw)?;
+        // The body cut out of the record in place (no second buffer).
+        raw.truncate(head.body.end);
+        raw.drain(..head.body.start);
         let id = JobId::new(string(&id)?).map_err(|_| protocol("bad id"))?;
         leases.push(Lease {
             topic: topic.clone(),
@@ -182,7 +185,7 @@ pub(crate) fn decode_reserved(topic: &Topic, v: Value) -> StoreResult<Reservatio
             due_at_ms: head.due_ms,
             lease_deadline_ms: deadline,
             priority: head.priority,
-            body: Body::from_stored(head.body.to_vec(), head.json),
+            body: Body::from_stored(raw, head.json),
         });
     }
     Ok(Reservation {
@@ -194,14 +197,21 @@ pub(crate) fn decode_reserved(topic: &Topic, v: Value) -> StoreResult<Reservatio
 /// The first eight values of a job record (common.lua: due, priority, seq,
 /// attempts, state, created, kind, body), as cmsgpack writes them: what a
 /// lease needs. Every value a record can hold is read (integers of each
-/// width, floats, nil, booleans, strings and binaries), so a record that
-/// cmsgpack wrote with another encoding of the same value reads the same.
-pub(crate) struct RecordHead<'a> {
+/// width, floats, nil, booleans, strings and binaries). Numbers convert as
+/// Lua's did when it answered them one by one (a reply integer): a
+/// fraction is cut off, and a number out of range saturates (a due past
+/// u64::MAX, which cmsgpack writes as a float, is u64::MAX), so one odd
+/// value never fails a reserve whose leases Redis has already written. A
+/// record whose structure is wrong (cut short, a type no record holds, a
+/// kind other than j or b) is an error: cmsgpack.unpack would have failed
+/// the script on it before.
+pub(crate) struct RecordHead {
     pub(crate) due_ms: u64,
     pub(crate) priority: u32,
     pub(crate) attempts: u32,
     pub(crate) json: bool,
-    pub(crate) body: &'a [u8],
+    /// Where the body's bytes are in the record.
+    pub(crate) body: std::ops::Range<usize>,
 }
 
 /// One MessagePack value of a record.
@@ -214,40 +224,46 @@ enum Mp<'a> {
     Str(&'a [u8]),
 }
 
-impl<'a> RecordHead<'a> {
-    pub(crate) fn read(raw: &'a [u8]) -> StoreResult<Self> {
+impl RecordHead {
+    pub(crate) fn read(raw: &[u8]) -> StoreResult<Self> {
         let mut at = 0;
         let mut vals = Vec::with_capacity(8);
-        for _ in 0..8 {
-            vals.push(mp_value(raw, &mut at)?);
-        }
-        let uint = |v: &Mp<'_>, what: &str| -> StoreResult<u64> {
-            match *v {
-                Mp::Int(i) => u64::try_from(i).ok(),
-                Mp::Float(f) if f >= 0.0 && f.fract() == 0.0 && f < 1.8e19 => Some(f as u64),
-                Mp::Nil if what == "attempts" => Some(0),
-                _ => None,
+        let mut body_at = 0;
+        for i in 0..8 {
+            let v = mp_value(raw, &mut at)?;
+            if let (7, Mp::Str(b)) = (i, &v) {
+                body_at = at - b.len();
             }
-            .ok_or_else(|| protocol(&format!("record: {what}")))
-        };
-        let small =
-            |v: u64, what: &str| u32::try_from(v).map_err(|_| protocol(&format!("record: {what}")));
+            vals.push(v);
+        }
         let json = match vals[6] {
             Mp::Str(b"j") => true,
             Mp::Str(b"b") => false,
             _ => return Err(protocol("record: kind")),
         };
         let body = match vals[7] {
-            Mp::Str(b) => b,
+            Mp::Str(b) => body_at..body_at + b.len(),
             _ => return Err(protocol("record: body")),
         };
         Ok(RecordHead {
             due_ms: uint(&vals[0], "due")?,
-            priority: small(uint(&vals[1], "priority")?, "priority")?,
-            attempts: small(uint(&vals[3], "attempts")?, "attempts")?,
+            priority: u32::try_from(uint(&vals[1], "priority")?).unwrap_or(u32::MAX),
+            attempts: u32::try_from(uint(&vals[3], "attempts")?).unwrap_or(u32::MAX),
             json,
             body,
         })
+    }
+}
+
+/// A record's number as a u64, as a Lua number answered in a reply was
+/// (fraction cut off, out of range saturated; nil is 0: attempts left off).
+fn uint(v: &Mp<'_>, what: &str) -> StoreResult<u64> {
+    match *v {
+        Mp::Int(i) => Ok(u64::try_from(i.max(0)).unwrap_or(u64::MAX)),
+        // `as` saturates (NaN is 0).
+        Mp::Float(f) => Ok(f as u64),
+        Mp::Nil => Ok(0),
+        _ => Err(protocol(&format!("record: {what}"))),
     }
 }
 
@@ -451,48 +467,112 @@ mod record_tests {
         r
     }
 
+    /// (due, priority, attempts, json, body) of `raw`.
+    fn lease_values(raw: &[u8]) -> (u64, u32, u32, bool, &[u8]) {
+        let h = RecordHead::read(raw).unwrap();
+        (h.due_ms, h.priority, h.attempts, h.json, &raw[h.body])
+    }
+
     #[test]
     fn reads_what_a_lease_needs() {
         let raw = enqueued(br#"{"a":1}"#);
-        let h = RecordHead::read(&raw).unwrap();
         assert_eq!(
-            (h.due_ms, h.priority, h.attempts, h.json, h.body),
+            lease_values(&raw),
             (1_700_000_000_123, 1024, 2, true, &br#"{"a":1}"#[..])
         );
     }
 
-    /// Each encoding cmsgpack may use for a value reads as that value: the
-    /// integer widths (u32::MAX as uint 32, a due as a double), attempts
-    /// left off (nil), bodies as str 8/16/32 and bin, bytes of any value.
+    /// Each encoding a record's values may have reads as that value: every
+    /// integer width and sign (u32::MAX as uint 32, attempts as uint 8,
+    /// int 8/16/32/64 and negative fixints), a due as a float 32 (what
+    /// cmsgpack writes for a number it cannot write as an integer) and a
+    /// double, attempts left off (nil), bodies as fixstr, str 8/16/32 and
+    /// bin 8/16/32, bytes of every value.
     #[test]
     fn reads_every_encoding_of_a_value() {
         let body: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
-        for (header, len) in [
-            (vec![0xd9, 200], 200usize),
+        let mut due_double = vec![0xcb];
+        due_double.extend_from_slice(&1_700_000_000_000f64.to_be_bytes());
+        let mut due_float = vec![0xca];
+        due_float.extend_from_slice(&1_700_000_000_000f32.to_be_bytes());
+        let float_due = 1_700_000_000_000f32 as u64;
+        let mut due_i64 = vec![0xd3];
+        due_i64.extend_from_slice(&1_700_000_000_000i64.to_be_bytes());
+        // (due, priority, attempts as encoded; what they read as)
+        type Numbers = (Vec<u8>, Vec<u8>, Vec<u8>, (u64, u32, u32));
+        let numbers: [Numbers; 6] = [
+            (
+                due_double.clone(),
+                vec![0xce, 0xff, 0xff, 0xff, 0xff],
+                vec![0xc0],
+                (1_700_000_000_000, u32::MAX, 0),
+            ),
+            (
+                due_float,
+                vec![0xcc, 0xc8],
+                vec![0xcc, 0x80],
+                (float_due, 200, 128),
+            ),
+            (
+                due_i64,
+                vec![0xd2, 0, 1, 0, 0],
+                vec![0xd0, 0x7f],
+                (1_700_000_000_000, 65_536, 127),
+            ),
+            (
+                due_double.clone(),
+                vec![0xd1, 0x01, 0x00],
+                vec![0xce, 0, 1, 0, 0],
+                (1_700_000_000_000, 256, 65_536),
+            ),
+            (
+                due_double.clone(),
+                vec![0x7f],
+                vec![0x00],
+                (1_700_000_000_000, 127, 0),
+            ),
+            // Out of range: a negative fixint and int 8 read as 0.
+            (
+                due_double,
+                vec![0xff],
+                vec![0xd0, 0x80],
+                (1_700_000_000_000, 0, 0),
+            ),
+        ];
+        let bodies: [(Vec<u8>, usize); 8] = [
+            (vec![0xa0 | 31], 31),
+            (vec![0xd9, 200], 200),
             (vec![0xda, 0x01, 0x00], 256),
             (vec![0xdb, 0x00, 0x01, 0x11, 0x70], 70_000),
             (vec![0xc4, 3], 3),
+            (vec![0xc5, 0x01, 0x00], 256),
+            (vec![0xc6, 0x00, 0x01, 0x11, 0x70], 70_000),
             (vec![0xa0], 0),
-        ] {
-            let mut r = vec![0xcb];
-            r.extend_from_slice(&1_700_000_000_000f64.to_be_bytes());
-            r.extend_from_slice(&[0xce, 0xff, 0xff, 0xff, 0xff, 0xd0, 0x7f, 0xc0, 0xa1, b's']);
-            r.extend_from_slice(&[0xd3]);
-            r.extend_from_slice(&5i64.to_be_bytes());
-            r.extend_from_slice(&[0xa1, b'b']);
-            r.extend_from_slice(&header);
-            r.extend_from_slice(&body[..len]);
-            let h = RecordHead::read(&r).unwrap();
-            assert_eq!(
-                (h.due_ms, h.priority, h.attempts, h.json, h.body),
-                (1_700_000_000_000, u32::MAX, 0, false, &body[..len])
-            );
+        ];
+        for (due, priority, attempts, want) in &numbers {
+            for (header, len) in &bodies {
+                let mut r = due.clone();
+                r.extend_from_slice(priority);
+                r.push(0xd3); // seq as int 64
+                r.extend_from_slice(&5i64.to_be_bytes());
+                r.extend_from_slice(attempts);
+                r.extend_from_slice(&[0xa1, b's', 0x00, 0xa1, b'b']);
+                r.extend_from_slice(header);
+                r.extend_from_slice(&body[..*len]);
+                assert_eq!(
+                    lease_values(&r),
+                    (want.0, want.1, want.2, false, &body[..*len]),
+                    "{:x?}",
+                    &r[..r.len().min(40)]
+                );
+            }
         }
     }
 
     /// A record cut short anywhere, or holding what no record holds (a kind
-    /// other than j or b, a negative or fractional priority, an unknown
-    /// type), is an error, never a panic or a wrong lease.
+    /// other than j or b, a body that is not a string, an unknown type), is
+    /// an error, never a panic; a number out of range saturates and a
+    /// fraction is cut off, as the reply integers Lua answered before.
     #[test]
     fn refuses_what_no_record_is() {
         let raw = enqueued(b"body");
@@ -504,16 +584,34 @@ mod record_tests {
         bad[kind_at + 1] = b'x';
         assert!(RecordHead::read(&bad).is_err(), "kind x");
         let mut bad = raw.clone();
-        bad[9] = 0xd1; // priority as int 16: 0x0400 = 1024 still reads
-        assert_eq!(RecordHead::read(&bad).unwrap().priority, 1024);
-        bad[9..12].copy_from_slice(&[0xd1, 0xff, 0xff]); // -1
-        assert!(RecordHead::read(&bad).is_err(), "negative priority");
+        bad[kind_at + 2] = 0x04; // the body as a fixint
+        assert!(RecordHead::read(&bad).is_err(), "body not a string");
         let mut bad = raw.clone();
         bad[12] = 0xc1; // seq: a marker MessagePack never uses
         assert!(RecordHead::read(&bad).is_err(), "unknown type");
+        let mut bad = raw.clone();
+        bad[9] = 0xc2; // priority false
+        assert!(RecordHead::read(&bad).is_err(), "priority a boolean");
         let mut r = vec![0xcb];
-        r.extend_from_slice(&1.5f64.to_be_bytes());
+        r.extend_from_slice(&1.5e12f64.to_be_bytes());
         r.extend_from_slice(&raw[9..]);
-        assert!(RecordHead::read(&r).is_err(), "fractional due");
+        assert_eq!(lease_values(&r).0, 1_500_000_000_000);
+        let mut r = vec![0xca];
+        r.extend_from_slice(&2f32.powi(64).to_be_bytes());
+        r.extend_from_slice(&raw[9..]);
+        assert_eq!(
+            lease_values(&r).0,
+            u64::MAX,
+            "a due past u64::MAX saturates"
+        );
+        let mut r = raw[..9].to_vec();
+        r.push(0xcf);
+        r.extend_from_slice(&u64::MAX.to_be_bytes());
+        r.extend_from_slice(&raw[12..]);
+        assert_eq!(
+            lease_values(&r).1,
+            u32::MAX,
+            "a priority past u32::MAX saturates"
+        );
     }
 }

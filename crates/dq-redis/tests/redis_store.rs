@@ -1288,10 +1288,10 @@ async fn compact_records_are_what_cmsgpack_writes() {
         let want: Vec<&str> = order.iter().map(|&(_, _, i)| jobs[i].0.as_str()).collect();
         let got: Vec<&str> = leased.iter().map(|l| l.id.as_str()).collect();
         assert_eq!(got, want, "{c}: (priority, due, enqueue) order");
-        for (l, &(_, due, i)) in leased.iter().zip(&order) {
+        for (l, &(priority, due, i)) in leased.iter().zip(&order) {
             assert_eq!(
-                (l.body.clone(), l.due_at_ms),
-                (jobs[i].1.body.clone(), due),
+                (l.body.clone(), l.due_at_ms, l.priority, l.attempt),
+                (jobs[i].1.body.clone(), due, priority, 1),
                 "{c} {}",
                 l.id
             );

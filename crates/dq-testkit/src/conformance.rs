@@ -2079,13 +2079,23 @@ pub async fn reserve_job_in_any_waiting_or_dead_state(s: &dyn Store) {
     let st = s.stats(&t, T0).await.unwrap();
     assert_eq!((st.scheduled, st.ready, st.reserved, st.dead), (2, 1, 0, 1));
 
-    for (name, attempt) in [("ready", 1), ("soon", 1), ("far", 1), ("dead", 2)] {
+    for (name, attempt, due) in [
+        ("ready", 1, T0),
+        ("soon", 1, T0 + 5000),
+        ("far", 1, T0 + 7 * 86_400_000),
+        ("dead", 2, T0),
+    ] {
         let l = s
             .reserve_job(&t, &id(name), Some(10_000), T0 + 1)
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("{name} not leased"));
         assert_eq!((l.id.as_str(), l.attempt), (name, attempt));
+        assert_eq!(
+            (l.due_at_ms, l.priority, &l.body),
+            (due, DEFAULT_PRIORITY, &job(name, When::DelayMs(0)).body),
+            "{name}: the lease shows the job as enqueued"
+        );
         assert_eq!(l.lease_deadline_ms, T0 + 10_001);
         assert_eq!(l.topic, t);
         let got = s.get(&t, &id(name)).await.unwrap().unwrap();
