@@ -215,7 +215,7 @@ pub(crate) struct RecordHead {
 }
 
 /// One MessagePack value of a record.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Mp<'a> {
     Nil,
     Bool(bool),
@@ -227,22 +227,18 @@ enum Mp<'a> {
 impl RecordHead {
     pub(crate) fn read(raw: &[u8]) -> StoreResult<Self> {
         let mut at = 0;
-        let mut vals = Vec::with_capacity(8);
-        let mut body_at = 0;
-        for i in 0..8 {
-            let v = mp_value(raw, &mut at)?;
-            if let (7, Mp::Str(b)) = (i, &v) {
-                body_at = at - b.len();
-            }
-            vals.push(v);
+        let mut vals = [Mp::Nil; 8];
+        for v in &mut vals {
+            *v = mp_value(raw, &mut at)?;
         }
         let json = match vals[6] {
             Mp::Str(b"j") => true,
             Mp::Str(b"b") => false,
             _ => return Err(protocol("record: kind")),
         };
+        // The body is the last value read: it ends where reading stopped.
         let body = match vals[7] {
-            Mp::Str(b) => body_at..body_at + b.len(),
+            Mp::Str(b) => at - b.len()..at,
             _ => return Err(protocol("record: body")),
         };
         Ok(RecordHead {

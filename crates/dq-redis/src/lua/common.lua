@@ -266,20 +266,24 @@ end
 
 -- Writes the job record of `id`: a reserved one as its lease token and the
 -- stored form (see "Leases"); a job whose lease ended drops its token.
+-- Returns the record as written.
 local function save(id, j)
+  local raw
   if j.s == RESERVED then
     tokens_table()
     redis.call('HSET', K.tokens, id, j.t)
     j.held = true
-    redis.call('HSET', K.jobs, id, pack_values(j.d, j.p, j.q, (j.a or 1) - 1, READY, j.c, j.k,
-      j.b, j.m, j.L, j.r, j.e, nil, nil, j.x, j.w, j.to, j.rl, j.bu, j.ki, j.dd, j.g))
-    return
+    raw = pack_values(j.d, j.p, j.q, (j.a or 1) - 1, READY, j.c, j.k,
+      j.b, j.m, j.L, j.r, j.e, nil, nil, j.x, j.w, j.to, j.rl, j.bu, j.ki, j.dd, j.g)
+  else
+    if j.held then
+      tokens_drop(id)
+      j.held = nil
+    end
+    raw = pack(j)
   end
-  if j.held then
-    tokens_drop(id)
-    j.held = nil
-  end
-  redis.call('HSET', K.jobs, id, pack(j))
+  redis.call('HSET', K.jobs, id, raw)
+  return raw
 end
 
 -- Appends job `id` (record `j` as loaded) to `out` as the 19 values of

@@ -194,11 +194,7 @@ for i = 4, #ARGV, stride do
           tails[tk] = tail
         end
         records[#records + 1] = id
-        if tail == '' then
-          records[#records + 1] = cmsgpack.pack(due, p, seq) .. mid .. ARGV[i + 4]
-        else
-          records[#records + 1] = cmsgpack.pack(due, p, seq) .. mid .. ARGV[i + 4] .. tail
-        end
+        records[#records + 1] = cmsgpack.pack(due, p, seq) .. mid .. ARGV[i + 4] .. tail
         batch[id] = n
       end
     elseif replace then

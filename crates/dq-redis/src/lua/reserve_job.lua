@@ -20,7 +20,7 @@ local lease = tonumber(ARGV[4]) or j.L or topic_cfg(K).lease_ms
 local deadline = now + lease
 j.a = (j.a or 0) + 1
 j.s, j.t, j.u = RESERVED, lease_token(ARGV[5], j.dd, j.g), deadline
-save(id, j)
+local raw = save(id, j)
 redis.call('ZADD', K.lease, deadline, id)
 if j.g then key_lease(j.g) end
-return {0, id, j.t, deadline, redis.call('HGET', K.jobs, id)}
+return {0, id, j.t, deadline, raw}
