@@ -1027,15 +1027,28 @@ async fn topic_names_follow_the_topics_set() {
     );
 }
 
-/// How many MessagePack values the record of `id` in topic `t` holds.
-fn record_values(conn: &mut redis::Connection, t: &str, id: &str) -> i64 {
+/// What the Lua `expr` says of the record of `id` in topic `t` (the record
+/// is `raw` in it), run on the server by EVAL.
+fn on_record<T: redis::FromRedisValue>(
+    conn: &mut redis::Connection,
+    t: &str,
+    id: &str,
+    expr: &str,
+) -> T {
     redis::cmd("EVAL")
-        .arg("return select('#', cmsgpack.unpack(redis.call('HGET', KEYS[1], ARGV[1])))")
+        .arg(format!(
+            "local raw = redis.call('HGET', KEYS[1], ARGV[1]) return {expr}"
+        ))
         .arg(1)
         .arg(format!("dq:{{{t}}}:jobs"))
         .arg(id)
         .query(conn)
         .unwrap()
+}
+
+/// How many MessagePack values the record of `id` in topic `t` holds.
+fn record_values(conn: &mut redis::Connection, t: &str, id: &str) -> i64 {
+    on_record(conn, t, id, "select('#', cmsgpack.unpack(raw))")
 }
 
 /// A record ends at its last value set (8 values for a job just enqueued,
@@ -1148,28 +1161,18 @@ async fn a_stale_ready_member_of_a_reserved_job_is_not_handed_out_again() {
 /// Whether the record of `id` in topic `t` is what cmsgpack.pack writes for
 /// its own values (unpacked and packed again, byte for byte).
 fn record_is_canonical(conn: &mut redis::Connection, t: &str, id: &str) -> bool {
-    redis::cmd("EVAL")
-        .arg(
-            "local raw = redis.call('HGET', KEYS[1], ARGV[1]) \
-             return cmsgpack.pack(cmsgpack.unpack(raw)) == raw and 1 or 0",
-        )
-        .arg(1)
-        .arg(format!("dq:{{{t}}}:jobs"))
-        .arg(id)
-        .query::<i64>(conn)
-        .unwrap()
-        == 1
+    let same: i64 = on_record(
+        conn,
+        t,
+        id,
+        "cmsgpack.pack(cmsgpack.unpack(raw)) == raw and 1 or 0",
+    );
+    same == 1
 }
 
 /// The state letter (value 5) of the record of `id` in topic `t`.
 fn record_state(conn: &mut redis::Connection, t: &str, id: &str) -> String {
-    redis::cmd("EVAL")
-        .arg("return select(5, cmsgpack.unpack(redis.call('HGET', KEYS[1], ARGV[1])))")
-        .arg(1)
-        .arg(format!("dq:{{{t}}}:jobs"))
-        .arg(id)
-        .query(conn)
-        .unwrap()
+    on_record(conn, t, id, "select(5, cmsgpack.unpack(raw))")
 }
 
 /// The raw record of `id` in topic `t`.
