@@ -33,7 +33,6 @@ pub mod metrics;
 mod openapi;
 pub mod ops;
 pub mod push_guard;
-mod reserve;
 pub mod schedule;
 pub mod service;
 mod state;
@@ -167,7 +166,7 @@ async fn metrics_text(
     axum::extract::State(st): axum::extract::State<AppState>,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let body = st.metrics.render(&st.service).await;
+    let body = st.service.metrics_text().await;
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -378,33 +377,16 @@ impl Server {
 
         // The store's time before the first call (a store that does not
         // answer yet is measured again by the loop).
-        let _ = tokio::time::timeout(
-            Duration::from_secs(2),
-            self.clock.sync(svc.store().as_ref()),
-        )
-        .await;
-        {
-            let clock = self.clock.clone();
-            let store = svc.store().clone();
-            let cancel = loops.clone();
-            supervise(&tracker, &loops, "clock-sync", move || {
-                clock::run_sync(clock.clone(), store.clone(), cancel.clone())
-            });
-        }
-        {
-            let svc = svc.clone();
-            let max_sleep = self.config.dispatcher_max_sleep;
-            let cancel = loops.clone();
-            supervise(&tracker, &loops, "dispatcher", move || {
-                let d = dispatcher::Dispatcher::new(
-                    svc.store().clone(),
-                    svc.clock().clone(),
-                    svc.wakers().clone(),
-                    max_sleep,
-                );
-                d.run(cancel.clone())
-            });
-        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), svc.sync_clock(&self.clock)).await;
+        // The service's own loops (wake listener, API keys, clock, dispatcher).
+        svc.spawn_loops(
+            &tracker,
+            &loops,
+            &service::Loops {
+                dispatcher: Some(self.config.dispatcher_max_sleep),
+                store_clock: Some(self.clock.clone()),
+            },
+        );
 
         // Push deliveries and forwarded batches in flight are tracked apart,
         // so shutdown can let them finish within the grace period.

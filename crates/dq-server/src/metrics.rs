@@ -90,6 +90,25 @@ impl Histogram {
     }
 }
 
+/// What `/metrics` shows of the store, as the service read it
+/// ([`crate::Service::metrics_text`]): [`Metrics::render`] writes it out
+/// without a store call of its own.
+#[derive(Debug, Default)]
+pub struct StoreSnapshot {
+    /// Each part of the store (one per Redis shard) and whether it answers.
+    pub health: Vec<(String, dq_core::StoreResult<()>)>,
+    /// How many topics the store knows.
+    pub topics: usize,
+    /// The counts of the topics that get series of their own.
+    pub stats: Vec<(dq_core::Topic, dq_core::TopicStats)>,
+    /// The store's size in bytes, where it can tell.
+    pub bytes: Option<u64>,
+    /// Counters of the store's own work.
+    pub work: Vec<dq_core::WorkCounter>,
+    /// The time dq decides by, now (ms).
+    pub now_ms: u64,
+}
+
 /// The metrics this process measures itself.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -160,7 +179,7 @@ impl Metrics {
     }
 
     /// The topics of `all` that get series of their own (see [`TopicSeries`]).
-    fn with_series(&self, all: Vec<dq_core::Topic>) -> Vec<dq_core::Topic> {
+    pub(crate) fn with_series(&self, all: Vec<dq_core::Topic>) -> Vec<dq_core::Topic> {
         let series = self.series.lock().expect("poisoned").clone();
         if all.len() <= series.max_topics {
             return all;
@@ -266,17 +285,18 @@ impl Metrics {
         h.observe(took);
     }
 
-    /// The exposition text: the store's figures read now, then this process's.
-    pub async fn render(&self, svc: &crate::service::Service) -> String {
+    /// The exposition text: the store's figures as `store` read them, then
+    /// this process's.
+    pub fn render(&self, store: &StoreSnapshot) -> String {
         let mut out = String::new();
-        let health = svc.health().await;
+        let health = &store.health;
         let up = health.iter().any(|(_, r)| r.is_ok());
         out.push_str(
             "# HELP dq_up Whether the store answers (1) or not (0); with Redis shards, whether any does.\n# TYPE dq_up gauge\n",
         );
         let _ = writeln!(out, "dq_up {}", u8::from(up));
         out.push_str("# HELP dq_store_up Whether each part of the store (each Redis shard) answers.\n# TYPE dq_store_up gauge\n");
-        for (name, r) in &health {
+        for (name, r) in health {
             let _ = writeln!(
                 out,
                 "dq_store_up{{store=\"{}\"}} {}",
@@ -284,18 +304,7 @@ impl Metrics {
                 u8::from(r.is_ok())
             );
         }
-        let mut stats = Vec::new();
-        let mut all = 0;
-        if up && let Ok(topics) = svc.topics().await {
-            use futures::StreamExt;
-            all = topics.len();
-            stats = futures::stream::iter(self.with_series(topics))
-                .map(|t| async move { svc.stats(&t).await.ok().map(|s| (t, s)) })
-                .buffered(crate::service::READS_IN_FLIGHT)
-                .filter_map(std::future::ready)
-                .collect()
-                .await;
-        }
+        let (stats, all) = (&store.stats, store.topics);
         out.push_str("# HELP dq_topics Topics in the store.\n# TYPE dq_topics gauge\n");
         let _ = writeln!(out, "dq_topics {all}");
         out.push_str("# HELP dq_topics_without_series Topics without dq_topic_* series of their own (beyond metrics_max_topics, not named in metrics_topics, nothing handed out by this process).\n# TYPE dq_topics_without_series gauge\n");
@@ -305,7 +314,7 @@ impl Metrics {
             all.saturating_sub(stats.len())
         );
         out.push_str("# HELP dq_topic_jobs Jobs of a topic in each state now (ready: due and not yet handed out).\n# TYPE dq_topic_jobs gauge\n");
-        for (t, s) in &stats {
+        for (t, s) in stats {
             let t = label(t.as_str());
             for (state, n) in [
                 ("scheduled", s.scheduled),
@@ -317,7 +326,7 @@ impl Metrics {
             }
         }
         out.push_str("# HELP dq_topic_oldest_overdue_seconds How long the most overdue waiting job of a topic has been due (0 if none).\n# TYPE dq_topic_oldest_overdue_seconds gauge\n");
-        for (t, s) in &stats {
+        for (t, s) in stats {
             let _ = writeln!(
                 out,
                 "dq_topic_oldest_overdue_seconds{{topic=\"{}\"}} {}",
@@ -362,7 +371,7 @@ impl Metrics {
         for (name, help, pick) in counters {
             let _ = writeln!(out, "# HELP dq_topic_{name}_total {help}");
             let _ = writeln!(out, "# TYPE dq_topic_{name}_total counter");
-            for (t, s) in &stats {
+            for (t, s) in stats {
                 let _ = writeln!(
                     out,
                     "dq_topic_{name}_total{{topic=\"{}\"}} {}",
@@ -422,13 +431,13 @@ impl Metrics {
             "# HELP dq_push_deliveries_in_flight Push deliveries this instance is making now.\n# TYPE dq_push_deliveries_in_flight gauge\ndq_push_deliveries_in_flight {}",
             self.delivering.load(Ordering::Relaxed)
         );
-        if let Ok(Some(bytes)) = svc.store_bytes().await {
+        if let Some(bytes) = store.bytes {
             let _ = writeln!(
                 out,
                 "# HELP dq_store_bytes Size of the store: the embedded store's files, or the Redis servers' used memory.\n# TYPE dq_store_bytes gauge\ndq_store_bytes {bytes}"
             );
         }
-        for c in svc.store_work() {
+        for c in &store.work {
             let _ = writeln!(
                 out,
                 "# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}",
@@ -436,7 +445,7 @@ impl Metrics {
             );
         }
         use dq_core::Clock as _;
-        let offset = svc.clock().now_ms() as f64 - dq_core::SystemClock.now_ms() as f64;
+        let offset = store.now_ms as f64 - dq_core::SystemClock.now_ms() as f64;
         let _ = writeln!(
             out,
             "# HELP dq_clock_offset_seconds The time dq decides by (the store's clock, or the monotonic clock since start) minus this host's wall clock.\n# TYPE dq_clock_offset_seconds gauge\ndq_clock_offset_seconds {:.3}",

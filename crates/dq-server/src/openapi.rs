@@ -34,7 +34,7 @@ pub(crate) async fn document(State(st): State<AppState>) -> impl IntoResponse {
         w["maximum"] = st.service.limits().max_wait_ms.into();
     }
     if let Some(p) = doc.pointer_mut("/components/schemas/TopicConfigPatch/properties/partitions") {
-        p["maximum"] = st.service.store().max_partitions().into();
+        p["maximum"] = st.service.max_partitions().into();
     }
     // The time zones this build knows (chrono-tz's IANA names).
     if let Some(tz) = doc.pointer_mut("/components/schemas/ScheduleSpec/properties/timezone") {

@@ -29,15 +29,31 @@ pub struct AppState {
     pub data_dir: Option<std::path::PathBuf>,
     /// Held while a backup is written: one at a time.
     pub(crate) backup_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Stops the loops [`AppState::new`] started when the last copy goes.
+    _loops: Option<Arc<tokio_util::sync::DropGuard>>,
 }
 
 impl AppState {
-    /// State over `store` with the default push guard and no admin token.
+    /// State over `store` with the default push guard and no admin token,
+    /// for a router served without a [`crate::Server`] (tests): called
+    /// within a Tokio runtime, it starts the service's wake listener and
+    /// key refresh ([`Service::spawn_loops`]) there, until the last copy of
+    /// the state is dropped; outside one, nobody is ever woken.
     pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, limits: Limits) -> Self {
-        Self::with_guard(store, clock, limits, PushGuard::default())
+        let mut state = Self::with_guard(store, clock, limits, PushGuard::default());
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let stop = tokio_util::sync::CancellationToken::new();
+            let tracker = tokio_util::task::TaskTracker::new();
+            state
+                .service
+                .spawn_loops(&tracker, &stop, &crate::service::Loops::default());
+            state._loops = Some(Arc::new(stop.drop_guard()));
+        }
+        state
     }
 
-    /// State over `store` whose push callbacks obey `guard`.
+    /// State over `store` whose push callbacks obey `guard`; the service's
+    /// loops are [`crate::Server::run`]'s to start.
     pub fn with_guard(
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
@@ -53,6 +69,7 @@ impl AppState {
             store_name: "store".into(),
             data_dir: None,
             backup_lock: Arc::default(),
+            _loops: None,
         }
     }
 }

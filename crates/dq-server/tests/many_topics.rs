@@ -391,7 +391,7 @@ async fn beyond_metrics_max_topics_only_named_and_active_topics_get_series() {
     };
 
     // Within the bound: every topic.
-    let text = state.metrics.render(&svc).await;
+    let text = svc.metrics_text().await;
     assert!(
         ["a", "b", "c", "d", "keep-1"]
             .iter()
@@ -407,7 +407,7 @@ async fn beyond_metrics_max_topics_only_named_and_active_topics_get_series() {
             max_topics: 3,
             topics: vec![dq_server::keys::TopicPattern::parse("keep-*").unwrap()],
         });
-    let text = state.metrics.render(&svc).await;
+    let text = svc.metrics_text().await;
     assert!(series(&text, "b"), "active here");
     assert!(series(&text, "keep-1"), "named");
     for t in ["a", "c", "d"] {

@@ -1,31 +1,10 @@
-//! Recurring schedules: a job enqueued on a topic at every slot of a cron
-//! expression or a fixed interval (docs/schedules.md).
-//!
-//! Each firing is an ordinary job with id `<name>@<slot ms>` and due time
-//! the slot, enqueued [`LEAD_MS`] ahead of it, so it comes out at the slot
-//! exactly like any delayed job — never early — with the topic's retries,
-//! dead letters, push delivery and metrics. A schedule lives in the store
-//! as a named record (`Store::put_record`, kind [`KIND`]): its settings as
-//! JSON, and its mark — every slot up to the mark is dealt with. Every dq
-//! instance runs [`Scheduler`]; each pass enqueues the slots in
-//! (mark, now + lead] and then raises the mark. Two instances doing the
-//! same slot at once enqueue the same id: the second finds the job waiting
-//! (`created: false`), or, if it already ran, inside the job's dedup window
-//! ([`FIRING_DEDUP_MS`]): one job per slot, whatever the number of
-//! instances, restarts or retries.
-//!
-//! Slots of a cron rule are wall-clock times in the schedule's time zone.
-//! A wall-clock time that does not exist (spring forward) fires once, at
-//! the first valid moment after the gap; one that exists twice (fall back)
-//! fires once, at its first occurrence.
-//!
-//! After downtime — a slot before now whose job was never enqueued —
-//! `catch_up` decides: `skip` (nothing), `one` (one job, named after the
-//! latest missed slot, due now), `all` (every missed slot, the latest
-//! [`MAX_CATCH_UP`] at most, due now).
+//! A schedule's rule, pure: its settings checked, the cron expression or
+//! interval parsed, its slots in a time zone (gaps and repeats of DST
+//! included), the job each slot becomes, and its stored form. No I/O: the
+//! service stores schedules and fires their slots
+//! (`crate::service`'s `schedules.rs`), the [`super::Scheduler`] loop asks
+//! it to, every [`TICK`].
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{LocalResult, NaiveDateTime, TimeZone, Timelike, Utc};
@@ -34,9 +13,6 @@ use croner::Cron;
 use croner::parser::{CronParser, Seconds};
 use dq_api::{self as wire, CatchUp};
 use dq_core::{Body, InvalidInput, JobId, Limits, NewJob, Topic, When};
-use tokio_util::sync::CancellationToken;
-
-use crate::service::Service;
 
 /// The record kind schedules are kept under.
 pub const KIND: &str = "schedule";
@@ -546,161 +522,6 @@ impl Schedule {
         );
         (slots, horizon)
     }
-}
-
-/// Every instance's loop: a pass each [`TICK`] (see the module docs).
-pub struct Scheduler {
-    svc: Arc<Service>,
-}
-
-/// What one pass did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Pass {
-    /// Jobs created (a slot another instance had enqueued already is not
-    /// counted).
-    pub created: u64,
-    /// Schedules that could not be read or fired (logged).
-    pub failed: u64,
-}
-
-/// What passes remember: each schedule parsed once per stored text, and
-/// what failed last time, so a failure is logged when it starts and when it
-/// ends, not at every pass.
-#[derive(Default)]
-struct Memory {
-    parsed: HashMap<String, (String, Arc<Schedule>)>,
-    failing: HashSet<String>,
-    list_failing: bool,
-}
-
-impl Scheduler {
-    /// A scheduler over `svc`.
-    pub fn new(svc: Arc<Service>) -> Self {
-        Self { svc }
-    }
-
-    /// Runs passes until `cancel` fires.
-    pub async fn run(self, cancel: CancellationToken) {
-        let mut mem = Memory::default();
-        loop {
-            let clock = self.svc.clock().clone();
-            match pass_with(&self.svc, &|| clock.now_ms(), &mut mem).await {
-                Err(e) if !mem.list_failing => {
-                    mem.list_failing = true;
-                    tracing::warn!(error = %e, "schedules cannot be read; trying again every {TICK:?}");
-                }
-                Ok(_) if mem.list_failing => {
-                    mem.list_failing = false;
-                    tracing::info!("schedules can be read again");
-                }
-                _ => {}
-            }
-            tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep(TICK) => {}
-            }
-        }
-    }
-}
-
-/// One pass at `now`: enqueues what every schedule owes (tests call it with
-/// a manual clock's time).
-///
-/// # Errors
-/// When the schedules cannot be listed.
-pub async fn pass(svc: &Service, now: u64) -> crate::service::Result<Pass> {
-    pass_with(svc, &|| now, &mut Memory::default()).await
-}
-
-/// A pass; `now` is read for each schedule, so a slow one does not make
-/// the next ones' slots look missed.
-async fn pass_with(
-    svc: &Service,
-    now: &(dyn Fn() -> u64 + Sync),
-    mem: &mut Memory,
-) -> crate::service::Result<Pass> {
-    let records = svc.store().list_records(KIND).await?;
-    let names: HashSet<&str> = records.iter().map(|(n, _)| n.as_str()).collect();
-    mem.parsed.retain(|name, _| names.contains(name.as_str()));
-    mem.failing.retain(|name| names.contains(name.as_str()));
-    let mut out = Pass::default();
-    for (name, rec) in records {
-        let sched = match mem.parsed.get(&name) {
-            Some((v, s)) if *v == rec.value => Some(s.clone()),
-            _ => match Schedule::from_record(&name, &rec.value, svc.limits()) {
-                Ok(s) => {
-                    let s = Arc::new(s);
-                    mem.parsed
-                        .insert(name.clone(), (rec.value.clone(), s.clone()));
-                    Some(s)
-                }
-                Err(e) => {
-                    if mem.failing.insert(name.clone()) {
-                        tracing::warn!(schedule = %name, error = %e.message, "stored schedule is not valid; skipped");
-                    }
-                    None
-                }
-            },
-        };
-        let Some(sched) = sched else {
-            out.failed += 1;
-            continue;
-        };
-        if sched.paused() {
-            continue;
-        }
-        match fire(svc, &sched, rec.mark, now()).await {
-            Ok(n) => {
-                out.created += n;
-                if mem.failing.remove(&name) {
-                    tracing::info!(schedule = %name, "schedule fires again");
-                }
-            }
-            Err(e) => {
-                out.failed += 1;
-                if mem.failing.insert(name.clone()) {
-                    tracing::warn!(schedule = %name, error = %e, "schedule not fired; trying again at each pass");
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Enqueues what `sched` owes at `now`, then raises its mark. A failure
-/// leaves the mark: the next pass enqueues the same ids again.
-pub(crate) async fn fire(
-    svc: &Service,
-    sched: &Schedule,
-    mark: u64,
-    now: u64,
-) -> crate::service::Result<u64> {
-    let (slots, new_mark) = sched.due(mark, now, LEAD_MS);
-    // Nothing due: the mark may stay (no slot lies between it and the
-    // horizon), which saves a store call per idle schedule and pass.
-    if new_mark <= mark || slots.is_empty() {
-        return Ok(0);
-    }
-    let missed = slots.iter().filter(|s| **s < now).count();
-    let mut created = 0;
-    for chunk in slots.chunks(dq_core::limits::MAX_BATCH) {
-        let jobs: Vec<NewJob> = chunk.iter().map(|s| sched.job(*s)).collect();
-        let done = svc.enqueue_batch(&sched.topic, jobs).await?;
-        created += done.iter().filter(|e| e.created).count() as u64;
-    }
-    if missed > 0 {
-        tracing::info!(
-            schedule = %sched.name,
-            catch_up = sched.catch_up().as_str(),
-            missed_fired = missed,
-            "schedule caught up with slots missed while no instance ran"
-        );
-    }
-    svc.store().raise_mark(KIND, &sched.name, new_mark).await?;
-    if created > 0 {
-        tracing::debug!(schedule = %sched.name, topic = %sched.topic, created, "schedule fired");
-    }
-    Ok(created)
 }
 
 #[cfg(test)]

@@ -32,8 +32,8 @@ use std::time::Duration;
 use dq_core::{Lease, StoreError, Topic};
 use tokio::time::Instant;
 
+use super::Service;
 use crate::dispatcher::earliest;
-use crate::service::Service;
 use crate::wakers::TopicWaiters;
 
 /// Leases up to `max` jobs from `topics`, waiting up to `wait_ms` for one.
@@ -42,7 +42,7 @@ use crate::wakers::TopicWaiters;
 /// A store error when nothing was reserved; once some jobs are leased they are
 /// returned even if a later reserve fails (they would otherwise only come back
 /// after their lease expired).
-pub(crate) async fn reserve(
+pub(super) async fn reserve(
     svc: &Service,
     topics: &[Topic],
     max: usize,
@@ -110,7 +110,7 @@ pub(crate) async fn reserve(
                 answered: false,
             };
             let got = svc
-                .store()
+                .store
                 .reserve(t, max - leases.len(), lease_ms, now)
                 .await;
             match got {

@@ -1,0 +1,156 @@
+//! Jobs: enqueue (one and batches), get, cancel, reschedule, the listings
+//! of waiting jobs, and import.
+
+use dq_core::limits::MAX_BATCH;
+use dq_core::{Enqueued, InvalidInput, JobId, JobInfo, JobState, NewJob, StoreError, Topic};
+
+use super::{JobView, Result, Service, view};
+
+impl Service {
+    /// Enqueues one job.
+    ///
+    /// # Errors
+    /// A store error; nothing was written.
+    pub async fn enqueue(&self, t: &Topic, job: NewJob) -> Result<Enqueued> {
+        let mut out = self.enqueue_batch(t, vec![job]).await?;
+        out.pop()
+            .ok_or_else(|| StoreError::Unavailable("the store answered no result".into()).into())
+    }
+
+    /// Enqueues up to [`MAX_BATCH`] jobs in one store call; a result per job,
+    /// in order. Waiters are woken when any job was created or replaced.
+    ///
+    /// # Errors
+    /// `invalid_batch` for an empty or oversized batch; a store error
+    /// (nothing written).
+    pub async fn enqueue_batch(&self, t: &Topic, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        if jobs.is_empty() || jobs.len() > MAX_BATCH {
+            return Err(InvalidInput::new(
+                "invalid_batch",
+                format!("a batch holds 1 to {MAX_BATCH} jobs, got {}", jobs.len()),
+            )
+            .into());
+        }
+        let out = self.store.enqueue(t, &jobs, self.now()).await;
+        self.changed(t);
+        let out = out?;
+        let changed = out.iter().filter(|e| e.created || e.replaced).count();
+        tracing::debug!(topic = %t, jobs = out.len(), changed, "jobs enqueued");
+        Ok(out)
+    }
+
+    /// One job with the limits in effect for it.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; a store error.
+    pub async fn get(&self, t: &Topic, id: &JobId) -> Result<JobView> {
+        let job = self.store.get(t, id).await?.ok_or(StoreError::NotFound)?;
+        Ok(view(t, job))
+    }
+
+    /// Removes a job in any state; returns the state it was in.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`]; a store error.
+    pub async fn cancel(&self, t: &Topic, id: &JobId) -> Result<JobState> {
+        let was = self
+            .store
+            .cancel(t, id, self.now())
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        tracing::info!(topic = %t, id = %id, state = %was, "job cancelled");
+        Ok(was)
+    }
+
+    /// Moves a waiting job to `due_at_ms`.
+    ///
+    /// # Errors
+    /// `invalid_due_at` beyond the largest delay; [`StoreError::NotFound`],
+    /// [`StoreError::NotInState`] when reserved or dead.
+    pub async fn reschedule(&self, t: &Topic, id: &JobId, due_at_ms: u64) -> Result<()> {
+        let now = self.now();
+        self.limits.check_due_at(due_at_ms, now)?;
+        let done = self.store.reschedule(t, id, due_at_ms, now).await;
+        self.changed(t);
+        done?;
+        tracing::info!(topic = %t, id = %id, due_at_ms, "job rescheduled");
+        Ok(())
+    }
+
+    /// Up to `limit` (≤ 1000) scheduled jobs, earliest due first.
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn list_scheduled(&self, t: &Topic, limit: usize) -> Result<Vec<JobInfo>> {
+        Ok(self.store.list_scheduled(t, limit.min(1000)).await?)
+    }
+
+    /// Up to `limit` (≤ 1000) ready jobs, in hand-out order.
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn list_ready(&self, t: &Topic, limit: usize) -> Result<Vec<JobInfo>> {
+        Ok(self.store.list_ready(t, limit.min(1000)).await?)
+    }
+
+    /// One page of a topic's jobs (or those in `state`) for an export; see
+    /// [`Store::list_jobs`] for the cursor and what happens to jobs that
+    /// change meanwhile.
+    ///
+    /// # Errors
+    /// `invalid_limit` outside 1–[`MAX_BATCH`]; `invalid_cursor`;
+    /// [`Error::TopicNotFound`]; a store error.
+    pub async fn list_jobs(
+        &self,
+        t: &Topic,
+        state: Option<JobState>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<dq_core::JobPage> {
+        if !(1..=MAX_BATCH).contains(&limit) {
+            return Err(InvalidInput::new(
+                "invalid_limit",
+                format!("limit must be between 1 and {MAX_BATCH}, got {limit}"),
+            )
+            .into());
+        }
+        self.known_topic(t).await?;
+        Ok(self.store.list_jobs(t, state, cursor, limit).await?)
+    }
+
+    /// Writes up to [`MAX_BATCH`] jobs as another store had them (an
+    /// import): idempotent by id, due times, attempts and dead letters
+    /// kept; a result per job, in order. Every job is checked first: one
+    /// bad job refuses the whole batch, nothing written.
+    ///
+    /// # Errors
+    /// `invalid_batch` for an empty or oversized batch; the first bad job's
+    /// error ([`dq_core::ImportJob::check`]), its index in the message; a
+    /// store error.
+    pub async fn import_jobs(
+        &self,
+        t: &Topic,
+        jobs: Vec<dq_core::ImportJob>,
+    ) -> Result<Vec<dq_core::Imported>> {
+        if jobs.is_empty() || jobs.len() > MAX_BATCH {
+            return Err(InvalidInput::new(
+                "invalid_batch",
+                format!("a batch holds 1 to {MAX_BATCH} jobs, got {}", jobs.len()),
+            )
+            .into());
+        }
+        let now = self.now();
+        for (i, j) in jobs.iter().enumerate() {
+            j.check(&self.limits, now).map_err(|e| InvalidInput {
+                message: format!("jobs[{i}]: {}", e.message),
+                ..e
+            })?;
+        }
+        let out = self.store.import_jobs(t, &jobs, now).await;
+        self.changed(t);
+        let out = out?;
+        let created = out.iter().filter(|i| i.created).count();
+        tracing::info!(topic = %t, jobs = out.len(), created, "jobs imported");
+        Ok(out)
+    }
+}

@@ -1,0 +1,361 @@
+//! Leases: reserve (with its long-poll, [`super::long_poll`]), reserve by
+//! id, ack, nack, touch and release, one and in batches, and the deliverer's
+//! and forwarder's own hand-outs and acks. Lateness is recorded here, for
+//! every job handed out.
+
+use std::time::Duration;
+
+use dq_core::limits;
+use dq_core::{
+    Held, HeldNack, HeldTouch, JobId, Lease, Nack, NackOutcome, StoreError, StoreResult, Topic,
+};
+
+use super::{Error, Result, Service};
+
+/// One ack of a batch.
+#[derive(Debug, Clone)]
+pub struct AckItem {
+    /// The job's topic.
+    pub topic: Topic,
+    /// The job.
+    pub id: JobId,
+    /// The lease token the reserve handed out.
+    pub token: String,
+}
+
+/// One nack of a batch ([`Service::nack_batch`]).
+#[derive(Debug, Clone)]
+pub struct NackItem {
+    /// The job's topic.
+    pub topic: Topic,
+    /// The job.
+    pub id: JobId,
+    /// The lease token the reserve handed out.
+    pub token: String,
+    /// Why (kept, clipped, as the job's `last_error`).
+    pub error: String,
+    /// Retry after this long instead of the retry policy's wait.
+    pub retry_in_ms: Option<u64>,
+    /// Dead at once, whatever attempts are left.
+    pub dead: bool,
+    /// The job's new priority; `None` keeps it.
+    pub priority: Option<u32>,
+}
+
+/// One lease extension of a batch ([`Service::touch_batch`]).
+#[derive(Debug, Clone)]
+pub struct TouchItem {
+    /// The job's topic.
+    pub topic: Topic,
+    /// The job.
+    pub id: JobId,
+    /// The lease token the reserve handed out.
+    pub token: String,
+    /// New lease from now; `None` is the job's, else the topic's.
+    pub lease_ms: Option<u64>,
+}
+
+impl Service {
+    /// Leases up to `max` due jobs of pull topics, waiting up to `wait_ms`
+    /// for one to become due (see `reserve.rs`). Lateness is recorded for
+    /// each job handed out.
+    ///
+    /// # Errors
+    /// [`Error::ShuttingDown`], [`Error::Draining`]; [`Error::TopicIsPush`]; a store error when
+    /// nothing was reserved.
+    pub async fn reserve(
+        &self,
+        topics: &[Topic],
+        max: usize,
+        lease_ms: Option<u64>,
+        wait_ms: u64,
+    ) -> Result<Vec<Lease>> {
+        self.check_intake()?;
+        for t in topics {
+            if self.is_delivered(t).await? {
+                return Err(Error::TopicIsPush(t.to_string()));
+            }
+        }
+        // Consumers' calls only: the deliverer's own reserves are no consumer
+        // waiting for work (dq_reserve_in_progress).
+        let _in_progress = self.metrics.reserving();
+        self.hand_out(topics, max, lease_ms, wait_ms).await
+    }
+
+    /// What the deliverer and the forwarder reserve of a topic they deliver:
+    /// as [`Service::reserve`], without the pull-only check.
+    pub(crate) async fn reserve_push(
+        &self,
+        t: &Topic,
+        max: usize,
+        lease_ms: u64,
+        wait_ms: u64,
+    ) -> Result<Vec<Lease>> {
+        self.check_intake()?;
+        self.hand_out(std::slice::from_ref(t), max, Some(lease_ms), wait_ms)
+            .await
+    }
+
+    async fn hand_out(
+        &self,
+        topics: &[Topic],
+        max: usize,
+        lease_ms: Option<u64>,
+        wait_ms: u64,
+    ) -> Result<Vec<Lease>> {
+        let leases = super::long_poll::reserve(self, topics, max, lease_ms, wait_ms).await;
+        for t in topics {
+            self.wakers.release(t.as_str());
+        }
+        let leases = leases?;
+        let now = self.now();
+        for l in &leases {
+            let late = Duration::from_millis(now.saturating_sub(l.due_at_ms));
+            self.metrics.observe_lateness(l.topic.as_str(), late);
+        }
+        Ok(leases)
+    }
+
+    /// Completes a job.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], [`StoreError::LeaseMismatch`] for a stale
+    /// token, [`StoreError::NotInState`].
+    pub async fn ack(&self, t: &Topic, id: &JobId, token: &str) -> Result<()> {
+        self.store.ack(t, id, token, self.now()).await?;
+        tracing::debug!(topic = %t, id = %id, "job acked");
+        Ok(())
+    }
+
+    /// Acks each item in one store call ([`Store::ack_batch`]: one script
+    /// per topic on Redis, one transaction on the embedded store); a result
+    /// per item, in order, each as [`Service::ack`] answers it.
+    pub async fn ack_batch(&self, acks: &[AckItem]) -> Vec<Result<()>> {
+        let items: Vec<Held<'_>> = acks
+            .iter()
+            .map(|a| Held {
+                topic: &a.topic,
+                id: &a.id,
+                token: &a.token,
+            })
+            .collect();
+        let done = self.store.ack_batch(&items, self.now()).await;
+        acks.iter()
+            .zip(done)
+            .map(|(a, r)| {
+                r?;
+                tracing::debug!(topic = %a.topic, id = %a.id, "job acked");
+                Ok(())
+            })
+            .collect()
+    }
+
+    /// Fails an attempt: retried after `nack.retry_in_ms` (or the retry
+    /// policy's wait), or dead when it was the last or `nack.dead` says so.
+    ///
+    /// # Errors
+    /// `invalid_delay` beyond the largest delay; as [`Service::ack`].
+    pub async fn nack(&self, t: &Topic, id: &JobId, nack: Nack<'_>) -> Result<NackOutcome> {
+        if let Some(ms) = nack.retry_in_ms {
+            self.limits.check_delay(ms)?;
+        }
+        let out = self.store.nack(t, id, nack, self.now()).await;
+        self.changed(t);
+        let out = out?;
+        self.nacked(t, id, &nack, &out);
+        Ok(out)
+    }
+
+    /// Nacks each item in one store call ([`Store::nack_batch`]: one script
+    /// per topic on Redis, one transaction on the embedded store); a result
+    /// per item, in order, each as [`Service::nack`] answers it (an item
+    /// whose `retry_in_ms` is out of bounds is refused alone, before the
+    /// store sees it).
+    pub async fn nack_batch(&self, items: &[NackItem]) -> Vec<Result<NackOutcome>> {
+        let mut out: Vec<Option<Result<NackOutcome>>> = Vec::with_capacity(items.len());
+        let mut held: Vec<HeldNack<'_>> = Vec::with_capacity(items.len());
+        let mut slots: Vec<usize> = Vec::with_capacity(items.len());
+        for it in items {
+            if let Some(ms) = it.retry_in_ms
+                && let Err(e) = self.limits.check_delay(ms)
+            {
+                out.push(Some(Err(StoreError::from(e).into())));
+                continue;
+            }
+            slots.push(out.len());
+            out.push(None);
+            held.push(HeldNack {
+                topic: &it.topic,
+                id: &it.id,
+                nack: Nack {
+                    token: &it.token,
+                    error: &it.error,
+                    retry_in_ms: it.retry_in_ms,
+                    dead: it.dead,
+                    priority: it.priority,
+                },
+            });
+        }
+        let done = self.store.nack_batch(&held, self.now()).await;
+        let mut topics: Vec<&Topic> = held.iter().map(|h| h.topic).collect();
+        topics.sort();
+        topics.dedup();
+        for t in topics {
+            self.changed(t);
+        }
+        for ((slot, h), r) in slots.into_iter().zip(&held).zip(done) {
+            if let Ok(o) = &r {
+                self.nacked(h.topic, h.id, &h.nack, o);
+            }
+            out[slot] = Some(r.map_err(Error::from));
+        }
+        out.into_iter()
+            .map(|r| r.expect("every item answered"))
+            .collect()
+    }
+
+    /// What a nack did, for the dispatcher and the log.
+    fn nacked(&self, t: &Topic, id: &JobId, nack: &Nack<'_>, out: &NackOutcome) {
+        if matches!(out, NackOutcome::Dead { .. }) {
+            self.wakers.died(t.as_str());
+        }
+        let error = limits::clip_error(nack.error);
+        match *out {
+            NackOutcome::Retry { due_at_ms, attempt } => {
+                tracing::info!(topic = %t, id = %id, attempt, error = %error, retry_at_ms = due_at_ms, "job failed; will retry");
+            }
+            NackOutcome::Dead { attempt } if nack.dead => {
+                tracing::warn!(topic = %t, id = %id, attempt, error = %error, "job failed for good; dead");
+            }
+            NackOutcome::Dead { attempt } => {
+                tracing::warn!(topic = %t, id = %id, attempt, error = %error, "job failed for the last time; dead");
+            }
+        }
+    }
+
+    /// Gives a reserved job back without counting the attempt, due after
+    /// `delay_ms`; returns the new due time.
+    ///
+    /// # Errors
+    /// `invalid_delay`; as [`Service::ack`].
+    pub async fn release(&self, t: &Topic, id: &JobId, token: &str, delay_ms: u64) -> Result<u64> {
+        self.limits.check_delay(delay_ms)?;
+        let due = self.store.release(t, id, token, delay_ms, self.now()).await;
+        self.changed(t);
+        let due = due?;
+        tracing::debug!(topic = %t, id = %id, due_at_ms = due, "job released");
+        Ok(due)
+    }
+
+    /// Extends a lease to now + `lease_ms` (or the job's / topic's lease);
+    /// returns the new deadline.
+    ///
+    /// # Errors
+    /// `invalid_lease`; as [`Service::ack`].
+    pub async fn touch(
+        &self,
+        t: &Topic,
+        id: &JobId,
+        token: &str,
+        lease_ms: Option<u64>,
+    ) -> Result<u64> {
+        if let Some(ms) = lease_ms {
+            limits::check_lease(ms)?;
+        }
+        let deadline = self.store.touch(t, id, token, lease_ms, self.now()).await?;
+        // A shorter lease than before ends before the dispatcher's plan says.
+        self.wakers.lease_ends(t.as_str(), deadline);
+        tracing::debug!(topic = %t, id = %id, lease_deadline_ms = deadline, "lease extended");
+        Ok(deadline)
+    }
+
+    /// Extends each item's lease in one store call ([`Store::touch_batch`]:
+    /// one script per topic on Redis, one transaction on the embedded
+    /// store); a result per item, in order, each as [`Service::touch`]
+    /// answers it (an item whose `lease_ms` is out of bounds is refused
+    /// alone, before the store sees it).
+    pub async fn touch_batch(&self, items: &[TouchItem]) -> Vec<Result<u64>> {
+        let mut out: Vec<Option<Result<u64>>> = Vec::with_capacity(items.len());
+        let mut held: Vec<HeldTouch<'_>> = Vec::with_capacity(items.len());
+        let mut slots: Vec<usize> = Vec::with_capacity(items.len());
+        for it in items {
+            if let Some(ms) = it.lease_ms
+                && let Err(e) = limits::check_lease(ms)
+            {
+                out.push(Some(Err(StoreError::from(e).into())));
+                continue;
+            }
+            slots.push(out.len());
+            out.push(None);
+            held.push(HeldTouch {
+                topic: &it.topic,
+                id: &it.id,
+                token: &it.token,
+                lease_ms: it.lease_ms,
+            });
+        }
+        let done = self.store.touch_batch(&held, self.now()).await;
+        for ((slot, h), r) in slots.into_iter().zip(&held).zip(done) {
+            if let Ok(deadline) = r {
+                // A shorter lease than before ends before the dispatcher's plan says.
+                self.wakers.lease_ends(h.topic.as_str(), deadline);
+                tracing::debug!(topic = %h.topic, id = %h.id, lease_deadline_ms = deadline, "lease extended");
+            }
+            out[slot] = Some(r.map_err(Error::from));
+        }
+        out.into_iter()
+            .map(|r| r.expect("every item answered"))
+            .collect()
+    }
+
+    /// Leases the job `id` of `t` whether it is scheduled, ready or dead
+    /// (beanstalkd's `reserve-job`); `None` when it is missing or reserved.
+    ///
+    /// # Errors
+    /// [`Error::ShuttingDown`], [`Error::Draining`]; a store error.
+    pub async fn reserve_job(&self, t: &Topic, id: &JobId) -> Result<Option<Lease>> {
+        self.check_intake()?;
+        let now = self.now();
+        let lease = self.store.reserve_job(t, id, None, now).await;
+        // A failed call may have leased it: the dispatcher looks (see reserve.rs).
+        let deadline = match &lease {
+            Ok(Some(l)) => Some(l.lease_deadline_ms),
+            Ok(None) => None,
+            Err(_) => Some(now),
+        };
+        if let Some(d) = deadline {
+            self.wakers.lease_ends(t.as_str(), d);
+        }
+        let lease = lease?;
+        if lease.is_some() {
+            tracing::debug!(topic = %t, id = %id, "job reserved by id");
+        }
+        Ok(lease)
+    }
+
+    /// Gives leases back at once without counting their attempts (the
+    /// deliverer or forwarder of a topic whose settings changed under it);
+    /// one that cannot be given back returns after its lease.
+    pub(crate) async fn give_back(&self, leases: &[Lease]) {
+        for l in leases {
+            if let Err(e) = self.release(&l.topic, &l.id, &l.token, 0).await {
+                tracing::debug!(topic = %l.topic, id = %l.id, error = %e, "cannot give a lease back; the job returns after its lease");
+            }
+        }
+    }
+
+    /// Acks reserved jobs of a forwarding topic and writes them into its
+    /// target in one step where the store can (see
+    /// `Store::ack_and_write`); `None` for each job it cannot.
+    ///
+    /// # Errors
+    /// A store error (nothing is known to be done).
+    pub(crate) async fn ack_and_write(
+        &self,
+        t: &Topic,
+        url: &str,
+        items: &[dq_core::forward::AckWrite<'_>],
+    ) -> Result<Vec<Option<StoreResult<()>>>> {
+        Ok(self.store.ack_and_write(t, url, items, self.now()).await?)
+    }
+}
