@@ -10,7 +10,8 @@
 //! Modules:
 //! - [`writer`]: the writer thread, group commit, savepoint per operation.
 //! - `schema`: tables, indexes, the file's identity checks.
-//! - `ops`: each state change as SQL, mirroring `dq-redis`'s Lua scripts.
+//! - `ops`: each state change as SQL, mirroring `dq-redis`'s Lua scripts,
+//!   one file per group of verbs (the list in its module doc).
 //! - [`space`]: the disk reserve that keeps a full store drainable.
 //! - [`backup`]: consistent copies of a live store (SQLite's online backup
 //!   API) and restoring one.

@@ -257,7 +257,7 @@ pub(crate) fn open(path: &Path, max_pages: Option<u64>) -> Result<Connection, Op
     // parsed and planned anew each time: 7 % of the writer's time). The
     // cost: a bound value no longer matches a partial index's literal, so a
     // statement choosing rows by state writes the state into its SQL
-    // (`ops::DELETE_SCHEDULED`; a test checks its plan).
+    // (`ops::delete_topic::DELETE_SCHEDULED`; a test checks its plan).
     conn.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
         true,

@@ -105,14 +105,14 @@ impl HotSql {
             HotSql::Delete => "DELETE FROM jobs WHERE seq = ?1",
             // A ready job of lane `?5` (a key, or NULL: the jobs without
             // one), found in memory at `(priority, due_ms)` (`crate::memory`),
-            // read to be leased: the columns of `ops::LEASABLE`.
+            // read to be leased: the columns of `ops::reserve::LEASABLE`.
             HotSql::ReadyRow => {
                 "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey
                  FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1 AND fkey IS ?5
                  AND priority = ?3 AND due_ms = ?4"
             }
             // The same for the rows between two row ids, in row-id order
-            // (`ops::ready_rows`): those up to the last place handed out
+            // (`ops::reserve::ready_rows`): those up to the last place handed out
             // (`?4`–`?6`), so a job behind them in the order, its body
             // above all, is not read. `+tid`: a range of row ids, never
             // the topic's whole `(tid, id)` index, which the planner would
@@ -124,9 +124,9 @@ impl HotSql {
                  ORDER BY seq"
             }
             // `Lease` for every row `ReadySpan` read with the same first
-            // six parameters (`ops::HandOut::lease_rows`): each row's token
+            // six parameters (`ops::reserve::HandOut::lease_rows`): each row's token
             // is the call's prefix `?7` and its row id in lower-case hex,
-            // as `ops::numbered` writes it.
+            // as `ops::token::numbered` writes it.
             HotSql::LeaseSpan => {
                 "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?7 || printf('%x', seq),
                  deadline_ms = ?8, died_ms = NULL
