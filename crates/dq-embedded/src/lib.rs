@@ -9,9 +9,13 @@
 //!
 //! Modules:
 //! - [`writer`]: the writer thread, group commit, savepoint per operation.
-//! - `schema`: tables, indexes, the file's identity checks.
+//! - `schema`: tables, indexes, versions, the file's identity checks.
+//! - `file`: opening the data file: pragmas, created or migrated.
 //! - `ops`: each state change as SQL, mirroring `dq-redis`'s Lua scripts,
 //!   one file per group of verbs (the list in its module doc).
+//! - `memory`: what the writer keeps in memory instead of an index — the
+//!   leases (`leases`), the ready jobs and dead letters in order (`ordered`),
+//!   on an ordered set cheap to add to in order (`sorted`).
 //! - [`space`]: the disk reserve that keeps a full store drainable.
 //! - [`backup`]: consistent copies of a live store (SQLite's online backup
 //!   API) and restoring one.
@@ -26,6 +30,7 @@
 //! [`OpenError::Locked`].
 
 pub mod backup;
+mod file;
 mod leases;
 mod memory;
 mod ops;
@@ -199,7 +204,7 @@ impl EmbeddedStore {
         let dir = dir.as_ref().to_path_buf();
         let lock = lock_dir(&dir)?;
         let db = dir.join(DB_FILE);
-        let conn = schema::open(&db, options.max_pages)?;
+        let conn = file::open(&db, options.max_pages)?;
         let mem = memory::Memory::load(&conn).map_err(|e| OpenError::Corrupt {
             file: db.clone(),
             reason: e.to_string(),

@@ -677,14 +677,14 @@ fn reopen(cx: &mut Ctx, files: &Files) -> Result<(), StoreError> {
             let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
         }
     }
-    cx.conn = Db::hold(
-        crate::schema::open(&files.db, files.max_pages).map_err(|e| StoreError::Storage {
+    cx.conn = Db::hold(crate::file::open(&files.db, files.max_pages).map_err(|e| {
+        StoreError::Storage {
             code: "store_io_error",
             message: format!(
                 "the embedded store cannot reopen its file ({e}); check the data directory's disk"
             ),
-        })?,
-    );
+        }
+    })?);
     cx.mem = Memory::load(&cx.conn).map_err(|e| StoreError::Storage {
         code: "store_io_error",
         message: format!(
@@ -732,7 +732,7 @@ mod tests {
         use rusqlite::StatementStatus;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
-        let db = Db::hold(crate::schema::open(&path, None).unwrap());
+        let db = Db::hold(crate::file::open(&path, None).unwrap());
         // Each names what it is: its parameters, its columns, whether it writes.
         let shape = |which: HotSql| {
             db.with(which, |st| {

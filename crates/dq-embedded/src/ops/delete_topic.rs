@@ -115,7 +115,7 @@ mod tests {
     #[test]
     fn deleting_a_topic_seeks_the_schedules_index() {
         let dir = tempfile::tempdir().unwrap();
-        let conn = crate::schema::open(&dir.path().join("f"), None).unwrap();
+        let conn = crate::file::open(&dir.path().join("f"), None).unwrap();
         let plan: Vec<String> = conn
             .prepare(&format!("EXPLAIN QUERY PLAN {DELETE_SCHEDULED}"))
             .unwrap()
