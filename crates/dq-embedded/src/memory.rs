@@ -5,7 +5,7 @@
 //! of the jobs table: [`Memory::load`]) and follow the transaction: the
 //! writer marks them before each operation and batch item, undoes them to
 //! the mark when SQLite undoes its savepoint or the group, and forgets the
-//! logs at commit (`writer::run`, `ops::per_item`).
+//! logs at commit (`writer::run`, `ops::leases::per_item`).
 
 use rusqlite::Connection;
 

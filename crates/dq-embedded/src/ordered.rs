@@ -201,7 +201,7 @@ pub(crate) type Place = (i64, i64, i64);
 
 /// The ready jobs with a flow-control key: each key's lane in hand-out
 /// order, the keys of a topic in key order (the keyed hand-out takes turns
-/// over them: `ops::reserve_keyed`).
+/// over them: `ops::reserve::keyed::reserve_keyed`).
 #[derive(Debug, Default)]
 pub(crate) struct Lanes {
     /// tid → key → the lane.
