@@ -1,0 +1,88 @@
+//! The topic page's settings form, filled from the topic's config.
+
+use dq_api::units;
+use dq_core::{Delivery, PushMethod, TopicConfig};
+
+/// The settings form's values. Push secrets and header values are not
+/// among them: the form shows how many secrets are set, nothing more.
+///
+/// Durations and the retry policy are in the CLI's units (`30s`,
+/// `1m,3m,5m`): what `dq topics put` takes, and what the form reads back.
+pub(super) struct Settings {
+    pub(super) max_attempts: u32,
+    pub(super) lease: String,
+    pub(super) dead_cap: u64,
+    pub(super) default_delay: String,
+    pub(super) partitions: u32,
+    /// The rate limit's fields, empty when the topic has none.
+    pub(super) rate_limit: String,
+    pub(super) rate_per: String,
+    pub(super) rate_burst: String,
+    /// Leases per flow-control key, empty when unlimited.
+    pub(super) key_concurrency: String,
+    /// The per-key rate limit's fields, empty when the topic has none.
+    pub(super) key_rate_limit: String,
+    pub(super) key_rate_per: String,
+    pub(super) key_rate_burst: String,
+    /// The retry policy (`1m,3m,5m`, `fixed:30s`, `exp:1s,2,1h`).
+    pub(super) retry: String,
+    pub(super) push: bool,
+    /// A forwarding topic's target in words (its password redacted): the
+    /// form keeps it as it is.
+    pub(super) forward: Option<String>,
+    pub(super) url: String,
+    pub(super) get: bool,
+    pub(super) timeout: String,
+    pub(super) concurrency: u32,
+    pub(super) secrets: usize,
+}
+
+impl Settings {
+    pub(super) fn new(cfg: &TopicConfig) -> Self {
+        let p = match &cfg.delivery {
+            Delivery::Push(p) => Some(p),
+            _ => None,
+        };
+        let forward = match &cfg.delivery.redacted() {
+            Delivery::RedisStream(s) => Some(format!("Redis stream {} at {}", s.stream, s.url)),
+            Delivery::RedisList(l) => Some(format!("Redis list {} at {}", l.list, l.url)),
+            _ => None,
+        };
+        Self {
+            max_attempts: cfg.max_attempts,
+            lease: units::format_ms(cfg.lease_ms),
+            dead_cap: cfg.dead_cap,
+            default_delay: units::format_ms(cfg.default_delay_ms),
+            partitions: cfg.partitions,
+            rate_limit: cfg
+                .rate_limit
+                .map_or_else(String::new, |r| r.limit.to_string()),
+            rate_per: cfg
+                .rate_limit
+                .map_or_else(String::new, |r| units::format_ms(r.per_ms)),
+            rate_burst: cfg
+                .rate_limit
+                .map_or_else(String::new, |r| r.burst.to_string()),
+            key_concurrency: cfg
+                .key_concurrency
+                .map_or_else(String::new, |k| k.to_string()),
+            key_rate_limit: cfg
+                .key_rate_limit
+                .map_or_else(String::new, |r| r.limit.to_string()),
+            key_rate_per: cfg
+                .key_rate_limit
+                .map_or_else(String::new, |r| units::format_ms(r.per_ms)),
+            key_rate_burst: cfg
+                .key_rate_limit
+                .map_or_else(String::new, |r| r.burst.to_string()),
+            retry: units::format_retry(&cfg.retry),
+            push: p.is_some(),
+            forward,
+            url: p.map_or_else(String::new, |p| p.url.clone()),
+            get: p.is_some_and(|p| p.method == PushMethod::Get),
+            timeout: units::format_ms(p.map_or(3000, |p| p.timeout_ms)),
+            concurrency: p.map_or(16, |p| p.concurrency),
+            secrets: p.map_or(0, |p| p.secrets.len()),
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! The job commands, over the [`Service`]: put, reserve,
+//! reserve-with-timeout, reserve-job, delete, release, bury, touch, peek,
+//! peek-ready, peek-delayed, peek-buried, kick, kick-job.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dq_core::{Body, JobId, JobState, Nack, NewJob, RetryPolicy, StoreError, Topic, When};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+use super::reply::{Reply, bad_format, body_bytes, failed, line, not_found};
+use super::{Conn, Held};
+use crate::keys::Action;
+use crate::service::{Error, Service};
+
+/// The store counter that numbers beanstalkd jobs.
+const SEQ: &str = "beanstalkd";
+/// Longest wait of one store reserve call inside `reserve`.
+const WAIT_SLICE_MS: u64 = 10_000;
+/// How far the store's clock and this instance's may disagree when telling
+/// the last second of a TTR (`DEADLINE_SOON`).
+const DEADLINE_SOON_SLACK_MS: u64 = 50;
+
+/// Whether an error says this connection no longer holds the job.
+fn lease_lost(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Store(StoreError::NotFound | StoreError::LeaseMismatch | StoreError::NotInState(_))
+    )
+}
+
+impl Conn {
+    pub(super) async fn put<R: tokio::io::AsyncRead + Unpin>(
+        &mut self,
+        pri: u32,
+        delay: u32,
+        ttr: u32,
+        bytes: usize,
+        reader: &mut BufReader<R>,
+    ) -> Reply {
+        if bytes > self.config.max_job_size || self.svc.limits().check_body(bytes).is_err() {
+            // The reference reads and drops the body it will not keep.
+            let mut sink = tokio::io::sink();
+            let _ = tokio::io::copy(&mut (&mut *reader).take(bytes as u64 + 2), &mut sink).await;
+            return line("JOB_TOO_BIG");
+        }
+        let mut data = vec![0u8; bytes + 2];
+        if reader.read_exact(&mut data).await.is_err() {
+            // Closed before the whole body: nothing is stored.
+            return Reply::Quit;
+        }
+        if !data.ends_with(b"\r\n") {
+            return line("EXPECTED_CRLF");
+        }
+        data.truncate(bytes);
+        // What dq cannot hold: a delay beyond its largest, a TTR beyond the
+        // longest lease.
+        let (delay_ms, ttr_ms) = (u64::from(delay) * 1000, u64::from(ttr.max(1)) * 1000);
+        if self.svc.limits().check_delay(delay_ms).is_err()
+            || dq_core::limits::check_lease(ttr_ms).is_err()
+        {
+            return bad_format();
+        }
+        let id = match self.svc.next_seq(SEQ).await {
+            Ok(id) => id,
+            Err(e) => return failed(&e),
+        };
+        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
+        let mut job = NewJob::new(jid, Body::Bytes(data), When::DelayMs(delay_ms));
+        job.priority = pri;
+        job.lease_ms = Some(ttr_ms);
+        // beanstalkd jobs never run out of attempts; a passed TTR makes the
+        // job ready again at once.
+        job.max_attempts = Some(dq_core::limits::MAX_ATTEMPTS);
+        job.retry = Some(RetryPolicy::FixedMs(0));
+        match self.svc.enqueue(&self.used, job).await {
+            Ok(_) => line(format!("INSERTED {id}")),
+            Err(Error::Store(StoreError::Invalid(e))) if e.too_large => line("JOB_TOO_BIG"),
+            Err(e) => failed(&e),
+        }
+    }
+
+    pub(super) async fn reserve<R: tokio::io::AsyncRead + Unpin>(
+        &mut self,
+        timeout_ms: Option<u64>,
+        reader: &mut BufReader<R>,
+    ) -> Reply {
+        let start = Instant::now();
+        let mut first = true;
+        // Bytes of the next command arrived: the wait no longer watches the socket.
+        let mut pipelined = false;
+        loop {
+            let waited = start.elapsed().as_millis() as u64;
+            let wait = if first {
+                0
+            } else {
+                match timeout_ms {
+                    Some(t) => t.saturating_sub(waited).min(WAIT_SLICE_MS),
+                    None => WAIT_SLICE_MS,
+                }
+            };
+            // Across several watched tubes, the most urgent job ready now of
+            // all of them (priority, then id), as the reference hands out;
+            // a waiting call takes what becomes ready first.
+            let urgent = if wait == 0 {
+                self.most_urgent_tube().await
+            } else {
+                None
+            };
+            let tubes = urgent.map_or_else(|| self.watched.clone(), |t| vec![t]);
+            let call = self.svc.reserve(&tubes, 1, None, wait);
+            // A client that closes while waiting ends the wait.
+            let got = tokio::select! {
+                r = call => r,
+                r = reader.fill_buf(), if wait > 0 && !pipelined => match r {
+                    Ok([]) | Err(_) => return Reply::Quit,
+                    Ok(_) => {
+                        pipelined = true;
+                        continue;
+                    }
+                },
+            };
+            match got {
+                Ok(mut leases) if !leases.is_empty() => {
+                    let l = leases.remove(0);
+                    let Ok(id) = l.id.as_str().parse::<u64>() else {
+                        // A job put through the HTTP API with an id that is
+                        // not a number cannot be named in this protocol:
+                        // give it back for HTTP consumers, look again later.
+                        tracing::warn!(topic = %l.topic, id = %l.id, "beanstalkd reserve skipped a job whose id is not a number (put it with a numeric id, or consume it over HTTP)");
+                        let _ = self.svc.release(&l.topic, &l.id, &l.token, 0).await;
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        first = false;
+                        continue;
+                    };
+                    return self.hold(id, l);
+                }
+                Ok(_) => {}
+                Err(e) => return failed(&e),
+            }
+            if first {
+                first = false;
+                let now = self.svc.clock().now_ms();
+                // The deadline is the store's time, `now` this instance's
+                // (kept to the store's within a few ms): the slack keeps a
+                // TTR of exactly 1 s wholly in its last second.
+                if self.held.values().any(|h| {
+                    h.deadline_ms > now && h.deadline_ms - now <= 1000 + DEADLINE_SOON_SLACK_MS
+                }) {
+                    return line("DEADLINE_SOON");
+                }
+            }
+            if let Some(t) = timeout_ms
+                && start.elapsed().as_millis() as u64 >= t
+            {
+                return line("TIMED_OUT");
+            }
+        }
+    }
+
+    /// With several watched tubes: the one whose next ready job comes first
+    /// by (priority, id).
+    async fn most_urgent_tube(&self) -> Option<Topic> {
+        if self.watched.len() < 2 {
+            return None;
+        }
+        let mut best: Option<((u32, u64), Topic)> = None;
+        for t in &self.watched {
+            let Ok(head) = self.svc.list_ready(t, 1).await else {
+                continue;
+            };
+            if let Some(j) = head.first() {
+                let key = (j.priority, j.id.as_str().parse::<u64>().unwrap_or(u64::MAX));
+                if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                    best = Some((key, t.clone()));
+                }
+            }
+        }
+        best.map(|(_, t)| t)
+    }
+
+    /// Keeps a lease this connection was handed; answers `RESERVED`.
+    fn hold(&mut self, id: u64, l: dq_core::Lease) -> Reply {
+        let body = body_bytes(&l.body);
+        self.held.insert(
+            id,
+            Held {
+                topic: l.topic,
+                token: l.token,
+                deadline_ms: l.lease_deadline_ms,
+            },
+        );
+        Reply::Data(format!("RESERVED {id} {}", body.len()), body)
+    }
+
+    /// Reserves one job by id, unless another client holds it.
+    pub(super) async fn reserve_job(&mut self, id: u64) -> Reply {
+        let Some((t, job)) = self.find(id, Action::Consume).await else {
+            return not_found();
+        };
+        if job.state == JobState::Reserved {
+            return not_found();
+        }
+        match self.svc.reserve_job(&t, &job.id).await {
+            Ok(Some(l)) => self.hold(id, l),
+            Ok(None) => not_found(),
+            Err(e) => failed(&e),
+        }
+    }
+
+    /// Runs `verb` on a job this connection holds: the job is forgotten
+    /// when the verb succeeds or the lease is gone, kept when the store
+    /// failed (the holder may try again).
+    async fn on_held<F, Fut>(&mut self, id: u64, verb: F) -> Reply
+    where
+        F: FnOnce(Arc<Service>, Topic, JobId, String) -> Fut,
+        Fut: std::future::Future<Output = Result<&'static str, Error>>,
+    {
+        let Some(h) = self.held.get(&id) else {
+            return not_found();
+        };
+        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
+        let r = verb(self.svc.clone(), h.topic.clone(), jid, h.token.clone()).await;
+        match r {
+            Ok(word) => {
+                self.held.remove(&id);
+                line(word)
+            }
+            Err(e) => {
+                if lease_lost(&e) {
+                    self.held.remove(&id);
+                }
+                failed(&e)
+            }
+        }
+    }
+
+    pub(super) async fn delete(&mut self, id: u64) -> Reply {
+        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
+        if self.held.contains_key(&id) {
+            return self
+                .on_held(id, |svc, t, jid, token| async move {
+                    svc.ack(&t, &jid, &token).await.map(|()| "DELETED")
+                })
+                .await;
+        }
+        let Some((t, job)) = self.find(id, Action::Manage).await else {
+            return not_found();
+        };
+        if job.state == JobState::Reserved {
+            // Held by another client.
+            return not_found();
+        }
+        match self.svc.cancel(&t, &jid).await {
+            Ok(_) => line("DELETED"),
+            Err(e) => failed(&e),
+        }
+    }
+
+    /// Gives a held job back with priority `pri`, due after the delay.
+    /// Counted as an attempt (a dq nack), because beanstalkd's `reserves`
+    /// counts every reserve and clients read their attempts from it
+    /// (Laravel's `$tries` does).
+    pub(super) async fn release(&mut self, id: u64, pri: u32, delay_s: u32) -> Reply {
+        let delay_ms = u64::from(delay_s) * 1000;
+        self.on_held(id, |svc, t, jid, token| async move {
+            let nack = Nack::retry(&token, "released")
+                .retry_in(delay_ms)
+                .with_priority(pri);
+            svc.nack(&t, &jid, nack).await.map(|out| match out {
+                dq_core::NackOutcome::Dead { .. } => "BURIED",
+                dq_core::NackOutcome::Retry { .. } => "RELEASED",
+            })
+        })
+        .await
+    }
+
+    /// Buries a held job with priority `pri` (it keeps it when kicked).
+    pub(super) async fn bury(&mut self, id: u64, pri: u32) -> Reply {
+        self.on_held(id, |svc, t, jid, token| async move {
+            svc.nack(&t, &jid, Nack::dead(&token, "buried").with_priority(pri))
+                .await
+                .map(|_| "BURIED")
+        })
+        .await
+    }
+
+    pub(super) async fn touch(&mut self, id: u64) -> Reply {
+        let Some(h) = self.held.get_mut(&id) else {
+            return not_found();
+        };
+        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
+        match self.svc.touch(&h.topic, &jid, &h.token, None).await {
+            Ok(deadline) => {
+                h.deadline_ms = deadline;
+                line("TOUCHED")
+            }
+            Err(e) => {
+                if lease_lost(&e) {
+                    self.held.remove(&id);
+                }
+                failed(&e)
+            }
+        }
+    }
+
+    pub(super) async fn peek(&mut self, id: u64) -> Reply {
+        match self.find(id, Action::Read).await {
+            Some((_, job)) => {
+                let body = body_bytes(&job.body);
+                Reply::Data(format!("FOUND {id} {}", body.len()), body)
+            }
+            None => not_found(),
+        }
+    }
+
+    /// The used tube's next ready, next delayed or oldest buried job.
+    pub(super) async fn peek_state(&mut self, state: JobState) -> Reply {
+        let found = match state {
+            JobState::Dead => self
+                .svc
+                .list_dead(&self.used, 0, 1)
+                .await
+                .map(|v| v.into_iter().map(|j| j.job).next()),
+            JobState::Ready => self
+                .svc
+                .list_ready(&self.used, 1)
+                .await
+                .map(|v| v.into_iter().next()),
+            _ => self
+                .svc
+                .list_scheduled(&self.used, 1)
+                .await
+                .map(|v| v.into_iter().next()),
+        };
+        match found {
+            Ok(Some(job)) => {
+                let body = body_bytes(&job.body);
+                Reply::Data(format!("FOUND {} {}", job.id, body.len()), body)
+            }
+            Ok(None) | Err(Error::TopicNotFound(_)) => not_found(),
+            Err(e) => failed(&e),
+        }
+    }
+
+    /// Buried jobs first (up to `n`), else delayed ones.
+    pub(super) async fn kick(&mut self, n: u64) -> Reply {
+        let n = n.min(1000) as usize;
+        if n == 0 {
+            return line("KICKED 0");
+        }
+        let dead = match self.svc.list_dead(&self.used, 0, n).await {
+            Ok(d) => d,
+            Err(Error::TopicNotFound(_)) => return line("KICKED 0"),
+            Err(e) => return failed(&e),
+        };
+        if !dead.is_empty() {
+            let ids: Vec<JobId> = dead.into_iter().map(|v| v.job.id).collect();
+            return match self.svc.replay_dead(&self.used, Some(&ids)).await {
+                Ok(k) => line(format!("KICKED {k}")),
+                Err(e) => failed(&e),
+            };
+        }
+        let delayed = match self.svc.list_scheduled(&self.used, n).await {
+            Ok(d) => d,
+            Err(e) => return failed(&e),
+        };
+        let now = self.svc.clock().now_ms();
+        let mut kicked = 0;
+        for j in delayed {
+            if self.svc.reschedule(&self.used, &j.id, now).await.is_ok() {
+                kicked += 1;
+            }
+        }
+        line(format!("KICKED {kicked}"))
+    }
+
+    pub(super) async fn kick_job(&mut self, id: u64) -> Reply {
+        let Some((t, job)) = self.find(id, Action::Manage).await else {
+            return not_found();
+        };
+        let r = match job.state {
+            JobState::Dead => self.svc.replay_dead(&t, Some(&[job.id])).await.map(|_| ()),
+            JobState::Scheduled => {
+                let now = self.svc.clock().now_ms();
+                self.svc.reschedule(&t, &job.id, now).await
+            }
+            _ => return not_found(),
+        };
+        match r {
+            Ok(()) => line("KICKED"),
+            Err(e) => failed(&e),
+        }
+    }
+}
