@@ -78,7 +78,7 @@ struct Hints {
 pub struct TopicWaiters {
     /// Woken when the topic may have a job due earlier.
     pub notify: Notify,
-    /// Held across a woken reserve's store call (`reserve.rs`).
+    /// Held across a woken reserve's store call (`service/long_poll.rs`).
     pub gate: tokio::sync::Mutex<()>,
 }
 

@@ -57,7 +57,7 @@ pub struct TouchItem {
 
 impl Service {
     /// Leases up to `max` due jobs of pull topics, waiting up to `wait_ms`
-    /// for one to become due (see `reserve.rs`). Lateness is recorded for
+    /// for one to become due (see `long_poll.rs`). Lateness is recorded for
     /// each job handed out.
     ///
     /// # Errors
@@ -317,7 +317,7 @@ impl Service {
         self.check_intake()?;
         let now = self.now();
         let lease = self.store.reserve_job(t, id, None, now).await;
-        // A failed call may have leased it: the dispatcher looks (see reserve.rs).
+        // A failed call may have leased it: the dispatcher looks (see long_poll.rs).
         let deadline = match &lease {
             Ok(Some(l)) => Some(l.lease_deadline_ms),
             Ok(None) => None,
