@@ -306,7 +306,7 @@ impl RedisStore {
     /// [`StoreError::Unavailable`] when Redis cannot be reached.
     pub async fn load_scripts(&self) -> StoreResult<()> {
         let mut conn = self.conn.clone();
-        for s in self.scripts.all() {
+        for (_, s) in self.scripts.all() {
             s.prepare_invoke()
                 .load_async(&mut conn)
                 .await
