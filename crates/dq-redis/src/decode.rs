@@ -1,9 +1,12 @@
 //! Script replies to dq types, and script status codes to [`StoreError`]s:
-//! the one place that knows what each script returns.
+//! the one place that knows what each script returns, and the one place
+//! that decodes the codes of `codes.rs`.
 
 use dq_core::store::StoreResult;
 use dq_core::*;
 use redis::Value;
+
+use crate::codes::{NOT_FOUND, NOT_IN_STATE, TARGET_REFUSED, TOKEN_MISMATCH};
 
 fn protocol(what: &str) -> StoreError {
     StoreError::Unavailable(format!("unexpected reply from Redis: {what}"))
@@ -40,7 +43,7 @@ pub(crate) fn array(v: Value) -> StoreResult<Vec<Value>> {
     }
 }
 
-/// -1 means "none".
+/// [`NONE`](crate::codes::NONE) (any negative) means "none".
 pub(crate) fn opt_time(v: i64) -> Option<u64> {
     (v >= 0).then_some(v as u64)
 }
@@ -56,31 +59,53 @@ pub(crate) fn state_of(letter: &str) -> StoreResult<JobState> {
 }
 
 /// Decodes the `{code, ...}` replies of ack, nack, touch and
-/// reschedule: positive codes are success (the items are returned), -1 not
-/// found, -2 token mismatch, -3 not in state.
+/// reschedule: positive codes are success (the items are returned), a
+/// refusal code its error (NOT_IN_STATE with the state after it).
 pub(crate) fn status(v: &Value) -> StoreResult<Vec<Value>> {
     let items = array(v.clone())?;
     let code = int(items.first().ok_or_else(|| protocol("empty status"))?)?;
     match code {
         c if c > 0 => Ok(items),
-        -1 => Err(StoreError::NotFound),
-        -2 => Err(StoreError::LeaseMismatch),
-        -3 => Err(StoreError::NotInState(state_of(&string(
+        NOT_FOUND => Err(StoreError::NotFound),
+        TOKEN_MISMATCH => Err(StoreError::LeaseMismatch),
+        NOT_IN_STATE => Err(StoreError::NotInState(state_of(&string(
             items.get(1).ok_or_else(|| protocol("state missing"))?,
         )?)?)),
         _ => Err(protocol("unknown status code")),
     }
 }
 
-/// ack_batch's per-job status: 1 acked, -1 not found, -2 token mismatch,
-/// -3 dead.
+/// ack_batch's per-job status: 1 acked, or a bare refusal code
+/// (NOT_IN_STATE: dead).
 pub(crate) fn ack_status(v: &Value) -> StoreResult<()> {
     match int(v)? {
         1 => Ok(()),
-        -1 => Err(StoreError::NotFound),
-        -2 => Err(StoreError::LeaseMismatch),
-        -3 => Err(StoreError::NotInState(JobState::Dead)),
+        NOT_FOUND => Err(StoreError::NotFound),
+        TOKEN_MISMATCH => Err(StoreError::LeaseMismatch),
+        NOT_IN_STATE => Err(StoreError::NotInState(JobState::Dead)),
         _ => Err(protocol("unknown ack status")),
+    }
+}
+
+/// forward's per-job status: `{TARGET_REFUSED, error}` when the target
+/// refused the write, else ack's (see [`status`]).
+pub(crate) fn forward_status(v: &Value) -> StoreResult<()> {
+    match v {
+        Value::Array(a)
+            if a.first()
+                .is_some_and(|c| matches!(c, Value::Int(TARGET_REFUSED))) =>
+        {
+            let why = a.get(1).map(|m| match m {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                Value::SimpleString(s) => s.clone(),
+                other => format!("{other:?}"),
+            });
+            Err(StoreError::Storage {
+                code: dq_core::forward::TARGET_REFUSED,
+                message: format!("the target refused the write: {}", why.unwrap_or_default()),
+            })
+        }
+        other => status(other).map(|_| ()),
     }
 }
 

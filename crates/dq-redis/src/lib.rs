@@ -4,6 +4,7 @@
 //! The only crate that knows Redis. Modules:
 //! - [`keys`]: every key name, hash-tagged per topic.
 //! - `scripts`: the Lua scripts (`src/lua/*.lua`), one per state change.
+//! - `codes`: the reply codes scripts answer, named once for Rust and Lua.
 //! - `decode`: turns script replies into dq types and errors, in one place.
 //! - [`forward`]: writing a forwarding topic's due jobs into a target Redis.
 //! - [`layout`]: the layout version key, checked at start.
@@ -25,6 +26,7 @@
 //! via pub/sub on a dedicated connection (on a cluster, to any node: a
 //! PUBLISH reaches every node over the cluster bus).
 
+mod codes;
 mod conn;
 mod decode;
 pub mod forward;
@@ -868,28 +870,7 @@ impl Store for RedisStore {
             Value::Array(a) if a.len() == items.len() => a,
             _ => return Err(StoreError::Unavailable("forward reply length".into())),
         };
-        Ok(replies
-            .iter()
-            .map(|r| {
-                Some(match r {
-                    Value::Array(a) if a.first().is_some_and(|c| matches!(c, Value::Int(-4))) => {
-                        let why = a.get(1).map(|m| match m {
-                            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                            Value::SimpleString(s) => s.clone(),
-                            other => format!("{other:?}"),
-                        });
-                        Err(StoreError::Storage {
-                            code: dq_core::forward::TARGET_REFUSED,
-                            message: format!(
-                                "the target refused the write: {}",
-                                why.unwrap_or_default()
-                            ),
-                        })
-                    }
-                    other => status(other).map(|_| ()),
-                })
-            })
-            .collect())
+        Ok(replies.iter().map(|r| Some(forward_status(r))).collect())
     }
 
     async fn nack(
@@ -1519,6 +1500,7 @@ impl Store for RedisStore {
             .invoke_async(&mut conn)
             .await
             .map_err(unavailable)?;
+        // NOT_FOUND (negative): no such record.
         Ok(u64::try_from(v).ok())
     }
 

@@ -1,5 +1,6 @@
 //! The Lua scripts, one file per state change, each prepended with the shared
-//! helpers of `lua/common.lua` and a generated line of config defaults.
+//! helpers of `lua/common.lua` and generated lines: the reply codes
+//! (`codes.rs`) and the config defaults.
 //! The set is declared once (`scripts!` below): the struct, its constructor
 //! and the list [`RedisStore::load_scripts`](crate::RedisStore::load_scripts)
 //! loads are generated from it.
@@ -14,6 +15,8 @@
 use dq_core::TopicConfig;
 use redis::Script;
 
+use crate::codes;
+
 const COMMON: &str = include_str!("lua/common.lua");
 
 /// Width of a timing-wheel bucket (see `lua/common.lua`): jobs due later than
@@ -26,7 +29,7 @@ pub(crate) const WHEEL_MS: u64 = 60_000;
 /// without its file does not compile, and a file without its name fails
 /// the test `every_lua_file_is_in_the_set`. `topic` scripts run on a
 /// topic's keys after the prelude (generated lines, then `lua/common.lua`);
-/// `bare` ones run as they are.
+/// `bare` ones after the reply codes only.
 macro_rules! scripts {
     (
         topic: [$($(#[$topic_doc:meta])* $topic:ident),* $(,)?],
@@ -47,9 +50,11 @@ macro_rules! scripts {
             pub(crate) fn new(wake_channel: &str) -> Self {
                 let prelude = prelude(wake_channel);
                 let topic = |body: &str| Script::new(&format!("{prelude}\n{body}"));
+                let codes = codes::lua();
+                let bare = |body: &str| Script::new(&format!("{codes}{body}"));
                 Self {
                     $($topic: topic(include_str!(concat!("lua/", stringify!($topic), ".lua"))),)*
-                    $($bare: Script::new(include_str!(concat!("lua/", stringify!($bare), ".lua"))),)*
+                    $($bare: bare(include_str!(concat!("lua/", stringify!($bare), ".lua"))),)*
                 }
             }
 
@@ -90,18 +95,19 @@ scripts! {
         import_jobs,
     ],
     bare: [
-        /// Not a topic script: no prelude, one key (the records hash).
+        /// Not a topic script: no common.lua, one key (the records hash).
         raise_mark,
     ],
 }
 
 /// What every topic script starts with: generated lines of values Rust
-/// owns (the topic config defaults from dq-core, `WAKE_CHANNEL`,
-/// `WHEEL_MS`, `MAX_BATCH`), then `lua/common.lua`.
+/// owns (the reply codes, the topic config defaults from dq-core,
+/// `WAKE_CHANNEL`, `WHEEL_MS`, `MAX_BATCH`), then `lua/common.lua`.
 fn prelude(wake_channel: &str) -> String {
     let d = TopicConfig::default();
     format!(
-        "local DEFAULTS = {{max_attempts = {}, lease_ms = {}, dead_cap = {}, default_delay_ms = {}, retry = '{}'}}\nlocal WAKE_CHANNEL = '{}'\nlocal WHEEL_MS = {}\nlocal MAX_BATCH = {}\n{}",
+        "{}local DEFAULTS = {{max_attempts = {}, lease_ms = {}, dead_cap = {}, default_delay_ms = {}, retry = '{}'}}\nlocal WAKE_CHANNEL = '{}'\nlocal WHEEL_MS = {}\nlocal MAX_BATCH = {}\n{}",
+        codes::lua(),
         d.max_attempts,
         d.lease_ms,
         d.dead_cap,
