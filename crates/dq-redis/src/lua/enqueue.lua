@@ -8,10 +8,10 @@
 --   c (compact, when no job of the call sets any of the six after
 --   priority but kind and body), 5 values: id, when-kind, when-value,
 --   priority, kind-and-body: kind and body as the record stores them, two
---   MessagePack strings packed by the caller (lib.rs `packed_kind_body`,
---   byte for byte what cmsgpack.pack writes). (Every value is a string
---   Redis reads and Lua interns: the compact form passes seven fewer per
---   job.) A compact call writes its new records with one HMGET (which ids
+--   MessagePack strings packed by the caller (`packed_kind_body` in
+--   verbs/enqueue.rs, byte for byte what cmsgpack.pack writes). (Every
+--   value is a string Redis reads and Lua interns: the compact form passes
+--   seven fewer per job.) A compact call writes its new records with one HMGET (which ids
 --   exist) and one HSET instead of a command per job, and builds each
 --   record from pieces: cmsgpack.pack(due, priority, seq), the call's
 --   (attempts 0, state, created) packed once per state, the caller's

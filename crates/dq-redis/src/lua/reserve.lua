@@ -10,7 +10,7 @@
 -- ARGV: topic, now, max, lease_ms override or '', token prefix (random per call)
 -- Returns: {next_due (NONE none; now if ready jobs remain and may go; the next
 --   token's time if they wait for one), then 4 per job:
---   id, token, lease deadline, the record as stored (decode.rs reads the
+--   id, token, lease deadline, the record as stored (verbs/reserve/record.rs reads the
 --   due, priority, attempts before this lease, kind and body from it: four
 --   values fewer per job than sending them apart, ~2,700 instructions)}
 -- Side effects: sched -> ready (at most MAX_BATCH), ready -> lease and a
