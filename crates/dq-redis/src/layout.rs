@@ -33,7 +33,8 @@ use std::sync::atomic::Ordering;
 use dq_core::StoreError;
 use redis::Value;
 
-use crate::{RedisStore, ShardedStore, unavailable};
+use crate::conn::unavailable;
+use crate::{RedisStore, ShardedStore};
 
 /// The key layout this dq reads and writes.
 pub const LAYOUT_VERSION: u32 = 2;

@@ -1,5 +1,9 @@
 //! The Lua scripts, one file per state change, each prepended with the shared
-//! helpers of `lua/common.lua` and a generated line of config defaults.
+//! helpers of `lua/common.lua` and generated lines: the reply codes
+//! (`codes.rs`) and the config defaults.
+//! The set is declared once (`scripts!` below): the struct, its constructor
+//! and the list [`RedisStore::load_scripts`](crate::RedisStore::load_scripts)
+//! loads are generated from it.
 //!
 //! Scripts run by SHA (EVALSHA); `redis::Script` reloads a script on NOSCRIPT
 //! (after a Redis restart or `SCRIPT FLUSH`). dq sends each script as its own
@@ -11,104 +15,153 @@
 use dq_core::TopicConfig;
 use redis::Script;
 
+use crate::codes;
+
 const COMMON: &str = include_str!("lua/common.lua");
 
 /// Width of a timing-wheel bucket (see `lua/common.lua`): jobs due later than
 /// the next bucket wait in per-bucket lists, not in the schedule ZSET.
 pub(crate) const WHEEL_MS: u64 = 60_000;
 
-/// The loaded scripts.
-#[derive(Debug)]
-pub(crate) struct Scripts {
-    pub(crate) enqueue: Script,
-    pub(crate) reserve: Script,
-    pub(crate) reserve_job: Script,
-    pub(crate) promote_due: Script,
-    pub(crate) touch: Script,
-    pub(crate) ack: Script,
-    pub(crate) ack_batch: Script,
-    pub(crate) nack: Script,
-    pub(crate) nack_batch: Script,
-    pub(crate) touch_batch: Script,
-    pub(crate) release: Script,
-    pub(crate) requeue_expired: Script,
-    pub(crate) cancel: Script,
-    pub(crate) reschedule: Script,
-    pub(crate) replay_dead: Script,
-    pub(crate) purge_dead: Script,
-    pub(crate) delete_topic: Script,
-    pub(crate) get: Script,
-    pub(crate) forward: Script,
-    pub(crate) list_jobs: Script,
-    pub(crate) import_jobs: Script,
-    /// Not a topic script: no prelude, one key (the records hash).
-    pub(crate) raise_mark: Script,
+/// Declares the script set once. Each name is a field of [`Scripts`],
+/// loaded from `lua/<name>.lua` by [`Scripts::new`] and listed by
+/// [`Scripts::all`], so a script cannot be left out of one of them: a name
+/// without its file does not compile, and a file without its name fails
+/// the test `every_lua_file_is_in_the_set`. `topic` scripts run on a
+/// topic's keys after the prelude (generated lines, then `lua/common.lua`);
+/// `bare` ones after the reply codes only.
+macro_rules! scripts {
+    (
+        topic: [$($(#[$topic_doc:meta])* $topic:ident),* $(,)?],
+        bare: [$($(#[$bare_doc:meta])* $bare:ident),* $(,)?] $(,)?
+    ) => {
+        /// The loaded scripts.
+        #[derive(Debug)]
+        pub(crate) struct Scripts {
+            $($(#[$topic_doc])* pub(crate) $topic: Script,)*
+            $($(#[$bare_doc])* pub(crate) $bare: Script,)*
+        }
+
+        impl Scripts {
+            /// How many scripts the set holds.
+            pub(crate) const COUNT: usize =
+                [$(stringify!($topic),)* $(stringify!($bare),)*].len();
+
+            pub(crate) fn new(wake_channel: &str) -> Self {
+                let prelude = prelude(wake_channel);
+                let topic = |body: &str| Script::new(&format!("{prelude}\n{body}"));
+                let codes = codes::lua();
+                let bare = |body: &str| Script::new(&format!("{codes}{body}"));
+                Self {
+                    $($topic: topic(include_str!(concat!("lua/", stringify!($topic), ".lua"))),)*
+                    $($bare: bare(include_str!(concat!("lua/", stringify!($bare), ".lua"))),)*
+                }
+            }
+
+            /// Every script of the set, with its name (its file is
+            /// `lua/<name>.lua`).
+            pub(crate) fn all(&self) -> [(&'static str, &Script); Self::COUNT] {
+                [
+                    $((stringify!($topic), &self.$topic),)*
+                    $((stringify!($bare), &self.$bare),)*
+                ]
+            }
+        }
+    };
 }
 
-impl Scripts {
-    pub(crate) fn new(wake_channel: &str) -> Self {
-        let d = TopicConfig::default();
-        let prelude = format!(
-            "local DEFAULTS = {{max_attempts = {}, lease_ms = {}, dead_cap = {}, default_delay_ms = {}, retry = '{}'}}\nlocal WAKE_CHANNEL = '{}'\nlocal WHEEL_MS = {}\nlocal MAX_BATCH = {}\n{}",
-            d.max_attempts,
-            d.lease_ms,
-            d.dead_cap,
-            d.default_delay_ms,
-            d.retry.encode(),
-            wake_channel.replace('\'', ""),
-            WHEEL_MS,
-            dq_core::limits::MAX_BATCH,
-            COMMON
-        );
-        let s = |body: &str| Script::new(&format!("{prelude}\n{body}"));
-        Self {
-            enqueue: s(include_str!("lua/enqueue.lua")),
-            reserve: s(include_str!("lua/reserve.lua")),
-            reserve_job: s(include_str!("lua/reserve_job.lua")),
-            promote_due: s(include_str!("lua/promote_due.lua")),
-            touch: s(include_str!("lua/touch.lua")),
-            ack: s(include_str!("lua/ack.lua")),
-            ack_batch: s(include_str!("lua/ack_batch.lua")),
-            nack: s(include_str!("lua/nack.lua")),
-            nack_batch: s(include_str!("lua/nack_batch.lua")),
-            touch_batch: s(include_str!("lua/touch_batch.lua")),
-            release: s(include_str!("lua/release.lua")),
-            requeue_expired: s(include_str!("lua/requeue_expired.lua")),
-            cancel: s(include_str!("lua/cancel.lua")),
-            reschedule: s(include_str!("lua/reschedule.lua")),
-            replay_dead: s(include_str!("lua/replay_dead.lua")),
-            purge_dead: s(include_str!("lua/purge_dead.lua")),
-            delete_topic: s(include_str!("lua/delete_topic.lua")),
-            get: s(include_str!("lua/get.lua")),
-            forward: s(include_str!("lua/forward.lua")),
-            list_jobs: s(include_str!("lua/list_jobs.lua")),
-            import_jobs: s(include_str!("lua/import_jobs.lua")),
-            raise_mark: Script::new(include_str!("lua/raise_mark.lua")),
-        }
+scripts! {
+    topic: [
+        enqueue,
+        reserve,
+        reserve_job,
+        promote_due,
+        touch,
+        ack,
+        ack_batch,
+        nack,
+        nack_batch,
+        touch_batch,
+        release,
+        requeue_expired,
+        cancel,
+        reschedule,
+        replay_dead,
+        purge_dead,
+        delete_topic,
+        get,
+        forward,
+        list_jobs,
+        import_jobs,
+    ],
+    bare: [
+        /// Not a topic script: no common.lua, one key (the records hash).
+        raise_mark,
+    ],
+}
+
+/// What every topic script starts with: generated lines of values Rust
+/// owns (the reply codes, the topic config defaults from dq-core,
+/// `WAKE_CHANNEL`, `WHEEL_MS`, `MAX_BATCH`), then `lua/common.lua`.
+fn prelude(wake_channel: &str) -> String {
+    let d = TopicConfig::default();
+    format!(
+        "{}local DEFAULTS = {{max_attempts = {}, lease_ms = {}, dead_cap = {}, default_delay_ms = {}, retry = '{}'}}\nlocal WAKE_CHANNEL = '{}'\nlocal WHEEL_MS = {}\nlocal MAX_BATCH = {}\n{}",
+        codes::lua(),
+        d.max_attempts,
+        d.lease_ms,
+        d.dead_cap,
+        d.default_delay_ms,
+        d.retry.encode(),
+        wake_channel.replace('\'', ""),
+        WHEEL_MS,
+        dq_core::limits::MAX_BATCH,
+        COMMON
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{RedisConfig, RedisStore};
+
+    /// Every `lua/*.lua` but `common.lua` (the shared helpers) is a script
+    /// of the set.
+    #[test]
+    fn every_lua_file_is_in_the_set() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lua");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter_map(|f| f.strip_suffix(".lua").map(str::to_string))
+            .filter(|f| f != "common")
+            .collect();
+        files.sort();
+        let scripts = Scripts::new("wake");
+        let mut names: Vec<&str> = scripts.all().iter().map(|(name, _)| *name).collect();
+        names.sort();
+        assert_eq!(names, files);
     }
 
-    pub(crate) fn all(&self) -> [&Script; 20] {
-        [
-            &self.list_jobs,
-            &self.import_jobs,
-            &self.get,
-            &self.release,
-            &self.enqueue,
-            &self.reserve,
-            &self.promote_due,
-            &self.touch,
-            &self.ack,
-            &self.ack_batch,
-            &self.nack,
-            &self.nack_batch,
-            &self.touch_batch,
-            &self.requeue_expired,
-            &self.cancel,
-            &self.reschedule,
-            &self.replay_dead,
-            &self.purge_dead,
-            &self.delete_topic,
-            &self.raise_mark,
-        ]
+    /// `load_scripts` loads every script of the set: Redis has each one's
+    /// SHA afterwards.
+    #[tokio::test]
+    async fn load_scripts_loads_every_script() {
+        let server = dq_testkit::RedisServer::start();
+        let store = RedisStore::new(&RedisConfig {
+            url: server.url(),
+            ..Default::default()
+        })
+        .unwrap();
+        store.load_scripts().await.unwrap();
+        let mut conn = server.connection();
+        for (name, script) in store.scripts.all() {
+            let exists: Vec<bool> = redis::cmd("SCRIPT")
+                .arg("EXISTS")
+                .arg(script.get_hash())
+                .query(&mut conn)
+                .unwrap();
+            assert_eq!(exists, [true], "{name} is not loaded");
+        }
     }
 }

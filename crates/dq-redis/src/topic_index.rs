@@ -33,7 +33,8 @@ use dq_core::store::StoreResult;
 use dq_core::*;
 use redis::AsyncCommands;
 
-use crate::{RedisStore, unavailable};
+use crate::RedisStore;
+use crate::conn::unavailable;
 
 /// Names per `SSCAN`/`ZADD`/`ZRANGE` step of the repair.
 const SYNC_CHUNK: usize = 1000;

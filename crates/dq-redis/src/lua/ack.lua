@@ -1,7 +1,8 @@
 -- ack: completes a reserved job; its record (and body) is deleted.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, id, token, now
--- Returns: {1} | {-1} not found | {-2} token mismatch | {-3, DEAD} dead
+-- Returns: {1} | {NOT_FOUND} | {TOKEN_MISMATCH} | {NOT_IN_STATE, DEAD} dead
+--   (the refusal codes: codes.rs)
 -- Side effects: HDEL job record and lease token, ZREM lease, ctr.acked + 1, the id's dedup
 --   window (if it has one) from now; a keyed job's lease count (a key
 --   held at its key_concurrency rejoins the ring, with a PUBLISH).

@@ -1,11 +1,11 @@
 -- ack_batch: completes many reserved jobs of one topic in one call, each
--- exactly as ack.lua does, in order (a duplicate id answers -1 after its
+-- exactly as ack.lua does, in order (a duplicate id answers NOT_FOUND after its
 -- first ack). A refused item changes nothing.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, now, then per job: id, token (at most MAX_BATCH jobs).
 -- Returns: per job a status, in order, as a plain integer (a table per job
---   cost Redis ~2,500 instructions each to reply): 1 acked | -1 not found |
---   -2 token mismatch | -3 dead
+--   cost Redis ~2,500 instructions each to reply): 1 acked | NOT_FOUND |
+--   TOKEN_MISMATCH | NOT_IN_STATE (dead)
 -- Side effects: per job acked, as ack.lua's: HDEL job record and lease
 --   token, ZREM lease, the id's dedup window (if it has one) from now;
 --   ctr.acked + the number acked, once; keyed jobs' lease counts (a key freed from held: one
@@ -38,10 +38,10 @@ for i, id in ipairs(ids) do
   local token = ARGV[2 * i + 2]
   local v = toks[i]
   if gone[id] then
-    out[i] = -1
+    out[i] = NOT_FOUND
   elseif v then
     if v ~= token then
-      out[i] = -2
+      out[i] = TOKEN_MISMATCH
     else
       tokens[#tokens + 1] = id
       if string.sub(v, -1) == TOKEN_RECORD then need[#need + 1] = id end

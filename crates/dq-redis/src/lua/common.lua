@@ -1,7 +1,9 @@
 -- common.lua: helpers shared by every dq script. Prepended to each script at
--- load time, after generated lines (scripts.rs) that define DEFAULTS (the
--- topic config defaults from dq-core), WAKE_CHANNEL, WHEEL_MS and MAX_BATCH
--- (dq-core's one batch bound), so Rust stays the one source of them.
+-- load time, after generated lines (scripts.rs) that define the reply codes
+-- (NOT_FOUND, TOKEN_MISMATCH, NOT_IN_STATE, TARGET_REFUSED, NONE: codes.rs),
+-- DEFAULTS (the topic config defaults from dq-core), WAKE_CHANNEL, WHEEL_MS
+-- and MAX_BATCH (dq-core's one batch bound), so Rust stays the one source of
+-- them.
 --
 -- Keys (all in one hash tag, passed in KEYS by every script in this order):
 --   K.sched  ZSET  score = due ms,        member = id (the score is always
@@ -300,8 +302,8 @@ local function job_info(out, id, j, cfg)
   out[n + 8] = j.b
   out[n + 9] = j.m or cfg.max_attempts
   out[n + 10] = j.L or cfg.lease_ms
-  out[n + 11] = j.u or -1
-  out[n + 12] = j.x or -1
+  out[n + 11] = j.u or NONE
+  out[n + 12] = j.x or NONE
   out[n + 13] = j.e and 1 or 0
   out[n + 14] = j.e or ''
   out[n + 15] = j.to or 0
@@ -462,10 +464,10 @@ local function near(due, now)
 end
 
 -- The earliest moment something of the schedule or the wheel needs doing:
--- the schedule's head, or the roll time of the wheel's first bucket; -1 if
--- neither holds anything.
+-- the schedule's head, or the roll time of the wheel's first bucket; NONE
+-- if neither holds anything.
 local function next_due(K)
-  local t = -1
+  local t = NONE
   local head = redis.call('ZRANGE', K.sched, 0, 0, 'WITHSCORES')
   if head[2] then t = tonumber(head[2]) end
   local w = redis.call('ZRANGE', K.wheel, 0, 0, 'WITHSCORES')
@@ -625,7 +627,7 @@ end
 -- A failed attempt of reserved job `id` (record `j`): retry after a wait, or
 -- dead when it was the last attempt (or `bury` is true). `retry_in` (ms)
 -- overrides the policy when given. Saves the record (which drops the lease
--- token). Returns due ms of the retry (or -1 when dead), whether to wake,
+-- token). Returns due ms of the retry (or NONE when dead), whether to wake,
 -- and the failed attempt's number.
 local function fail(K, cfg, id, j, now, err, retry_in, rand, bury)
   local attempts = j.a or 0
@@ -642,7 +644,7 @@ local function fail(K, cfg, id, j, now, err, retry_in, rand, bury)
     remember(K, id, j, now)
     redis.call('HINCRBY', K.ctr, 'dead', 1)
     trim_dead(K, cfg.dead_cap)
-    return -1, freed, attempts
+    return NONE, freed, attempts
   end
   local wait = retry_in
   if wait == nil then wait = backoff(j.r or cfg.retry, attempts, rand) end
@@ -656,9 +658,9 @@ end
 -- record, or a status reply. A waiting job has no lease, so any token is
 -- stale; a dead one says so.
 local function held_record(j, token)
-  if not j then return nil, {-1} end
-  if j.s == DEAD then return nil, {-3, DEAD} end
-  if j.s ~= RESERVED or j.t ~= token then return nil, {-2} end
+  if not j then return nil, {NOT_FOUND} end
+  if j.s == DEAD then return nil, {NOT_IN_STATE, DEAD} end
+  if j.s ~= RESERVED or j.t ~= token then return nil, {TOKEN_MISMATCH} end
   return j, nil
 end
 

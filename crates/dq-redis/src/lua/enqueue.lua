@@ -8,15 +8,18 @@
 --   c (compact, when no job of the call sets any of the six after
 --   priority but kind and body), 5 values: id, when-kind, when-value,
 --   priority, kind-and-body: kind and body as the record stores them, two
---   MessagePack strings packed by the caller (lib.rs `packed_kind_body`,
---   byte for byte what cmsgpack.pack writes). (Every value is a string
---   Redis reads and Lua interns: seven fewer per job save ~3,500
---   instructions.) A compact call writes its new records with one HMGET
---   (which ids exist) and one HSET, and builds each record from pieces:
---   cmsgpack.pack(due, priority, seq), the call's (attempts 0, state,
---   created) packed once per state, the caller's kind-and-body, and the
---   call's tail (wheel flag, the topic's dedup window) packed once: 3
---   values packed per job instead of 8 or more (~900 instructions each).
+--   MessagePack strings packed by the caller (`packed_kind_body` in
+--   verbs/enqueue.rs, byte for byte what cmsgpack.pack writes). (Every
+--   value is a string Redis reads and Lua interns: the compact form passes
+--   seven fewer per job.) A compact call writes its new records with one HMGET (which ids
+--   exist) and one HSET instead of a command per job, and builds each
+--   record from pieces: cmsgpack.pack(due, priority, seq), the call's
+--   (attempts 0, state, created) packed once per state, the caller's
+--   kind-and-body, and the call's tail (wheel flag, the topic's dedup
+--   window) packed once: 3 values packed per job instead of 8 or more
+--   (cmsgpack makes a Lua string of every value it packs, then joins
+--   them). What each of these saves, measured: docs/performance.md,
+--   "Records spliced, not packed: the Redis scripts".
 -- Returns: 3 per job: outcome (1 created | 2 replaced | 0 exists |
 --   3 deduplicated: the id is in its dedup window, nothing written),
 --   due ms, state letter (s | y | r | d).
@@ -70,7 +73,8 @@ local stride = compact and 5 or 12
 -- exists),
 -- the records to write (id, record, ... for one HSET), the pieces of a
 -- record packed once per call, and the last priority and when-value read
--- (a batch's jobs mostly share them; tonumber costs ~1,200 instructions).
+-- (a batch's jobs mostly share them, and tonumber parses its string anew
+-- each time: see docs/performance.md, "Records spliced, not packed").
 local existing, batch, records, mids, tails
 local last_ps, last_p, last_wvs, last_wv
 -- The last due time made a string for the schedule's ZADD.

@@ -6,9 +6,9 @@
 -- ARGV: topic, now, then per job: id, token, kind (x XADD | l LPUSH | r RPUSH),
 --   target key, then for x: maxlen or '', number of field-value pairs, the
 --   pairs; for l and r: the element.
--- Returns: per job a status: {1} written and acked | {-1} not found |
---   {-2} token mismatch | {-3, DEAD} dead | {-4, error} the target refused
---   the write (the job stays reserved, not acked).
+-- Returns: per job a status: {1} written and acked | {NOT_FOUND} |
+--   {TOKEN_MISMATCH} | {NOT_IN_STATE, DEAD} dead | {TARGET_REFUSED, error}
+--   the target refused the write (the job stays reserved, not acked).
 -- Side effects: per job written as ack.lua's, plus the write.
 local out = {}
 local freed = false
@@ -39,7 +39,7 @@ while i <= #ARGV do
   else
     local r = redis.pcall(cmd, unpack(args))
     if type(r) == 'table' and r.err then
-      out[#out + 1] = { -4, r.err }
+      out[#out + 1] = { TARGET_REFUSED, r.err }
     else
       forget(id, j)
       remember(K, id, j, now)

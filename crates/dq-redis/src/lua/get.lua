@@ -6,8 +6,8 @@
 --   at most 10000 entries of one bucket are looked at)
 -- Returns: 14 per job found: id, state, due, priority, attempts, created,
 --   kind, body, max_attempts and lease_ms in effect (the job's override, else
---   the topic's), lease deadline or -1,
---   died-at or -1, has-error (1 | 0), error or '', then its counts:
+--   the topic's), lease deadline or NONE,
+--   died-at or NONE, has-error (1 | 0), error or '', then its counts:
 --   leases expired, given back, times dead, times replayed, then its
 --   flow-control key or '' (19 in all)
 -- Side effects: none.

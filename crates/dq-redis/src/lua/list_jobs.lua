@@ -8,11 +8,11 @@
 --   state letter (s | y | r | d) or '' for every state.
 -- Returns: the next cursor ('0': done), then 23 per job: the 19 of get.lua
 --   (id, state, due, priority, attempts, created, kind, body, max_attempts
---   and lease_ms in effect, lease deadline or -1, died-at or -1, has-error,
+--   and lease_ms in effect, lease deadline or NONE, died-at or NONE, has-error,
 --   error or '', leases expired, given back, times dead, times replayed,
 --   key or ''),
---   then the job's own overrides: max_attempts or -1, lease_ms or -1,
---   retry (encoded) or '', dedup window ms or -1.
+--   then the job's own overrides: max_attempts or NONE, lease_ms or NONE,
+--   retry (encoded) or '', dedup window ms or NONE.
 -- Side effects: none.
 local res = redis.call('HSCAN', K.jobs, ARGV[2], 'COUNT', tonumber(ARGV[3]))
 local want = ARGV[4]
@@ -26,10 +26,10 @@ for i = 1, #kv, 2 do
   if want == '' or j.s == want then
     job_info(out, id, j, cfg)
     local n = #out
-    out[n + 1] = j.m or -1
-    out[n + 2] = j.L or -1
+    out[n + 1] = j.m or NONE
+    out[n + 2] = j.L or NONE
     out[n + 3] = j.r or ''
-    out[n + 4] = j.dd or -1
+    out[n + 4] = j.dd or NONE
   end
 end
 return out

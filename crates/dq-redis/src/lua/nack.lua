@@ -5,8 +5,8 @@
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, id, token, error text, retry_in_ms or '', now, random in [0,1),
 --   dead (1 | 0), new priority or 
--- Returns: {1, due, attempt} retried | {2, attempt} dead | {-1} not found |
---   {-2} token mismatch | {-3, DEAD} dead already
+-- Returns: {1, due, attempt} retried | {2, attempt} dead | {NOT_FOUND} |
+--   {TOKEN_MISMATCH} | {NOT_IN_STATE, DEAD} dead already
 -- Side effects: see fail() in common.lua.
 local id = ARGV[2]
 local j, err = held(id, ARGV[3])

@@ -1,14 +1,15 @@
 -- nack_batch: fails the current attempts of many reserved jobs of one topic
 -- in one call, each exactly as nack.lua does, in order (a duplicate id
--- answers {-2} after its first nack: the job waits; {-3, DEAD} if it went
+-- answers {TOKEN_MISMATCH} after its first nack: the job waits;
+-- {NOT_IN_STATE, DEAD} if it went
 -- dead). A refused item changes nothing.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, now, random seed in [0,1), then per job: id, token, error
 --   text, retry_in_ms or '', dead (1 | 0), new priority or ''
 --   (at most MAX_BATCH jobs). Job i's jitter is rand_at(seed, i).
 -- Returns: per job, in order, nack.lua's reply: {1, due, attempt} retried |
---   {2, attempt} dead | {-1} not found | {-2} token mismatch |
---   {-3, DEAD} dead already
+--   {2, attempt} dead | {NOT_FOUND} | {TOKEN_MISMATCH} |
+--   {NOT_IN_STATE, DEAD} dead already
 -- Side effects: per job nacked, fail()'s in common.lua; one PUBLISH when
 --   any of them asks for a wake-up.
 local n = (#ARGV - 3) / 6

@@ -2,7 +2,7 @@
 -- beanstalkd's release): due again after delay_ms.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, id, token, delay_ms, now
--- Returns: {1, due} | {-1} not found | {-2} token mismatch | {-3, DEAD} dead
+-- Returns: {1, due} | {NOT_FOUND} | {TOKEN_MISMATCH} | {NOT_IN_STATE, DEAD} dead
 -- Side effects: ZREM lease and the lease token; job record (attempts as
 --   before the lease, rl + 1, d, s); sched/ready; PUBLISH when due now or
 --   the new head.

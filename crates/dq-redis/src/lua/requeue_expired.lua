@@ -2,8 +2,8 @@
 -- each counts as a failed attempt ("lease expired").
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, now, max, random seed in [0,1)
--- Returns: {retried, dead, next lease deadline or -1, then 3 per job:
---   id, failed attempt, retry due ms or -1 when dead}
+-- Returns: {retried, dead, next lease deadline or NONE, then 3 per job:
+--   id, failed attempt, retry due ms or NONE when dead}
 -- Side effects: see fail() in common.lua; ctr.expired + n.
 local now, max, seed = clock_ms(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local ids = redis.call('ZRANGEBYSCORE', K.lease, '-inf', '(' .. now, 'LIMIT', 0, max)
@@ -28,7 +28,7 @@ end
 if #jobs > 0 then redis.call('HINCRBY', K.ctr, 'expired', #jobs / 3) end
 if woke then wake() end
 local head = redis.call('ZRANGE', K.lease, 0, 0, 'WITHSCORES')
-local nxt = -1
+local nxt = NONE
 if head[2] then nxt = tonumber(head[2]) end
 local out = {retried, dead, nxt}
 for _, v in ipairs(jobs) do out[#out + 1] = v end

@@ -1,13 +1,13 @@
 -- reschedule: moves a waiting (scheduled or ready) job to a new due time.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, id, due ms, now
--- Returns: {1} | {-1} not found | {-3, state} reserved or dead
+-- Returns: {1} | {NOT_FOUND} | {NOT_IN_STATE, state} reserved or dead
 -- Side effects: sched/ready, job record d and s; PUBLISH when it becomes due
 --   now or the new head.
 local id = ARGV[2]
 local j = load(id)
-if not j then return {-1} end
-if j.s ~= SCHEDULED and j.s ~= READY then return {-3, j.s} end
+if not j then return {NOT_FOUND} end
+if j.s ~= SCHEDULED and j.s ~= READY then return {NOT_IN_STATE, j.s} end
 unplace(K, id, j)
 local now = clock_ms(ARGV[4])
 -- A due time in the past is now: lateness counts from the reschedule.

@@ -8,9 +8,9 @@
 -- then due, then enqueue order; within a key it is the same.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, now, max, lease_ms override or '', token prefix (random per call)
--- Returns: {next_due (-1 none; now if ready jobs remain and may go; the next
+-- Returns: {next_due (NONE none; now if ready jobs remain and may go; the next
 --   token's time if they wait for one), then 4 per job:
---   id, token, lease deadline, the record as stored (decode.rs reads the
+--   id, token, lease deadline, the record as stored (verbs/reserve/record.rs reads the
 --   due, priority, attempts before this lease, kind and body from it: four
 --   values fewer per job than sending them apart, ~2,700 instructions)}
 -- Side effects: sched -> ready (at most MAX_BATCH), ready -> lease and a
@@ -26,7 +26,7 @@ local paused = tonumber(st[1] or '0')
 if paused > now then return {paused} end
 -- Paused until resumed: no time to look again (the resume wakes waiters).
 local flow = redis.call('HMGET', K.cfg, 'paused', 'rate_limit', 'partitions', 'key_rate_limit')
-if flow[1] == '1' then return {-1} end
+if flow[1] == '1' then return {NONE} end
 local parts = num(flow[3], 1)
 -- A token bucket of `enc` ('limit,per_ms,burst'): `limit` credits a ms, a
 -- hand-out costs `per`, at most `cap` kept; each of P partitions has 1/P

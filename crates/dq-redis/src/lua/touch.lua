@@ -1,7 +1,7 @@
 -- touch: pushes a held lease's deadline to now + lease_ms.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, id, token, lease_ms or '' (job's, then topic's), now
--- Returns: {1, deadline} | {-1} not found | {-2} token mismatch | {-3, DEAD} dead
+-- Returns: {1, deadline} | {NOT_FOUND} | {TOKEN_MISMATCH} | {NOT_IN_STATE, DEAD} dead
 -- Side effects: the lease ZSET score (the record is not rewritten: a
 --   lease's deadline is its score, see "Leases" in common.lua).
 local id = ARGV[2]

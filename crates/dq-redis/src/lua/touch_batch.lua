@@ -4,8 +4,8 @@
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, now, then per job: id, token, lease_ms or '' (job's, then
 --   topic's) (at most MAX_BATCH jobs).
--- Returns: per job, in order: {1, deadline} | {-1} not found |
---   {-2} token mismatch | {-3, DEAD} dead
+-- Returns: per job, in order: {1, deadline} | {NOT_FOUND} |
+--   {TOKEN_MISMATCH} | {NOT_IN_STATE, DEAD} dead
 -- Side effects: per job touched, its lease ZSET score (as touch.lua).
 local n = (#ARGV - 2) / 3
 if n > MAX_BATCH then return redis.error_reply('ERR touch_batch: more than MAX_BATCH jobs') end
