@@ -16,9 +16,12 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 mod bench;
 mod client;
+mod commands;
 mod config;
+mod conn;
 mod notify;
 mod ops;
+mod output;
 mod transfer;
 
 use std::sync::Arc;
