@@ -382,9 +382,9 @@ async fn a_no_op_worker_drains_every_job_once() {
     .await;
     stop.cancel();
     run.await.unwrap().unwrap();
+    srv.stop().await;
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), N, "every job handled");
     assert!(seen.values().all(|n| *n == 1), "no job handled twice");
     assert!((0..N).all(|i| seen.contains_key(&format!("j{i}"))));
-    srv.stop().await;
 }

@@ -18,7 +18,8 @@ use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 use serde_json::{Value, json};
 
-use super::{SteadyPlan, body, procfs, progress, steady};
+use super::steady::{SteadyPlan, steady};
+use super::{body, procfs, progress};
 
 /// Longest time the server is left alone before the idle CPU is measured,
 /// so the tail of the creation burst (writes, fsyncs, the dispatcher
