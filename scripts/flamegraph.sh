@@ -13,7 +13,7 @@
 # The bench defaults to `drain --jobs 100000 --window 0s..0s` (the
 # lifecycle); the bench client is DQ_BENCH_BIN (default DQ_BIN). Needs perf
 # (apt-get install linux-perf) and inferno (installed with cargo the first
-# time). The figures in docs/performance.md link the SVGs made this way.
+# time). The figures in docs/performance-log.md link the SVGs made this way.
 set -euo pipefail
 if [ $# -lt 5 ]; then
   sed -n "2,16p" "$0" >&2

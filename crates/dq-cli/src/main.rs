@@ -6,16 +6,14 @@
 //! and `import` ([`transfer`]) included.
 
 /// jemalloc rather than glibc's malloc: over a lifecycle the runtime's
-/// workers spent a quarter of their instructions in glibc's `malloc` and
-/// `free` (`_int_malloc`, `malloc_consolidate`); with jemalloc dq's
-/// instructions per job fall by 7 % and its CPU per job by 9 %, for 4–5 MB
-/// more resident memory (docs/performance.md, "The embedded lifecycle,
-/// counted").
+/// workers spent much of their instructions in glibc's `malloc` and `free`
+/// (`_int_malloc`, `malloc_consolidate`); jemalloc costs fewer instructions
+/// and less CPU per job for a few MB more resident memory (the figures:
+/// docs/performance-log.md, "The embedded lifecycle, counted").
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 mod bench;
-mod client;
 mod commands;
 mod config;
 mod conn;
@@ -29,7 +27,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
-use client::ClientCmd;
+use commands::ClientCmd;
 use config::{LogFormat, ServeArgs, StoreChoice};
 
 /// dq: a delay queue. Jobs go out at their due time: never early, at least once.

@@ -10,7 +10,7 @@ use clap::Subcommand;
 use dq_embedded::backup::{self, Progress};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::client::Conn;
+use crate::conn::Conn;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum OpsCmd {

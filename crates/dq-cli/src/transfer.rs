@@ -28,7 +28,7 @@ use dq_core::{JobState, TopicConfig, TopicConfigPatch};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
-use crate::client::Conn;
+use crate::conn::Conn;
 
 /// The file format's name, in the header.
 const FORMAT: &str = "dq-export";

@@ -94,13 +94,14 @@ pub struct PushConfig {
     /// POST (default) or GET.
     #[serde(default)]
     pub method: PushMethod,
-    /// Longest wait for the answer, in ms (default 3000).
+    /// Longest wait for the answer, in ms (default [`PUSH_TIMEOUT_MS`]).
     #[serde(default = "default_push_timeout")]
     pub timeout_ms: u64,
     /// Extra request headers.
     #[serde(default)]
     pub headers: std::collections::BTreeMap<String, String>,
-    /// Most deliveries of this topic in flight at once (default 16).
+    /// Most deliveries of this topic in flight at once (default
+    /// [`PUSH_CONCURRENCY`]).
     #[serde(default = "default_push_concurrency")]
     pub concurrency: u32,
     /// Standard Webhooks signing secrets (`whsec_…`); several during a
@@ -145,12 +146,18 @@ impl std::fmt::Debug for PushConfig {
     }
 }
 
+/// A push topic's answer timeout when its settings name none (ms).
+pub const PUSH_TIMEOUT_MS: u64 = 3000;
+
+/// A push topic's deliveries in flight at once when its settings name none.
+pub const PUSH_CONCURRENCY: u32 = 16;
+
 fn default_push_timeout() -> u64 {
-    3000
+    PUSH_TIMEOUT_MS
 }
 
 fn default_push_concurrency() -> u32 {
-    16
+    PUSH_CONCURRENCY
 }
 
 impl PushConfig {

@@ -42,7 +42,8 @@ pub(crate) fn open(path: &Path, max_pages: Option<u64>) -> Result<Connection, Op
     // stability guarantee SQLite compiles a bound `LIMIT ?` as a constant
     // and marks the statement to be compiled again whenever that parameter
     // is bound, i.e. on every call (promote's and reserve's statements were
-    // parsed and planned anew each time: 7 % of the writer's time). The
+    // parsed and planned anew each time, a large share of the writer's
+    // time: docs/performance-log.md). The
     // cost: a bound value no longer matches a partial index's literal, so a
     // statement choosing rows by state writes the state into its SQL
     // (`ops::delete_topic::DELETE_SCHEDULED`; a test checks its plan).

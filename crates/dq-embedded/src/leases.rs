@@ -3,9 +3,8 @@
 //! A reserved job's row holds its token and deadline; which leases end
 //! first is asked here, not of an index: the partial index on
 //! `(tid, deadline_ms) WHERE state = 2` cost every lease an insert and every
-//! ack a delete in a B-tree (without it, and with this set instead: −8.9 %
-//! of the writer's instructions per job, docs/performance.md, "Leases in
-//! memory"). The set is built from the
+//! ack a delete in a B-tree (what this set saves: docs/performance-log.md,
+//! "Leases in memory"). The set is built from the
 //! table when the file is opened (one scan of the jobs table, the only
 //! cost: [`crate::memory::Memory::load`]) and kept in step by every operation that starts,
 //! moves or ends a lease.
@@ -35,7 +34,7 @@ pub(crate) struct Leases {
 
 /// Hashes a row id with one multiplication (Fibonacci hashing): row ids
 /// are SQLite's, not a client's, so no hash flooding to fear, and the map
-/// is on every lease's path (docs/performance.md, "Leases in memory").
+/// is on every lease's path (docs/performance-log.md, "Leases in memory").
 #[derive(Default)]
 pub(crate) struct RowIdHasher(u64);
 

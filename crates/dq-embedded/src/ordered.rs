@@ -9,7 +9,7 @@
 //! which come first is asked here, not of an index. Each partial index on
 //! the jobs table cost every statement that writes a job a cursor and the
 //! test of its `WHERE`, and the ready index an entry in and out per job
-//! (docs/performance.md, "Ready jobs and dead letters in memory"). The
+//! (docs/performance-log.md, "Ready jobs and dead letters in memory"). The
 //! schedule keeps its index (`jobs_sched`): its backlog (reminders days
 //! ahead) is the one that may be too big for memory.
 //!

@@ -5,9 +5,9 @@
 //! their topic: a topic's ready jobs are `(tid, priority, due, seq)` with
 //! `seq` growing, the jobs of one reserve share one lease deadline, and the
 //! file's scan at open reads rows by `seq`. A `BTreeSet` searches from its
-//! root for every insert even when the entry goes last (≈ 1,000
-//! instructions per ready job, ≈ 600 per lease: 4 % of the writer's
-//! instructions per lifecycle). Here each topic has a tail, a sorted
+//! root for every insert even when the entry goes last (what that cost:
+//! docs/performance-log.md, "Appending in order, and a shorter insert").
+//! Here each topic has a tail, a sorted
 //! `VecDeque` that an entry larger than every other entry of its topic is
 //! appended to for the cost of one comparison; any other entry goes into
 //! one `BTreeSet`, the rest, and a topic's entries are read by merging its

@@ -141,8 +141,9 @@ impl HotSql {
 /// held for the connection's life. Through rusqlite's statement cache every
 /// call cost a copy and two hashes of the SQL text and a reset of the
 /// bindings (held, a statement keeps its last bound values, the last job's
-/// body among them, until its next call): 7.8 % of the writer's
-/// instructions per job (docs/performance.md, "Held statements").
+/// body among them, until its next call), a share of the writer's
+/// instructions per job worth saving (docs/performance-log.md, "Held
+/// statements").
 /// One cell per statement: a `with` inside another's `f` is fine, the same
 /// statement twice would panic.
 pub(crate) struct Hot<'c>([RefCell<Option<Statement<'c>>>; 9]);

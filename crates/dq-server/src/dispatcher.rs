@@ -38,22 +38,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dq_core::hash::{fnv1a, mix64};
+use dq_core::limits::MAX_BATCH;
 use dq_core::{Clock, NackOutcome, Store, StoreError, Topic};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::wakers::Wakers;
 
-/// Jobs moved per store call.
-const BATCH: usize = 1000;
-
 /// Least time between two passes of a topic for its due jobs (ms). Every
 /// reserve promotes what is due, so a waiting consumer never depends on
 /// the dispatcher for a due job; without a floor, a topic whose jobs fall
 /// due every millisecond kept the dispatcher passing it back to back (two
-/// store calls each: 14 % of Redis's time over a drain of 100,000 jobs in
-/// 1–10 s), and so did the announcement its own promote makes. Lease
-/// expiries are not held back by it.
+/// store calls each, a large share of Redis's time in a drain: the figure
+/// is in docs/performance-log.md), and so did the announcement its own
+/// promote makes. Lease expiries are not held back by it.
 pub const PROMOTE_GAP_MS: u64 = 10;
 
 /// Topics the sweep looks at per `max_sleep` (see the module docs).
@@ -423,7 +421,7 @@ impl Dispatcher {
         let (lease, due);
         loop {
             let now = self.clock.now_ms();
-            let r = self.store.requeue_expired(topic, BATCH, now).await?;
+            let r = self.store.requeue_expired(topic, MAX_BATCH, now).await?;
             if r.retried > 0 {
                 // Jobs back to wait: reserves here look at the topic again.
                 self.wakers.changed(topic.as_str());
@@ -443,7 +441,7 @@ impl Dispatcher {
                     ),
                 }
             }
-            if (r.retried + r.dead) < BATCH as u64 {
+            if (r.retried + r.dead) < MAX_BATCH as u64 {
                 // The script expires leases strictly after their deadline.
                 lease = r.next_deadline_ms.map(|d| d + 1);
                 break;
@@ -451,8 +449,8 @@ impl Dispatcher {
         }
         loop {
             let now = self.clock.now_ms();
-            let p = self.store.promote_due(topic, BATCH, now).await?;
-            if p.moved < BATCH as u64 {
+            let p = self.store.promote_due(topic, MAX_BATCH, now).await?;
+            if p.moved < MAX_BATCH as u64 {
                 due = p.next_due_ms;
                 break;
             }

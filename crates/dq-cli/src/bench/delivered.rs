@@ -172,7 +172,7 @@ pub(super) async fn push(
     let push = dq_core::PushConfig {
         url,
         method: dq_core::PushMethod::Post,
-        timeout_ms: 3000,
+        timeout_ms: dq_core::topic::PUSH_TIMEOUT_MS,
         headers: Default::default(),
         concurrency: u32::try_from(concurrency).unwrap_or(u32::MAX),
         secrets: Vec::new(),

@@ -263,14 +263,14 @@ impl Topics {
                     };
                     let timeout_ms = match push_timeout {
                         Some(t) => ms(&t, "--push-timeout")?,
-                        None => 3000,
+                        None => dq_core::topic::PUSH_TIMEOUT_MS,
                     };
                     patch.delivery = Some(Delivery::Push(PushConfig {
                         url,
                         method,
                         timeout_ms,
                         headers: Default::default(),
-                        concurrency: push_concurrency.unwrap_or(16),
+                        concurrency: push_concurrency.unwrap_or(dq_core::topic::PUSH_CONCURRENCY),
                         secrets: push_secret,
                     }));
                 }

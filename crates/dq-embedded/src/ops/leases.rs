@@ -123,8 +123,8 @@ fn end_lease(cx: &mut Ctx, topic: &Topic, id: &JobId, token: &str, now: u64) -> 
     let tid = tid(cx, topic)?.ok_or(Failure(StoreError::NotFound))?;
     // A job without a dedup window or a flow-control key (most jobs) leaves
     // nothing behind: one delete, found by the row id its token names and
-    // checked against the token, ends its lease (−9 % of the writer's
-    // instructions per lifecycle). Any other job, and a refusal, pays this
+    // checked against the token, ends its lease (docs/performance-log.md,
+    // "The embedded writer's ceiling"). Any other job, and a refusal, pays this
     // one row lookup more.
     if let Some(seq) = token_seq(token)
         && cx.conn.with(HotSql::AckPlain, |st| {

@@ -3,8 +3,8 @@
 
 /// `prefix` followed by `seq` in lower-case hex: a lease's token, the
 /// call's random prefix and the job's row id (as `format!("{prefix}{seq:x}")`
-/// writes it, without the formatting machinery: 1.5 % of the writer's
-/// instructions per job went to `format!` here). The row id lets an ack
+/// writes it, without the formatting machinery, which was a visible share
+/// of the writer's instructions per job here). The row id lets an ack
 /// find the row and its lease without an index: [`token_seq`].
 pub(super) fn numbered(prefix: &str, seq: i64) -> String {
     const DIGITS: usize = 2 * std::mem::size_of::<u64>();

@@ -18,7 +18,7 @@
 --   kind-and-body, and the call's tail (wheel flag, the topic's dedup
 --   window) packed once: 3 values packed per job instead of 8 or more
 --   (cmsgpack makes a Lua string of every value it packs, then joins
---   them). What each of these saves, measured: docs/performance.md,
+--   them). What each of these saves, measured: docs/performance-log.md,
 --   "Records spliced, not packed: the Redis scripts".
 -- Returns: 3 per job: outcome (1 created | 2 replaced | 0 exists |
 --   3 deduplicated: the id is in its dedup window, nothing written),
@@ -74,7 +74,7 @@ local stride = compact and 5 or 12
 -- the records to write (id, record, ... for one HSET), the pieces of a
 -- record packed once per call, and the last priority and when-value read
 -- (a batch's jobs mostly share them, and tonumber parses its string anew
--- each time: see docs/performance.md, "Records spliced, not packed").
+-- each time: see docs/performance-log.md, "Records spliced, not packed").
 local existing, batch, records, mids, tails
 local last_ps, last_p, last_wvs, last_wv
 -- The last due time made a string for the schedule's ZADD.

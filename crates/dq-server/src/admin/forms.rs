@@ -145,12 +145,12 @@ pub(super) fn push_config(f: &Form, old: Option<&PushConfig>) -> Result<PushConf
         timeout_ms: f
             .setting_ms("timeout")?
             .or(old.map(|o| o.timeout_ms))
-            .unwrap_or(3000),
+            .unwrap_or(dq_core::topic::PUSH_TIMEOUT_MS),
         headers: old.map(|o| o.headers.clone()).unwrap_or_default(),
         concurrency: f
             .number("concurrency")?
             .or(old.map(|o| o.concurrency))
-            .unwrap_or(16),
+            .unwrap_or(dq_core::topic::PUSH_CONCURRENCY),
         secrets,
     })
 }

@@ -170,8 +170,8 @@ impl HandOut<'_> {
     /// Leases the rows [`ready_rows`] read: all with one `UPDATE` when they
     /// are the whole of the span it read and share one lease length (the
     /// jobs of one topic due at once, the usual batch: the statement's
-    /// set-up and a search per row saved, −4.9 % of the writer's
-    /// instructions per lifecycle, docs/performance.md), else one by one.
+    /// set-up and a search per row saved; measured in
+    /// docs/performance-log.md, "Pipelined acks"), else one by one.
     fn lease_rows(&mut self, cx: &mut Ctx, ready: ReadyRows) -> OpResult<()> {
         let lease_ms = ready.rows.first().map(|j| self.lease_ms(j));
         let shared = ready
@@ -256,9 +256,8 @@ fn stale_ready(cx: &mut Ctx, tid: i64, key: Option<&str>, place: (i64, i64, i64)
 /// have neighbouring row ids: when the places' row ids are that dense (a
 /// span of at most twice their number), one pass over the table's rows
 /// between the first and the last reads them all (instead of a statement
-/// and a search from the table's root per job: −4 % of the writer's
-/// instructions per lifecycle, docs/performance.md, "Ready jobs and dead
-/// letters in memory"); else each is read by its id ([`ready_row`]). The
+/// and a search from the table's root per job; measured in
+/// docs/performance-log.md, "Ready jobs and dead letters in memory"); else each is read by its id ([`ready_row`]). The
 /// pass reads only rows up to the last place in hand-out order, so a job
 /// behind them whose row lies in between (a later priority) costs no read
 /// of its body. A place whose row is not ready there is dropped, as

@@ -80,8 +80,8 @@ impl Settings {
             forward,
             url: p.map_or_else(String::new, |p| p.url.clone()),
             get: p.is_some_and(|p| p.method == PushMethod::Get),
-            timeout: units::format_ms(p.map_or(3000, |p| p.timeout_ms)),
-            concurrency: p.map_or(16, |p| p.concurrency),
+            timeout: units::format_ms(p.map_or(dq_core::topic::PUSH_TIMEOUT_MS, |p| p.timeout_ms)),
+            concurrency: p.map_or(dq_core::topic::PUSH_CONCURRENCY, |p| p.concurrency),
             secrets: p.map_or(0, |p| p.secrets.len()),
         }
     }
