@@ -469,13 +469,14 @@ impl TopicConfigPatch {
         Ok(())
     }
 
-    /// This patch with the push defaults filled in: a topic turned to push
-    /// or to forwarding (`current` is its settings before the patch) that
+    /// This patch with a delivered topic's defaults filled in: a topic
+    /// turned to push or to forwarding (`current` is its settings before the
+    /// patch) that
     /// has no retry settings of its own, in the patch or from before, gets
     /// retries after 1, 3, 5, … 19 minutes and 10 attempts — a callback or a
     /// target Redis that is down is usually down for minutes, not for the
     /// pull default's seconds.
-    pub fn with_push_defaults(mut self, current: &TopicConfig) -> Self {
+    pub fn with_delivered_defaults(mut self, current: &TopicConfig) -> Self {
         if !self
             .delivery
             .as_ref()
@@ -597,7 +598,7 @@ mod tests {
     }
 
     #[test]
-    fn push_defaults_only_where_the_topic_has_no_settings_of_its_own() {
+    fn delivered_defaults_only_where_the_topic_has_no_settings_of_its_own() {
         let push = Delivery::Push(PushConfig {
             url: "http://127.0.0.1:9/h".into(),
             method: PushMethod::Post,
@@ -610,7 +611,7 @@ mod tests {
             delivery: Some(push.clone()),
             ..Default::default()
         }
-        .with_push_defaults(&TopicConfig::default());
+        .with_delivered_defaults(&TopicConfig::default());
         assert_eq!(fresh.max_attempts, Some(10));
         assert_eq!(
             fresh.retry,
@@ -628,14 +629,15 @@ mod tests {
             delivery: Some(push.clone()),
             ..Default::default()
         }
-        .with_push_defaults(&own);
+        .with_delivered_defaults(&own);
         assert_eq!((kept.max_attempts, kept.retry), (None, None));
         let pull = TopicConfigPatch {
             delivery: Some(Delivery::Pull {}),
             ..Default::default()
         };
         assert_eq!(
-            pull.clone().with_push_defaults(&TopicConfig::default()),
+            pull.clone()
+                .with_delivered_defaults(&TopicConfig::default()),
             pull
         );
     }

@@ -185,7 +185,7 @@ impl TopicDelivery {
             let _claim = this.tracker.token();
             let leases = this
                 .svc
-                .reserve_push(&this.topic, free, lease_ms, 1000)
+                .reserve_delivered(&this.topic, free, lease_ms, 1000)
                 .await;
             if stop.is_cancelled() || this.svc.is_draining() {
                 if let Ok(l) = leases {

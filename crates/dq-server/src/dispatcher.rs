@@ -1,7 +1,7 @@
-//! The dispatcher: takes back expired leases (Reaper) and moves due jobs to
-//! ready (Promoter), in capped batches — for the topics that have such work,
-//! not for every topic on every pass, so an idle dq costs the same with ten
-//! topics or a hundred thousand.
+//! The dispatcher: takes back expired leases (`requeue_expired`) and moves
+//! due jobs to ready (`promote_due`), in capped batches — for the topics
+//! that have such work, not for every topic on every pass, so an idle dq
+//! costs the same with ten topics or a hundred thousand.
 //!
 //! It keeps a plan: per topic, the store-clock time of its next timed event
 //! (the next due job or wheel bucket, the next lease deadline plus 1 ms), as

@@ -115,7 +115,7 @@ impl From<crate::service::Error> for ApiError {
         match e {
             Error::Store(e) => e.into(),
             Error::TopicNotFound(t) => Self::topic_not_found(&t),
-            Error::TopicIsPush(_) => {
+            Error::TopicIsDelivered(_) => {
                 Self::new(StatusCode::CONFLICT, "topic_is_push", e.to_string())
             }
             Error::TopicExists(t) => Self::new(

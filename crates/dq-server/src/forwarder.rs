@@ -97,7 +97,7 @@ impl TopicForward {
             // As the deliverer's: never dropped midway; a second at most.
             let leases = self
                 .svc
-                .reserve_push(&self.topic, BATCH, LEASE_MS, 1000)
+                .reserve_delivered(&self.topic, BATCH, LEASE_MS, 1000)
                 .await;
             if stop.is_cancelled() || self.svc.is_draining() {
                 if let Ok(l) = leases {

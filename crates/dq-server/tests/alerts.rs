@@ -150,7 +150,7 @@ async fn alerts_once_per_incident_to_webhook_and_email() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    // Three jobs go dead together (their leases expire in the same reaper
+    // Three jobs go dead together (their leases expire in the same dispatcher
     // pass): one aggregated alert, and one for the threshold.
     post(
         "/v1/topics/t/jobs:batch",

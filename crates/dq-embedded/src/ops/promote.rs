@@ -1,4 +1,4 @@
-//! Due jobs to ready (`promote_due.lua`): the promoter's pass, and the
+//! Due jobs to ready (`promote_due.lua`): the dispatcher's pass, and the
 //! first step of every reserve.
 
 use dq_core::*;

@@ -61,7 +61,7 @@ impl Service {
     /// each job handed out.
     ///
     /// # Errors
-    /// [`Error::ShuttingDown`], [`Error::Draining`]; [`Error::TopicIsPush`]; a store error when
+    /// [`Error::ShuttingDown`], [`Error::Draining`]; [`Error::TopicIsDelivered`]; a store error when
     /// nothing was reserved.
     pub async fn reserve(
         &self,
@@ -73,7 +73,7 @@ impl Service {
         self.check_intake()?;
         for t in topics {
             if self.is_delivered(t).await? {
-                return Err(Error::TopicIsPush(t.to_string()));
+                return Err(Error::TopicIsDelivered(t.to_string()));
             }
         }
         // Consumers' calls only: the deliverer's own reserves are no consumer
@@ -84,7 +84,7 @@ impl Service {
 
     /// What the deliverer and the forwarder reserve of a topic they deliver:
     /// as [`Service::reserve`], without the pull-only check.
-    pub(crate) async fn reserve_push(
+    pub(crate) async fn reserve_delivered(
         &self,
         t: &Topic,
         max: usize,

@@ -76,7 +76,7 @@ pub enum Error {
     #[error(
         "topic {0} is delivered by dq (push to its callback URL, or forwarded into Redis); reserve is for pull topics"
     )]
-    TopicIsPush(String),
+    TopicIsDelivered(String),
     /// A create of a topic that exists.
     #[error("topic {0:?} exists already")]
     TopicExists(String),
@@ -253,8 +253,8 @@ impl Service {
                 .collect()
                 .await;
         }
-        snap.bytes = self.store_bytes().await.ok().flatten();
-        snap.work = self.store_work();
+        snap.bytes = self.size_bytes().await.ok().flatten();
+        snap.work = self.work_counters();
         snap.now_ms = self.clock.now_ms();
         self.metrics.render(&snap)
     }
@@ -312,12 +312,12 @@ impl Service {
     ///
     /// # Errors
     /// A store error.
-    pub async fn store_bytes(&self) -> Result<Option<u64>> {
+    pub async fn size_bytes(&self) -> Result<Option<u64>> {
         Ok(self.store.size_bytes().await?)
     }
 
     /// Counters of the store's own work (see `Store::work_counters`).
-    pub fn store_work(&self) -> Vec<dq_core::WorkCounter> {
+    pub fn work_counters(&self) -> Vec<dq_core::WorkCounter> {
         self.store.work_counters()
     }
 

@@ -360,7 +360,7 @@ impl Service {
             .is_some_and(Delivery::is_delivered_by_dq)
         {
             let current = self.store.topic_config(t).await?.unwrap_or_default();
-            patch = patch.with_push_defaults(&current);
+            patch = patch.with_delivered_defaults(&current);
         }
         let cfg = self.store.configure_topic(t, &patch).await;
         // A failed call may have written: forget what this instance knew.
