@@ -34,6 +34,7 @@ mod openapi;
 pub mod ops;
 pub mod push_guard;
 pub mod schedule;
+pub mod scheduler;
 pub mod service;
 mod state;
 pub mod tls;
@@ -416,7 +417,7 @@ impl Server {
             let svc = svc.clone();
             let cancel = loops.clone();
             supervise(&tracker, &loops, "scheduler", move || {
-                schedule::Scheduler::new(svc.clone()).run(cancel.clone())
+                scheduler::Scheduler::new(svc.clone()).run(cancel.clone())
             });
         }
 

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use dq_core::{Clock, ManualClock, Store, Topic};
-use dq_server::schedule::{LEAD_MS, pass};
+use dq_server::schedule::LEAD_MS;
+use dq_server::scheduler::pass;
 use dq_server::{AppState, app};
 use dq_testkit::http::Api;
 use serde_json::{Value, json};

@@ -2,8 +2,8 @@
 //! interval parsed, its slots in a time zone (gaps and repeats of DST
 //! included), the job each slot becomes, and its stored form. No I/O: the
 //! service stores schedules and fires their slots
-//! (`crate::service`'s `schedules.rs`), the [`super::Scheduler`] loop asks
-//! it to, every [`TICK`].
+//! (`crate::service`'s `schedules.rs`), the [`crate::scheduler::Scheduler`]
+//! loop asks it to, every [`TICK`].
 
 use std::time::Duration;
 

@@ -29,7 +29,7 @@ pub struct PassMemory {
     parsed: HashMap<String, (String, Arc<Schedule>)>,
     failing: HashSet<String>,
     /// Whether the last pass could not list the schedules (the
-    /// [`Scheduler`] logs when that starts and ends).
+    /// [`crate::scheduler::Scheduler`] logs when that starts and ends).
     pub list_failing: bool,
 }
 
