@@ -33,6 +33,7 @@ pub mod metrics;
 mod openapi;
 pub mod ops;
 pub mod push_guard;
+mod rates;
 pub mod schedule;
 pub mod scheduler;
 pub mod service;

@@ -21,7 +21,7 @@ pub struct AppState {
     /// Who may use the admin page and the mutating API.
     pub admin: Arc<AdminAuth>,
     /// Enqueue/ack rates shown on the admin page.
-    pub(crate) rates: Arc<crate::admin::Rates>,
+    pub(crate) rates: Arc<crate::rates::Rates>,
     /// What the admin page calls the store (e.g. `redis redis://host:6379/0`).
     pub store_name: String,
     /// The embedded store's data directory (None on Redis): what

@@ -41,7 +41,7 @@
 //! scale) and the oldest overdue job's age (right scale; the store's
 //! figure, the same on every instance — the lateness histogram of
 //! `/metrics` counts since start and cannot give a minute's figure), a
-//! point a minute over the last hour. The samples come from `rates`: kept
+//! point a minute over the last hour. The samples come from `crate::rates`: kept
 //! in this process's memory, one a minute per topic, 61 per topic for at
 //! most 1000 topics, taken when the overview or the topic page renders (the
 //! overview reloads itself every 5 s). So each instance draws its own
@@ -63,13 +63,13 @@
 //! - `views` — one template struct per page, and the text they show
 //!   (durations, relative times, body previews and indented bodies, the
 //!   chart's lines, `done=` sentences).
-//! - `rates` — the enqueue/ack rates of the overview, and the per-minute
-//!   history the chart draws.
+//! - `crate::rates` (beside this module, since [`AppState`] holds it) — the
+//!   enqueue/ack rates of the overview, and the per-minute history the
+//!   chart draws.
 
 mod actions;
 mod forms;
 mod pages;
-mod rates;
 mod views;
 
 use axum::Router;
@@ -81,8 +81,6 @@ use crate::AppState;
 use crate::auth::{Access, csrf_for, page_needs_sign_in_now, signed_in};
 use crate::error::ApiError;
 use crate::keys::Action;
-
-pub(crate) use rates::Rates;
 
 /// The admin routes.
 pub(crate) fn routes() -> Router<AppState> {

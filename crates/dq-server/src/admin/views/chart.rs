@@ -2,7 +2,7 @@
 //! of `rates`.
 
 use super::format::{ms_human, overdue};
-use crate::admin::rates::Point;
+use crate::rates::Point;
 
 /// The chart of the topic page: enqueues and acks per second (left scale)
 /// and the oldest overdue job's age (right scale), a point a minute over

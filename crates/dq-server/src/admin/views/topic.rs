@@ -11,7 +11,7 @@ use super::format::{at, done_text, enc, overdue, preview, relative, topic_href};
 use super::job::{Found, JobDetails, Lookup};
 use super::settings::Settings;
 use crate::admin::Viewer;
-use crate::admin::rates::Point;
+use crate::rates::Point;
 
 /// `/admin/topics/{t}`: counts, lookup, dead letters, next due, settings.
 #[derive(Template)]
