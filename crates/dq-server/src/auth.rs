@@ -299,7 +299,7 @@ fn is_admin_path(path: &str) -> bool {
     path == "/" || path == "/admin" || path.starts_with("/admin/")
 }
 
-/// Who a request acts as, once [`guard`] let it through: handlers that
+/// Who a request acts as, once `guard` let it through: handlers that
 /// find the topic in the body (reserve, `ack:batch`, `nack:batch`,
 /// `touch:batch`, schedules) check it with [`Access::require`].
 #[derive(Clone, Debug)]

@@ -2,19 +2,25 @@
 //!
 //! - [`app`] builds the axum [`Router`] (HTTP API under `/v1`, health, the
 //!   OpenAPI document), so tests call it with `oneshot` or on port 0.
-//! - [`Server`] runs the router, the [`dispatcher::Dispatcher`], the push
-//!   deliverer and the forwarder as supervised tasks, with graceful shutdown
-//!   (the service listens to the store's wake-ups itself).
+//! - [`Server`] runs the router, the push deliverer, the forwarder and the
+//!   scheduler as supervised tasks, with graceful shutdown; the loops that
+//!   need the store (the wake listener, API-key refresh, the store-clock
+//!   sync, the [`dispatcher::Dispatcher`]) are started by
+//!   [`Service::spawn_loops`] on the same tracker, so shutdown awaits them
+//!   too.
 //! - [`service`] holds every verb ([`Service`]); the front-ends — `api`
 //!   (HTTP handlers), `admin` (the admin page), [`deliverer`] (push),
 //!   [`forwarder`] (into a Redis Stream or list), `beanstalkd` and
 //!   [`Server::apply_topics`] (the config file's topics) — parse, call it and
 //!   render, and never call the store themselves.
 //! - [`AppState`] (`state.rs`): what the HTTP front-ends share.
+//! - [`schedule`] (a schedule's rule, pure) and [`scheduler`] (the loop
+//!   asking the service for a pass).
 //! - Other modules: [`error`] (`ApiError`), `extract` (JSON bodies),
-//!   `reserve` (the long-poll), [`ops`] (backup, drain), [`dispatcher`],
-//!   [`wakers`], [`auth`],
-//!   [`metrics`], [`alerts`], [`push_guard`], `openapi`.
+//!   [`ops`] (backup, drain), [`dispatcher`], [`wakers`], [`auth`],
+//!   [`metrics`], `rates` (the admin page's rates and history),
+//!   [`alerts`], [`push_guard`], `openapi`. The long-poll reserve is the
+//!   service's (`service/long_poll.rs`).
 
 mod admin;
 pub mod alerts;

@@ -10,7 +10,7 @@ impl Service {
     /// Dead letters, oldest death first, from `offset`.
     ///
     /// # Errors
-    /// `invalid_limit` outside 1–1000; [`Error::TopicNotFound`]; a store error.
+    /// `invalid_limit` outside 1–1000; [`Error::TopicNotFound`](super::Error::TopicNotFound); a store error.
     pub async fn list_dead(&self, t: &Topic, offset: usize, limit: usize) -> Result<Vec<JobView>> {
         if !(1..=1000).contains(&limit) {
             return Err(InvalidInput::new(
@@ -29,7 +29,7 @@ impl Service {
     /// each is due now with a fresh attempt count. Returns how many.
     ///
     /// # Errors
-    /// `invalid_batch` for more than [`MAX_BATCH`] ids; [`Error::TopicNotFound`];
+    /// `invalid_batch` for more than [`MAX_BATCH`] ids; [`Error::TopicNotFound`](super::Error::TopicNotFound);
     /// a store error.
     pub async fn replay_dead(&self, t: &Topic, ids: Option<&[JobId]>) -> Result<u64> {
         self.known_topic(t).await?;
@@ -75,7 +75,7 @@ impl Service {
     /// Deletes every dead letter of `t`; returns how many.
     ///
     /// # Errors
-    /// [`Error::TopicNotFound`]; a store error (what was purged so far stays
+    /// [`Error::TopicNotFound`](super::Error::TopicNotFound); a store error (what was purged so far stays
     /// purged).
     pub async fn purge_dead(&self, t: &Topic) -> Result<u64> {
         self.known_topic(t).await?;

@@ -94,12 +94,12 @@ impl Service {
     }
 
     /// One page of a topic's jobs (or those in `state`) for an export; see
-    /// [`Store::list_jobs`] for the cursor and what happens to jobs that
+    /// [`Store::list_jobs`](dq_core::Store::list_jobs) for the cursor and what happens to jobs that
     /// change meanwhile.
     ///
     /// # Errors
     /// `invalid_limit` outside 1–[`MAX_BATCH`]; `invalid_cursor`;
-    /// [`Error::TopicNotFound`]; a store error.
+    /// [`Error::TopicNotFound`](super::Error::TopicNotFound); a store error.
     pub async fn list_jobs(
         &self,
         t: &Topic,

@@ -127,7 +127,7 @@ impl Service {
         Ok(())
     }
 
-    /// Acks each item in one store call ([`Store::ack_batch`]: one script
+    /// Acks each item in one store call ([`Store::ack_batch`](dq_core::Store::ack_batch): one script
     /// per topic on Redis, one transaction on the embedded store); a result
     /// per item, in order, each as [`Service::ack`] answers it.
     pub async fn ack_batch(&self, acks: &[AckItem]) -> Vec<Result<()>> {
@@ -166,7 +166,7 @@ impl Service {
         Ok(out)
     }
 
-    /// Nacks each item in one store call ([`Store::nack_batch`]: one script
+    /// Nacks each item in one store call ([`Store::nack_batch`](dq_core::Store::nack_batch): one script
     /// per topic on Redis, one transaction on the embedded store); a result
     /// per item, in order, each as [`Service::nack`] answers it (an item
     /// whose `retry_in_ms` is out of bounds is refused alone, before the
@@ -269,7 +269,7 @@ impl Service {
         Ok(deadline)
     }
 
-    /// Extends each item's lease in one store call ([`Store::touch_batch`]:
+    /// Extends each item's lease in one store call ([`Store::touch_batch`](dq_core::Store::touch_batch):
     /// one script per topic on Redis, one transaction on the embedded
     /// store); a result per item, in order, each as [`Service::touch`]
     /// answers it (an item whose `lease_ms` is out of bounds is refused

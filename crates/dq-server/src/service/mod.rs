@@ -26,12 +26,10 @@
 //! Files, one group of verbs each: `jobs.rs` (enqueue, get, cancel,
 //! reschedule, listings, import), `leases.rs` (reserve, ack, nack, touch,
 //! release) with `long_poll.rs` (a reserve's wait for a due job),
-//! `topics.rs` (settings, counts, pause, delete; the [`SettingsCache`]),
+//! `topics.rs` (settings, counts, pause, delete; the `SettingsCache`),
 //! `schedules.rs`, `keys.rs` (API keys), `dead.rs` (dead letters),
 //! `drain.rs` (intake and drain); this file holds the [`Service`] itself,
 //! its errors and its loops.
-//!
-//! [`SettingsCache`]: topics::SettingsCache
 
 mod dead;
 mod drain;
@@ -150,7 +148,7 @@ pub struct Loops {
     /// Runs the [`crate::dispatcher::Dispatcher`] (promote due jobs, take
     /// back expired leases), sleeping at most this long between passes.
     pub dispatcher: Option<Duration>,
-    /// Keeps this clock moved to the store's ([`crate::clock::run_sync`]).
+    /// Keeps this clock moved to the store's (`crate::clock::run_sync`).
     pub store_clock: Option<Arc<StoreClock>>,
 }
 
@@ -235,7 +233,7 @@ impl Service {
 
     /// The `/metrics` exposition: the store's figures read now (its health,
     /// topics, the counts of those with series of their own,
-    /// [`READS_IN_FLIGHT`] at a time, size and work), then this process's.
+    /// `READS_IN_FLIGHT` at a time, size and work), then this process's.
     pub async fn metrics_text(&self) -> String {
         use futures::StreamExt;
         let health = self.store.health().await;

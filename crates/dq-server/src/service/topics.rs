@@ -25,7 +25,7 @@ const MODE_TTL: Duration = Duration::from_secs(1);
 const DELIVERED_TTL: Duration = Duration::from_millis(500);
 
 /// How often the store's settings version is read
-/// ([`Store::settings_version`]): a cached read of settings is kept while it
+/// ([`Store::settings_version`](dq_core::Store::settings_version)): a cached read of settings is kept while it
 /// has not moved, so settings changed through another instance are seen
 /// within this, and nothing is read again per topic while none change.
 const VERSION_EVERY: Duration = Duration::from_millis(250);
@@ -49,7 +49,7 @@ pub(crate) const READS_IN_FLIGHT: usize = 16;
 const MODE_CACHE_MAX: usize = 10_000;
 
 /// Something read from the topics' settings, when, and at which settings
-/// version ([`Store::settings_version`]).
+/// version ([`Store::settings_version`](dq_core::Store::settings_version)).
 struct Cached<T> {
     at: Instant,
     version: Option<u64>,
@@ -81,11 +81,11 @@ impl<T> Cached<T> {
 /// What this instance remembers of the topics' settings: whether each
 /// recently reserved topic is delivered by dq (push, forwarding), the last
 /// read of every delivered topic, and the store's settings version
-/// ([`Store::settings_version`]) as last read. A change made through this
+/// ([`Store::settings_version`](dq_core::Store::settings_version)) as last read. A change made through this
 /// instance forgets what it touched at once ([`SettingsCache::forget`]); one
 /// made through another is seen when the version moves, or after a TTL.
 ///
-/// [`Store::settings_version`]: dq_core::Store::settings_version
+/// [`Store::settings_version`](dq_core::Store::settings_version): dq_core::Store::settings_version
 #[derive(Default)]
 pub(super) struct SettingsCache {
     /// Whether each recently reserved topic is delivered by dq, when that
@@ -235,7 +235,7 @@ impl Service {
     /// One page of the topics in name order: those after `cursor` (the
     /// previous page's last name; `backward`: those before it, the next
     /// page's first name) that start with `prefix`, at most `limit`, and
-    /// whether more follow that way (see [`Store::list_topics`]).
+    /// whether more follow that way (see [`Store::list_topics`](dq_core::Store::list_topics)).
     ///
     /// # Errors
     /// `invalid_limit` outside 1–[`limits::MAX_TOPICS_PAGE`];
@@ -278,7 +278,7 @@ impl Service {
         Ok(self.store.list_topics(&listing).await?)
     }
 
-    /// The counts of each of `topics`, in order: [`READS_IN_FLIGHT`] at a
+    /// The counts of each of `topics`, in order: `READS_IN_FLIGHT` at a
     /// time, not one after another.
     ///
     /// # Errors
