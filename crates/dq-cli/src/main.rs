@@ -113,13 +113,11 @@ fn init_logs(
 async fn serve(args: ServeArgs) -> Result<()> {
     let settings = args.resolve()?;
     let _logs = init_logs(settings.log_format, &settings.log_level)?;
-    let mut data_dir = None;
     let (store, what): (Arc<dyn dq_core::Store>, String) = match &settings.store {
         StoreChoice::Embedded(dir, options) => {
             let store = dq_embedded::EmbeddedStore::open_with(dir, options)?;
             let shown = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
             let what = format!("embedded, data in {}", shown.display());
-            data_dir = Some(shown);
             (Arc::new(store), what)
         }
         StoreChoice::Redis(configs) => {
@@ -160,7 +158,6 @@ async fn serve(args: ServeArgs) -> Result<()> {
     };
     let mut config = settings.server.clone();
     config.store_name.clone_from(&what);
-    config.data_dir = data_dir;
     let server = dq_server::Server::new(config, store, Arc::new(dq_core::MonotonicClock::new()));
     server
         .apply_topics(&settings.topics)

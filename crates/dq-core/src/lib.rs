@@ -10,7 +10,8 @@
 //! - [`forward`]: what a `redis_stream` / `redis_list` topic writes for a job.
 //! - [`nulls`]: [`nulls::not_null`], how an optional wire field refuses `null`.
 //! - [`clock`]: [`Clock`], the one source of "now" for code that depends on time.
-//! - [`store`]: the [`Store`] trait and [`StoreError`].
+//! - [`store`]: the [`Store`] trait, [`StoreError`] and what a backup
+//!   answers ([`BackupReport`], [`BackupError`]).
 
 pub mod clock;
 pub mod flow;
@@ -28,5 +29,8 @@ pub use flow::RateLimit;
 pub use limits::{InvalidInput, Limits};
 pub use model::*;
 pub use retry::RetryPolicy;
-pub use store::{MAX_RECORD_BYTES, Record, Store, StoreError, StoreResult, WakeFn, WorkCounter};
+pub use store::{
+    BackupError, BackupReport, MAX_RECORD_BYTES, Record, Store, StoreError, StoreResult, WakeFn,
+    WorkCounter,
+};
 pub use topic::{Delivery, PushConfig, PushMethod, TopicConfig, TopicConfigPatch};

@@ -212,9 +212,6 @@ pub struct ServerConfig {
     /// TLS for the HTTP listener (off by default): read at start, again on
     /// SIGHUP.
     pub tls: Option<tls::TlsFiles>,
-    /// The embedded store's data directory, for `POST /v1/admin/backup`
-    /// (None on Redis).
-    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -235,7 +232,6 @@ impl Default for ServerConfig {
             http: listener::HttpLimits::default(),
             beanstalkd: None,
             tls: None,
-            data_dir: None,
         }
     }
 }
@@ -268,7 +264,6 @@ impl Server {
             .metrics
             .set_topic_series(config.metrics_series.clone());
         state.store_name = config.store_name.clone();
-        state.data_dir.clone_from(&config.data_dir);
         Self {
             config,
             state,

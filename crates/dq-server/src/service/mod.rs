@@ -28,11 +28,12 @@
 //! release) with `long_poll.rs` (a reserve's wait for a due job),
 //! `topics.rs` (settings, counts, pause, delete; the [`SettingsCache`]),
 //! `schedules.rs`, `keys.rs` (API keys), `dead.rs` (dead letters),
-//! `drain.rs` (intake and drain); this file holds the [`Service`] itself,
-//! its errors and its loops.
+//! `drain.rs` (intake and drain), `backup.rs` (a copy of the store); this
+//! file holds the [`Service`] itself, its errors and its loops.
 //!
 //! [`SettingsCache`]: topics::SettingsCache
 
+mod backup;
 mod dead;
 mod drain;
 mod jobs;
