@@ -113,12 +113,18 @@ fn init_logs(
 async fn serve(args: ServeArgs) -> Result<()> {
     let settings = args.resolve()?;
     let _logs = init_logs(settings.log_format, &settings.log_level)?;
-    let (store, what): (Arc<dyn dq_core::Store>, String) = match &settings.store {
+    // Forwarding topics write through dq-redis's sink; over a Redis store
+    // it acks and writes in one script where the target is the store's own.
+    let (store, what, sink): (
+        Arc<dyn dq_core::Store>,
+        String,
+        dq_redis::forward::RedisSink,
+    ) = match &settings.store {
         StoreChoice::Embedded(dir, options) => {
             let store = dq_embedded::EmbeddedStore::open_with(dir, options)?;
             let shown = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
             let what = format!("embedded, data in {}", shown.display());
-            (Arc::new(store), what)
+            (Arc::new(store), what, dq_redis::forward::RedisSink::new())
         }
         StoreChoice::Redis(configs) => {
             let mut shards = Vec::new();
@@ -153,12 +159,14 @@ async fn serve(args: ServeArgs) -> Result<()> {
             // No script runs on a shard before its layout is accepted.
             store.hold_until_layout_checked();
             check_layout(store.clone(), settings.upgrade_layout).await?;
-            (store, what)
+            let sink = dq_redis::forward::RedisSink::over(store.clone());
+            (store, what, sink)
         }
     };
     let mut config = settings.server.clone();
     config.store_name.clone_from(&what);
-    let server = dq_server::Server::new(config, store, Arc::new(dq_core::MonotonicClock::new()));
+    let server = dq_server::Server::new(config, store, Arc::new(dq_core::MonotonicClock::new()))
+        .with_forward_sink(Arc::new(sink));
     server
         .apply_topics(&settings.topics)
         .await

@@ -249,28 +249,6 @@ pub trait Store: Send + Sync + 'static {
         now_ms: u64,
     ) -> StoreResult<u64>;
 
-    /// Acks reserved jobs and writes each into a Redis stream or list of the
-    /// server `url` in the same atomic step — when this store's own server
-    /// is that Redis (a forwarding topic whose target is the store's Redis:
-    /// nothing acked goes unwritten, nothing is written twice). One answer
-    /// per item, in order: `None` when this store cannot do both at once
-    /// for it (another server, a Cluster, not Redis: the caller writes,
-    /// then acks), else the ack's result — an item whose write the target
-    /// refused is not acked and answers [`StoreError::Storage`] with code
-    /// [`crate::forward::TARGET_REFUSED`]; [`StoreError::Unavailable`] means
-    /// the store did not answer (the item may or may not be done).
-    /// Default: `None` for every item.
-    async fn ack_and_write(
-        &self,
-        topic: &Topic,
-        url: &str,
-        items: &[crate::forward::AckWrite<'_>],
-        now_ms: u64,
-    ) -> StoreResult<Vec<Option<StoreResult<()>>>> {
-        let _ = (topic, url, now_ms);
-        Ok(vec![None; items.len()])
-    }
-
     /// Whether [`Store::backup`] copies this store (the embedded store);
     /// a caller asks before checking a destination, so a store dq does not
     /// copy is refused first. Default: no.

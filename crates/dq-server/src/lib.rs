@@ -243,6 +243,8 @@ pub struct Server {
     clock: Arc<clock::StoreClock>,
     /// The beanstalkd listener when bound before [`Server::run`].
     beanstalkd_listener: Option<tokio::net::TcpListener>,
+    /// Where forwarding topics write ([`Server::with_forward_sink`]).
+    forward_sink: Arc<dyn dq_core::ForwardSink>,
 }
 
 impl Server {
@@ -269,7 +271,17 @@ impl Server {
             state,
             clock,
             beanstalkd_listener: None,
+            forward_sink: Arc::new(forwarder::NoSink),
         }
+    }
+
+    /// Forwarding topics write through `sink` (`dq serve` gives dq-redis's
+    /// `RedisSink`, over its store when that is Redis). Without one every
+    /// write is refused ([`forwarder::NoSink`]).
+    #[must_use]
+    pub fn with_forward_sink(mut self, sink: Arc<dyn dq_core::ForwardSink>) -> Self {
+        self.forward_sink = sink;
+        self
     }
 
     /// The shared state (tests use it to wake waiters after moving a manual clock).
@@ -401,8 +413,14 @@ impl Server {
             let metrics = state.metrics.clone();
             let cancel = loops.clone();
             let deliveries = deliveries.clone();
+            let sink = self.forward_sink.clone();
             supervise(&tracker, &loops, "forwarder", move || {
-                let f = forwarder::Forwarder::new(svc.clone(), metrics.clone(), deliveries.clone());
+                let f = forwarder::Forwarder::new(
+                    svc.clone(),
+                    metrics.clone(),
+                    deliveries.clone(),
+                    sink.clone(),
+                );
                 f.run(cancel.clone())
             });
         }
