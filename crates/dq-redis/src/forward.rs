@@ -1,69 +1,21 @@
 //! Writing due jobs of a forwarding topic (`redis_stream`, `redis_list`)
-//! into the target Redis: [`RedisSink`], dq's
-//! [`ForwardSink`](dq_core::ForwardSink), which the binary gives the
-//! server.
+//! into the target Redis.
 //!
 //! Two ways, chosen per job by the caller: on the store's own server the
 //! store acks and writes in one script (`lua/forward.lua`,
-//! [`ForwardSink::ack_and_write`] through [`ShardedStore::ack_and_write`]);
+//! [`RedisStore::ack_and_write`](crate::RedisStore::ack_and_write));
 //! anywhere else a [`Sink`] writes a batch in one pipeline and the caller
 //! acks afterwards (a crash between the two may write a job twice: at
 //! least once). Both send the same commands, built here by [`args`].
+//! [`crate::RedisSink`] offers both to the server.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dq_core::forward::{AckWrite, Write};
-use dq_core::store::StoreResult;
-use dq_core::{ForwardConn, ForwardSink, Topic};
+use dq_core::ForwardConn;
+use dq_core::forward::Write;
 use redis::IntoConnectionInfo;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-
-use crate::ShardedStore;
-
-/// Where `dq serve` writes forwarded jobs: a [`Sink`] per target, and,
-/// over a Redis store, that store's servers acking and writing in one
-/// script ([`ShardedStore::ack_and_write`]).
-#[derive(Debug, Clone, Default)]
-pub struct RedisSink {
-    /// The Redis store dq serves from, if it does.
-    store: Option<Arc<ShardedStore>>,
-}
-
-impl RedisSink {
-    /// A sink that writes every batch through a connection to its target,
-    /// the caller acking afterwards (a store that is not Redis).
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A sink over `store`, the Redis store dq serves from: a target that
-    /// is one of its servers gets each job acked and written in one script.
-    pub fn over(store: Arc<ShardedStore>) -> Self {
-        Self { store: Some(store) }
-    }
-}
-
-#[async_trait]
-impl ForwardSink for RedisSink {
-    fn connect(&self, url: &str, timeout: Duration) -> Result<Box<dyn ForwardConn>, String> {
-        Ok(Box::new(Sink::new(url, timeout)?))
-    }
-
-    async fn ack_and_write(
-        &self,
-        topic: &Topic,
-        url: &str,
-        items: &[AckWrite<'_>],
-        now_ms: u64,
-    ) -> StoreResult<Vec<Option<StoreResult<()>>>> {
-        match &self.store {
-            Some(store) => store.ack_and_write(topic, url, items, now_ms).await,
-            None => Ok(vec![None; items.len()]),
-        }
-    }
-}
 
 /// A connection to one target Redis (a single server; created lazily, so a
 /// target that is down now is retried on each write).

@@ -15,8 +15,8 @@
 //! - `codes`: the reply codes scripts answer, named once for Rust and Lua.
 //! - `decode`: reading script replies, and their codes to errors, in one
 //!   place.
-//! - [`forward`]: writing a forwarding topic's due jobs into a target Redis
-//!   ([`forward::RedisSink`], the forward sink `dq serve` gives the server).
+//! - [`forward`]: writing a forwarding topic's due jobs into a target Redis.
+//! - `sink`: [`RedisSink`], the forward sink `dq serve` gives the server.
 //! - [`layout`]: the layout version key, checked at start.
 //! - `topic_index`: the topic names in name order (a ZSET beside the
 //!   topics SET), for listings that page.
@@ -49,6 +49,7 @@ pub mod layout;
 mod runner;
 mod scripts;
 pub mod sharded;
+mod sink;
 mod topic_index;
 mod verbs;
 
@@ -63,6 +64,7 @@ use dq_core::*;
 pub use config::{ConnectError, RedisConfig, TimeSource, mask_url};
 pub use keys::Keys;
 pub use sharded::ShardedStore;
+pub use sink::RedisSink;
 
 use conn::{Conn, Connections};
 use scripts::Scripts;
@@ -142,7 +144,7 @@ impl RedisStore {
     /// Acks reserved jobs and writes each into a stream or list of the
     /// server `url` in one script (`lua/forward.lua`) when that server is
     /// this store's own (same address and database; not a Cluster): what
-    /// [`forward::RedisSink`] does, see
+    /// [`RedisSink`] does, see
     /// [`ForwardSink::ack_and_write`](dq_core::ForwardSink::ack_and_write)
     /// for the answers. `None` for every item anywhere else.
     pub async fn ack_and_write(

@@ -26,7 +26,7 @@ async fn ack_and_write_elsewhere_does_nothing_on_a_cluster() {
     let cluster = RedisCluster::start(3, 1);
     let store = on_cluster(&cluster, "forward").await;
     let store = std::sync::Arc::new(dq_redis::ShardedStore::new(vec![("cluster".into(), store)]));
-    let sink = dq_redis::forward::RedisSink::over(store.clone());
+    let sink = dq_redis::RedisSink::over(store.clone());
     dq_testkit::conformance::ack_and_write_elsewhere_does_nothing(&*store, &sink).await;
 }
 

@@ -22,6 +22,6 @@ dq_testkit::conformance_tests!(fresh());
 async fn ack_and_write_elsewhere_does_nothing() {
     let (store, _server) = fresh().await;
     let store = std::sync::Arc::new(dq_redis::ShardedStore::new(vec![("redis".into(), store)]));
-    let sink = dq_redis::forward::RedisSink::over(store.clone());
+    let sink = dq_redis::RedisSink::over(store.clone());
     dq_testkit::conformance::ack_and_write_elsewhere_does_nothing(&*store, &sink).await;
 }

@@ -45,7 +45,7 @@ dq_testkit::conformance_tests!(fresh());
 async fn ack_and_write_elsewhere_does_nothing() {
     let (store, _servers) = fresh().await;
     let store = Arc::new(store);
-    let sink = dq_redis::forward::RedisSink::over(store.clone());
+    let sink = dq_redis::RedisSink::over(store.clone());
     dq_testkit::conformance::ack_and_write_elsewhere_does_nothing(&*store, &sink).await;
 }
 

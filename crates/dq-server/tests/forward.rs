@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dq_core::Store;
-use dq_redis::forward::RedisSink;
+use dq_redis::RedisSink;
 use dq_server::ServerConfig;
 use dq_testkit::RedisServer;
 use redis::{RedisResult, Value as RV};

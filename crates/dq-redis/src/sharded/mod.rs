@@ -100,7 +100,7 @@ impl ShardedStore {
 
     /// [`RedisStore::ack_and_write`] per partition, on its shard: a job is
     /// acked and written in one script when the target is its shard's
-    /// server, else answers `None` (what [`crate::forward::RedisSink`]
+    /// server, else answers `None` (what [`crate::RedisSink`]
     /// does over this store).
     pub async fn ack_and_write(
         &self,

@@ -177,7 +177,7 @@ pub(crate) async fn serve_on(
 /// gives it.
 pub(crate) async fn serve_forwarding(
     store: Arc<dyn Store>,
-    sink: dq_redis::forward::RedisSink,
+    sink: dq_redis::RedisSink,
     config: dq_server::ServerConfig,
 ) -> Running {
     let server = server(store, config, Arc::new(dq_core::SystemClock));

@@ -1,7 +1,9 @@
 //! The Store contract as scenarios. Each `pub async fn` takes a fresh, empty
 //! store and checks one part of the guarantees (README, docs/design.md), with time given
 //! explicitly so every expectation is exact. [`conformance_tests!`](crate::conformance_tests) turns all
-//! of them into `#[tokio::test]`s for one store.
+//! of them into `#[tokio::test]`s for one store, but
+//! `ack_and_write_elsewhere_does_nothing`, which takes the store's forward
+//! sink too: each store's tests run it beside the macro.
 //!
 //! Every assertion here would fail if the store broke the rule it checks.
 //!
