@@ -111,55 +111,57 @@ fn init_logs(
 async fn serve(args: ServeArgs) -> Result<()> {
     let settings = args.resolve()?;
     let _logs = init_logs(settings.log_format, &settings.log_level)?;
-    let mut data_dir = None;
-    let (store, what): (Arc<dyn dq_core::Store>, String) = match &settings.store {
-        StoreChoice::Embedded(dir, options) => {
-            let store = dq_embedded::EmbeddedStore::open_with(dir, options)?;
-            let shown = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
-            let what = format!("embedded, data in {}", shown.display());
-            data_dir = Some(shown);
-            (Arc::new(store), what)
-        }
-        StoreChoice::Redis(configs) => {
-            let mut shards = Vec::new();
-            let mut names = Vec::new();
-            for (i, config) in configs.iter().enumerate() {
-                let name = if config.cluster.is_empty() {
-                    dq_redis::mask_url(&config.url)
-                } else {
-                    let seeds: Vec<String> = config
-                        .cluster
-                        .iter()
-                        .map(|u| dq_redis::mask_url(u))
-                        .collect();
-                    format!("cluster {}", seeds.join(","))
-                };
-                let name = if configs.len() > 1 {
-                    format!("shard {i} {name}")
-                } else {
-                    name
-                };
-                shards.push((name.clone(), dq_redis::RedisStore::new(config)?));
-                names.push(name);
+    // Forwarding topics write through dq-redis's sink; over a Redis store
+    // it acks and writes in one script where the target is the store's own.
+    let (store, what, sink): (Arc<dyn dq_core::Store>, String, dq_redis::RedisSink) =
+        match &settings.store {
+            StoreChoice::Embedded(dir, options) => {
+                let store = dq_embedded::EmbeddedStore::open_with(dir, options)?;
+                let shown = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone());
+                let what = format!("embedded, data in {}", shown.display());
+                (Arc::new(store), what, dq_redis::RedisSink::new())
             }
-            let store = Arc::new(dq_redis::ShardedStore::new(shards));
-            let what = format!("redis at {}", names.join("; "));
-            match store.load_scripts().await {
-                Ok(()) => tracing::info!(redis = %what, "Redis reachable, scripts loaded"),
-                Err(e) => {
-                    tracing::warn!(redis = %what, error = %e, "Redis not reachable yet; serving anyway and retrying (requests get 503 until it answers)")
+            StoreChoice::Redis(configs) => {
+                let mut shards = Vec::new();
+                let mut names = Vec::new();
+                for (i, config) in configs.iter().enumerate() {
+                    let name = if config.cluster.is_empty() {
+                        dq_redis::mask_url(&config.url)
+                    } else {
+                        let seeds: Vec<String> = config
+                            .cluster
+                            .iter()
+                            .map(|u| dq_redis::mask_url(u))
+                            .collect();
+                        format!("cluster {}", seeds.join(","))
+                    };
+                    let name = if configs.len() > 1 {
+                        format!("shard {i} {name}")
+                    } else {
+                        name
+                    };
+                    shards.push((name.clone(), dq_redis::RedisStore::new(config)?));
+                    names.push(name);
                 }
+                let store = Arc::new(dq_redis::ShardedStore::new(shards));
+                let what = format!("redis at {}", names.join("; "));
+                match store.load_scripts().await {
+                    Ok(()) => tracing::info!(redis = %what, "Redis reachable, scripts loaded"),
+                    Err(e) => {
+                        tracing::warn!(redis = %what, error = %e, "Redis not reachable yet; serving anyway and retrying (requests get 503 until it answers)")
+                    }
+                }
+                // No script runs on a shard before its layout is accepted.
+                store.hold_until_layout_checked();
+                check_layout(store.clone(), settings.upgrade_layout).await?;
+                let sink = dq_redis::RedisSink::over(store.clone());
+                (store, what, sink)
             }
-            // No script runs on a shard before its layout is accepted.
-            store.hold_until_layout_checked();
-            check_layout(store.clone(), settings.upgrade_layout).await?;
-            (store, what)
-        }
-    };
+        };
     let mut config = settings.server.clone();
     config.store_name.clone_from(&what);
-    config.data_dir = data_dir;
-    let server = dq_server::Server::new(config, store, Arc::new(dq_core::MonotonicClock::new()));
+    let server = dq_server::Server::new(config, store, Arc::new(dq_core::MonotonicClock::new()))
+        .with_forward_sink(Arc::new(sink));
     server
         .apply_topics(&settings.topics)
         .await

@@ -1,14 +1,22 @@
-//! The unpaid-order case end to end, with a real SQLite database.
+//! The unpaid-order case end to end, with a real SQLite database, talking
+//! to a `dq serve` over HTTP as any program of yours would.
 //!
 //! An order is created and a timeout job enqueued; paying cancels the job;
 //! the worker closes an unpaid order with a conditional update, so a job
 //! handed out twice (at-least-once) changes nothing the second time.
 //!
+//! The dq it talks to: `DQ_SERVER` (its URL), or else a `dq serve` it
+//! starts on a temp directory and stops at the end — the binary `DQ_BIN`
+//! names, or `dq` beside this example's own build (`cargo build -p dq-cli`
+//! puts it there).
+//!
 //! ```sh
-//! cargo run -p dq-client --example order_timeout                  # in-process dq
+//! cargo build -p dq-cli && cargo run -p dq-client --example order_timeout   # starts a dq
 //! DQ_SERVER=http://127.0.0.1:7070 cargo run -p dq-client --example order_timeout
 //! ```
 
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,6 +24,80 @@ use dq_client::{Client, NewJob, Outcome, Worker};
 use rusqlite::{Connection, params};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+
+/// A `dq serve` started by this example; stopped (SIGTERM, then killed if
+/// it lingers) when dropped.
+struct Serve(Child);
+
+impl Serve {
+    /// Starts `dq serve` with its data in `dir` on a free port of
+    /// 127.0.0.1 and waits until it is ready; returns it and its URL.
+    async fn start(dir: &Path) -> Result<(Self, String), Box<dyn std::error::Error>> {
+        let bin = match std::env::var_os("DQ_BIN") {
+            Some(b) => PathBuf::from(b),
+            // target/<profile>/examples/order_timeout → target/<profile>/dq
+            None => std::env::current_exe()?
+                .parent()
+                .and_then(Path::parent)
+                .ok_or("no directory above this example's binary")?
+                .join("dq"),
+        };
+        if !bin.is_file() {
+            return Err(format!(
+                "no dq binary at {} (cargo build -p dq-cli, set DQ_BIN, or give DQ_SERVER)",
+                bin.display()
+            )
+            .into());
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = Command::new(&bin)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(dir)
+            .args(["--config", "/dev/null", "--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let mut serve = Self(child);
+        let base = format!("http://127.0.0.1:{port}");
+        let http = reqwest::Client::new();
+        let t0 = Instant::now();
+        loop {
+            if let Some(status) = serve.0.try_wait()? {
+                return Err(format!("dq serve exited before it was ready ({status})").into());
+            }
+            let ready = http.get(format!("{base}/readyz")).send().await;
+            if ready.is_ok_and(|r| r.status().is_success()) {
+                return Ok((serve, base));
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                return Err("dq serve not ready within 20 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        // A graceful stop first: SIGTERM, as a service manager sends it.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(10) {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 /// Closes the order if it is still unpaid; returns whether it changed anything.
 fn close_if_unpaid(db: &Mutex<Connection>, order: i64) -> rusqlite::Result<bool> {
@@ -38,30 +120,14 @@ fn status(db: &Mutex<Connection>, order: i64) -> String {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    // A dq to talk to: DQ_SERVER, or one started here on a temp directory.
+    // A dq to talk to: DQ_SERVER, or a `dq serve` started here on a temp
+    // directory (stopped when `_serve` goes, at the end, before the directory).
     let tmp = tempfile::tempdir()?;
-    let (base, server_stop) = match std::env::var("DQ_SERVER") {
+    let (base, _serve) = match std::env::var("DQ_SERVER") {
         Ok(url) => (url, None),
         Err(_) => {
-            let store = dq_embedded::EmbeddedStore::open(tmp.path().join("dq-data"))?;
-            let server = dq_server::Server::new(
-                dq_server::ServerConfig {
-                    listen: "127.0.0.1:0".parse()?,
-                    ..Default::default()
-                },
-                Arc::new(store),
-                Arc::new(dq_core::SystemClock),
-            );
-            let listener = server.bind().await?;
-            let base = format!("http://{}", listener.local_addr()?);
-            let stop = CancellationToken::new();
-            let s = stop.clone();
-            tokio::spawn(async move {
-                server
-                    .run(listener, async move { s.cancelled().await })
-                    .await
-            });
-            (base, Some(stop))
+            let (serve, base) = Serve::start(&tmp.path().join("dq-data")).await?;
+            (base, Some(serve))
         }
     };
     let client = Client::new(base)?;
@@ -135,8 +201,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(status(&db, 1), "paid");
     assert_eq!(status(&db, 2), "closed");
     println!("order 1: paid (timeout cancelled); order 2: closed by its timeout");
-    if let Some(s) = server_stop {
-        s.cancel();
-    }
     Ok(())
 }

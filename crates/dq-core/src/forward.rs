@@ -127,11 +127,12 @@ pub enum Write {
 }
 
 /// The [`crate::StoreError::Storage`] code of an item whose write the
-/// target refused in [`crate::Store::ack_and_write`] (the job stays
+/// target refused in [`crate::ForwardSink::ack_and_write`] (the job stays
 /// reserved, not acked).
 pub const TARGET_REFUSED: &str = "target_refused";
 
-/// One reserved job to ack and write in one step ([`crate::Store::ack_and_write`]).
+/// One reserved job to ack and write in one step
+/// ([`crate::ForwardSink::ack_and_write`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AckWrite<'a> {
     /// The job.

@@ -8,9 +8,12 @@
 //! - [`topic`]: [`TopicConfig`] and its partial update [`TopicConfigPatch`].
 //! - [`flow`]: [`RateLimit`], the token bucket of a topic's hand-outs.
 //! - [`forward`]: what a `redis_stream` / `redis_list` topic writes for a job.
+//! - [`sink`]: [`ForwardSink`], where and how those writes go (the binary
+//!   gives the server dq-redis's).
 //! - [`nulls`]: [`nulls::not_null`], how an optional wire field refuses `null`.
 //! - [`clock`]: [`Clock`], the one source of "now" for code that depends on time.
-//! - [`store`]: the [`Store`] trait and [`StoreError`].
+//! - [`store`]: the [`Store`] trait, [`StoreError`] and what a backup
+//!   answers ([`BackupReport`], [`BackupError`]).
 
 pub mod clock;
 pub mod flow;
@@ -20,6 +23,7 @@ pub mod limits;
 pub mod model;
 pub mod nulls;
 pub mod retry;
+pub mod sink;
 pub mod store;
 pub mod topic;
 
@@ -28,5 +32,9 @@ pub use flow::RateLimit;
 pub use limits::{InvalidInput, Limits};
 pub use model::*;
 pub use retry::RetryPolicy;
-pub use store::{MAX_RECORD_BYTES, Record, Store, StoreError, StoreResult, WakeFn, WorkCounter};
+pub use sink::{ForwardConn, ForwardSink};
+pub use store::{
+    BackupError, BackupReport, MAX_RECORD_BYTES, Record, Store, StoreError, StoreResult, WakeFn,
+    WorkCounter,
+};
 pub use topic::{Delivery, PushConfig, PushMethod, TopicConfig, TopicConfigPatch};

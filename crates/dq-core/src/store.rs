@@ -44,6 +44,34 @@ pub enum StoreError {
 /// A store result.
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// What a [`Store::backup`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupReport {
+    /// The file's size.
+    pub bytes: u64,
+    /// Its pages.
+    pub pages: u64,
+    /// The schema version of the data copied.
+    pub schema_version: i64,
+    /// How long the copy took.
+    pub took: std::time::Duration,
+}
+
+/// Why a [`Store::backup`] wrote nothing, phrased as what the caller does
+/// next. The messages are for clients.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BackupError {
+    /// This store is not copied by dq (Redis: back up Redis itself).
+    #[error("this store cannot be backed up by dq")]
+    Unsupported,
+    /// The destination exists: a backup never overwrites a file.
+    #[error("{0}")]
+    Exists(String),
+    /// The copy failed; nothing is left under the destination.
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// One of [`Store::work_counters`]: a Prometheus counter (it only grows
 /// while the process runs).
 #[derive(Clone, Debug, PartialEq)]
@@ -221,26 +249,24 @@ pub trait Store: Send + Sync + 'static {
         now_ms: u64,
     ) -> StoreResult<u64>;
 
-    /// Acks reserved jobs and writes each into a Redis stream or list of the
-    /// server `url` in the same atomic step — when this store's own server
-    /// is that Redis (a forwarding topic whose target is the store's Redis:
-    /// nothing acked goes unwritten, nothing is written twice). One answer
-    /// per item, in order: `None` when this store cannot do both at once
-    /// for it (another server, a Cluster, not Redis: the caller writes,
-    /// then acks), else the ack's result — an item whose write the target
-    /// refused is not acked and answers [`StoreError::Storage`] with code
-    /// [`crate::forward::TARGET_REFUSED`]; [`StoreError::Unavailable`] means
-    /// the store did not answer (the item may or may not be done).
-    /// Default: `None` for every item.
-    async fn ack_and_write(
-        &self,
-        topic: &Topic,
-        url: &str,
-        items: &[crate::forward::AckWrite<'_>],
-        now_ms: u64,
-    ) -> StoreResult<Vec<Option<StoreResult<()>>>> {
-        let _ = (topic, url, now_ms);
-        Ok(vec![None; items.len()])
+    /// Whether [`Store::backup`] copies this store (the embedded store);
+    /// a caller asks before checking a destination, so a store dq does not
+    /// copy is refused first. Default: no.
+    fn can_backup(&self) -> bool {
+        false
+    }
+
+    /// Writes a consistent copy of the store to the new file `to` (on the
+    /// store's machine) while writes go on, and returns when it is whole:
+    /// a file under `to` is always a whole backup.
+    ///
+    /// # Errors
+    /// [`BackupError::Exists`] when `to` exists; [`BackupError::Failed`]
+    /// when the copy cannot be written. Default:
+    /// [`BackupError::Unsupported`].
+    async fn backup(&self, to: &std::path::Path) -> Result<BackupReport, BackupError> {
+        let _ = to;
+        Err(BackupError::Unsupported)
     }
 
     /// Moves up to `max` due jobs from scheduled to ready.

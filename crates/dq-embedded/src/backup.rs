@@ -300,6 +300,34 @@ pub fn backup(
     Ok(report(out, pages, version, started))
 }
 
+/// [`dq_core::Store::backup`] of the store serving `data_dir`: [`backup`]
+/// on a blocking thread, its answer in the contract's terms (the path in
+/// messages is the directory's canonical one, as `dq serve` shows it).
+pub(crate) async fn backup_live(
+    data_dir: &Path,
+    out: &Path,
+) -> Result<dq_core::BackupReport, dq_core::BackupError> {
+    let (dir, out) = (data_dir.to_path_buf(), out.to_path_buf());
+    // Runs to the end even if the caller goes away: a file under `out` is
+    // always a whole backup.
+    let done = tokio::task::spawn_blocking(move || {
+        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+        backup(&dir, &out, &mut |_| {})
+    })
+    .await
+    .map_err(|e| dq_core::BackupError::Failed(e.to_string()))?;
+    match done {
+        Ok(r) => Ok(dq_core::BackupReport {
+            bytes: r.bytes,
+            pages: r.pages,
+            schema_version: r.schema_version,
+            took: r.took,
+        }),
+        Err(e @ BackupError::Exists { .. }) => Err(dq_core::BackupError::Exists(e.to_string())),
+        Err(e) => Err(dq_core::BackupError::Failed(e.to_string())),
+    }
+}
+
 /// Restores the backup `file` as the store of `data_dir` (created if
 /// missing). A directory that is not empty is refused unless `force`, which
 /// replaces its data file; a directory a dq process holds is always refused.

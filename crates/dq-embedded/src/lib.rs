@@ -642,6 +642,16 @@ impl Store for EmbeddedStore {
         self.writer.work().counters()
     }
 
+    fn can_backup(&self) -> bool {
+        true
+    }
+
+    /// SQLite's online backup API through a connection of its own
+    /// ([`backup`]): the writer goes on committing meanwhile.
+    async fn backup(&self, to: &Path) -> Result<BackupReport, BackupError> {
+        backup::backup_live(&self.dir, to).await
+    }
+
     async fn size_bytes(&self) -> StoreResult<Option<u64>> {
         let db = self.dir.join(DB_FILE);
         let bytes = [schema::wal_path(&db), db]

@@ -3,13 +3,16 @@
 //!
 //! Two ways, chosen per job by the caller: on the store's own server the
 //! store acks and writes in one script (`lua/forward.lua`,
-//! [`dq_core::Store::ack_and_write`]); anywhere else a [`Sink`] writes a
-//! batch in one pipeline and the caller acks afterwards (a crash between
-//! the two may write a job twice: at least once). Both send the same
-//! commands, built here by [`args`].
+//! [`RedisStore::ack_and_write`](crate::RedisStore::ack_and_write));
+//! anywhere else a [`Sink`] writes a batch in one pipeline and the caller
+//! acks afterwards (a crash between the two may write a job twice: at
+//! least once). Both send the same commands, built here by [`args`].
+//! [`crate::RedisSink`] offers both to the server.
 
 use std::time::Duration;
 
+use async_trait::async_trait;
+use dq_core::ForwardConn;
 use dq_core::forward::Write;
 use redis::IntoConnectionInfo;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -54,14 +57,11 @@ impl Sink {
             url: url.to_string(),
         })
     }
+}
 
-    /// Writes every item in one pipeline (not a transaction: on an error
-    /// some may have been written; the caller retries them all, at least
-    /// once).
-    ///
-    /// # Errors
-    /// What the target answered, or that it cannot be reached.
-    pub async fn write(&self, writes: &[&Write]) -> Result<(), String> {
+#[async_trait]
+impl ForwardConn for Sink {
+    async fn write(&self, writes: &[&Write]) -> Result<(), String> {
         let mut pipe = redis::pipe();
         for w in writes {
             let (cmd, rest) = command(w);

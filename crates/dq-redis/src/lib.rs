@@ -16,6 +16,7 @@
 //! - `decode`: reading script replies, and their codes to errors, in one
 //!   place.
 //! - [`forward`]: writing a forwarding topic's due jobs into a target Redis.
+//! - `sink`: [`RedisSink`], the forward sink `dq serve` gives the server.
 //! - [`layout`]: the layout version key, checked at start.
 //! - `topic_index`: the topic names in name order (a ZSET beside the
 //!   topics SET), for listings that page.
@@ -48,6 +49,7 @@ pub mod layout;
 mod runner;
 mod scripts;
 pub mod sharded;
+mod sink;
 mod topic_index;
 mod verbs;
 
@@ -62,6 +64,7 @@ use dq_core::*;
 pub use config::{ConnectError, RedisConfig, TimeSource, mask_url};
 pub use keys::Keys;
 pub use sharded::ShardedStore;
+pub use sink::RedisSink;
 
 use conn::{Conn, Connections};
 use scripts::Scripts;
@@ -136,6 +139,22 @@ impl RedisStore {
     /// The key builder (for tests and tools that inspect the keyspace).
     pub fn keys(&self) -> &Keys {
         &self.keys
+    }
+
+    /// Acks reserved jobs and writes each into a stream or list of the
+    /// server `url` in one script (`lua/forward.lua`) when that server is
+    /// this store's own (same address and database; not a Cluster): what
+    /// [`RedisSink`] does, see
+    /// [`ForwardSink::ack_and_write`](dq_core::ForwardSink::ack_and_write)
+    /// for the answers. `None` for every item anywhere else.
+    pub async fn ack_and_write(
+        &self,
+        topic: &Topic,
+        url: &str,
+        items: &[dq_core::forward::AckWrite<'_>],
+        now_ms: u64,
+    ) -> StoreResult<Vec<Option<StoreResult<()>>>> {
+        verbs::leases::ack_and_write(self, topic, url, items, now_ms).await
     }
 }
 
@@ -222,16 +241,6 @@ impl Store for RedisStore {
 
     async fn touch_batch(&self, items: &[HeldTouch<'_>], now_ms: u64) -> Vec<StoreResult<u64>> {
         verbs::leases::touch_batch(self, items, now_ms).await
-    }
-
-    async fn ack_and_write(
-        &self,
-        topic: &Topic,
-        url: &str,
-        items: &[dq_core::forward::AckWrite<'_>],
-        now_ms: u64,
-    ) -> StoreResult<Vec<Option<StoreResult<()>>>> {
-        verbs::leases::ack_and_write(self, topic, url, items, now_ms).await
     }
 
     async fn nack(

@@ -19,6 +19,17 @@ async fn on_cluster(cluster: &RedisCluster, scenario: &str) -> RedisStore {
 
 dq_testkit::conformance_tests!(in_one conformance_on_a_cluster, RedisCluster::start(3, 1), on_cluster);
 
+/// Outside the macro (it takes the forward sink too): through the sink
+/// `dq serve` gives over the cluster (as one shard).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_and_write_elsewhere_does_nothing_on_a_cluster() {
+    let cluster = RedisCluster::start(3, 1);
+    let store = on_cluster(&cluster, "forward").await;
+    let store = std::sync::Arc::new(dq_redis::ShardedStore::new(vec![("cluster".into(), store)]));
+    let sink = dq_redis::RedisSink::over(store.clone());
+    dq_testkit::conformance::ack_and_write_elsewhere_does_nothing(&*store, &sink).await;
+}
+
 /// A master is killed under load: its replica takes over and service comes
 /// back by itself; every enqueue acknowledged with `wait_replicas = 1` is
 /// still there afterwards.

@@ -39,6 +39,16 @@ async fn fresh() -> (ShardedStore, Vec<RedisServer>) {
 
 dq_testkit::conformance_tests!(fresh());
 
+/// Outside the macro (it takes the forward sink too): through the sink
+/// `dq serve` gives over the three shards.
+#[tokio::test]
+async fn ack_and_write_elsewhere_does_nothing() {
+    let (store, _servers) = fresh().await;
+    let store = Arc::new(store);
+    let sink = dq_redis::RedisSink::over(store.clone());
+    dq_testkit::conformance::ack_and_write_elsewhere_does_nothing(&*store, &sink).await;
+}
+
 fn job(id: &str, when: When) -> NewJob {
     NewJob::new(JobId::new(id).unwrap(), Body::Json("{}".into()), when)
 }

@@ -7,13 +7,18 @@
 //! - **Never early**: a job is written only once reserved, which is once due.
 //! - **At least once**: when the target is the store's own Redis (same
 //!   address and database; not a Cluster), the store acks and writes each
-//!   job in one script (`Store::ack_and_write`): nothing is written twice,
-//!   nothing acked unwritten. Anywhere else a batch is written in one
-//!   pipeline, then acked; a crash between the two writes those jobs again
-//!   after their lease (30 s).
+//!   job in one script ([`ForwardSink::ack_and_write`]): nothing is written
+//!   twice, nothing acked unwritten. Anywhere else a batch is written in
+//!   one pipeline ([`ForwardConn::write`]), then acked; a crash between the
+//!   two writes those jobs again after their lease (30 s).
 //! - **Retries**: a write the target refuses or cannot take (down, timeout,
 //!   wrong key type) is a failed attempt of each job, retried with the
 //!   topic's backoff; out of attempts, the job is dead as any other.
+//!
+//! The [`ForwardSink`] is the binary's (dq-redis's `RedisSink`), given with
+//! [`crate::Server::with_forward_sink`]; a server given none refuses every
+//! write ([`NoSink`]), so its forwarded jobs are retried, then dead, with
+//! the reason.
 //!
 //! Each topic has its own task; one batch (up to 100 jobs) at a time. Its
 //! tasks run in the tracker drain and shutdown wait for, so a batch being
@@ -24,8 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dq_core::forward::{AckWrite, Write};
-use dq_core::{Delivery, Lease, Nack, NackOutcome, StoreError, Topic};
-use dq_redis::forward::Sink;
+use dq_core::{Delivery, ForwardConn, ForwardSink, Lease, Nack, NackOutcome, StoreError, Topic};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -44,15 +48,36 @@ pub struct Forwarder {
     svc: Arc<Service>,
     metrics: Arc<Metrics>,
     tracker: TaskTracker,
+    sink: Arc<dyn ForwardSink>,
+}
+
+/// The sink of a server given none: every write is refused, with why.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoSink;
+
+impl ForwardSink for NoSink {
+    fn connect(&self, url: &str, _: Duration) -> Result<Box<dyn ForwardConn>, String> {
+        Err(format!(
+            "target {}: this server was given no forward sink (dq serve gives one)",
+            dq_core::forward::redact_url(url)
+        ))
+    }
 }
 
 impl Forwarder {
-    /// A forwarder whose topic tasks run in `tracker`.
-    pub fn new(svc: Arc<Service>, metrics: Arc<Metrics>, tracker: TaskTracker) -> Self {
+    /// A forwarder writing through `sink`, whose topic tasks run in
+    /// `tracker`.
+    pub fn new(
+        svc: Arc<Service>,
+        metrics: Arc<Metrics>,
+        tracker: TaskTracker,
+        sink: Arc<dyn ForwardSink>,
+    ) -> Self {
         Self {
             svc,
             metrics,
             tracker,
+            sink,
         }
     }
 
@@ -60,7 +85,7 @@ impl Forwarder {
     pub async fn run(self, cancel: CancellationToken) {
         let pick = |d: Delivery| d.target().is_some().then_some(d);
         crate::deliverer::per_topic(&self.svc, &cancel, "forwarding", pick, |t, d, stop| {
-            let task = TopicForward::new(self.svc.clone(), self.metrics.clone(), t, d);
+            let task = TopicForward::new(self.svc.clone(), self.metrics.clone(), &self.sink, t, d);
             self.tracker.spawn(task.run(stop));
         })
         .await;
@@ -72,12 +97,20 @@ struct TopicForward {
     metrics: Arc<Metrics>,
     topic: Topic,
     delivery: Delivery,
+    /// Acks and writes in one step where it can.
+    sink: Arc<dyn ForwardSink>,
     /// The target's connection, or why the URL cannot be used.
-    sink: Result<Sink, String>,
+    conn: Result<Box<dyn ForwardConn>, String>,
 }
 
 impl TopicForward {
-    fn new(svc: Arc<Service>, metrics: Arc<Metrics>, topic: Topic, delivery: Delivery) -> Self {
+    fn new(
+        svc: Arc<Service>,
+        metrics: Arc<Metrics>,
+        sink: &Arc<dyn ForwardSink>,
+        topic: Topic,
+        delivery: Delivery,
+    ) -> Self {
         let url = delivery
             .target()
             .map(|t| t.url().to_string())
@@ -87,7 +120,8 @@ impl TopicForward {
             metrics,
             topic,
             delivery,
-            sink: Sink::new(&url, WRITE_TIMEOUT),
+            sink: sink.clone(),
+            conn: sink.connect(&url, WRITE_TIMEOUT),
         }
     }
 
@@ -143,7 +177,11 @@ impl TopicForward {
             })
             .collect();
         let t = &self.topic;
-        let done = match self.svc.ack_and_write(t, target.url(), &items).await {
+        let done = match self
+            .svc
+            .ack_and_write(&*self.sink, t, target.url(), &items)
+            .await
+        {
             Ok(d) => d,
             Err(e) => {
                 // Unknown whether the store did any: what it did not comes
@@ -179,8 +217,8 @@ impl TopicForward {
         }
         if !rest.is_empty() {
             let batch: Vec<&Write> = rest.iter().map(|&i| &writes[i]).collect();
-            let wrote = match &self.sink {
-                Ok(sink) => sink.write(&batch).await,
+            let wrote = match &self.conn {
+                Ok(conn) => conn.write(&batch).await,
                 Err(e) => Err(e.clone()),
             };
             match wrote {

@@ -220,9 +220,6 @@ pub struct ServerConfig {
     /// TLS for the HTTP listener (off by default): read at start, again on
     /// SIGHUP.
     pub tls: Option<tls::TlsFiles>,
-    /// The embedded store's data directory, for `POST /v1/admin/backup`
-    /// (None on Redis).
-    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -243,7 +240,6 @@ impl Default for ServerConfig {
             http: listener::HttpLimits::default(),
             beanstalkd: None,
             tls: None,
-            data_dir: None,
         }
     }
 }
@@ -255,6 +251,8 @@ pub struct Server {
     clock: Arc<clock::StoreClock>,
     /// The beanstalkd listener when bound before [`Server::run`].
     beanstalkd_listener: Option<tokio::net::TcpListener>,
+    /// Where forwarding topics write ([`Server::with_forward_sink`]).
+    forward_sink: Arc<dyn dq_core::ForwardSink>,
 }
 
 impl Server {
@@ -276,13 +274,22 @@ impl Server {
             .metrics
             .set_topic_series(config.metrics_series.clone());
         state.store_name = config.store_name.clone();
-        state.data_dir.clone_from(&config.data_dir);
         Self {
             config,
             state,
             clock,
             beanstalkd_listener: None,
+            forward_sink: Arc::new(forwarder::NoSink),
         }
+    }
+
+    /// Forwarding topics write through `sink` (`dq serve` gives dq-redis's
+    /// `RedisSink`, over its store when that is Redis). Without one every
+    /// write is refused ([`forwarder::NoSink`]).
+    #[must_use]
+    pub fn with_forward_sink(mut self, sink: Arc<dyn dq_core::ForwardSink>) -> Self {
+        self.forward_sink = sink;
+        self
     }
 
     /// The shared state (tests use it to wake waiters after moving a manual clock).
@@ -414,8 +421,14 @@ impl Server {
             let metrics = state.metrics.clone();
             let cancel = loops.clone();
             let deliveries = deliveries.clone();
+            let sink = self.forward_sink.clone();
             supervise(&tracker, &loops, "forwarder", move || {
-                let f = forwarder::Forwarder::new(svc.clone(), metrics.clone(), deliveries.clone());
+                let f = forwarder::Forwarder::new(
+                    svc.clone(),
+                    metrics.clone(),
+                    deliveries.clone(),
+                    sink.clone(),
+                );
                 f.run(cancel.clone())
             });
         }

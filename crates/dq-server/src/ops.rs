@@ -1,11 +1,11 @@
 //! Operations on this instance, under `/v1/admin` (admin only, see
 //! [`crate::auth`]):
 //!
-//! - `POST /v1/admin/backup` `{"path": "/abs/file"}`: writes a consistent
-//!   copy of the embedded store to a new file on the server's machine
-//!   (`dq_embedded::backup`: SQLite's online backup API; writes go on
-//!   meanwhile) and answers when it is whole. One at a time. On Redis it is
-//!   refused (409 `backup_unsupported`): back up Redis itself.
+//! - `POST /v1/admin/backup` `{"path": "/abs/file"}`: [`crate::Service::backup`]
+//!   — writes a consistent copy of the embedded store to a new file on the
+//!   server's machine (SQLite's online backup API; writes go on meanwhile)
+//!   and answers when it is whole. One at a time. On Redis it is refused
+//!   (409 `backup_unsupported`): back up Redis itself.
 //! - `POST /v1/admin/drain` `{"wait_ms": N}`: [`crate::Service::drain`] —
 //!   this instance stops handing out jobs, `/readyz` answers 503
 //!   `draining`, and the answer says whether its deliveries in flight have
@@ -19,7 +19,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use dq_api as wire;
-use dq_embedded::backup::BackupError;
+use dq_core::BackupError;
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -33,13 +33,13 @@ pub(crate) async fn backup(
     State(st): State<AppState>,
     JsonBody(req): JsonBody<wire::BackupRequest>,
 ) -> Result<Response, ApiError> {
-    let Some(dir) = st.data_dir.clone() else {
+    if !st.service.can_backup() {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "backup_unsupported",
             "this dq's store is Redis, which dq does not copy: back up Redis itself (RDB snapshots, AOF, replicas; see docs/operations.md#backups)",
         ));
-    };
+    }
     let path = PathBuf::from(&req.path);
     check_path(&path)?;
     let Ok(_one) = st.backup_lock.clone().try_lock_owned() else {
@@ -50,23 +50,10 @@ pub(crate) async fn backup(
         ));
     };
     tracing::info!(path = %path.display(), "backup started");
-    // Runs to the end even if the client goes away: a file under `path` is
-    // always a whole backup.
-    let out = path.clone();
-    let done =
-        tokio::task::spawn_blocking(move || dq_embedded::backup::backup(&dir, &out, &mut |_| {}))
-            .await
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "backup_failed",
-                    e.to_string(),
-                )
-            })?;
-    let report = done.map_err(|e| match e {
-        BackupError::Exists { .. } => {
-            ApiError::new(StatusCode::CONFLICT, "backup_exists", e.to_string())
-        }
+    // The copy runs to the end even if the client goes away: a file under
+    // `path` is always a whole backup.
+    let report = st.service.backup(&path).await.map_err(|e| match e {
+        BackupError::Exists(m) => ApiError::new(StatusCode::CONFLICT, "backup_exists", m),
         e => {
             tracing::error!(path = %path.display(), error = %e, "backup failed");
             ApiError::new(

@@ -24,9 +24,6 @@ pub struct AppState {
     pub(crate) rates: Arc<crate::rates::Rates>,
     /// What the admin page calls the store (e.g. `redis redis://host:6379/0`).
     pub store_name: String,
-    /// The embedded store's data directory (None on Redis): what
-    /// `POST /v1/admin/backup` copies.
-    pub data_dir: Option<std::path::PathBuf>,
     /// Held while a backup is written: one at a time.
     pub(crate) backup_lock: Arc<tokio::sync::Mutex<()>>,
     /// Stops the loops [`AppState::new`] started when the last copy goes.
@@ -67,7 +64,6 @@ impl AppState {
             admin: Arc::new(AdminAuth::new(None)),
             rates: Arc::default(),
             store_name: "store".into(),
-            data_dir: None,
             backup_lock: Arc::default(),
             _loops: None,
         }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use dq_core::Store;
+use dq_redis::RedisSink;
 use dq_server::ServerConfig;
 use dq_testkit::RedisServer;
 use redis::{RedisResult, Value as RV};
@@ -26,8 +27,9 @@ impl std::ops::Deref for Dq {
     }
 }
 
-async fn dq(store: Arc<dyn Store>) -> Dq {
-    Dq(support::serve(store, ServerConfig::default()).await)
+/// A server over `store` whose forwarding topics write through `sink`.
+async fn dq(store: Arc<dyn Store>, sink: RedisSink) -> Dq {
+    Dq(support::serve_forwarding(store, sink, ServerConfig::default()).await)
 }
 
 impl Dq {
@@ -216,8 +218,8 @@ async fn wait_drained(d: &Dq, topic: &str, acked: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stream_on_the_stores_own_redis_exactly_once_never_early() {
     let redis = RedisServer::start();
-    let store: Arc<dyn Store> = Arc::new(support::sharded_redis_at(&redis.url()));
-    let d = dq(store).await;
+    let store = Arc::new(support::sharded_redis_at(&redis.url()));
+    let d = dq(store.clone(), RedisSink::over(store)).await;
     let (s, v) = d
         .topic(
             "orders",
@@ -290,7 +292,7 @@ async fn stream_on_the_stores_own_redis_exactly_once_never_early() {
 async fn list_of_envelopes_for_a_brpop_pool_on_another_redis() {
     let (store, _dir) = support::embedded_store();
     let target = RedisServer::start();
-    let d = dq(store).await;
+    let d = dq(store, RedisSink::new()).await;
     let (s, v) = d
         .topic(
             "orders",
@@ -352,7 +354,7 @@ async fn list_of_envelopes_for_a_brpop_pool_on_another_redis() {
 async fn target_stopped_and_restarted_mid_load_loses_nothing() {
     let (store, _dir) = support::embedded_store();
     let mut target = RedisServer::start_durable();
-    let d = dq(store).await;
+    let d = dq(store, RedisSink::new()).await;
     let (s, v) = d
         .topic(
             "orders",
@@ -406,7 +408,7 @@ async fn target_stopped_and_restarted_mid_load_loses_nothing() {
 async fn settings_are_checked_and_the_password_never_shown() {
     let (store, _dir) = support::embedded_store();
     let target = RedisServer::start_with_password("hunter2hunter2");
-    let d = dq(store).await;
+    let d = dq(store, RedisSink::new()).await;
     let (s, v) = d
         .topic(
             "fw",

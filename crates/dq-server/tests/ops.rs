@@ -18,14 +18,13 @@ use dq_server::{AppState, app};
 use dq_testkit::http::Api;
 use serde_json::{Value, json};
 
-/// The router over a fresh embedded store whose data directory it knows
-/// (as `dq serve` sets it), with `token` as admin token.
+/// The router over a fresh embedded store (which backs itself up), with
+/// `token` as admin token.
 fn embedded(token: Option<&str>) -> (Api, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let store = EmbeddedStore::open(&data).unwrap();
     let mut state = AppState::new(Arc::new(store), Arc::new(SystemClock), support::limits());
-    state.data_dir = Some(data);
     state.admin = Arc::new(dq_server::auth::AdminAuth::new(token.map(str::to_string)));
     let root = dir.path().to_path_buf();
     (Api::new(app(state, support::MAX_REQUEST_BYTES), dir), root)

@@ -98,6 +98,20 @@ impl ShardedStore {
         Ok(())
     }
 
+    /// [`RedisStore::ack_and_write`] per partition, on its shard: a job is
+    /// acked and written in one script when the target is its shard's
+    /// server, else answers `None` (what [`crate::RedisSink`]
+    /// does over this store).
+    pub async fn ack_and_write(
+        &self,
+        topic: &Topic,
+        url: &str,
+        items: &[dq_core::forward::AckWrite<'_>],
+        now_ms: u64,
+    ) -> StoreResult<Vec<Option<StoreResult<()>>>> {
+        leases::ack_and_write(self, topic, url, items, now_ms).await
+    }
+
     /// Each shard's name and store.
     pub(crate) fn shards(&self) -> impl Iterator<Item = (&str, &RedisStore)> {
         self.shards.iter().map(|s| (s.name.as_str(), &s.store))
@@ -187,16 +201,6 @@ impl Store for ShardedStore {
 
     async fn touch_batch(&self, items: &[HeldTouch<'_>], now_ms: u64) -> Vec<StoreResult<u64>> {
         leases::touch_batch(self, items, now_ms).await
-    }
-
-    async fn ack_and_write(
-        &self,
-        topic: &Topic,
-        url: &str,
-        items: &[dq_core::forward::AckWrite<'_>],
-        now_ms: u64,
-    ) -> StoreResult<Vec<Option<StoreResult<()>>>> {
-        leases::ack_and_write(self, topic, url, items, now_ms).await
     }
 
     async fn nack(

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use dq_core::limits;
 use dq_core::{
-    Held, HeldNack, HeldTouch, JobId, Lease, Nack, NackOutcome, StoreError, StoreResult, Topic,
+    ForwardSink, Held, HeldNack, HeldTouch, JobId, Lease, Nack, NackOutcome, StoreError,
+    StoreResult, Topic,
 };
 
 use super::{Error, Result, Service};
@@ -345,17 +346,20 @@ impl Service {
     }
 
     /// Acks reserved jobs of a forwarding topic and writes them into its
-    /// target in one step where the store can (see
-    /// `Store::ack_and_write`); `None` for each job it cannot.
+    /// target in one step through `sink` where it can (see
+    /// [`ForwardSink::ack_and_write`]: on the store's own Redis, which the
+    /// sink reaches itself), at this instance's time; `None` for each job
+    /// it cannot.
     ///
     /// # Errors
     /// A store error (nothing is known to be done).
     pub(crate) async fn ack_and_write(
         &self,
+        sink: &dyn ForwardSink,
         t: &Topic,
         url: &str,
         items: &[dq_core::forward::AckWrite<'_>],
     ) -> Result<Vec<Option<StoreResult<()>>>> {
-        Ok(self.store.ack_and_write(t, url, items, self.now()).await?)
+        Ok(sink.ack_and_write(t, url, items, self.now()).await?)
     }
 }

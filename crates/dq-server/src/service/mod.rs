@@ -28,9 +28,10 @@
 //! release) with `long_poll.rs` (a reserve's wait for a due job),
 //! `topics.rs` (settings, counts, pause, delete; the `SettingsCache`),
 //! `schedules.rs`, `keys.rs` (API keys), `dead.rs` (dead letters),
-//! `drain.rs` (intake and drain); this file holds the [`Service`] itself,
-//! its errors and its loops.
+//! `drain.rs` (intake and drain), `backup.rs` (a copy of the store); this
+//! file holds the [`Service`] itself, its errors and its loops.
 
+mod backup;
 mod dead;
 mod drain;
 mod jobs;

@@ -170,15 +170,39 @@ pub(crate) async fn serve_on(
     config: dq_server::ServerConfig,
     clock: Arc<dyn Clock>,
 ) -> Running {
+    start(server(store, config, clock)).await
+}
+
+/// [`serve`] with forwarding topics written through `sink`, as `dq serve`
+/// gives it.
+pub(crate) async fn serve_forwarding(
+    store: Arc<dyn Store>,
+    sink: dq_redis::RedisSink,
+    config: dq_server::ServerConfig,
+) -> Running {
+    let server = server(store, config, Arc::new(dq_core::SystemClock));
+    start(server.with_forward_sink(Arc::new(sink))).await
+}
+
+/// A `Server` over `store` with `config` on a free port of 127.0.0.1.
+fn server(
+    store: Arc<dyn Store>,
+    config: dq_server::ServerConfig,
+    clock: Arc<dyn Clock>,
+) -> dq_server::Server {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let server = dq_server::Server::new(
+    dq_server::Server::new(
         dq_server::ServerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             ..config
         },
         store,
         clock,
-    );
+    )
+}
+
+/// Runs `server` until the returned [`Running`] is dropped.
+async fn start(server: dq_server::Server) -> Running {
     let state = server.state().clone();
     let l = server.bind().await.unwrap();
     let base = format!("http://{}", l.local_addr().unwrap());

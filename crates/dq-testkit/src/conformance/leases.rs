@@ -224,9 +224,12 @@ pub async fn release_does_not_count_the_attempt(s: &dyn Store) {
     );
 }
 
-/// `ack_and_write` for a target that is not the store's own server answers
-/// `None` for every job and changes nothing: the job stays reserved.
-pub async fn ack_and_write_elsewhere_does_nothing(s: &dyn Store) {
+/// `ack_and_write` of `sink` (the forward sink `dq serve` gives over `s`)
+/// for a target that is not the store's own server answers `None` for
+/// every job and changes nothing: the job stays reserved. Not in
+/// [`conformance_tests!`](crate::conformance_tests): each store's tests
+/// run it with their sink.
+pub async fn ack_and_write_elsewhere_does_nothing(s: &dyn Store, sink: &dyn ForwardSink) {
     use dq_core::forward::{AckWrite, StreamFields, StreamTarget, Target};
     let t = topic("fwd");
     put(s, &t, job("a", When::DelayMs(0)), T0).await;
@@ -238,7 +241,7 @@ pub async fn ack_and_write_elsewhere_does_nothing(s: &dyn Store) {
         fields: StreamFields::Flat,
     };
     let w = Target::Stream(&target).write_for(&l);
-    let r = s
+    let r = sink
         .ack_and_write(
             &t,
             &target.url,

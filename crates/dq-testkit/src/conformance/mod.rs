@@ -1,7 +1,9 @@
 //! The Store contract as scenarios. Each `pub async fn` takes a fresh, empty
 //! store and checks one part of the guarantees (README, docs/design.md), with time given
 //! explicitly so every expectation is exact. [`conformance_tests!`](crate::conformance_tests) turns all
-//! of them into `#[tokio::test]`s for one store.
+//! of them into `#[tokio::test]`s for one store, but
+//! `ack_and_write_elsewhere_does_nothing`, which takes the store's forward
+//! sink too: each store's tests run it beside the macro.
 //!
 //! Every assertion here would fail if the store broke the rule it checks.
 //!
@@ -20,7 +22,8 @@
 //! - `reserve.rs`: never early, hand-out order, one holder among
 //!   concurrent callers, `reserve_job`.
 //! - `leases.rs`: expiry, stale tokens refused (fencing), touch, release,
-//!   `ack_and_write` elsewhere.
+//!   and, outside the macro (it takes the store's forward sink too, which
+//!   each store's tests build), `ack_and_write` elsewhere.
 //! - `batches.rs`: `ack_batch`, `nack_batch`, `touch_batch`, batches over
 //!   `MAX_BATCH`.
 //! - `retry.rs`: backoff, retry overrides, an expired last attempt, a
@@ -141,7 +144,6 @@ macro_rules! conformance_tests {
             keys_churn_limit_changes_and_partial_deletes,
             reserve_job_in_any_waiting_or_dead_state,
             watch_wakes_announces_what_became_due,
-            ack_and_write_elsewhere_does_nothing,
             nack_with_a_priority_keeps_it,
             get_counts_what_happened_to_a_job,
             dedup_window_refuses_ended_ids,
