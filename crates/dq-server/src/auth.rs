@@ -9,7 +9,7 @@
 //!   loopback (and says so); the API is open, as it always was.
 //! - Once an API key exists (or with `auth = "required"`): every `/v1` call
 //!   needs a key or the admin token ([`Access`]), and the key needs the
-//!   scope [`ROUTES`] gives the route, on its topic; the admin page signs
+//!   scope [`crate::routes::ROUTES`] gives the route, on its topic; the admin page signs
 //!   in with a key and shows what its scopes allow.
 //! - Operations on the instance (`/v1/admin/…`: backup, drain) and the keys
 //!   (`/v1/keys`) are the admin's alone: an admin key or the token; with
@@ -43,6 +43,7 @@ use sha2::Sha256;
 use crate::AppState;
 use crate::error::ApiError;
 use crate::keys::{self, Action, ApiKey};
+use crate::routes;
 
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "dq_session";
@@ -384,123 +385,6 @@ pub enum Need {
     Admin,
 }
 
-/// Every `/v1` route with what it needs. A route missing here answers
-/// 403 to every key but an admin one; `every_route_has_a_scope` (tests)
-/// fails for an OpenAPI operation missing here.
-pub const ROUTES: &[(&str, &str, Need)] = &[
-    ("GET", "/v1/topics", Need::Handler(Action::Read)),
-    ("GET", "/v1/topics/{topic}", Need::Topic(Action::Read)),
-    ("PUT", "/v1/topics/{topic}", Need::Topic(Action::Manage)),
-    ("DELETE", "/v1/topics/{topic}", Need::Topic(Action::Manage)),
-    (
-        "POST",
-        "/v1/topics/{topic}/jobs",
-        Need::Topic(Action::Enqueue),
-    ),
-    ("GET", "/v1/topics/{topic}/jobs", Need::Topic(Action::Read)),
-    (
-        "POST",
-        "/v1/topics/{topic}/jobs:batch",
-        Need::Topic(Action::Enqueue),
-    ),
-    (
-        "POST",
-        "/v1/topics/{topic}/jobs:import",
-        Need::Topic(Action::Manage),
-    ),
-    (
-        "GET",
-        "/v1/topics/{topic}/jobs/{id}",
-        Need::Topic(Action::Read),
-    ),
-    (
-        "DELETE",
-        "/v1/topics/{topic}/jobs/{id}",
-        Need::Topic(Action::Manage),
-    ),
-    (
-        "PATCH",
-        "/v1/topics/{topic}/jobs/{id}",
-        Need::Topic(Action::Manage),
-    ),
-    (
-        "POST",
-        "/v1/topics/{topic}/jobs/{id}/ack",
-        Need::Topic(Action::Consume),
-    ),
-    (
-        "POST",
-        "/v1/topics/{topic}/jobs/{id}/nack",
-        Need::Topic(Action::Consume),
-    ),
-    (
-        "POST",
-        "/v1/topics/{topic}/jobs/{id}/touch",
-        Need::Topic(Action::Consume),
-    ),
-    (
-        "POST",
-        "/v1/topics/{topic}/jobs/{id}/release",
-        Need::Topic(Action::Consume),
-    ),
-    ("GET", "/v1/topics/{topic}/dead", Need::Topic(Action::Read)),
-    (
-        "DELETE",
-        "/v1/topics/{topic}/dead",
-        Need::Topic(Action::Manage),
-    ),
-    (
-        "POST",
-        "/v1/topics/{topic}/dead/replay",
-        Need::Topic(Action::Manage),
-    ),
-    ("GET", "/v1/schedules", Need::Handler(Action::Read)),
-    ("GET", "/v1/schedules/{name}", Need::Handler(Action::Read)),
-    ("PUT", "/v1/schedules/{name}", Need::Handler(Action::Manage)),
-    (
-        "DELETE",
-        "/v1/schedules/{name}",
-        Need::Handler(Action::Manage),
-    ),
-    (
-        "POST",
-        "/v1/schedules/{name}/pause",
-        Need::Handler(Action::Manage),
-    ),
-    (
-        "POST",
-        "/v1/schedules/{name}/resume",
-        Need::Handler(Action::Manage),
-    ),
-    ("POST", "/v1/reserve", Need::Handler(Action::Consume)),
-    ("POST", "/v1/ack:batch", Need::Handler(Action::Consume)),
-    ("POST", "/v1/nack:batch", Need::Handler(Action::Consume)),
-    ("POST", "/v1/touch:batch", Need::Handler(Action::Consume)),
-    ("POST", "/v1/admin/backup", Need::Admin),
-    ("POST", "/v1/admin/drain", Need::Admin),
-    ("GET", "/v1/keys", Need::Admin),
-    ("POST", "/v1/keys", Need::Admin),
-    ("GET", "/v1/keys/{name}", Need::Admin),
-    ("DELETE", "/v1/keys/{name}", Need::Admin),
-    ("POST", "/v1/keys/{name}/rotate", Need::Admin),
-];
-
-/// What `method` on the route `template` needs; `None` when it is not in
-/// [`ROUTES`].
-pub fn need(method: &Method, template: &str) -> Option<Need> {
-    // axum answers HEAD with the GET handler (the body dropped, its length
-    // kept): it needs what GET needs.
-    let method = if *method == Method::HEAD {
-        "GET"
-    } else {
-        method.as_str()
-    };
-    ROUTES
-        .iter()
-        .find(|(m, p, _)| *m == method && *p == template)
-        .map(|(_, _, n)| *n)
-}
-
 /// Routes only the admin may use even when auth is not enforced (then:
 /// the admin token, or loopback without one).
 fn admin_only(path: &str) -> bool {
@@ -768,8 +652,8 @@ async fn api_access(
         Access::Key(k) => {
             // A path that matched no route goes on to its 404.
             if let Some(template) = template {
-                let known = ROUTES.iter().any(|(_, p, _)| *p == template);
-                match need(method, template) {
+                let known = routes::is_api_route(template);
+                match routes::need(method, template) {
                     Some(n) => check(req, &access, k, Some(n)).await?,
                     None if k.is_admin() => {}
                     None if known => {
