@@ -6,15 +6,16 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use base64::Engine;
 use dq_api as wire;
-use dq_core::limits::{self, MAX_BATCH};
+use dq_core::limits::MAX_BATCH;
 use dq_core::*;
 
-use super::{ApiResult, B64_IN, job, job_id, reply, topic, when};
+use super::{ApiResult, B64_IN, job, job_id, reply, topic, when, when_sent};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{ApiPath as Path, JsonBody, parse};
 
-/// A job as a client sent it, validated; nothing is written before this passes.
+/// A job as a client sent it, validated ([`NewJob::check`]); nothing is
+/// written before this passes.
 fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<NewJob, ApiError> {
     let id = req.id.map(job_id).transpose()?;
     let body = match (req.body, req.body_base64) {
@@ -24,42 +25,34 @@ fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<Ne
                 "give body or body_base64, not both",
             ));
         }
-        (Some(raw), None) => {
-            limits::check_json_depth(raw.get())?;
-            Body::Json(raw.get().to_string())
-        }
+        (Some(raw), None) => Body::Json(raw.get().to_string()),
         (None, Some(b64)) => Body::Bytes(B64_IN.decode(b64.as_bytes()).map_err(|e| {
             ApiError::bad_request("invalid_body", format!("body_base64 is not base64: {e}"))
         })?),
         (None, None) => Body::Json("null".into()),
     };
-    limits.check_body(body.len())?;
-    let when = when(limits, req.delay_ms, req.due_at_ms, now_ms)?.unwrap_or(When::TopicDefault);
-    if let Some(n) = req.max_attempts {
-        limits::check_max_attempts(n)?;
-    }
-    if let Some(ms) = req.lease_ms {
-        limits::check_lease(ms)?;
-    }
-    if let Some(r) = &req.retry {
-        r.validate()?;
-    }
-    if let Some(ms) = req.dedup_ms {
-        limits::check_dedup(ms)?;
-    }
-    let key = req.key.map(JobKey::new).transpose()?;
-    Ok(NewJob {
+    let when = when_sent(req.delay_ms, req.due_at_ms);
+    let key = req.key.map(JobKey::new).transpose();
+    let mut job = NewJob {
         id,
         body,
-        when,
+        when: When::TopicDefault,
         priority: req.priority.unwrap_or(DEFAULT_PRIORITY),
         max_attempts: req.max_attempts,
         lease_ms: req.lease_ms,
         retry: req.retry,
         replace: req.replace,
         dedup_ms: req.dedup_ms,
-        key,
-    })
+        key: None,
+    };
+    // The first mistake is answered, in the order the API always took:
+    // the body's checks, the form of the due time, the other checks (its
+    // bounds among them), the key.
+    job.check_body(limits)?;
+    job.when = when?.unwrap_or(When::TopicDefault);
+    job.check(limits, now_ms)?;
+    job.key = key?;
+    Ok(job)
 }
 
 fn enqueued(e: &Enqueued) -> wire::Enqueued {

@@ -3,7 +3,7 @@
 
 use axum::extract::{Extension, State};
 use dq_api as wire;
-use dq_core::limits::{self, MAX_BATCH, MAX_RESERVE};
+use dq_core::limits::MAX_BATCH;
 use dq_core::*;
 
 use super::{ApiResult, delay, job_id, reply, topic, wire_body};
@@ -29,9 +29,6 @@ fn leased(l: &Lease) -> wire::Leased {
     }
 }
 
-/// Most topics one reserve may name.
-const MAX_RESERVE_TOPICS: usize = 1000;
-
 /// `POST /v1/reserve` — lease up to `max` due jobs from the topics, waiting
 /// up to `wait_ms` for one to become due.
 pub(crate) async fn reserve(
@@ -39,12 +36,15 @@ pub(crate) async fn reserve(
     Extension(access): Extension<Access>,
     JsonBody(req): JsonBody<wire::ReserveRequest>,
 ) -> ApiResult {
-    if req.topics.is_empty() || req.topics.len() > MAX_RESERVE_TOPICS {
-        return Err(ApiError::bad_request(
-            "invalid_topics",
-            format!("topics must name 1 to {MAX_RESERVE_TOPICS} topics"),
-        ));
-    }
+    let params = ReserveParams {
+        topics: req.topics.len(),
+        max: req.max.unwrap_or(1),
+        lease_ms: req.lease_ms,
+        wait_ms: req.wait_ms.unwrap_or(0),
+    };
+    // The number of topics is answered before each topic's name and
+    // scope, the other rules after them.
+    params.check_topics()?;
     let mut topics: Vec<Topic> = Vec::with_capacity(req.topics.len());
     for name in req.topics {
         let t = topic(name)?;
@@ -53,27 +53,10 @@ pub(crate) async fn reserve(
             topics.push(t);
         }
     }
-    let max = req.max.unwrap_or(1);
-    if !(1..=MAX_RESERVE).contains(&max) {
-        return Err(ApiError::bad_request(
-            "invalid_max",
-            format!("max must be between 1 and {MAX_RESERVE}, got {max}"),
-        ));
-    }
-    if let Some(ms) = req.lease_ms {
-        limits::check_lease(ms)?;
-    }
-    let wait_ms = req.wait_ms.unwrap_or(0);
-    let max_wait = st.service.limits().max_wait_ms;
-    if wait_ms > max_wait {
-        return Err(ApiError::bad_request(
-            "invalid_wait",
-            format!("wait_ms must be at most {max_wait} (max_wait), got {wait_ms}"),
-        ));
-    }
+    st.service.check_reserve(&params)?;
     let leases = st
         .service
-        .reserve(&topics, max, req.lease_ms, wait_ms)
+        .reserve(&topics, params.max, params.lease_ms, params.wait_ms)
         .await?;
     reply(wire::Reserved {
         jobs: leases.iter().map(leased).collect(),

@@ -54,32 +54,48 @@ fn job_id(id: String) -> Result<JobId, ApiError> {
 /// A delay in ms as a client sent it (`field` names it in the error): not
 /// negative and within `max_delay`.
 fn delay(limits: &Limits, field: &str, ms: i64) -> Result<u64, ApiError> {
-    let ms = u64::try_from(ms).map_err(|_| {
-        ApiError::bad_request("invalid_delay", format!("{field} must be >= 0, got {ms}"))
-    })?;
+    let ms = not_negative(field, ms)?;
     limits.check_delay(ms)?;
     Ok(ms)
 }
 
+/// A delay in ms as a client sent it, not negative.
+fn not_negative(field: &str, ms: i64) -> Result<u64, ApiError> {
+    u64::try_from(ms).map_err(|_| {
+        ApiError::bad_request("invalid_delay", format!("{field} must be >= 0, got {ms}"))
+    })
+}
+
 /// When a job is due, from `delay_ms` or `due_at_ms` (not both); `None`
-/// when neither is given.
+/// when neither is given. Its bounds are checked too.
 fn when(
     limits: &Limits,
     delay_ms: Option<i64>,
     due_at_ms: Option<i64>,
     now_ms: u64,
 ) -> Result<Option<When>, ApiError> {
+    let when = when_sent(delay_ms, due_at_ms)?;
+    match when {
+        Some(When::DelayMs(ms)) => limits.check_delay(ms)?,
+        Some(When::DueAtMs(t)) => limits.check_due_at(t, now_ms)?,
+        _ => {}
+    }
+    Ok(when)
+}
+
+/// [`when`] without the bounds: one of `delay_ms` and `due_at_ms`, not
+/// negative.
+fn when_sent(delay_ms: Option<i64>, due_at_ms: Option<i64>) -> Result<Option<When>, ApiError> {
     match (delay_ms, due_at_ms) {
         (Some(_), Some(_)) => Err(ApiError::bad_request(
             "invalid_delay",
             "give delay_ms or due_at_ms, not both",
         )),
-        (Some(d), None) => Ok(Some(When::DelayMs(delay(limits, "delay_ms", d)?))),
+        (Some(d), None) => Ok(Some(When::DelayMs(not_negative("delay_ms", d)?))),
         (None, Some(t)) => {
             let t = u64::try_from(t).map_err(|_| {
                 ApiError::bad_request("invalid_due_at", format!("due_at_ms must be >= 0, got {t}"))
             })?;
-            limits.check_due_at(t, now_ms)?;
             Ok(Some(When::DueAtMs(t)))
         }
         (None, None) => Ok(None),
