@@ -1,6 +1,6 @@
 //! Every HTTP route, declared once: [`ROUTES`] gives each its method, path
 //! template, handler and what [`crate::auth`] asks of a caller, and both
-//! [`crate::app`]'s router ([`router`]) and the API scopes ([`need`]) are
+//! [`crate::app`]'s router and the API scopes ([`need`]) are
 //! made from it. The OpenAPI document (`openapi.json`) names exactly the
 //! routes marked `documented` here: `openapi_document_names_every_route`
 //! (tests/http.rs) compares the served document with this table.
@@ -18,7 +18,7 @@ use crate::api;
 use crate::auth::Need;
 use crate::keys::Action::{Consume, Enqueue, Manage, Read};
 
-/// What [`crate::auth::guard`] asks of a caller of a route.
+/// What the guard of [`crate::auth`] asks of a caller of a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Auth {
     /// Nobody is asked (health, the document; `/metrics` has a token of
