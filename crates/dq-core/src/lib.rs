@@ -4,6 +4,8 @@
 //! - [`model`]: validated names ([`Topic`], [`JobId`]), [`Body`], jobs, leases,
 //!   and the request/response types of the [`Store`] contract.
 //! - [`limits`]: the bounds on input ([`Limits`]) and their checks.
+//! - [`check`]: the rules for a new job ([`NewJob::check`]) and a reserve
+//!   ([`ReserveParams::check`]), which every front-end shares.
 //! - [`retry`]: [`RetryPolicy`], the backoff between failed attempts.
 //! - [`topic`]: [`TopicConfig`] and its partial update [`TopicConfigPatch`].
 //! - [`flow`]: [`RateLimit`], the token bucket of a topic's hand-outs.
@@ -15,6 +17,7 @@
 //! - [`store`]: the [`Store`] trait, [`StoreError`] and what a backup
 //!   answers ([`BackupReport`], [`BackupError`]).
 
+pub mod check;
 pub mod clock;
 pub mod flow;
 pub mod forward;
@@ -27,6 +30,7 @@ pub mod sink;
 pub mod store;
 pub mod topic;
 
+pub use check::{MAX_RESERVE_TOPICS, ReserveParams};
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use flow::RateLimit;
 pub use limits::{InvalidInput, Limits};

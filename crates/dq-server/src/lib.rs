@@ -14,6 +14,8 @@
 //!   [`Server::apply_topics`] (the config file's topics) — parse, call it and
 //!   render, and never call the store themselves.
 //! - [`AppState`] (`state.rs`): what the HTTP front-ends share.
+//! - [`routes`]: every route, once (the router and the API scopes come
+//!   from it).
 //! - [`schedule`] (a schedule's rule, pure) and [`scheduler`] (the loop
 //!   asking the service for a pass).
 //! - Other modules: [`error`] (`ApiError`), `extract` (JSON bodies),
@@ -40,6 +42,7 @@ mod openapi;
 pub mod ops;
 pub mod push_guard;
 mod rates;
+pub mod routes;
 pub mod schedule;
 pub mod scheduler;
 pub mod service;
@@ -54,7 +57,6 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
 use dq_core::{Clock, Limits, Store};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -63,51 +65,12 @@ pub use error::ApiError;
 pub use service::Service;
 pub use state::AppState;
 
-/// The HTTP API. `max_request_bytes` caps every request body.
+/// The HTTP API: the routes of [`routes::ROUTES`], behind auth's guard and
+/// the access log. `max_request_bytes` caps every request body.
 pub fn app(state: AppState, max_request_bytes: usize) -> Router {
-    use api::*;
-    Router::new()
-        .route("/v1/topics", get(list_topics))
-        .route(
-            "/v1/topics/{topic}",
-            get(get_topic).put(put_topic).delete(delete_topic),
-        )
-        .route("/v1/topics/{topic}/jobs", post(enqueue).get(list_jobs))
-        .route("/v1/topics/{topic}/jobs:batch", post(enqueue_batch))
-        .route("/v1/topics/{topic}/jobs:import", post(import_jobs))
-        .route(
-            "/v1/topics/{topic}/jobs/{id}",
-            get(get_job).delete(cancel_job).patch(reschedule_job),
-        )
-        .route("/v1/topics/{topic}/jobs/{id}/ack", post(ack))
-        .route("/v1/topics/{topic}/jobs/{id}/nack", post(nack))
-        .route("/v1/topics/{topic}/jobs/{id}/touch", post(touch))
-        .route("/v1/topics/{topic}/jobs/{id}/release", post(release))
-        .route("/v1/topics/{topic}/dead", get(list_dead).delete(purge_dead))
-        .route("/v1/topics/{topic}/dead/replay", post(replay_dead))
-        .route("/v1/schedules", get(list_schedules))
-        .route(
-            "/v1/schedules/{name}",
-            get(get_schedule).put(put_schedule).delete(delete_schedule),
-        )
-        .route("/v1/schedules/{name}/pause", post(pause_schedule))
-        .route("/v1/schedules/{name}/resume", post(resume_schedule))
-        .route("/v1/reserve", post(reserve))
-        .route("/v1/ack:batch", post(ack_batch))
-        .route("/v1/nack:batch", post(nack_batch))
-        .route("/v1/touch:batch", post(touch_batch))
-        .route("/v1/admin/backup", post(ops::backup))
-        .route("/v1/admin/drain", post(ops::drain))
-        .route("/v1/keys", get(list_keys).post(create_key))
-        .route("/v1/keys/{name}", get(get_key).delete(revoke_key))
-        .route("/v1/keys/{name}/rotate", post(rotate_key))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/openapi.json", get(openapi::document))
-        .route("/metrics", get(metrics_text))
-        .merge(admin::routes())
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
+    routes::router()
+        .fallback(api::not_found)
+        .method_not_allowed_fallback(api::method_not_allowed)
         .layer(DefaultBodyLimit::max(max_request_bytes))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

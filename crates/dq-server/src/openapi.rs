@@ -1,7 +1,8 @@
 //! `GET /openapi.json`: the API described as OpenAPI 3.1.
 //!
 //! The document is kept by hand in `openapi.json` beside this file; a test
-//! checks that it names every route of [`crate::app`] and no other. It is
+//! checks that its operations are exactly the routes [`crate::routes::ROUTES`]
+//! marks documented (every route of [`crate::app`] but the admin page's). It is
 //! served with this instance's own bounds laid over it, so a client
 //! generated from it (or a fuzzer) is told exactly what this instance
 //! takes: the longest delay (`--max-delay`), the latest due time

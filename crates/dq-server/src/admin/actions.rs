@@ -17,7 +17,7 @@ use crate::auth::{SESSION_COOKIE, SESSION_MAX_AGE_MS};
 use crate::error::ApiError;
 
 /// `POST /admin/topics` (name, mode, url): registers a topic.
-pub(super) async fn create_topic(
+pub(crate) async fn create_topic(
     State(st): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
@@ -50,7 +50,7 @@ pub(super) async fn create_topic(
 /// `POST /admin/topics/{topic}/pause` (`for`: a duration such as 10m, or
 /// none: until resumed; or `resume`): pauses the topic's hand-outs, through
 /// every front-end and on every instance, or ends the pause (both kinds).
-pub(super) async fn pause(
+pub(crate) async fn pause(
     State(st): State<AppState>,
     headers: HeaderMap,
     Path(name): Path<String>,
@@ -93,7 +93,7 @@ pub(super) async fn pause(
 }
 
 /// `POST /admin/schedules/{name}/{pause|resume|delete}`; delete asks first.
-pub(super) async fn schedule_action(
+pub(crate) async fn schedule_action(
     State(st): State<AppState>,
     headers: HeaderMap,
     Path((name, action)): Path<(String, String)>,
@@ -156,7 +156,7 @@ pub(super) async fn schedule_action(
 
 /// `POST /admin/topics/{topic}/delete`: asks first, then deletes the topic
 /// and every job in it.
-pub(super) async fn delete_topic(
+pub(crate) async fn delete_topic(
     State(st): State<AppState>,
     headers: HeaderMap,
     Path(name): Path<String>,
@@ -199,7 +199,7 @@ pub(super) async fn delete_topic(
 /// `POST /admin/topics/{topic}/settings`: durations (`lease`,
 /// `default_delay`, `rate_per`, `timeout`) and the retry policy in the
 /// CLI's units (`30s`, `1m,3m,5m`, `exp:1s,2,1h`), the rest numbers.
-pub(super) async fn save_settings(
+pub(crate) async fn save_settings(
     State(st): State<AppState>,
     headers: HeaderMap,
     Path(name): Path<String>,
@@ -267,7 +267,7 @@ fn rate_limit(f: &Form, name: &str) -> Result<Option<RateLimit>, ApiError> {
 }
 
 /// `POST /admin/topics/{topic}/jobs/{id}/{cancel|reschedule|run}`.
-pub(super) async fn job_action(
+pub(crate) async fn job_action(
     State(st): State<AppState>,
     headers: HeaderMap,
     Path((name, id, action)): Path<(String, String, String)>,
@@ -312,7 +312,7 @@ pub(super) async fn job_action(
 
 /// `POST /admin/topics/{topic}/dead/{replay|purge}`: asks first (a page
 /// with a confirm button re-posting the form), then acts.
-pub(super) async fn dead_action(
+pub(crate) async fn dead_action(
     State(st): State<AppState>,
     headers: HeaderMap,
     Path((name, action)): Path<(String, String)>,
@@ -407,7 +407,7 @@ fn local_path(next: Option<&str>) -> &str {
 }
 
 /// `POST /admin/login` (token, next): sets the session cookie.
-pub(super) async fn login(
+pub(crate) async fn login(
     State(st): State<AppState>,
     peer: Result<
         axum::extract::ConnectInfo<std::net::SocketAddr>,
@@ -464,7 +464,7 @@ pub(super) async fn login(
 
 /// `POST /admin/logout`: forgets the cookie (the session itself lasts until
 /// it expires or the token changes).
-pub(super) async fn logout(
+pub(crate) async fn logout(
     State(st): State<AppState>,
     headers: HeaderMap,
     body: Bytes,

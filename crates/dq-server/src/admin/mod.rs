@@ -1,6 +1,7 @@
 //! The admin page: server-rendered HTML with plain forms (no JavaScript, no
 //! build step). Every value shown is escaped; every form carries a CSRF
-//! token; who may see it is decided by [`crate::auth`].
+//! token; who may see it is decided by [`crate::auth`]. Its routes are
+//! in [`crate::routes`].
 //!
 //! - `/` — a page of the topics (100, name order, search by prefix) with
 //!   counts, oldest overdue age, enqueue/ack rates, lateness and totals in
@@ -67,49 +68,18 @@
 //!   enqueue/ack rates of the overview, and the per-minute history the
 //!   chart draws.
 
-mod actions;
+pub(crate) mod actions;
 mod forms;
-mod pages;
+pub(crate) mod pages;
 mod views;
 
-use axum::Router;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post};
 
 use crate::AppState;
 use crate::auth::{Access, csrf_for, page_needs_sign_in_now, signed_in};
 use crate::error::ApiError;
 use crate::keys::Action;
-
-/// The admin routes.
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/", get(pages::overview))
-        .route("/admin/login", get(pages::login_page).post(actions::login))
-        .route("/admin/logout", post(actions::logout))
-        .route("/admin/topics", post(actions::create_topic))
-        .route("/admin/schedules", get(pages::schedules_page))
-        .route(
-            "/admin/schedules/{name}/{action}",
-            post(actions::schedule_action),
-        )
-        .route("/admin/topics/{topic}", get(pages::topic_page))
-        .route(
-            "/admin/topics/{topic}/settings",
-            post(actions::save_settings),
-        )
-        .route("/admin/topics/{topic}/pause", post(actions::pause))
-        .route("/admin/topics/{topic}/delete", post(actions::delete_topic))
-        .route(
-            "/admin/topics/{topic}/jobs/{id}/{action}",
-            post(actions::job_action),
-        )
-        .route(
-            "/admin/topics/{topic}/dead/{action}",
-            post(actions::dead_action),
-        )
-}
 
 /// What every page needs to know about the viewer.
 struct Viewer {

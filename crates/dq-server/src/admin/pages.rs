@@ -37,7 +37,7 @@ const OVERVIEW_PAGE: usize = 100;
 /// order, those starting with `prefix`) with their counts, rates and
 /// lateness, links to the next and previous pages; store health; a form
 /// registering a topic.
-pub(super) async fn overview(
+pub(crate) async fn overview(
     State(st): State<AppState>,
     headers: HeaderMap,
     Query(q): Query<OverviewQuery>,
@@ -144,7 +144,7 @@ fn overview_href(prefix: &str, which: &str, name: &str) -> String {
 }
 
 /// `GET /admin/schedules`: every schedule with its next and last runs.
-pub(super) async fn schedules_page(
+pub(crate) async fn schedules_page(
     State(st): State<AppState>,
     headers: HeaderMap,
     Query(q): Query<OverviewQuery>,
@@ -164,7 +164,7 @@ pub(super) async fn schedules_page(
 }
 
 #[derive(Debug, Deserialize)]
-pub(super) struct OverviewQuery {
+pub(crate) struct OverviewQuery {
     done: Option<String>,
     n: Option<u64>,
     /// The overview's search: topics whose name starts with it.
@@ -176,7 +176,7 @@ pub(super) struct OverviewQuery {
 }
 
 #[derive(Debug, Deserialize)]
-pub(super) struct TopicQuery {
+pub(crate) struct TopicQuery {
     done: Option<String>,
     n: Option<u64>,
     job: Option<String>,
@@ -189,7 +189,7 @@ pub(super) struct TopicQuery {
 
 /// `GET /admin/topics/{topic}?state=&cursor=&job=&died=`: counts, the jobs
 /// of one state a page at a time, a job's details, dead letters, settings.
-pub(super) async fn topic_page(
+pub(crate) async fn topic_page(
     State(st): State<AppState>,
     headers: HeaderMap,
     Path(name): Path<String>,
@@ -338,13 +338,13 @@ async fn dead_letters(
 }
 
 #[derive(Debug, Deserialize)]
-pub(super) struct LoginQuery {
+pub(crate) struct LoginQuery {
     next: Option<String>,
     failed: Option<u8>,
 }
 
 /// `GET /admin/login`.
-pub(super) async fn login_page(
+pub(crate) async fn login_page(
     State(st): State<AppState>,
     Query(q): Query<LoginQuery>,
 ) -> Response {

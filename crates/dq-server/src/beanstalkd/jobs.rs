@@ -53,11 +53,20 @@ impl Conn {
             return line("EXPECTED_CRLF");
         }
         data.truncate(bytes);
-        // What dq cannot hold: a delay beyond its largest, a TTR beyond the
-        // longest lease.
         let (delay_ms, ttr_ms) = (u64::from(delay) * 1000, u64::from(ttr.max(1)) * 1000);
-        if self.svc.limits().check_delay(delay_ms).is_err()
-            || dq_core::limits::check_lease(ttr_ms).is_err()
+        let mut job = NewJob::with_generated_id(Body::Bytes(data), When::DelayMs(delay_ms));
+        job.priority = pri;
+        job.lease_ms = Some(ttr_ms);
+        // beanstalkd jobs never run out of attempts; a passed TTR makes the
+        // job ready again at once.
+        job.max_attempts = Some(dq_core::limits::MAX_ATTEMPTS);
+        job.retry = Some(RetryPolicy::FixedMs(0));
+        // What dq cannot hold (the body's size is answered above): a delay
+        // beyond its largest, a TTR beyond the longest lease. Checked before
+        // the job takes a number.
+        if job
+            .check(self.svc.limits(), self.svc.clock().now_ms())
+            .is_err()
         {
             return bad_format();
         }
@@ -65,14 +74,7 @@ impl Conn {
             Ok(id) => id,
             Err(e) => return failed(&e),
         };
-        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
-        let mut job = NewJob::new(jid, Body::Bytes(data), When::DelayMs(delay_ms));
-        job.priority = pri;
-        job.lease_ms = Some(ttr_ms);
-        // beanstalkd jobs never run out of attempts; a passed TTR makes the
-        // job ready again at once.
-        job.max_attempts = Some(dq_core::limits::MAX_ATTEMPTS);
-        job.retry = Some(RetryPolicy::FixedMs(0));
+        job.id = Some(JobId::new(id.to_string()).expect("a number is a valid id"));
         match self.svc.enqueue(&self.used, job).await {
             Ok(_) => line(format!("INSERTED {id}")),
             Err(Error::Store(StoreError::Invalid(e))) if e.too_large => line("JOB_TOO_BIG"),

@@ -171,6 +171,15 @@ fn parse_time(field: &'static str, code: &'static str, v: &str) -> Result<u64, I
         })
 }
 
+/// What every job of a schedule is, but its id and due time.
+fn template(body: Body, priority: u32) -> NewJob {
+    NewJob {
+        priority,
+        dedup_ms: Some(FIRING_DEDUP_MS),
+        ..NewJob::with_generated_id(body, When::TopicDefault)
+    }
+}
+
 impl Schedule {
     /// Validates a schedule's settings.
     ///
@@ -243,15 +252,13 @@ impl Schedule {
         // schedule has no slot, and its `next` says so (the OpenAPI
         // document cannot compare two fields, and takes it).
         let body = match &spec.body {
-            Some(raw) => {
-                dq_core::limits::check_json_depth(raw.get())?;
-                Body::Json(raw.get().to_string())
-            }
+            Some(raw) => Body::Json(raw.get().to_string()),
             None => Body::Json("null".into()),
         };
-        limits.check_body(body.len())?;
         let catch_up = spec.catch_up.unwrap_or_default();
         let priority = spec.priority.unwrap_or(dq_core::DEFAULT_PRIORITY);
+        // The body of every job it fires, checked as an enqueue checks it.
+        template(body.clone(), priority).check_body(limits)?;
         let spec = wire::ScheduleSpec {
             timezone: Some(tz_name),
             catch_up: Some(catch_up),
@@ -331,13 +338,9 @@ impl Schedule {
     /// The job of `slot`, due then (a slot in the past is due now).
     pub fn job(&self, slot_ms: u64) -> NewJob {
         NewJob {
-            priority: self.priority,
-            dedup_ms: Some(FIRING_DEDUP_MS),
-            ..NewJob::new(
-                self.job_id(slot_ms),
-                self.body.clone(),
-                When::DueAtMs(slot_ms),
-            )
+            id: Some(self.job_id(slot_ms)),
+            when: When::DueAtMs(slot_ms),
+            ..template(self.body.clone(), self.priority)
         }
     }
 

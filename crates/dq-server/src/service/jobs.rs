@@ -6,11 +6,24 @@ use dq_core::{Enqueued, InvalidInput, JobId, JobInfo, JobState, NewJob, StoreErr
 
 use super::{JobView, Result, Service, view};
 
+/// `invalid_batch` for an empty or oversized batch.
+fn check_len(jobs: &[NewJob]) -> Result<()> {
+    if jobs.is_empty() || jobs.len() > MAX_BATCH {
+        return Err(InvalidInput::new(
+            "invalid_batch",
+            format!("a batch holds 1 to {MAX_BATCH} jobs, got {}", jobs.len()),
+        )
+        .into());
+    }
+    Ok(())
+}
+
 impl Service {
     /// Enqueues one job.
     ///
     /// # Errors
-    /// A store error; nothing was written.
+    /// The first rule of [`NewJob::check`] it breaks; a store error; nothing
+    /// was written.
     pub async fn enqueue(&self, t: &Topic, job: NewJob) -> Result<Enqueued> {
         let mut out = self.enqueue_batch(t, vec![job]).await?;
         out.pop()
@@ -19,18 +32,27 @@ impl Service {
 
     /// Enqueues up to [`MAX_BATCH`] jobs in one store call; a result per job,
     /// in order. Waiters are woken when any job was created or replaced.
+    /// Each job is checked first ([`NewJob::check`]): every front-end gets
+    /// the same answer for the same mistake.
     ///
     /// # Errors
-    /// `invalid_batch` for an empty or oversized batch; a store error
-    /// (nothing written).
+    /// `invalid_batch` for an empty or oversized batch; the first rule a
+    /// job breaks; a store error (nothing written).
     pub async fn enqueue_batch(&self, t: &Topic, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
-        if jobs.is_empty() || jobs.len() > MAX_BATCH {
-            return Err(InvalidInput::new(
-                "invalid_batch",
-                format!("a batch holds 1 to {MAX_BATCH} jobs, got {}", jobs.len()),
-            )
-            .into());
+        check_len(&jobs)?;
+        let now = self.now();
+        for job in &jobs {
+            job.check(&self.limits, now)?;
         }
+        self.write_jobs(t, jobs).await
+    }
+
+    /// [`Service::enqueue_batch`] without the checks of each job: for a
+    /// schedule's firings, whose settings were checked when it was put
+    /// (their jobs are due [`crate::schedule::LEAD_MS`] ahead of their
+    /// slot, which a `max_delay` shorter than that would refuse).
+    pub(super) async fn write_jobs(&self, t: &Topic, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+        check_len(&jobs)?;
         let out = self.store.enqueue(t, &jobs, self.now()).await;
         self.changed(t);
         let out = out?;

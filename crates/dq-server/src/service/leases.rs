@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use dq_core::limits;
 use dq_core::{
-    ForwardSink, Held, HeldNack, HeldTouch, JobId, Lease, Nack, NackOutcome, StoreError,
+    ForwardSink, Held, HeldNack, HeldTouch, JobId, Lease, Nack, NackOutcome, ReserveParams,
+    StoreError,
     StoreResult, Topic,
 };
 
@@ -57,6 +58,19 @@ pub struct TouchItem {
 }
 
 impl Service {
+    /// Checks what a consumer's reserve asks ([`ReserveParams::check`])
+    /// against this instance's limits; a front-end calls it before
+    /// [`Service::reserve`] (the beanstalkd protocol's reserves ask one job,
+    /// the tube's lease, and wait in slices of their own timeout, which the
+    /// protocol does not bound by `max_wait`).
+    ///
+    /// # Errors
+    /// The first rule broken (`invalid_topics`, `invalid_max`,
+    /// `invalid_lease`, `invalid_wait`).
+    pub fn check_reserve(&self, params: &ReserveParams) -> Result<()> {
+        Ok(params.check(&self.limits)?)
+    }
+
     /// Leases up to `max` due jobs of pull topics, waiting up to `wait_ms`
     /// for one to become due (see `long_poll.rs`). Lateness is recorded for
     /// each job handed out.

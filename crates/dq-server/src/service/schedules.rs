@@ -321,7 +321,7 @@ impl Service {
         let mut created = 0;
         for chunk in slots.chunks(dq_core::limits::MAX_BATCH) {
             let jobs: Vec<NewJob> = chunk.iter().map(|s| sched.job(*s)).collect();
-            let done = self.enqueue_batch(&sched.topic, jobs).await?;
+            let done = self.write_jobs(&sched.topic, jobs).await?;
             created += done.iter().filter(|e| e.created).count() as u64;
         }
         if missed > 0 {
