@@ -8,8 +8,7 @@ use std::time::Duration;
 use dq_core::limits;
 use dq_core::{
     ForwardSink, Held, HeldNack, HeldTouch, JobId, Lease, Nack, NackOutcome, ReserveParams,
-    StoreError,
-    StoreResult, Topic,
+    StoreError, StoreResult, Topic,
 };
 
 use super::{Error, Result, Service};
