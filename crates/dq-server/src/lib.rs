@@ -30,6 +30,7 @@ mod api;
 pub mod auth;
 pub mod beanstalkd;
 pub mod clock;
+pub mod credentials;
 pub mod deliverer;
 pub mod dispatcher;
 pub mod error;
@@ -73,7 +74,10 @@ pub fn app(state: AppState, max_request_bytes: usize) -> Router {
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(DefaultBodyLimit::max(max_request_bytes))
         .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            auth::GuardState {
+                app: state.clone(),
+                scopes: routes::SCOPES,
+            },
             auth::guard,
         ))
         .layer(axum::middleware::from_fn_with_state(

@@ -170,6 +170,9 @@ pub fn need(method: &Method, template: &str) -> Option<Need> {
     })
 }
 
+/// The table's answers the guard of [`crate::auth`] asks for.
+pub(crate) const SCOPES: crate::auth::Scopes = crate::auth::Scopes { need, is_api_route };
+
 /// Whether `template` is the path of an API route (by any method).
 pub(crate) fn is_api_route(template: &str) -> bool {
     ROUTES

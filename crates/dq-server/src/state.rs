@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use dq_core::{Clock, Limits, Store};
 
-use crate::auth::AdminAuth;
+use crate::credentials::AdminAuth;
 use crate::metrics::Metrics;
 use crate::push_guard::PushGuard;
 use crate::service::Service;

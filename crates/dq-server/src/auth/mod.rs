@@ -31,15 +31,17 @@
 //! drawn at start: sessions then hold on the instance that made them only.
 //!
 //! The modules: this one has [`Access`], [`Need`] and the middleware (the
-//! guard); `session` the admin page's sign-in ([`AdminAuth`], cookies,
-//! CSRF tokens); `limit` the [`FailureLimit`].
+//! guard); `session` who is signed in to the admin page (cookies, CSRF
+//! tokens). The credentials themselves ([`AdminAuth`], [`FailureLimit`])
+//! are [`crate::credentials`]'s, data that [`AppState`] holds, re-exported
+//! here.
 
-mod limit;
 mod session;
 
-pub use limit::{FAILURE_BURST, FAILURE_REFILL_MS, FailureLimit};
+pub use crate::credentials::{
+    AdminAuth, FAILURE_BURST, FAILURE_REFILL_MS, FailureLimit, SESSION_COOKIE, SESSION_MAX_AGE_MS,
+};
 use session::page_needs_sign_in;
-pub use session::{AdminAuth, SESSION_COOKIE, SESSION_MAX_AGE_MS};
 pub(crate) use session::{csrf_for, csrf_ok_for, key_session, page_needs_sign_in_now, signed_in};
 
 use std::net::{IpAddr, SocketAddr};
@@ -53,7 +55,6 @@ use axum::response::{IntoResponse, Response};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::keys::{self, Action, ApiKey};
-use crate::routes;
 
 /// What an admin page route needs of a signed-in key, by route template.
 fn admin_need(method: &Method, template: &str) -> Option<Need> {
@@ -269,12 +270,30 @@ fn too_many(code: &'static str, message: String, wait_s: u64) -> Response {
     res
 }
 
+/// What the guard asks of the route table: the scope a `/v1` route needs
+/// (`None`: no such API route by that method) and whether a template is an
+/// API route by any method. The crate root gives it the table's answers
+/// ([`crate::routes::SCOPES`]), so this module names no route and the
+/// table, which names every handler, is not imported back.
+#[derive(Clone, Copy)]
+pub(crate) struct Scopes {
+    pub(crate) need: fn(&Method, &str) -> Option<Need>,
+    pub(crate) is_api_route: fn(&str) -> bool,
+}
+
+/// The guard's state: the app's, and the route table's [`Scopes`].
+#[derive(Clone)]
+pub(crate) struct GuardState {
+    pub(crate) app: AppState,
+    pub(crate) scopes: Scopes,
+}
+
 /// The middleware enforcing the rules of this module's doc.
 pub(crate) async fn guard(
-    State(st): State<AppState>,
+    State(GuardState { app: st, scopes }): State<GuardState>,
     peer: Result<
         ConnectInfo<SocketAddr>,
-        <ConnectInfo<SocketAddr> as FromRequestParts<AppState>>::Rejection,
+        <ConnectInfo<SocketAddr> as FromRequestParts<GuardState>>::Rejection,
     >,
     mut req: Request,
     next: Next,
@@ -343,6 +362,7 @@ pub(crate) async fn guard(
     } else if api {
         match api_access(
             &st,
+            scopes,
             &mut req,
             &path,
             &method,
@@ -394,6 +414,7 @@ pub(crate) async fn guard(
 #[allow(clippy::too_many_arguments)]
 async fn api_access(
     st: &AppState,
+    scopes: Scopes,
     req: &mut Request,
     path: &str,
     method: &Method,
@@ -446,8 +467,8 @@ async fn api_access(
         Access::Key(k) => {
             // A path that matched no route goes on to its 404.
             if let Some(template) = template {
-                let known = routes::is_api_route(template);
-                match routes::need(method, template) {
+                let known = (scopes.is_api_route)(template);
+                match (scopes.need)(method, template) {
                     Some(n) => check(req, &access, k, Some(n)).await?,
                     None if k.is_admin() => {}
                     None if known => {
