@@ -26,8 +26,13 @@ pub use redis::RedisServer;
 /// install tried again. Panics, naming the command, when `bin` is still
 /// missing.
 pub fn ensure_package(bin: &str, packages: &[&str]) {
+    ensure_package_for(bin, || std::path::Path::new(bin).exists(), packages);
+}
+
+/// [`ensure_package`] for what is not a file: installs `packages` when
+/// `present()` says no; `what` names it in the panic.
+pub fn ensure_package_for(what: &str, present: impl Fn() -> bool, packages: &[&str]) {
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let present = || std::path::Path::new(bin).exists();
     if present() {
         return;
     }
@@ -54,7 +59,7 @@ pub fn ensure_package(bin: &str, packages: &[&str]) {
     }
     assert!(
         present(),
-        "this test needs {bin}: apt-get install {} (as root)",
+        "this test needs {what}: apt-get install {} (as root)",
         packages.join(" ")
     );
 }
