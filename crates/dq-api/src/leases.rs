@@ -72,6 +72,10 @@ impl Leased {
 pub struct Reserved {
     /// The jobs leased.
     pub jobs: Vec<Leased>,
+    /// The topics named that nobody created (a typo waits for ever
+    /// otherwise); left out when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_topics: Vec<String>,
 }
 
 /// `POST …/ack`.

@@ -98,6 +98,9 @@ pub(crate) struct ServeArgs {
     /// Refuse push callbacks to loopback and private addresses too (link-local and metadata addresses are always refused)
     #[arg(long, env = "DQ_PUSH_DENY_PRIVATE")]
     pub(crate) push_deny_private: Option<bool>,
+    /// An enqueue to a topic nobody created creates it (true); with false, an HTTP enqueue or reserve naming one answers 404 topic_not_found (create topics with PUT /v1/topics/{topic} or dq topics put) [default: true]
+    #[arg(long, env = "DQ_AUTO_CREATE_TOPICS")]
+    pub(crate) auto_create_topics: Option<bool>,
     /// Alert webhooks: URLs that get each alert as a JSON POST (comma-separated)
     #[arg(long, env = "DQ_ALERT_WEBHOOKS", value_delimiter = ',')]
     pub(crate) alert_webhooks: Vec<String>,
@@ -171,6 +174,7 @@ struct FileConfig {
     max_connections: Option<usize>,
     dispatcher_max_sleep: Option<String>,
     push_deny_private: Option<bool>,
+    auto_create_topics: Option<bool>,
     admin_token: Option<String>,
     auth: Option<String>,
     metrics_token: Option<String>,
@@ -374,6 +378,9 @@ impl ServeArgs {
         if let Some(d) = self.push_deny_private.or(file.push_deny_private) {
             server.push_deny_private = d;
         }
+        if let Some(a) = self.auto_create_topics.or(file.auto_create_topics) {
+            server.auto_create_topics = a;
+        }
         if let Some(t) = self.admin_token.or(file.admin_token) {
             if t.len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
                 bail!(
@@ -569,17 +576,26 @@ mod tests {
         let path = dir.path().join("dq.toml");
         std::fs::write(
             &path,
-            "listen = \"127.0.0.1:9000\"\nredis = \"redis://file:1\"\nmax_delay = \"1d\"\n",
+            "listen = \"127.0.0.1:9000\"\nredis = \"redis://file:1\"\nmax_delay = \"1d\"\nauto_create_topics = false\n",
         )
         .unwrap();
         let s = ServeArgs {
-            config: Some(path),
+            config: Some(path.clone()),
             redis: Some("redis://flag:2".into()),
             ..Default::default()
         }
         .resolve()
         .unwrap();
         assert_eq!(s.server.listen.to_string(), "127.0.0.1:9000");
+        assert!(!s.server.auto_create_topics, "from the file");
+        let flag = ServeArgs {
+            config: Some(path),
+            auto_create_topics: Some(true),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(flag.server.auto_create_topics, "the flag wins");
         assert!(matches!(&s.store, StoreChoice::Redis(r) if r[0].url == "redis://flag:2"));
         let e = ServeArgs {
             config: Some(PathBuf::from("/dev/null")),

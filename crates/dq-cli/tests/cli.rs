@@ -453,3 +453,92 @@ async fn topics_list_pages_and_filters() {
         "--cursor needs --limit: {err}"
     );
 }
+
+/// `auto_create_topics` off (flag or environment): an enqueue,
+/// batch or reserve naming a topic nobody created answers 404
+/// `topic_not_found` and creates nothing, on both stores; a topic made
+/// with `dq topics put` takes jobs. On (the default), a reserve's answer
+/// names the topics nobody created, and `dq reserve` warns of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_nobody_created_are_refused_or_named() {
+    let redis = dq_testkit::RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let url = redis.url();
+    // The file's key is read as the flag is (config.rs's tests).
+    let off = [
+        (
+            None,
+            vec!["--data-dir", data, "--auto-create-topics", "false"],
+        ),
+        (
+            Some(("DQ_AUTO_CREATE_TOPICS", "false")),
+            vec!["--redis", &url],
+        ),
+    ];
+    for (n, (env, args)) in off.into_iter().enumerate() {
+        let server = Dq::start_env(env.as_slice(), &args).await;
+        let t = format!("orders{n}");
+        let refused = [
+            (format!("/v1/topics/{t}/jobs"), json!({"body": 1})),
+            (
+                format!("/v1/topics/{t}/jobs:batch"),
+                json!({"jobs": [{"body": 1}]}),
+            ),
+            (
+                "/v1/reserve".to_string(),
+                json!({"topics": [&t], "wait_ms": 0}),
+            ),
+        ];
+        for (path, body) in &refused {
+            let (s, v) = server.post(path, body.clone()).await;
+            assert_eq!(
+                (s, v["error"]["code"].as_str()),
+                (404, Some("topic_not_found")),
+                "{args:?} {path}: {v}"
+            );
+            assert!(v["error"]["message"].as_str().unwrap().contains(&t), "{v}");
+        }
+        let (_, list) = server.get("/v1/topics").await;
+        assert_eq!(list["topics"], json!([]), "{args:?}: {list}");
+        let (ok, _, err) = dq(
+            &server.base,
+            &["topics", "put", &t, "--max-attempts", "3"],
+            "",
+        );
+        assert!(ok, "{err}");
+        for (path, body) in &refused {
+            let (s, v) = server.post(path, body.clone()).await;
+            assert!(s == 200 || s == 201, "{args:?} {path}: {v}");
+        }
+    }
+
+    let server = Dq::start_embedded(&dir.path().join("on")).await;
+    let (s, _) = server
+        .post("/v1/topics/orders/jobs", json!({"body": 1}))
+        .await;
+    assert_eq!(s, 201);
+    let (s, v) = server
+        .post(
+            "/v1/reserve",
+            json!({"topics": ["ordres", "orders", "nope"], "wait_ms": 0}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["unknown_topics"], json!(["ordres", "nope"]), "{v}");
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 1, "{v}");
+    // Created by its first enqueue: known at once, and the field left out.
+    let (s, _) = server
+        .post("/v1/topics/nope/jobs", json!({"body": 1}))
+        .await;
+    assert_eq!(s, 201);
+    let (_, v) = server
+        .post("/v1/reserve", json!({"topics": ["nope"], "wait_ms": 0}))
+        .await;
+    assert!(v.get("unknown_topics").is_none(), "{v}");
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 1, "{v}");
+    let (ok, _, err) = dq(&server.base, &["reserve", "ordres", "--wait", "0s"], "");
+    assert!(ok, "{err}");
+    assert!(err.contains("no topic named \"ordres\""), "{err}");
+}

@@ -252,6 +252,8 @@ impl Worker {
             keeper_stop.clone(),
         ));
         let mut failures = 0u32;
+        // Each topic nobody created is named in the log once.
+        let mut warned_unknown = std::collections::HashSet::new();
         while !shutdown.is_cancelled() {
             let free = slots.available_permits();
             if free == 0 {
@@ -267,10 +269,15 @@ impl Worker {
                 .max(free.min(self.batch))
                 .lease(self.lease)
                 .wait(self.wait);
-            let jobs = match self.client.reserve(&req).await {
-                Ok(jobs) => {
+            let jobs = match self.client.reserve_answer(&req).await {
+                Ok(answer) => {
                     failures = 0;
-                    jobs
+                    for t in answer.unknown_topics {
+                        if warned_unknown.insert(t.clone()) {
+                            tracing::warn!(topic = %t, "no topic of this name: nobody created it (a typo?)");
+                        }
+                    }
+                    answer.jobs
                 }
                 Err(e) => {
                     failures += 1;

@@ -187,6 +187,9 @@ pub struct ServerConfig {
     /// TLS for the HTTP listener (off by default): read at start, again on
     /// SIGHUP.
     pub tls: Option<tls::TlsFiles>,
+    /// An HTTP enqueue to a topic nobody created creates it (default); off:
+    /// such an enqueue or reserve answers 404 `topic_not_found`.
+    pub auto_create_topics: bool,
 }
 
 impl Default for ServerConfig {
@@ -207,6 +210,7 @@ impl Default for ServerConfig {
             http: listener::HttpLimits::default(),
             beanstalkd: None,
             tls: None,
+            auto_create_topics: true,
         }
     }
 }
@@ -241,6 +245,9 @@ impl Server {
             .metrics
             .set_topic_series(config.metrics_series.clone());
         state.store_name = config.store_name.clone();
+        state
+            .service
+            .set_auto_create_topics(config.auto_create_topics);
         Self {
             config,
             state,

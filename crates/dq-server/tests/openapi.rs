@@ -534,6 +534,7 @@ fn routes() -> Vec<Route> {
                 "200",
                 to(Reserved {
                     jobs: vec![leased()],
+                    unknown_topics: vec!["typo".into()],
                 }),
             )],
         ),

@@ -320,10 +320,16 @@ impl Reserve {
         if let Some(l) = lease {
             req = req.lease(Duration::from_millis(ms(&l, "--lease")?));
         }
-        let jobs = api.reserve(&req).await?;
+        let answer = api.reserve_answer(&req).await?;
         if conn.json() {
-            print_json(&wire::Reserved { jobs });
-        } else {
+            print_json(&answer);
+            return Ok(());
+        }
+        for t in &answer.unknown_topics {
+            eprintln!("warning: no topic named {t:?} (nobody created it: a typo?)");
+        }
+        let jobs = answer.jobs;
+        {
             let mut t = bordered(vec![
                 "topic",
                 "id",

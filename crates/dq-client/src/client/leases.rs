@@ -65,15 +65,24 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`], [`Error::Unavailable`], [`Error::Transport`].
     pub async fn reserve(&self, req: &Reserve) -> Result<Vec<Leased>> {
-        let r: wire::Reserved = self
-            .call(
-                Method::POST,
-                format!("{}/v1/reserve", self.base),
-                Some(&req.0),
-                false,
-            )
-            .await?;
-        Ok(r.jobs)
+        Ok(self.reserve_answer(req).await?.jobs)
+    }
+
+    /// [`Client::reserve`] with the whole answer: the jobs, and the topics
+    /// named that nobody created (`unknown_topics`: a typo there waits for
+    /// ever).
+    ///
+    /// # Errors
+    /// As [`Client::reserve`]; [`Error::NotFound`] for a topic nobody
+    /// created when the server's `auto_create_topics` is off.
+    pub async fn reserve_answer(&self, req: &Reserve) -> Result<wire::Reserved> {
+        self.call(
+            Method::POST,
+            format!("{}/v1/reserve", self.base),
+            Some(&req.0),
+            false,
+        )
+        .await
     }
 
     /// Completes a leased job.

@@ -10,9 +10,9 @@ use dq_core::limits::MAX_BATCH;
 use dq_core::*;
 
 use super::{ApiResult, B64_IN, job, job_id, reply, topic, when, when_sent};
-use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{ApiPath as Path, JsonBody, parse};
+use crate::{AppState, Service};
 
 /// A job as a client sent it, validated ([`NewJob::check`]); nothing is
 /// written before this passes.
@@ -66,6 +66,16 @@ fn enqueued(e: &Enqueued) -> wire::Enqueued {
     }
 }
 
+/// An enqueue's topic exists, or may be created by it: 404
+/// `topic_not_found` with `auto_create_topics` off for a topic nobody
+/// created (nothing is read with it on).
+async fn created_or_creating(svc: &Service, t: &Topic) -> Result<(), ApiError> {
+    if !svc.auto_create_topics() {
+        svc.check_topics_known(std::slice::from_ref(t)).await?;
+    }
+    Ok(())
+}
+
 /// `POST /v1/topics/{topic}/jobs`
 pub(crate) async fn enqueue(
     State(st): State<AppState>,
@@ -74,6 +84,7 @@ pub(crate) async fn enqueue(
 ) -> ApiResult {
     let t = topic(t)?;
     let svc = &st.service;
+    created_or_creating(svc, &t).await?;
     let job = new_job(req, svc.limits(), svc.clock().now_ms())?;
     let e = svc.enqueue(&t, job).await?;
     let status = if e.created {
@@ -102,6 +113,7 @@ pub(crate) async fn enqueue_batch(
         ));
     }
     let svc = &st.service;
+    created_or_creating(svc, &t).await?;
     let now = svc.clock().now_ms();
     let mut results: Vec<Option<wire::BatchResult>> = Vec::with_capacity(req.jobs.len());
     let mut valid: Vec<NewJob> = Vec::new();

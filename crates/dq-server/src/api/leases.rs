@@ -54,12 +54,14 @@ pub(crate) async fn reserve(
         }
     }
     st.service.check_reserve(&params)?;
+    let unknown = st.service.check_topics_known(&topics).await?;
     let leases = st
         .service
         .reserve(&topics, params.max, params.lease_ms, params.wait_ms)
         .await?;
     reply(wire::Reserved {
         jobs: leases.iter().map(leased).collect(),
+        unknown_topics: unknown.iter().map(ToString::to_string).collect(),
     })
 }
 

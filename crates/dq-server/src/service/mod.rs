@@ -140,6 +140,8 @@ pub struct Service {
     /// This process's copy of the API keys, read again every
     /// [`crate::keys::REFRESH`].
     keys: Arc<KeyRing>,
+    /// `auto_create_topics` (see [`Service::check_topics_known`]).
+    auto_create_topics: std::sync::atomic::AtomicBool,
 }
 
 /// The loops [`Service::spawn_loops`] runs beside the two every service
@@ -178,6 +180,7 @@ impl Service {
             topics_changed: Notify::new(),
             settings: topics::SettingsCache::default(),
             keys: Arc::new(KeyRing::default()),
+            auto_create_topics: std::sync::atomic::AtomicBool::new(true),
         }
     }
 

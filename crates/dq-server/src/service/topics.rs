@@ -174,19 +174,62 @@ impl SettingsCache {
 
 impl Service {
     /// Whether dq delivers `t` itself (push, forwarding), as read within
-    /// [`MODE_TTL`].
-    pub(super) async fn is_delivered(&self, t: &Topic) -> Result<bool> {
+    /// [`MODE_TTL`]; `None` when there is no topic `t`.
+    ///
+    /// Only a topic that exists is remembered: the first enqueue creates
+    /// one without a settings change, so "no such topic" is read again at
+    /// each call (a consumer waiting on a topic nobody wrote yet costs one
+    /// store read per reserve).
+    pub(super) async fn mode(&self, t: &Topic) -> Result<Option<bool>> {
         let version = self.settings_version().await;
         if let Some(delivered) = self.settings.mode(t, version) {
-            return Ok(delivered);
+            return Ok(Some(delivered));
         }
-        let push = self
-            .store
-            .topic_config(t)
-            .await?
-            .is_some_and(|c| c.delivery.is_delivered_by_dq());
-        self.settings.keep_mode(t, version, push);
-        Ok(push)
+        let Some(config) = self.store.topic_config(t).await? else {
+            return Ok(None);
+        };
+        let delivered = config.delivery.is_delivered_by_dq();
+        self.settings.keep_mode(t, version, delivered);
+        Ok(Some(delivered))
+    }
+
+    /// Whether dq delivers `t` itself (push, forwarding), as read within
+    /// [`MODE_TTL`]: false for a topic that does not exist.
+    pub(super) async fn is_delivered(&self, t: &Topic) -> Result<bool> {
+        Ok(self.mode(t).await?.unwrap_or(false))
+    }
+
+    /// Whether an enqueue to a topic nobody created creates it (the
+    /// default; `auto_create_topics`).
+    pub fn auto_create_topics(&self) -> bool {
+        self.auto_create_topics.load(Ordering::Relaxed)
+    }
+
+    /// Sets `auto_create_topics` (see [`Service::check_topics_known`]).
+    pub fn set_auto_create_topics(&self, on: bool) {
+        self.auto_create_topics.store(on, Ordering::Relaxed);
+    }
+
+    /// Of the topics an HTTP enqueue or reserve names, those nobody created
+    /// (by `PUT /v1/topics/{t}` or a first enqueue), in the order given.
+    /// With `auto_create_topics` off, the first of them is an error instead
+    /// (nothing is written or reserved). The beanstalkd listener does not
+    /// ask: its protocol creates a tube by naming it. With
+    /// `auto_create_topics` on (the default) an enqueue need not ask.
+    ///
+    /// # Errors
+    /// [`Error::TopicNotFound`] (auto-creation off); a store error.
+    pub async fn check_topics_known(&self, topics: &[Topic]) -> Result<Vec<Topic>> {
+        let mut unknown = Vec::new();
+        for t in topics {
+            if self.mode(t).await?.is_none() {
+                if !self.auto_create_topics() {
+                    return Err(Error::TopicNotFound(t.to_string()));
+                }
+                unknown.push(t.clone());
+            }
+        }
+        Ok(unknown)
     }
 
     /// Pauses `t` for `for_ms` (0: resumes it now): nothing is handed out of
