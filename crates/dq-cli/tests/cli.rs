@@ -514,31 +514,35 @@ async fn topics_nobody_created_are_refused_or_named() {
         }
     }
 
-    let server = Dq::start_embedded(&dir.path().join("on")).await;
-    let (s, _) = server
-        .post("/v1/topics/orders/jobs", json!({"body": 1}))
-        .await;
-    assert_eq!(s, 201);
-    let (s, v) = server
-        .post(
-            "/v1/reserve",
-            json!({"topics": ["ordres", "orders", "nope"], "wait_ms": 0}),
-        )
-        .await;
-    assert_eq!(s, 200, "{v}");
-    assert_eq!(v["unknown_topics"], json!(["ordres", "nope"]), "{v}");
-    assert_eq!(v["jobs"].as_array().unwrap().len(), 1, "{v}");
-    // Created by its first enqueue: known at once, and the field left out.
-    let (s, _) = server
-        .post("/v1/topics/nope/jobs", json!({"body": 1}))
-        .await;
-    assert_eq!(s, 201);
-    let (_, v) = server
-        .post("/v1/reserve", json!({"topics": ["nope"], "wait_ms": 0}))
-        .await;
-    assert!(v.get("unknown_topics").is_none(), "{v}");
-    assert_eq!(v["jobs"].as_array().unwrap().len(), 1, "{v}");
-    let (ok, _, err) = dq(&server.base, &["reserve", "ordres", "--wait", "0s"], "");
-    assert!(ok, "{err}");
-    assert!(err.contains("no topic named \"ordres\""), "{err}");
+    for server in [
+        Dq::start_embedded(&dir.path().join("on")).await,
+        Dq::start(&url).await,
+    ] {
+        let (s, _) = server
+            .post("/v1/topics/orders/jobs", json!({"body": 1}))
+            .await;
+        assert_eq!(s, 201);
+        let (s, v) = server
+            .post(
+                "/v1/reserve",
+                json!({"topics": ["ordres", "orders", "nope"], "wait_ms": 0}),
+            )
+            .await;
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["unknown_topics"], json!(["ordres", "nope"]), "{v}");
+        assert_eq!(v["jobs"].as_array().unwrap().len(), 1, "{v}");
+        // Created by its first enqueue: known at once, and the field left out.
+        let (s, _) = server
+            .post("/v1/topics/nope/jobs", json!({"body": 1}))
+            .await;
+        assert_eq!(s, 201);
+        let (_, v) = server
+            .post("/v1/reserve", json!({"topics": ["nope"], "wait_ms": 0}))
+            .await;
+        assert!(v.get("unknown_topics").is_none(), "{v}");
+        assert_eq!(v["jobs"].as_array().unwrap().len(), 1, "{v}");
+        let (ok, _, err) = dq(&server.base, &["reserve", "ordres", "--wait", "0s"], "");
+        assert!(ok, "{err}");
+        assert!(err.contains("no topic named \"ordres\""), "{err}");
+    }
 }
