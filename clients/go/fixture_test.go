@@ -104,10 +104,12 @@ func tail(s string, n int) string {
 
 func (s *server) start() {
 	s.t.Helper()
-	args := []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", s.port), "--data-dir", s.dataDir,
+	args := []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", s.port),
 		"--config", "/dev/null", "--shutdown-grace", "3s", "--log-level", "warn"}
 	if s.store == "redis" {
 		args = append(args, "--redis", os.Getenv("DQ_TEST_REDIS_URL"), "--redis-timeout", "1s")
+	} else {
+		args = append(args, "--data-dir", s.dataDir)
 	}
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
