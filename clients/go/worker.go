@@ -27,8 +27,13 @@ type WorkerOptions struct {
 	// handlers are extended every third of it, in one touch:batch call.
 	Lease time.Duration
 	// Batch is the most jobs per reserve call (default 100; never more than
-	// the free handler slots).
+	// the free handler slots plus Prefetch).
 	Batch int
+	// Prefetch is how many jobs are reserved ahead of free handlers, so a
+	// handler that finishes finds its next job waiting (default:
+	// Concurrency; negative: none). Their leases are extended while they
+	// wait; at the stop they are given back.
+	Prefetch int
 	// Wait is how long a reserve waits for a due job (default 1 s, at most 30 s).
 	Wait time.Duration
 	// Grace is how long running handlers may take to finish after the stop
@@ -77,6 +82,12 @@ func NewWorker(client *Client, opts WorkerOptions) *Worker {
 	}
 	if opts.Lease < 300*time.Millisecond {
 		opts.Lease = 300 * time.Millisecond
+	}
+	if opts.Prefetch == 0 {
+		opts.Prefetch = opts.Concurrency
+	}
+	if opts.Prefetch < 0 {
+		opts.Prefetch = 0
 	}
 	if opts.Batch <= 0 {
 		opts.Batch = 100
@@ -176,14 +187,32 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.keepLeases(leases, keeperStop)
 	}()
 
-	sem := make(chan struct{}, w.opts.Concurrency)
+	// held counts the jobs this worker holds: running, or reserved ahead
+	// (Prefetch) and waiting in queue for a free handler.
+	held := make(chan struct{}, w.opts.Concurrency+w.opts.Prefetch)
+	queue := make(chan *Job, w.opts.Concurrency+w.opts.Prefetch)
 	var wg sync.WaitGroup
+	for i := 0; i < w.opts.Concurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for job := range queue {
+				if ctx.Err() != nil {
+					// Stopping: a job not started is given back.
+					w.handBack(job, leases)
+				} else {
+					w.runJob(hctx, job, leases, acks, nacks)
+				}
+				<-held
+			}
+		}()
+	}
 	failures := 0
 	ropts := &ReserveOptions{Lease: w.opts.Lease, Wait: w.opts.Wait}
 reserving:
 	for ctx.Err() == nil {
 		select {
-		case sem <- struct{}{}:
+		case held <- struct{}{}:
 		case <-ctx.Done():
 			break reserving
 		}
@@ -191,21 +220,21 @@ reserving:
 	fill:
 		for n < w.opts.Batch {
 			select {
-			case sem <- struct{}{}:
+			case held <- struct{}{}:
 				n++
 			default:
 				break fill
 			}
 		}
 		// A reserve in flight is not cancelled by the stop: what it returns
-		// is given back below, not stranded until its lease ends.
+		// is given back, not stranded until its lease ends.
 		rctx, rcancel := context.WithTimeout(context.Background(), w.opts.Wait+15*time.Second)
 		ropts.Max = n
 		jobs, err := w.client.reserve(rctx, topics, ropts, retryNever)
 		rcancel()
 		if err != nil {
 			for i := 0; i < n; i++ {
-				<-sem
+				<-held
 			}
 			failures++
 			if failures == 1 || failures%30 == 0 {
@@ -228,24 +257,31 @@ reserving:
 		}
 		failures = 0
 		for i, job := range jobs {
-			if ctx.Err() != nil || i >= n {
-				w.handBack(job)
-				if i < n {
-					<-sem
-				}
+			if i >= n {
+				w.handBack(job, nil) // never more than asked for; to be safe
 				continue
 			}
-			wg.Add(1)
-			go func(job *Job) {
-				defer wg.Done()
-				defer func() { <-sem }()
-				w.runJob(hctx, job, leases, acks, nacks)
-			}(job)
+			// Its lease is kept from now on, while it waits and while it runs.
+			leases.add(TouchItem{Topic: job.Topic, ID: job.ID, Token: job.Token, LeaseMs: w.opts.Lease.Milliseconds()})
+			queue <- job
 		}
 		for i := len(jobs); i < n; i++ {
-			<-sem
+			<-held
 		}
 	}
+	// Jobs reserved but not started are given back at once (idle runners
+	// do the same with what they take from the queue meanwhile).
+drain:
+	for {
+		select {
+		case job := <-queue:
+			w.handBack(job, leases)
+			<-held
+		default:
+			break drain
+		}
+	}
+	close(queue)
 
 	// The stop: running handlers get the grace period, then their ctx ends.
 	finished := make(chan struct{})
@@ -273,7 +309,10 @@ reserving:
 }
 
 // handBack releases a job reserved but not started (the attempt is not counted).
-func (w *Worker) handBack(job *Job) {
+func (w *Worker) handBack(job *Job, leases *inFlight) {
+	if leases != nil {
+		defer leases.remove(job.Token)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := w.client.Release(ctx, job.Topic, job.ID, job.Token, 0); err != nil {
@@ -285,7 +324,6 @@ func (w *Worker) handBack(job *Job) {
 
 func (w *Worker) runJob(ctx context.Context, job *Job, leases *inFlight, acks, nacks *reporter) {
 	h := w.handlers[job.Topic]
-	leases.add(TouchItem{Topic: job.Topic, ID: job.ID, Token: job.Token, LeaseMs: w.opts.Lease.Milliseconds()})
 	err := w.call(ctx, h, job)
 	leases.remove(job.Token)
 

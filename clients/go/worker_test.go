@@ -293,6 +293,17 @@ func TestWorkerStopMidRun(t *testing.T) {
 		if st.Reserved != 0 || st.Counters.Acked != int64(len(finishedIDs)) || st.Ready != int64(total-len(finishedIDs)) || st.Counters.Failed != 0 {
 			t.Errorf("after the stop: %+v (finished %d)", st, len(finishedIDs))
 		}
+		// Four jobs were reserved ahead (Prefetch defaults to Concurrency)
+		// and never started: given back, their attempt not counted.
+		if ws := w.Stats(); ws.HandedBack == 0 || ws.Done != int64(len(finishedIDs)) {
+			t.Errorf("worker stats: %+v", ws)
+		}
+		for i := 0; i < total; i++ {
+			j, err := c.Get(ctx, topic, fmt.Sprintf("j%d", i))
+			if err == nil && (j.State != "ready" || j.Attempts != 0) {
+				t.Errorf("job left behind: %+v", j)
+			}
+		}
 	})
 }
 
