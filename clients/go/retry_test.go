@@ -2,7 +2,11 @@ package dq_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -73,5 +77,38 @@ func TestAPIKeyHeader(t *testing.T) {
 	}
 	if got.Load() != "Bearer dqk_secret" {
 		t.Fatalf("Authorization: %v", got.Load())
+	}
+}
+
+// TLS with a private certificate authority, and the request timeout.
+func TestTLSAndTimeout(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/topics/slow" {
+			time.Sleep(time.Second)
+		}
+		_, _ = w.Write([]byte(`{"name":"t","stats":{"ready":3}}`))
+	}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake below
+	srv.StartTLS()
+	defer srv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	c, err := dq.NewClient(srv.URL, dq.WithTLSConfig(&tls.Config{RootCAs: pool}), dq.WithTimeout(200*time.Millisecond), dq.WithRetryBudget(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Topic(context.Background(), "t")
+	if err != nil || info.Stats.Ready != 3 {
+		t.Fatalf("%+v %v", info, err)
+	}
+	_, err = c.Topic(context.Background(), "slow")
+	var te *dq.TransportError
+	if !errors.As(err, &te) {
+		t.Fatalf("want a transport error (timeout), got %v", err)
+	}
+	// Without the CA the certificate is refused.
+	c, _ = dq.NewClient(srv.URL, dq.WithRetryBudget(0))
+	if _, err := c.Topic(context.Background(), "t"); !errors.As(err, &te) {
+		t.Fatalf("want a transport error (certificate), got %v", err)
 	}
 }

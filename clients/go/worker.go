@@ -137,7 +137,8 @@ func (d detached) Value(key interface{}) interface{} { return d.parent.Value(key
 // gracefully: it stops reserving, gives back jobs reserved but not started,
 // lets running handlers finish within Grace (then cancels their ctx) and
 // flushes acks and nacks. dq being down is retried with a backoff (it
-// reconnects); Run returns nil after a stop, or an error when it cannot start.
+// reconnects). Run returns nil after a stop; an error when it cannot start
+// or dq refuses the reserve itself (400: a bad topic name).
 func (w *Worker) Run(ctx context.Context) error {
 	if len(w.handlers) == 0 {
 		return errors.New("dq: Worker.Run: no handler (call Handle first)")
@@ -208,6 +209,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}()
 	}
 	failures := 0
+	var runErr error
 	ropts := &ReserveOptions{Lease: w.opts.Lease, Wait: w.opts.Wait}
 reserving:
 	for ctx.Err() == nil {
@@ -235,6 +237,12 @@ reserving:
 		if err != nil {
 			for i := 0; i < n; i++ {
 				<-held
+			}
+			var apiErr *Error
+			if errors.As(err, &apiErr) && apiErr.Status == 400 {
+				// A bad topic name: retrying cannot help.
+				runErr = fmt.Errorf("dq: Worker.Run: reserve refused: %w", err)
+				break reserving
 			}
 			failures++
 			if failures == 1 || failures%30 == 0 {
@@ -305,7 +313,7 @@ drain:
 	<-keeperDone
 	acks.close()
 	nacks.close()
-	return nil
+	return runErr
 }
 
 // handBack releases a job reserved but not started (the attempt is not counted).

@@ -357,3 +357,55 @@ func TestWorkerReconnectsAfterDqRestart(t *testing.T) {
 		}
 	})
 }
+
+func TestWorkerBadTopicFailsFast(t *testing.T) {
+	s := startServer(t, "embedded")
+	w := dq.NewWorker(s.client(t), dq.WorkerOptions{Logger: testLogger(t)})
+	if err := w.Run(context.Background()); err == nil {
+		t.Fatal("Run without handlers")
+	}
+	w.Handle("bad topic!", func(context.Context, *dq.Job) error { return nil })
+	done := make(chan error, 1)
+	go func() { done <- w.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if !dq.IsCode(err, "invalid_topics") && !dq.IsCode(err, "invalid_topic") {
+			t.Fatalf("want invalid_topic(s), got %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run kept going with a bad topic")
+	}
+}
+
+// A handler still running when the grace period ends gets its ctx
+// cancelled; its job is given back, the attempt not counted.
+func TestWorkerGraceEndsCancelsHandlers(t *testing.T) {
+	s := startServer(t, "embedded")
+	ctx := ctxT(t, 30*time.Second)
+	c := s.client(t)
+	topic := topicName(t)
+	started := make(chan struct{}, 1)
+	w := dq.NewWorker(c, dq.WorkerOptions{Concurrency: 1, Prefetch: -1, Grace: 300 * time.Millisecond, Logger: testLogger(t)})
+	w.Handle(topic, func(ctx context.Context, job *dq.Job) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	if _, err := c.Enqueue(ctx, topic, 1, &dq.EnqueueOptions{ID: "stuck"}); err != nil {
+		t.Fatal(err)
+	}
+	stop := runWorker(t, w, 10*time.Second)
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("not started")
+	}
+	stop()
+	j, err := c.Get(ctx, topic, "stuck")
+	if err != nil || j.State != "ready" || j.Attempts != 0 {
+		t.Fatalf("after the grace: %+v %v", j, err)
+	}
+	if st := topicStats(t, c, topic); st.Counters.Failed != 0 || st.Reserved != 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
