@@ -25,10 +25,13 @@ import (
 // <repository root>/target/debug/dq.
 func dqBin(t testing.TB) string {
 	t.Helper()
+	wd, _ := os.Getwd() // clients/go: go test runs in the package's directory
+	root := filepath.Join(wd, "..", "..")
 	bin := os.Getenv("DQ_BIN")
 	if bin == "" {
-		wd, _ := os.Getwd()
-		bin = filepath.Join(wd, "..", "..", "target", "debug", "dq")
+		bin = filepath.Join(root, "target", "debug", "dq")
+	} else if !filepath.IsAbs(bin) {
+		bin = filepath.Join(root, bin) // relative to the repository root
 	}
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("the dq binary %s does not exist: build it (cargo build -p dq-cli) or set DQ_BIN to its absolute path", bin)
