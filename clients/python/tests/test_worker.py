@@ -246,6 +246,7 @@ def test_dq_restart_mid_run(own_server: DqServer, topic: str) -> None:
         )
         rw.stop()
     assert set(seen) == {f"j{i:05}" for i in range(n)}
+    assert worker.stats.reserve_errors > 0, "dq was never seen down"
     s = stats(client, topic)
     assert s["dead"] == 0 and s["reserved"] == 0
     for i in range(0, n, 37):

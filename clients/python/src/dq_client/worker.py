@@ -44,8 +44,14 @@ class WorkerStats:
     """What a worker did so far (readable while it runs)."""
 
     reserved: int = 0
+    #: Reserve calls that failed (dq unreachable or refusing); retried with backoff.
+    reserve_errors: int = 0
     #: Handlers that returned (acked).
     done: int = 0
+    #: Acks dq confirmed.
+    acked: int = 0
+    #: Nacks dq confirmed.
+    nacked: int = 0
     #: Handlers that raised an ordinary exception (nacked: retried or dead per the topic).
     failed: int = 0
     #: Handlers that raised :class:`~dq_client.Dead` (dead at once).
@@ -328,6 +334,7 @@ class _Run:
                 failures = 0
             except (DqError, TransportError) as e:
                 failures += 1
+                w.stats.reserve_errors += 1
                 if failures == 1 or failures % 30 == 0:
                     log.warning("reserve failed (%d in a row); retrying: %s", failures, e)
                 await self._sleep_or(min(0.1 * failures, 2.0), self.stop_event)
@@ -452,7 +459,12 @@ class _Run:
                     )
                     break
                 for item, r in zip(batch, results):
-                    if isinstance(r, DqError):
+                    if not isinstance(r, DqError):
+                        if verb == "ack":
+                            self.w.stats.acked += 1
+                        else:
+                            self.w.stats.nacked += 1
+                    else:
                         self.w.stats.report_errors += 1
                         log.warning(
                             "%s of %s/%s refused (lease lost or job cancelled): %s",
