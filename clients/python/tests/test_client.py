@@ -324,8 +324,9 @@ def test_transport_error() -> None:
     with pytest.raises(TransportError):
         c.get("t", "x")  # idempotent: retried for 0.5 s, then raised
     assert time.monotonic() - t0 < 5
-    with pytest.raises(TransportError):
-        c.ack("t", "x", "tok")
+    with pytest.raises(TransportError) as ei:
+        c.ack("t", "x", "tok")  # never sent: retried too, then raised
+    assert ei.value.sent is False
     assert not c.ready()
 
 

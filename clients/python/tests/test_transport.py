@@ -21,6 +21,7 @@ class Scripted:
     def __init__(self, replies: Callable[[str, str, dict[str, str], bytes], Reply]) -> None:
         self.requests: list[tuple[str, str, dict[str, str], bytes, int]] = []
         self.close_after_each = False
+        self.hang_up = False
         outer = self
 
         class H(http.server.BaseHTTPRequestHandler):
@@ -34,6 +35,9 @@ class Scripted:
                 body = self.rfile.read(n) if n else b""
                 hdrs = {k.lower(): v for k, v in self.headers.items()}
                 outer.requests.append((self.command, self.path, hdrs, body, id(self.connection)))
+                if outer.hang_up:
+                    self.close_connection = True
+                    return
                 status, extra, payload = replies(self.command, self.path, hdrs, body)
                 data = json.dumps(payload).encode()
                 self.send_response(status)
@@ -154,3 +158,17 @@ def test_https_needs_verification() -> None:
     c = Client("https://127.0.0.1:1", retry_for=0, connect_timeout=0.5)
     assert c._pool.ssl_context is not None
     assert c._pool.ssl_context.check_hostname
+
+
+def test_broken_call_retried_only_when_repeatable(scripted: Callable[..., Scripted]) -> None:
+    s = scripted(lambda *a: (200, {}, JOB))
+    s.hang_up = True  # read the request, then close without an answer
+    c = Client(s.url, retry_for=0.5)
+    with pytest.raises(TransportError) as ei:
+        c.ack("t", "x", "tok")
+    assert ei.value.sent is True
+    # one try, plus one on a fresh connection only if the first was a reused one
+    assert len(s.requests) == 1
+    with pytest.raises(TransportError):
+        c.get("t", "x")
+    assert len(s.requests) > 2  # a read is retried within retry_for

@@ -115,10 +115,18 @@ class Pool:
         target = self.prefix + path
         for fresh_try in (False, True):
             conn, reused = self._get() if not fresh_try else (self._new(), False)
-            try:
-                if conn.sock is None:
-                    conn.timeout = min(self.connect_timeout, timeout)
+            if conn.sock is None:
+                conn.timeout = min(self.connect_timeout, timeout)
+                try:
                     conn.connect()
+                except (OSError, http.client.HTTPException) as e:
+                    conn.close()
+                    raise TransportError(
+                        f"cannot connect to dq at {self.scheme}://{self.host}:{self.port}: {e!r}",
+                        e,
+                        sent=False,
+                    ) from e
+            try:
                 assert conn.sock is not None
                 conn.sock.settimeout(timeout)
                 conn.request(method, target, body=body, headers=dict(headers))

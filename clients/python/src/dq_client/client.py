@@ -71,9 +71,10 @@ class Client:
     - ``timeout``: seconds a call may take (a reserve's ``wait_ms`` is added).
     - ``connect_timeout``: seconds to open a connection.
     - ``retry_for``: seconds within which a ``503`` with ``Retry-After``, and
-      a connection failure of a call that is safe to repeat (reads, settings,
-      touch, reserve, an enqueue with an id), are retried before the error is
-      raised (0: never retry).
+      a connection that cannot be opened, and a connection that broke during
+      a call that is safe to repeat (reads, settings, touch, reserve, an
+      enqueue with an id), are retried before the error is raised (0: never
+      retry).
     - ``ca_file`` / ``verify`` / ``ssl_context``: TLS for ``https://``:
       certificates are verified against the system's roots by default;
       ``ca_file`` trusts a CA (or a self-signed certificate) instead;
@@ -166,9 +167,9 @@ class Client:
             attempt += 1
             try:
                 resp = self._pool.send(method, path, payload, headers, t)
-            except TransportError:
+            except TransportError as e:
                 wait = min(0.1 * 2 ** (attempt - 1), 2.0) * (0.75 + random.random() / 2)
-                if idempotent and time.monotonic() + wait < deadline:
+                if (idempotent or not e.sent) and time.monotonic() + wait < deadline:
                     time.sleep(wait)
                     continue
                 raise
@@ -562,7 +563,7 @@ class Client:
     def ready(self) -> bool:
         """Whether ``/readyz`` answers 200 (the store answers, not draining)."""
         try:
-            self.request("GET", "/readyz", idempotent=False)
+            self.with_retry_for(0).request("GET", "/readyz")
             return True
         except (DqError, TransportError):
             return False

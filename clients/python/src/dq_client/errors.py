@@ -70,9 +70,14 @@ class TransportError(DqClientError):
     """dq could not be reached, the connection broke, or a call timed out.
     ``cause`` is the underlying exception (also the ``__cause__``)."""
 
-    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+    def __init__(
+        self, message: str, cause: BaseException | None = None, *, sent: bool = True
+    ) -> None:
         super().__init__(message)
         self.cause = cause
+        #: False when the request never left (no connection could be
+        #: opened): then it is safe to send again, whatever the call.
+        self.sent = sent
 
     transient = True
 
