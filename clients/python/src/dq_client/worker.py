@@ -322,6 +322,11 @@ class _Run:
                 for p in pending:
                     p.cancel()
                 continue
+            if free < w.concurrency // 2:
+                # Handlers in threads finish one by one: a moment's wait lets
+                # a reserve fill several free slots in one call, not one each.
+                await self._sleep_or(0.002, self.stop_event)
+                free = w.concurrency - len(self.tasks)
             # A reserve in flight is not abandoned at a stop: what it returns
             # is given back below, not stranded until its lease ends.
             try:
