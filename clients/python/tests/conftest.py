@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -46,10 +47,11 @@ def free_port() -> int:
 class DqServer:
     """One ``dq serve`` process; ``restart()`` keeps its port and data."""
 
-    def __init__(self, store: str) -> None:
+    def __init__(self, store: str, tls: tuple[str, str] | None = None) -> None:
         self.store = store
+        self.tls = tls
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.data_dir = tempfile.mkdtemp(prefix="dq-py-")
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = open(os.path.join(self.data_dir, "serve.log"), "ab")
@@ -67,6 +69,8 @@ class DqServer:
             "--log-level",
             "warn",
         ]
+        if self.tls:
+            a += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]]
         if self.store == "redis":
             assert REDIS_URL
             a += ["--redis", REDIS_URL, "--redis-timeout", "1s"]
@@ -86,7 +90,8 @@ class DqServer:
                     + Path(self.log.name).read_text(errors="replace")[-2000:]
                 )
             try:
-                with urllib.request.urlopen(self.url + "/readyz", timeout=1) as r:
+                ctx = ssl.create_default_context(cafile=self.tls[0]) if self.tls else None
+                with urllib.request.urlopen(self.url + "/readyz", timeout=1, context=ctx) as r:
                     if r.status == 200:
                         return
             except OSError:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
-from conftest import DqServer, raw_get, stats
+from conftest import STORES, DqServer, raw_get, stats
 
 from dq_client import (
     AckItem,
@@ -381,3 +384,36 @@ def test_json_helpers_exported() -> None:
     assert json.loads(RawJson("[1]").text) == [1]
     with pytest.raises(ValueError):
         RawJson("{not json")
+
+
+@pytest.fixture(params=STORES)
+def tls_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DqServer]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )
+    s = DqServer(request.param, tls=(cert, key))
+    try:
+        s.start()
+        yield s
+    finally:
+        s.close()
+
+
+def test_tls(tls_server: DqServer, topic: str) -> None:
+    assert tls_server.tls is not None
+    c = Client(tls_server.url, ca_file=tls_server.tls[0])
+    assert c.enqueue(topic, {"tls": True}, id="t").created
+    assert c.get(topic, "t").body == {"tls": True}
+    for _ in range(5):  # over one kept-alive TLS connection
+        c.get_topic(topic)
+    assert len(c._pool._idle) == 1
+    with pytest.raises(TransportError) as ei:
+        Client(tls_server.url, retry_for=0).get(topic, "t")  # not trusted: refused
+    assert "CERTIFICATE" in str(ei.value).upper()
+    assert Client(tls_server.url, verify=False).get(topic, "t").body == {"tls": True}
