@@ -259,3 +259,30 @@ def test_worker_needs_a_handler(client: Client) -> None:
     with pytest.raises(ValueError):
         Worker(client).run()
 
+
+
+def test_event_dispatch(client: Client, topic: str) -> None:
+    got: list[tuple[str, str]] = []
+
+    def on_a(job: Job) -> None:
+        got.append(("a", job.id))
+
+    async def on_b(job: Job) -> None:
+        got.append(("b", job.id))
+
+    worker = Worker(client, concurrency=2)
+    worker.handle(topic, on_a, event="a")
+    worker.handle(topic, event="b")(on_b)
+    client.enqueue(topic, {"event": "a"}, id="ja")
+    client.enqueue(topic, {"event": "b"}, id="jb")
+    client.enqueue(topic, {"event": "c"}, id="jc")
+    client.enqueue(topic, [1, 2], id="jplain")
+    with RunningWorker(worker) as rw:
+        wait_for(lambda: stats(client, topic)["dead"] == 2 and stats(client, topic)["acked"] == 2, 30, "outcomes")
+        rw.stop()
+    assert sorted(got) == [("a", "ja"), ("b", "jb")]
+    dead = {d.id: d.last_error for d in client.list_dead(topic)}
+    assert dead == {
+        "jc": f'no handler for event "c" on topic "{topic}"',
+        "jplain": f'no handler for event "" on topic "{topic}"',
+    }

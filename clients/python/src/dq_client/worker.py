@@ -98,7 +98,8 @@ class Worker:
     reserve, 100; never more than the free slots), ``wait_ms`` (a reserve's
     long-poll, 1 s: how quickly a stop is noticed), ``grace`` (seconds
     running handlers get to finish after a stop, 10), ``install_signals``
-    (``run()`` stops on SIGTERM/SIGINT, default true).
+    (``run()`` stops on SIGTERM/SIGINT, default true), ``event_field`` (the
+    body field ``handle(..., event=)`` dispatches on, ``"event"``).
     """
 
     def __init__(
@@ -111,6 +112,7 @@ class Worker:
         wait_ms: int = 1_000,
         grace: float = 10.0,
         install_signals: bool = True,
+        event_field: str = "event",
     ) -> None:
         self.client = client.sync if isinstance(client, AsyncClient) else client
         self.concurrency = max(1, int(concurrency))
@@ -120,7 +122,9 @@ class Worker:
         self.grace = grace
         self.install_signals = install_signals
         self.stats = WorkerStats()
-        self._handlers: dict[str, tuple[Handler, bool]] = {}
+        self.event_field = event_field
+        # topic -> event (None: any) -> (handler, is_async)
+        self._handlers: dict[str, dict[str | None, tuple[Handler, bool]]] = {}
         self._stop_requested = threading.Event()
         self._stopped = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -131,21 +135,29 @@ class Worker:
     # -- set up ------------------------------------------------------------
 
     @overload
-    def handle(self, topic: str) -> Callable[[H], H]: ...
+    def handle(self, topic: str, *, event: str | None = None) -> Callable[[H], H]: ...
 
     @overload
-    def handle(self, topic: str, fn: H) -> H: ...
+    def handle(self, topic: str, fn: H, *, event: str | None = None) -> H: ...
 
-    def handle(self, topic: str, fn: H | None = None) -> H | Callable[[H], H]:
+    def handle(
+        self, topic: str, fn: H | None = None, *, event: str | None = None
+    ) -> H | Callable[[H], H]:
         """Runs ``fn`` for the jobs of ``topic``: ``async def`` on the event
         loop, a plain function in the thread pool. Usable as a decorator:
-        ``@worker.handle("orders")``."""
+        ``@worker.handle("orders")``.
+
+        With ``event``, ``fn`` takes only the topic's jobs whose body is an
+        object with that ``event`` field (``event_field``); the handler
+        registered without ``event`` takes the rest. A job no handler takes
+        is a dead letter at once (``no handler for event "…" on topic "…"``),
+        as with the Rust worker."""
 
         def register(f: H) -> H:
             is_async = inspect.iscoroutinefunction(f) or inspect.iscoroutinefunction(
                 getattr(f, "__call__", None)
             )
-            self._handlers[topic] = (f, is_async)
+            self._handlers.setdefault(topic, {})[event] = (f, is_async)
             return f
 
         return register(fn) if fn is not None else register
@@ -244,7 +256,7 @@ class _Run:
         # retry them with backoff, and notice a stop meanwhile.
         self.api = AsyncClient.wrap(w.client.with_retry_for(0), max_threads=6)
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
-        if any(not is_async for _, is_async in w._handlers.values()):
+        if any(not a for hs in w._handlers.values() for _, a in hs.values()):
             self.pool = concurrent.futures.ThreadPoolExecutor(
                 max_workers=w.concurrency, thread_name_prefix="dq-handler"
             )
@@ -387,7 +399,17 @@ class _Run:
 
     async def _run_job(self, job: Job) -> None:
         w = self.w
-        fn, is_async = w._handlers[job.topic]
+        handlers = w._handlers.get(job.topic, {})
+        event = job.body.get(w.event_field) if isinstance(job.body, dict) else None
+        chosen = handlers.get(event) if isinstance(event, str) else None
+        chosen = chosen or handlers.get(None)
+        if chosen is None:
+            msg = f'no handler for event "{event if isinstance(event, str) else ""}" on topic "{job.topic}"'
+            log.error("job %s/%s dead-lettered: %s", job.topic, job.id, msg)
+            w.stats.dead += 1
+            self.nacks.put(NackItem(job.topic, job.id, job.token, error=msg, dead=True))
+            return
+        fn, is_async = chosen
         self.in_flight[job.token] = TouchItem(job.topic, job.id, job.token, w.lease_ms)
         try:
             if is_async:
