@@ -264,6 +264,7 @@ class _Run:
         self.side_tasks: set[asyncio.Task[None]] = set()
         self.slot_free = asyncio.Event()
         self.in_flight: dict[str, TouchItem] = {}
+        self.stopping_since: float | None = None
         self.acks: _Reports[AckItem] = _Reports()
         self.nacks: _Reports[NackItem] = _Reports()
 
@@ -294,6 +295,7 @@ class _Run:
                     )
                     for t in list(self.tasks):
                         t.cancel()
+            self.stopping_since = time.monotonic()
             keeper_stop.set()
             await asyncio.gather(keeper, return_exceptions=True)
             if self.side_tasks:
@@ -448,7 +450,8 @@ class _Run:
 
     async def _report_loop(self, reports: _Reports[Any], verb: str) -> None:
         """Sends what is queued in one batch call (up to 1000), retrying a
-        batch while dq is unreachable, for up to the lease."""
+        batch while dq is unreachable, for up to the lease (up to 5 s once
+        the handlers are done at a stop)."""
         q = reports.queue
         closed = False
         while not closed:
@@ -472,7 +475,10 @@ class _Run:
                         results = await self.api.nack_batch(batch)
                 except (DqError, TransportError) as e:
                     tries += 1
-                    if e.transient and time.monotonic() < give_up:
+                    # While stopping, dq gets a few seconds, not a whole lease.
+                    now = time.monotonic()
+                    late = self.stopping_since is not None and now > self.stopping_since + 5.0
+                    if e.transient and now < give_up and not late:
                         if tries == 1:
                             log.warning("%s:batch failed; retrying: %s", verb, e)
                         await asyncio.sleep(min(0.05 * 2**tries, 1.0))
