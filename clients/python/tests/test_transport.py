@@ -172,3 +172,23 @@ def test_broken_call_retried_only_when_repeatable(scripted: Callable[..., Script
     with pytest.raises(TransportError):
         c.get("t", "x")
     assert len(s.requests) > 2  # a read is retried within retry_for
+
+
+def test_forked_child_opens_its_own_connection(scripted: Callable[..., Scripted]) -> None:
+    import os
+
+    s = scripted(lambda *a: (200, {}, JOB))
+    c = Client(s.url)
+    c.get("t", "x")
+    pid = os.fork()
+    if pid == 0:  # the child: one call, on a connection of its own
+        try:
+            c.get("t", "x")
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    c.get("t", "x")  # the parent's kept-alive connection still works
+    conns = [r[4] for r in s.requests]
+    assert len(conns) == 3 and conns[0] == conns[2] != conns[1]

@@ -6,6 +6,7 @@ reused keep-alive connection turns out to be closed by the server."""
 from __future__ import annotations
 
 import http.client
+import os
 import socket
 import ssl
 import threading
@@ -64,6 +65,7 @@ class Pool:
         self._idle: list[tuple[http.client.HTTPConnection, float]] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()
 
     def _new(self) -> http.client.HTTPConnection:
         if self.scheme == "https":
@@ -73,6 +75,11 @@ class Pool:
         return http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
 
     def _get(self) -> tuple[http.client.HTTPConnection, bool]:
+        if self._pid != os.getpid():
+            # A forked child must not share its parent's sockets.
+            self._lock = threading.Lock()
+            self._idle = []
+            self._pid = os.getpid()
         now = time.monotonic()
         stale: list[http.client.HTTPConnection] = []
         found: http.client.HTTPConnection | None = None
