@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use dq_testkit::{RedisServer, ensure_package, ensure_package_for};
+use dq_testkit::{RedisServer, ensure_package};
 
 static ONE_SUITE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
