@@ -203,6 +203,32 @@ pub fn human_ms(ms: u64) -> String {
         .join(" ")
 }
 
+/// A measured duration for people, to two units: the largest non-zero
+/// one and the next (`2 min 30 s`, not `2 min 30 s 385 ms`; `1 h`, not
+/// `1 h 0 min 5 s`; `1 s 500 ms`; `0 ms`), the rest cut off. Settings
+/// are shown exactly with [`human_ms`].
+pub fn human_ms_rounded(ms: u64) -> String {
+    const UNITS: [(u64, &str); 5] = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "min"),
+        (1000, "s"),
+        (1, "ms"),
+    ];
+    let Some(top) = UNITS.iter().position(|&(size, _)| ms >= size) else {
+        return "0 ms".into();
+    };
+    let (size, unit) = UNITS[top];
+    let mut text = format!("{} {unit}", ms / size);
+    if let Some(&(next, next_unit)) = UNITS.get(top + 1) {
+        let n = ms % size / next;
+        if n > 0 {
+            text = format!("{text} {n} {next_unit}");
+        }
+    }
+    text
+}
+
 /// Checks a dedup window.
 ///
 /// # Errors
@@ -320,6 +346,23 @@ pub fn check_json_depth(text: &str) -> Result<(), InvalidInput> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn measured_durations_show_two_units() {
+        for (ms, text) in [
+            (0, "0 ms"),
+            (7, "7 ms"),
+            (1_500, "1 s 500 ms"),
+            (12_034, "12 s 34 ms"),
+            (150_385, "2 min 30 s"),
+            (3_605_000, "1 h"),
+            (3_660_000, "1 h 1 min"),
+            (90_061_001, "1 d 1 h"),
+            (86_400_000 * 400 + 59_000, "400 d"),
+        ] {
+            assert_eq!(human_ms_rounded(ms), text, "{ms}");
+        }
+    }
 
     #[test]
     fn durations_read_as_people_write_them() {

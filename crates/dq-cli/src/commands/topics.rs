@@ -388,7 +388,7 @@ fn stats_table(topics: &[TopicInfo]) -> Table {
             st.ready.to_string(),
             st.reserved.to_string(),
             st.dead.to_string(),
-            dq_core::limits::human_ms(st.oldest_overdue_ms),
+            dq_core::limits::human_ms_rounded(st.oldest_overdue_ms),
             c.enqueued.to_string(),
             c.acked.to_string(),
             c.failed.to_string(),
