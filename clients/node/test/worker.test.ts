@@ -171,6 +171,38 @@ for (const store of stores) {
       assert.deepEqual([...finished].sort(), [...started].sort());
     });
 
+    test("a stop while a reserve waits: the jobs it returns are given back, not started", async () => {
+      const topic = unique("w.handback");
+      const own = new Client(dq.url);
+      let reserving: () => void = () => {};
+      const inReserve = new Promise<void>((r) => (reserving = r));
+      const reserve = own.reserve.bind(own);
+      own.reserve = (topics, options) => {
+        const p = reserve(topics, options);
+        reserving();
+        return p;
+      };
+      const started: string[] = [];
+      const worker = new Worker(own, { concurrency: 4, leaseMs: 10_000, waitMs: 5000, ...quiet });
+      worker.handle(topic, async (job) => {
+        started.push(job.id);
+      });
+      const ac = new AbortController();
+      await client.configureTopic(topic, {});
+      const run = worker.run(ac.signal);
+      await inReserve;
+      ac.abort();
+      await client.enqueue(topic, "x", { id: "hb" }); // wakes the waiting reserve
+      await run;
+      own.close();
+      assert.deepEqual(started, []);
+      assert.equal(worker.stats.handedBack, 1);
+      const job = await client.get(topic, "hb");
+      assert.equal(job.state, "ready");
+      const info = await client.getTopic(topic);
+      assert.equal(info.stats.reserved, 0);
+    });
+
     test("SIGTERM to a worker process: in-flight jobs acked, nothing left reserved, signal listeners removed", async () => {
       const topic = unique("w.sigterm");
       const ids = Array.from({ length: 16 }, (_, i) => `t${i}`);
