@@ -3,7 +3,7 @@
 import * as http from "node:http";
 import * as https from "node:https";
 
-import { DqError, TransportError, isTransient, itemError } from "./errors.js";
+import { DqError, TransportError, itemError } from "./errors.js";
 import { camelize, rawBodies, snakeize } from "./json.js";
 import type {
   AckItem,
@@ -600,4 +600,3 @@ function qs(query: Record<string, string | number | undefined>): string {
   return parts.length ? `?${parts.join("&")}` : "";
 }
 
-export { isTransient };

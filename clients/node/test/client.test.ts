@@ -1,5 +1,9 @@
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import * as http from "node:http";
+import { tmpdir } from "node:os";
+import * as path from "node:path";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 
@@ -491,3 +495,48 @@ describe("API keys (embedded store, a server of its own)", () => {
     wrong.close();
   });
 });
+
+/** A self-signed certificate for 127.0.0.1 made with openssl, or undefined when openssl is missing. */
+function selfSigned(): { dir: string; cert: string; key: string } | undefined {
+  const dir = mkdtempSync(path.join(tmpdir(), "dq-node-tls-"));
+  const cert = path.join(dir, "cert.pem");
+  const key = path.join(dir, "key.pem");
+  try {
+    execFileSync(
+      "openssl",
+      ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+      { stdio: "ignore" },
+    );
+    return { dir, cert, key };
+  } catch {
+    rmSync(dir, { recursive: true, force: true });
+    return undefined;
+  }
+}
+
+for (const store of stores) {
+  describe(`TLS (${store.name} store)`, () => {
+    const tls = selfSigned();
+    let dq: DqServer | undefined;
+    before(async () => {
+      if (tls) dq = await DqServer.start(store, [], tls);
+    });
+    after(async () => {
+      await dq?.stop();
+      if (tls) rmSync(tls.dir, { recursive: true, force: true });
+    });
+    test("https with a trusted CA, refused without it, accepted with verify: false", { skip: tls ? false : "openssl not found" }, async () => {
+      const topic = unique("tls");
+      const trusted = new Client(dq!.url, { ca: readFileSync(tls!.cert) });
+      const e = await trusted.enqueue(topic, { secure: true });
+      assert.deepEqual((await trusted.get(topic, e.id)).body, { secure: true });
+      const untrusted = new Client(dq!.url, { retryMaxMs: 0 });
+      await assert.rejects(untrusted.get(topic, e.id), (err: unknown) => err instanceof TransportError && /self[- ]signed/i.test(err.message));
+      const unverified = new Client(dq!.url, { verify: false });
+      assert.equal((await unverified.get(topic, e.id)).id, e.id);
+      trusted.close();
+      untrusted.close();
+      unverified.close();
+    });
+  });
+}

@@ -1,6 +1,8 @@
 /** Test fixtures: a `dq serve` of our own per suite, on a free port, killed after (also on failure). */
 
 import { type ChildProcess, spawn } from "node:child_process";
+import * as http from "node:http";
+import * as https from "node:https";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import * as net from "node:net";
 import { tmpdir } from "node:os";
@@ -64,6 +66,19 @@ export async function waitFor(what: string, cond: () => boolean | Promise<boolea
   }
 }
 
+/** GET `url` (certificate not checked); the status, or 0 when it cannot connect. */
+function status(url: string): Promise<number> {
+  return new Promise((resolve) => {
+    const mod = url.startsWith("https:") ? https : http;
+    const req = mod.get(url, { rejectUnauthorized: false, agent: false }, (res) => {
+      res.resume();
+      res.on("end", () => resolve(res.statusCode ?? 0));
+    });
+    req.on("error", () => resolve(0));
+    req.setTimeout(2000, () => req.destroy());
+  });
+}
+
 export class DqServer {
   readonly url: string;
   private child: ChildProcess | null = null;
@@ -77,8 +92,13 @@ export class DqServer {
     this.url = `http://127.0.0.1:${port}`;
   }
 
-  static async start(store: { redis?: string }, extraArgs: string[] = []): Promise<DqServer> {
+  /** Starts `dq serve`; with `tls` (PEM files) it speaks HTTPS. */
+  static async start(store: { redis?: string }, extraArgs: string[] = [], tls?: { cert: string; key: string }): Promise<DqServer> {
     const s = new DqServer(await freePort(), mkdtempSync(path.join(tmpdir(), "dq-node-test-")), store.redis);
+    if (tls) {
+      (s as { url: string }).url = `https://127.0.0.1:${s.port}`;
+      extraArgs = [...extraArgs, "--tls-cert", tls.cert, "--tls-key", tls.key];
+    }
     s.extraArgs = extraArgs;
     await s.spawn();
     return s;
@@ -110,13 +130,7 @@ export class DqServer {
     const until = Date.now() + 20_000;
     for (;;) {
       if (child.exitCode !== null) throw new Error(`dq serve exited (${child.exitCode}): ${this.output}`);
-      try {
-        const r = await fetch(`${this.url}/readyz`);
-        await r.arrayBuffer();
-        if (r.status === 200) return;
-      } catch {
-        /* not listening yet */
-      }
+      if ((await status(`${this.url}/readyz`)) === 200) return;
       if (Date.now() > until) throw new Error(`dq serve not ready within 20 s: ${this.output}`);
       await new Promise((r) => setTimeout(r, 50));
     }
