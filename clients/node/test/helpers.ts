@@ -29,7 +29,7 @@ export const stores: Array<{ name: string; redis?: string }> = [
 ];
 
 const children = new Set<ChildProcess>();
-process.on("exit", () => {
+function killChildren(): void {
   for (const c of children) {
     try {
       c.kill("SIGKILL");
@@ -37,7 +37,15 @@ process.on("exit", () => {
       /* gone */
     }
   }
-});
+}
+process.on("exit", killChildren);
+// The test process itself stopped (the runner's timeout, ^C): no dq serve left behind.
+for (const sig of ["SIGTERM", "SIGINT", "SIGHUP"] as const) {
+  process.once(sig, () => {
+    killChildren();
+    process.exit(1);
+  });
+}
 
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -94,13 +102,19 @@ export class DqServer {
 
   /** Starts `dq serve`; with `tls` (PEM files) it speaks HTTPS. */
   static async start(store: { redis?: string }, extraArgs: string[] = [], tls?: { cert: string; key: string }): Promise<DqServer> {
+    dqBin(); // fails clearly before anything is made
     const s = new DqServer(await freePort(), mkdtempSync(path.join(tmpdir(), "dq-node-test-")), store.redis);
     if (tls) {
       (s as { url: string }).url = `https://127.0.0.1:${s.port}`;
       extraArgs = [...extraArgs, "--tls-cert", tls.cert, "--tls-key", tls.key];
     }
     s.extraArgs = extraArgs;
-    await s.spawn();
+    try {
+      await s.spawn();
+    } catch (e) {
+      await s.stop();
+      throw e;
+    }
     return s;
   }
 

@@ -119,9 +119,9 @@ for (const store of stores) {
       await client.enqueue(topic, "slow", { id: "slow" });
       const calls: string[] = [];
       const mk = (name: string): Worker =>
-        new Worker(client, { concurrency: 2, leaseMs: 600, waitMs: 200, ...quiet }).handle(topic, async () => {
+        new Worker(client, { concurrency: 2, leaseMs: 900, waitMs: 200, ...quiet }).handle(topic, async () => {
           calls.push(name);
-          await sleep(2500);
+          await sleep(3000);
         });
       const w1 = mk("w1");
       const w2 = mk("w2");
