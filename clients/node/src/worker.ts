@@ -112,7 +112,7 @@ class Reporter<T extends AckItem> {
           break;
         } catch (e) {
           // Sending again is harmless: an item already done answers lease_mismatch / job_not_found.
-          if (isTransient(e) && Date.now() - started < 60_000) {
+          if (isTransient(e) && Date.now() - started < 30_000) {
             if (tries === 1) this.warn(`${this.verb}s failed; retrying`, e);
             await sleep(Math.min(100 * tries, 1000));
             continue;
@@ -219,6 +219,8 @@ export class Worker {
             max: Math.min(free, this.batch),
             leaseMs: this.leaseMs,
             waitMs: this.waitMs,
+            // a hung dq holds a stop up no longer than this
+            timeoutMs: this.waitMs + 10_000,
             retry: false,
           });
           if (failures > 0) this.warn(`reserve works again after ${failures} failures`);

@@ -389,6 +389,9 @@ for (const store of stores) {
       await client.deleteSchedule(name);
       await rejectsWith(client.getSchedule(name), 404, "schedule_not_found");
       await rejectsWith(client.deleteSchedule(name), 404, "schedule_not_found");
+      await rejectsWith(client.pauseSchedule(name), 404, "schedule_not_found");
+      await rejectsWith(client.resumeSchedule(name), 404, "schedule_not_found");
+      assert.equal(await client.ready(), true);
       await rejectsWith(client.putSchedule(name, { topic, cron: "0 0 30 2 *" }), 400, "invalid_cron");
       await rejectsWith(client.putSchedule(name, { topic, every: "1h", timezone: "Mars/Base" }), 400, "invalid_timezone");
     });
