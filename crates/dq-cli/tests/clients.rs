@@ -94,6 +94,20 @@ fn python_client_and_worker() {
 }
 
 #[test]
+fn typescript_client_and_worker() {
+    let dir = repo_root().join("clients/node");
+    let ok = Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+        .current_dir(&dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "npm ci in clients/node failed");
+    let mut cmd = Command::new("npm");
+    cmd.args(["test"]).current_dir(&dir);
+    run_suite("node", cmd);
+}
+
+#[test]
 fn go_client_and_worker() {
     ensure_package("/usr/bin/go", &["golang-go"]);
     let mut cmd = Command::new("go");
