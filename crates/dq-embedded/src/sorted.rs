@@ -239,7 +239,8 @@ impl<K: Grouped> Sorted<K> {
         }
     }
 
-    /// Every entry, in order.
+    /// Every entry, in order (for checks: debug builds and tests).
+    #[cfg(any(debug_assertions, test))]
     pub(crate) fn iter(&self) -> impl Iterator<Item = &K> {
         Merge {
             a: self
