@@ -261,11 +261,30 @@ class Worker
         ]);
         $this->held = $jobs;
         $n = 0;
-        while ($this->held !== []) {
-            $this->runJob(array_shift($this->held));
-            $n++;
+        $signals = function_exists('pcntl_signal');
+        if ($signals) {
+            // Leases are extended by SIGALRM while a handler runs long.
+            $prevAsync = pcntl_async_signals(true);
+            $prev = self::saveHandlers([SIGALRM]);
+            pcntl_signal(SIGALRM, fn () => $this->onAlarm());
+            $this->alarmInstalled = true;
+            $this->keeper ??= clone $this->client;
         }
-        $this->flush($this->client);
+        try {
+            while ($this->held !== []) {
+                $this->runJob(array_shift($this->held));
+                $n++;
+            }
+        } finally {
+            if ($signals) {
+                $this->alarmInstalled = false;
+                pcntl_alarm(0);
+                self::restoreHandlers($prev);
+                pcntl_async_signals($prevAsync);
+            }
+            $this->handBack();
+            $this->flush($this->client);
+        }
         return $n;
     }
 
@@ -288,6 +307,7 @@ class Worker
             pcntl_signal(SIGTERM, $onStop);
             pcntl_signal(SIGINT, $onStop);
             pcntl_signal(SIGALRM, fn () => $this->onAlarm());
+            $this->alarmInstalled = true;
         }
         $this->keeper = clone $this->client;
         $topics = array_keys($this->handlers);
@@ -335,6 +355,7 @@ class Worker
             $this->handBack();
             $this->flush($this->client);
             if ($signals) {
+                $this->alarmInstalled = false;
                 pcntl_alarm(0);
                 self::restoreHandlers($prev);
                 pcntl_async_signals($prevAsync);
@@ -344,6 +365,7 @@ class Worker
     }
 
     private bool $poolChild = false;
+    private bool $alarmInstalled = false;
 
     private function limitReached(): bool
     {
@@ -392,7 +414,7 @@ class Worker
     {
         $handler = $this->resolve($job->topic);
         $this->running = $job;
-        $alarm = function_exists('pcntl_alarm');
+        $alarm = $this->alarmInstalled;
         if ($alarm) {
             $this->alarmArmed = true;
             pcntl_alarm($this->alarmSeconds());

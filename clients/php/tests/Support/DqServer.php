@@ -112,6 +112,17 @@ final class DqServer
         $this->waitReady(20.0);
     }
 
+    public function running(): bool
+    {
+        return $this->proc !== null && proc_get_status($this->proc)['running'];
+    }
+
+    public function logTail(int $bytes = 4000): string
+    {
+        $log = (string) @file_get_contents($this->logFile);
+        return substr($log, -$bytes);
+    }
+
     public function pid(): int
     {
         return $this->proc ? (int) proc_get_status($this->proc)['pid'] : 0;
@@ -179,6 +190,10 @@ final class DqServer
     public function cleanup(): void
     {
         $this->stop();
+        if (getenv('DQ_TEST_KEEP') === '1') {
+            fwrite(STDERR, "kept {$this->dataDir} and {$this->logFile}\n");
+            return;
+        }
         if (is_dir($this->dataDir)) {
             exec('rm -rf ' . escapeshellarg($this->dataDir) . ' ' . escapeshellarg($this->logFile));
         }

@@ -36,6 +36,12 @@ abstract class ServerTestCase extends TestCase
         if (static::store() === 'redis' && DqServer::redisUrl() === null) {
             $this->markTestSkipped('DQ_TEST_REDIS_URL is not set');
         }
+        if (static::$server !== null && !static::$server->running()) {
+            $log = static::$server->logTail();
+            static::$server->cleanup();
+            static::$server = null;
+            $this->fail("dq serve (" . static::store() . ") is no longer running; its log ends with:\n$log");
+        }
         if (static::$server === null) {
             // A test that restarted the server and failed may have left none.
             static::$server = DqServer::start(static::store());

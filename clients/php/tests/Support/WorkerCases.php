@@ -158,6 +158,26 @@ abstract class WorkerCases extends ServerTestCase
         $this->assertSame(0, $s['reserved'] + $s['ready'] + $s['scheduled']);
     }
 
+    public function testRunOnceExtendsTheLeaseOfALongHandler(): void
+    {
+        $c = $this->client();
+        $t = self::topic('long-once');
+        $c->enqueue($t, 'slow', ['id' => 'long']);
+        $other = $this->client();
+        $w = new Worker($c, ['lease_ms' => 2000, 'batch' => 1]);
+        $w->handle($t, function (Job $job) use ($other, $t) {
+            $until = microtime(true) + 3.5;
+            while (($left = $until - microtime(true)) > 0) {
+                usleep((int) ($left * 1e6));
+                // Nobody else can take it meanwhile.
+                $this->assertSame([], $other->reserve($t));
+            }
+        });
+        $this->assertSame(1, $w->runOnce(1000));
+        $s = $c->getTopic($t)['stats'];
+        $this->assertSame([1, 0, 0], [$s['counters']['acked'], $s['counters']['expired'], $s['counters']['failed']]);
+    }
+
     public function testSigtermMidRunAcksInFlightAndLeavesNothingReserved(): void
     {
         $t = self::topic('sigterm');
@@ -251,22 +271,24 @@ abstract class WorkerCases extends ServerTestCase
             $c->enqueue($t2, ['i' => $i]);
         }
         RecordingHandler::$seen = [];
-        $w = new Worker($c, ['batch' => 2, 'wait_ms' => 200]);
-        $obj = new RecordingHandler();
-        $w->handle($t1, RecordingHandler::class);
-        $w->handle($t2, new class ($w) {
-            public int $n = 0;
-
-            public function __construct(private Worker $w)
-            {
+        $w = null;
+        $w = new Worker($c, ['batch' => 2, 'wait_ms' => 200, 'logger' => function (string $level, string $msg) use (&$w) {
+            if (str_starts_with($msg, 'reserve failed')) {
+                $w->stop(); // never hang the suite on a server gone
             }
-
+        }]);
+        $w->handle($t1, RecordingHandler::class);
+        // Both handlers stop the worker once all 12 jobs were seen.
+        RecordingHandler::$after = function () use (&$w) {
+            if (count(RecordingHandler::$seen) >= 12) {
+                $w->stop();
+            }
+        };
+        $w->handle($t2, new class () {
             public function handle(Job $job): void
             {
                 RecordingHandler::$seen[] = $job->topic;
-                if (count(RecordingHandler::$seen) >= 12) {
-                    $this->w->stop();
-                }
+                (RecordingHandler::$after)();
             }
         });
         $n = $w->work();
@@ -281,9 +303,12 @@ abstract class WorkerCases extends ServerTestCase
 final class RecordingHandler
 {
     public static array $seen = [];
+    /** @var \Closure */
+    public static $after;
 
     public function handle(Job $job): void
     {
         self::$seen[] = $job->topic;
+        (self::$after)();
     }
 }
