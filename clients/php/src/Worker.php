@@ -146,6 +146,7 @@ class Worker
         pcntl_signal(SIGINT, $onStop);
         $crashes = 0;
         $nextSpawn = 0.0;
+        $killed = false;
         try {
             while (true) {
                 $now = microtime(true);
@@ -175,6 +176,15 @@ class Worker
                 }
                 if ($this->stopping && $this->children === []) {
                     break;
+                }
+                if ($this->stopping && !$killed && $now > $this->stopAt + $this->opts['grace_ms'] / 1000 + 5) {
+                    // A child stuck where PHP runs no signal handler (a
+                    // blocking call): its jobs come back when their leases end.
+                    $killed = true;
+                    foreach (array_keys($this->children) as $pid) {
+                        $this->log('error', "worker child $pid did not stop within grace_ms + 5 s; killing it");
+                        posix_kill($pid, SIGKILL);
+                    }
                 }
                 usleep(100_000);
             }

@@ -69,7 +69,8 @@ final class DqServer
     {
         $s = new self($store);
         $s->port = self::freePort();
-        $s->url = "http://127.0.0.1:{$s->port}";
+        $tls = in_array('--tls-cert', $extraArgs, true);
+        $s->url = ($tls ? 'https' : 'http') . "://127.0.0.1:{$s->port}";
         $s->dataDir = sys_get_temp_dir() . '/dq-php-test-' . bin2hex(random_bytes(6));
         mkdir($s->dataDir, 0700, true);
         $s->logFile = $s->dataDir . '.log';
@@ -132,7 +133,8 @@ final class DqServer
     {
         $deadline = microtime(true) + $timeout;
         $h = curl_init($this->url . '/readyz');
-        curl_setopt_array($h, [CURLOPT_RETURNTRANSFER => true, CURLOPT_TIMEOUT_MS => 1000, CURLOPT_CONNECTTIMEOUT_MS => 500]);
+        curl_setopt_array($h, [CURLOPT_RETURNTRANSFER => true, CURLOPT_TIMEOUT_MS => 1000, CURLOPT_CONNECTTIMEOUT_MS => 500,
+            CURLOPT_SSL_VERIFYPEER => false, CURLOPT_SSL_VERIFYHOST => 0]);
         while (microtime(true) < $deadline) {
             if (curl_exec($h) !== false && curl_getinfo($h, CURLINFO_RESPONSE_CODE) === 200) {
                 return;
