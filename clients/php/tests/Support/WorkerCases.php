@@ -209,6 +209,28 @@ abstract class WorkerCases extends ServerTestCase
         $this->assertSame(0, $s['counters']['failed']);
     }
 
+    public function testHandlerPastTheGraceIsAbandonedAndItsJobComesBack(): void
+    {
+        $t = self::topic('grace');
+        $this->client()->configureTopic($t, ['retry' => ['fixed_ms' => 100]]);
+        $this->client()->enqueue($t, 'long', ['id' => 'long']);
+        $p = $this->pool($t, ['DQ_PROCESSES' => 1, 'DQ_BATCH' => 1, 'DQ_SLEEP_MS' => 20000, 'DQ_LEASE_MS' => 3000, 'DQ_GRACE_MS' => 1000]);
+        self::waitFor(fn () => count($p->lines('start')) >= 1, 30, 'the handler started');
+        $start = microtime(true);
+        $p->signal(SIGTERM);
+        $this->assertTrue($p->wait(10), 'the pool stops within the grace');
+        $this->assertLessThan(6.0, microtime(true) - $start);
+        $this->assertSame([], $p->lines('done'));
+        $this->assertStringContainsString('still running after the grace period', $p->stderr());
+        // Its lease (3 s) ends and the job is due again: not lost.
+        $job = self::waitFor(function () use ($t) {
+            $j = $this->client()->get($t, 'long');
+            return $j->state !== 'reserved' ? $j : null;
+        }, 15, 'the job is back');
+        $this->assertContains($job->state, ['ready', 'scheduled']);
+        $this->assertSame('lease expired', $job->lastError);
+    }
+
     public function testKilledChildIsReplacedAndNoJobIsLost(): void
     {
         $t = self::topic('sigkill');
@@ -242,6 +264,18 @@ abstract class WorkerCases extends ServerTestCase
         $s = $this->stats($t);
         $this->assertSame(40, $s['counters']['acked']);
         $this->assertSame(0, $s['reserved'] + $s['ready']);
+    }
+
+    public function testMemoryLimitRestartsChildren(): void
+    {
+        $t = self::topic('memory');
+        $this->enqueueMany($t, 30, fn ($k) => []);
+        $p = $this->pool($t, ['DQ_PROCESSES' => 1, 'DQ_BATCH' => 1, 'DQ_MEMORY_MB' => 12, 'DQ_LEAK_KB' => 1024]);
+        self::waitFor(fn () => count(array_unique(self::doneIds($p))) >= 30, 60, 'all 30 done; stderr: ' . $p->stderr());
+        $this->stopPool($p);
+        $this->assertGreaterThanOrEqual(3, count($p->childPids()), 'a child over 12 MB is replaced');
+        $this->assertCount(30, $p->lines('start'), 'no job twice');
+        $this->assertSame(30, $this->stats($t)['counters']['acked']);
     }
 
     public function testWorkerReconnectsAfterDqRestart(): void
