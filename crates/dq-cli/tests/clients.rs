@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use dq_testkit::{RedisServer, ensure_package};
+use dq_testkit::{RedisServer, ensure_package, ensure_package_for};
 
 static ONE_SUITE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -55,6 +55,20 @@ fn succeeds(program: &str, args: &[&str]) -> bool {
         .args(args)
         .output()
         .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn php_client_and_prefork_worker() {
+    ensure_package("/usr/bin/phpunit", &["phpunit", "php-cli"]);
+    ensure_package_for(
+        "PHP's curl extension",
+        || succeeds("php", &["-r", "exit(extension_loaded('curl') ? 0 : 1);"]),
+        &["php-curl"],
+    );
+    let mut cmd = Command::new("phpunit");
+    cmd.args(["--configuration", "clients/php/phpunit.xml"])
+        .current_dir(repo_root());
+    run_suite("php", cmd);
 }
 
 #[test]
