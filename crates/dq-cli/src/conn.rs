@@ -6,8 +6,10 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use dq_client::Client;
 
-/// Where the server is and how to print.
+/// Where the server is and how to print: listed in each command's
+/// `--help` under their own heading, apart from the command's flags.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Connection options")]
 pub(crate) struct Conn {
     /// Base URL of a running dq server
     #[arg(

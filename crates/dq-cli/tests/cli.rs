@@ -546,3 +546,24 @@ async fn topics_nobody_created_are_refused_or_named() {
         assert!(err.contains("no topic named \"ordres\""), "{err}");
     }
 }
+
+/// A command's `--help` lists its own flags first and the connection flags
+/// (`--server`, `--token`, `--json`, `--cacert`) apart, under their heading.
+#[test]
+fn help_lists_connection_flags_apart() {
+    for cmd in [&["topics", "put"][..], &["reserve"], &["dead", "replay"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_dq"))
+            .args(cmd)
+            .arg("--help")
+            .output()
+            .unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        let heading = help
+            .find("Connection options:")
+            .unwrap_or_else(|| panic!("{cmd:?}: no heading:\n{help}"));
+        for flag in ["--server", "--token", "--json", "--cacert"] {
+            let at = help.find(flag).unwrap_or_else(|| panic!("{cmd:?}: {flag}"));
+            assert!(at > heading, "{cmd:?}: {flag} before the heading:\n{help}");
+        }
+    }
+}
