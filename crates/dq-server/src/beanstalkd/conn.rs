@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
-use dq_core::{JobId, Topic};
+use dq_core::Topic;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
@@ -89,12 +89,10 @@ impl Conn {
             }
         }
         // What this connection holds goes back at once.
-        for (id, h) in self.held.drain() {
-            if let Ok(jid) = JobId::new(id.to_string()) {
-                let _ = self.svc.release(&h.topic, &jid, &h.token, 0).await;
-            }
+        for (_, h) in self.held.drain() {
+            let _ = self.svc.release(&h.topic, &h.id, &h.token, 0).await;
         }
-        self.counters.connections.fetch_sub(1, Ordering::Relaxed);
+        self.shared.connections.fetch_sub(1, Ordering::Relaxed);
         tracing::debug!(%peer, "beanstalkd connection closed");
     }
 

@@ -3,7 +3,7 @@
 //! peek-ready, peek-delayed, peek-buried, kick, kick-job.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use dq_core::{Body, JobId, JobState, Nack, NewJob, RetryPolicy, StoreError, Topic, When};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -125,17 +125,7 @@ impl Conn {
             match got {
                 Ok(mut leases) if !leases.is_empty() => {
                     let l = leases.remove(0);
-                    let Ok(id) = l.id.as_str().parse::<u64>() else {
-                        // A job put through the HTTP API with an id that is
-                        // not a number cannot be named in this protocol:
-                        // give it back for HTTP consumers, look again later.
-                        tracing::warn!(topic = %l.topic, id = %l.id, "beanstalkd reserve skipped a job whose id is not a number (put it with a numeric id, or consume it over HTTP)");
-                        let _ = self.svc.release(&l.topic, &l.id, &l.token, 0).await;
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        first = false;
-                        continue;
-                    };
-                    return self.hold(id, l);
+                    return self.hold(l);
                 }
                 Ok(_) => {}
                 Err(e) => return failed(&e),
@@ -172,7 +162,7 @@ impl Conn {
                 continue;
             };
             if let Some(j) = head.first() {
-                let key = (j.priority, j.id.as_str().parse::<u64>().unwrap_or(u64::MAX));
+                let key = (j.priority, self.number(t, &j.id));
                 if best.as_ref().is_none_or(|(k, _)| key < *k) {
                     best = Some((key, t.clone()));
                 }
@@ -182,11 +172,13 @@ impl Conn {
     }
 
     /// Keeps a lease this connection was handed; answers `RESERVED`.
-    fn hold(&mut self, id: u64, l: dq_core::Lease) -> Reply {
+    fn hold(&mut self, l: dq_core::Lease) -> Reply {
         let body = body_bytes(&l.body);
+        let id = self.number(&l.topic, &l.id);
         self.held.insert(
             id,
             Held {
+                id: l.id,
                 topic: l.topic,
                 token: l.token,
                 deadline_ms: l.lease_deadline_ms,
@@ -204,7 +196,7 @@ impl Conn {
             return not_found();
         }
         match self.svc.reserve_job(&t, &job.id).await {
-            Ok(Some(l)) => self.hold(id, l),
+            Ok(Some(l)) => self.hold(l),
             Ok(None) => not_found(),
             Err(e) => failed(&e),
         }
@@ -221,8 +213,13 @@ impl Conn {
         let Some(h) = self.held.get(&id) else {
             return not_found();
         };
-        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
-        let r = verb(self.svc.clone(), h.topic.clone(), jid, h.token.clone()).await;
+        let r = verb(
+            self.svc.clone(),
+            h.topic.clone(),
+            h.id.clone(),
+            h.token.clone(),
+        )
+        .await;
         match r {
             Ok(word) => {
                 self.held.remove(&id);
@@ -238,13 +235,16 @@ impl Conn {
     }
 
     pub(super) async fn delete(&mut self, id: u64) -> Reply {
-        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
         if self.held.contains_key(&id) {
-            return self
+            let r = self
                 .on_held(id, |svc, t, jid, token| async move {
                     svc.ack(&t, &jid, &token).await.map(|()| "DELETED")
                 })
                 .await;
+            if !self.held.contains_key(&id) {
+                self.shared.aliases.forget(id);
+            }
+            return r;
         }
         let Some((t, job)) = self.find(id, Action::Manage).await else {
             return not_found();
@@ -253,8 +253,11 @@ impl Conn {
             // Held by another client.
             return not_found();
         }
-        match self.svc.cancel(&t, &jid).await {
-            Ok(_) => line("DELETED"),
+        match self.svc.cancel(&t, &job.id).await {
+            Ok(_) => {
+                self.shared.aliases.forget(id);
+                line("DELETED")
+            }
             Err(e) => failed(&e),
         }
     }
@@ -291,8 +294,7 @@ impl Conn {
         let Some(h) = self.held.get_mut(&id) else {
             return not_found();
         };
-        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
-        match self.svc.touch(&h.topic, &jid, &h.token, None).await {
+        match self.svc.touch(&h.topic, &h.id, &h.token, None).await {
             Ok(deadline) => {
                 h.deadline_ms = deadline;
                 line("TOUCHED")
@@ -338,7 +340,8 @@ impl Conn {
         match found {
             Ok(Some(job)) => {
                 let body = body_bytes(&job.body);
-                Reply::Data(format!("FOUND {} {}", job.id, body.len()), body)
+                let n = self.number(&self.used, &job.id);
+                Reply::Data(format!("FOUND {n} {}", body.len()), body)
             }
             Ok(None) | Err(Error::TopicNotFound(_)) => not_found(),
             Err(e) => failed(&e),

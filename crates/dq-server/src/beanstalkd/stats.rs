@@ -176,14 +176,11 @@ impl Conn {
             ("current-tubes", all.len().max(1).to_string()),
             (
                 "current-connections",
-                self.counters
-                    .connections
-                    .load(Ordering::Relaxed)
-                    .to_string(),
+                self.shared.connections.load(Ordering::Relaxed).to_string(),
             ),
             (
                 "total-connections",
-                self.counters
+                self.shared
                     .total_connections
                     .load(Ordering::Relaxed)
                     .to_string(),
