@@ -3,12 +3,14 @@
 //! peek-ready, peek-delayed, peek-buried, kick, kick-job.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use dq_core::{Body, JobId, JobState, Nack, NewJob, RetryPolicy, StoreError, Topic, When};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 use super::reply::{Reply, bad_format, body_bytes, failed, line, not_found};
+use super::shared::Waiting;
 use super::{Conn, Held};
 use crate::keys::Action;
 use crate::service::{Error, Service};
@@ -36,6 +38,7 @@ impl Conn {
         delay: u32,
         ttr: u32,
         bytes: usize,
+        trailing: bool,
         reader: &mut BufReader<R>,
     ) -> Reply {
         if bytes > self.config.max_job_size || self.svc.limits().check_body(bytes).is_err() {
@@ -43,6 +46,15 @@ impl Conn {
             let mut sink = tokio::io::sink();
             let _ = tokio::io::copy(&mut (&mut *reader).take(bytes as u64 + 2), &mut sink).await;
             return line("JOB_TOO_BIG");
+        }
+        if trailing {
+            // Refused before the body is read: as in the reference, the
+            // body that follows is read as a command line.
+            return bad_format();
+        }
+        if !self.producer {
+            self.producer = true;
+            self.shared.producers.fetch_add(1, Ordering::Relaxed);
         }
         let mut data = vec![0u8; bytes + 2];
         if reader.read_exact(&mut data).await.is_err() {
@@ -53,6 +65,10 @@ impl Conn {
             return line("EXPECTED_CRLF");
         }
         data.truncate(bytes);
+        if self.svc.is_draining() {
+            // Drain mode (SIGUSR1), as the reference: no new job.
+            return line("DRAINING");
+        }
         let (delay_ms, ttr_ms) = (u64::from(delay) * 1000, u64::from(ttr.max(1)) * 1000);
         let mut job = NewJob::with_generated_id(Body::Bytes(data), When::DelayMs(delay_ms));
         job.priority = pri;
@@ -87,13 +103,18 @@ impl Conn {
         timeout_ms: Option<u64>,
         reader: &mut BufReader<R>,
     ) -> Reply {
+        self.become_worker();
         let start = Instant::now();
         let mut first = true;
         // Bytes of the next command arrived: the wait no longer watches the socket.
         let mut pipelined = false;
+        let shared = self.shared.clone();
+        // Counted in `current-waiting` until it answers, as the reference
+        // counts a reserve from its start.
+        let _waiting = Waiting::start(&shared, &self.watched);
         loop {
             let waited = start.elapsed().as_millis() as u64;
-            let wait = if first {
+            let mut wait = if first {
                 0
             } else {
                 match timeout_ms {
@@ -101,6 +122,15 @@ impl Conn {
                     None => WAIT_SLICE_MS,
                 }
             };
+            if !first {
+                // A held job entering its last second ends the wait with
+                // DEADLINE_SOON, as in the reference.
+                match self.deadline_soon_in(0) {
+                    Some(0) => return line("DEADLINE_SOON"),
+                    Some(ms) => wait = wait.min(ms),
+                    None => {}
+                }
+            }
             // Across several watched tubes, the most urgent job ready now of
             // all of them (priority, then id), as the reference hands out;
             // a waiting call takes what becomes ready first.
@@ -110,7 +140,16 @@ impl Conn {
                 None
             };
             let tubes = urgent.map_or_else(|| self.watched.clone(), |t| vec![t]);
-            let call = self.svc.reserve(&tubes, 1, None, wait);
+            let svc = self.svc.clone();
+            let call = async move {
+                if svc.is_draining() && !svc.shutdown().is_cancelled() {
+                    // dq's drain hands out nothing on this instance: the
+                    // reserve sees no job ready, and times out as it would.
+                    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                    return Ok(Vec::new());
+                }
+                svc.reserve(&tubes, 1, None, wait).await
+            };
             // A client that closes while waiting ends the wait.
             let got = tokio::select! {
                 r = call => r,
@@ -132,13 +171,7 @@ impl Conn {
             }
             if first {
                 first = false;
-                let now = self.svc.clock().now_ms();
-                // The deadline is the store's time, `now` this instance's
-                // (kept to the store's within a few ms): the slack keeps a
-                // TTR of exactly 1 s wholly in its last second.
-                if self.held.values().any(|h| {
-                    h.deadline_ms > now && h.deadline_ms - now <= 1000 + DEADLINE_SOON_SLACK_MS
-                }) {
+                if self.deadline_soon_in(DEADLINE_SOON_SLACK_MS) == Some(0) {
                     return line("DEADLINE_SOON");
                 }
             }
@@ -147,6 +180,29 @@ impl Conn {
             {
                 return line("TIMED_OUT");
             }
+        }
+    }
+
+    /// Milliseconds until a job this connection holds enters the last
+    /// second of its TTR (0: one is in it now); None when it holds none
+    /// still running. The deadline is the store's time, `now` this
+    /// instance's (kept to the store's within a few ms): a `slack` keeps a
+    /// TTR of exactly 1 s wholly in its last second when a reserve starts;
+    /// a waiting reserve wakes when the last second begins by this clock.
+    fn deadline_soon_in(&self, slack: u64) -> Option<u64> {
+        let now = self.svc.clock().now_ms();
+        self.held
+            .values()
+            .filter(|h| h.deadline_ms > now)
+            .map(|h| h.deadline_ms.saturating_sub(now + 1000 + slack))
+            .min()
+    }
+
+    /// Counts this connection among the workers (once).
+    fn become_worker(&mut self) {
+        if !self.worker {
+            self.worker = true;
+            self.shared.workers.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -195,6 +251,7 @@ impl Conn {
         if job.state == JobState::Reserved {
             return not_found();
         }
+        self.become_worker();
         match self.svc.reserve_job(&t, &job.id).await {
             Ok(Some(l)) => self.hold(l),
             Ok(None) => not_found(),
@@ -349,7 +406,7 @@ impl Conn {
     }
 
     /// Buried jobs first (up to `n`), else delayed ones.
-    pub(super) async fn kick(&mut self, n: u64) -> Reply {
+    pub(super) async fn kick(&mut self, n: u32) -> Reply {
         let n = n.min(1000) as usize;
         if n == 0 {
             return line("KICKED 0");

@@ -25,6 +25,7 @@
 //! - `jobs` — the job commands: put, reserve (and reserve-job), delete,
 //!   release, bury, touch, peek (and peek-ready/-delayed/-buried), kick,
 //!   kick-job.
+//! - `shared` — what the connections share: counts, tubes in use.
 //! - `stats` — stats, stats-tube, stats-job, list-tubes, pause-tube.
 //!
 //! This file: the listener ([`serve`]: settings, accept loop) and what the
@@ -36,6 +37,7 @@ mod conn;
 mod jobs;
 mod parse;
 mod reply;
+mod shared;
 mod stats;
 
 pub use parse::{Cmd, parse};
@@ -43,7 +45,7 @@ pub use parse::{Cmd, parse};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use dq_core::{JobId, JobInfo, Topic};
@@ -53,6 +55,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Access;
 use crate::keys::Action;
 use crate::service::Service;
+use shared::Shared;
 
 /// Longest command line, `\r\n` included (the reference's limit).
 pub const MAX_LINE: usize = 224;
@@ -87,15 +90,6 @@ impl std::fmt::Debug for BeanstalkdConfig {
     }
 }
 
-/// What the connections share: counts (for `stats`), the aliases of jobs
-/// whose dq id is not a number.
-#[derive(Default)]
-struct Shared {
-    connections: AtomicU64,
-    total_connections: AtomicU64,
-    aliases: alias::Aliases,
-}
-
 /// How long a client may take over its TLS handshake.
 const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
 
@@ -108,7 +102,7 @@ pub async fn serve(
     cancel: CancellationToken,
     tls: Option<Arc<crate::tls::Tls>>,
 ) {
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared::new());
     let started = Instant::now();
     loop {
         let accepted = tokio::select! {
@@ -135,6 +129,8 @@ pub async fn serve(
             held: HashMap::new(),
             allowed: Access::Open,
             peer,
+            producer: false,
+            worker: false,
         };
         let cancel = cancel.clone();
         let acceptor = tls.as_ref().map(|t| t.acceptor());
@@ -188,6 +184,10 @@ struct Conn {
     allowed: Access,
     /// The client's address (for logs).
     peer: SocketAddr,
+    /// Whether it has put a job (`current-producers`).
+    producer: bool,
+    /// Whether it has reserved (`current-workers`).
+    worker: bool,
 }
 
 impl Conn {
