@@ -409,6 +409,53 @@ fn scenarios() -> Vec<Scenario> {
             COUNTERS,
         ),
         s(
+            "kick of buried and delayed jobs, kick-job",
+            "A: use k
+             A: put 1 0 10 1 | a
+             A: put 2 0 10 1 | b
+             A: put 3 100 10 1 | c
+             B: watch k
+             B: ignore default
+             B: reserve
+             B: bury {1} 1
+             B: reserve
+             B: bury {2} 2
+             A: stats-tube k
+             A: peek-buried
+             A: kick 1
+             A: peek-buried
+             A: stats-tube k
+             A: kick 10
+             A: kick 10
+             A: peek-delayed
+             A: stats-tube k
+             A: kick-job {3}
+             A: kick-job {3}
+             A: stats-tube k
+             A: stats",
+        ),
+        s(
+            "TTR runs out, disconnect and quit give jobs back",
+            "A: use r
+             A: put 0 0 1 1 | t
+             B: watch r
+             B: ignore default
+             B: reserve
+             B: stats-tube r
+             B: reserve-with-timeout 3
+             sleep 1300
+             A: stats-tube r
+             A: peek-ready
+             B: reserve
+             B: close
+             A: stats-tube r
+             C: watch r
+             C: reserve
+             C: quit
+             A: stats-tube r
+             A: stats",
+        ),
+        s(
             "peek of every state, not found, touch",
             "A: peek-ready
              A: peek-delayed

@@ -129,9 +129,11 @@ impl Conn {
         for (_, h) in self.held.drain() {
             let _ = self.svc.release(&h.topic, &h.id, &h.token, 0).await;
         }
-        self.shared.tube(&self.used, |u| u.using -= 1);
+        self.shared
+            .tube(&self.used, |u| u.using = u.using.saturating_sub(1));
         for t in &self.watched {
-            self.shared.tube(t, |u| u.watching -= 1);
+            self.shared
+                .tube(t, |u| u.watching = u.watching.saturating_sub(1));
         }
         if self.producer {
             self.shared.producers.fetch_sub(1, Ordering::Relaxed);
@@ -209,7 +211,8 @@ impl Conn {
             } => self.put(pri, delay, ttr, bytes, trailing, reader).await,
             Cmd::Use(t) => {
                 self.shared.tube(&t, |u| u.using += 1);
-                self.shared.tube(&self.used, |u| u.using -= 1);
+                self.shared
+                    .tube(&self.used, |u| u.using = u.using.saturating_sub(1));
                 self.used = t;
                 line(format!("USING {}", self.used))
             }
@@ -225,7 +228,8 @@ impl Conn {
                     line("NOT_IGNORED")
                 } else {
                     if self.watched.contains(&t) {
-                        self.shared.tube(&t, |u| u.watching -= 1);
+                        self.shared
+                            .tube(&t, |u| u.watching = u.watching.saturating_sub(1));
                     }
                     self.watched.retain(|w| *w != t);
                     line(format!("WATCHING {}", self.watched.len()))
