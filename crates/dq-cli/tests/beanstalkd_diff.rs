@@ -650,13 +650,18 @@ fn scenarios() -> Vec<Scenario> {
              A: put 0 0 10 1 | b
              A: stats",
         ),
-        known(
+        s(
             "drain mode: workers go on taking jobs",
             "A: put 0 0 10 1 | a
+             A: put 0 1 10 1 | b
              usr1
-             A: reserve-with-timeout 0",
-            "dq's SIGUSR1 drain stops hand-outs on this instance for a rolling restart \
-             (docs/operations.md); the other instances sharing the store go on handing out",
+             A: reserve-with-timeout 0
+             A: delete {1}
+             B: reserve-with-timeout 3
+             B: release {2} 0 0
+             B: reserve-job {2}
+             B: delete {2}
+             B: stats",
         ),
     ]
 }

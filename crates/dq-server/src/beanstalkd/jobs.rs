@@ -19,6 +19,8 @@ use crate::service::{Error, Service};
 const SEQ: &str = "beanstalkd";
 /// Longest wait of one store reserve call inside `reserve`.
 const WAIT_SLICE_MS: u64 = 10_000;
+/// How often a reserve waiting while this instance drains looks again.
+const DRAIN_POLL_MS: u64 = 100;
 /// How far the store's clock and this instance's may disagree when telling
 /// the last second of a TTR (`DEADLINE_SOON`).
 const DEADLINE_SOON_SLACK_MS: u64 = 50;
@@ -143,10 +145,15 @@ impl Conn {
             let svc = self.svc.clone();
             let call = async move {
                 if svc.is_draining() && !svc.shutdown().is_cancelled() {
-                    // dq's drain hands out nothing on this instance: the
-                    // reserve sees no job ready, and times out as it would.
-                    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
-                    return Ok(Vec::new());
+                    // Drain mode: workers go on taking jobs, as from the
+                    // reference. The service's waits end at a drain, so
+                    // this one looks again every DRAIN_POLL_MS.
+                    let got = svc.reserve_in_drain(&tubes, 1).await;
+                    if matches!(&got, Ok(l) if l.is_empty()) && wait > 0 {
+                        let ms = wait.min(DRAIN_POLL_MS);
+                        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                    }
+                    return got;
                 }
                 svc.reserve(&tubes, 1, None, wait).await
             };
@@ -252,7 +259,7 @@ impl Conn {
             return not_found();
         }
         self.become_worker();
-        match self.svc.reserve_job(&t, &job.id).await {
+        match self.svc.reserve_job_in_drain(&t, &job.id).await {
             Ok(Some(l)) => self.hold(l),
             Ok(None) => not_found(),
             Err(e) => failed(&e),

@@ -126,9 +126,14 @@ impl Conn {
         let ttr_s = job.lease_ms / 1000;
         let time_left = match job.state {
             JobState::Scheduled => secs_left(job.due_at_ms.saturating_sub(now)),
-            JobState::Reserved => {
-                secs_left(job.lease_deadline_ms.unwrap_or(now).saturating_sub(now))
-            }
+            // The deadline is the store's time, `now` this instance's: a
+            // lease has never more left than its length.
+            JobState::Reserved => secs_left(
+                job.lease_deadline_ms
+                    .unwrap_or(now)
+                    .saturating_sub(now)
+                    .min(job.lease_ms),
+            ),
             _ => 0,
         };
         let delay = job.due_at_ms.saturating_sub(job.created_at_ms) / 1000;
