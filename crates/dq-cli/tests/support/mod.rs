@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub(crate) mod beanstalk;
 pub(crate) mod load;
 
 use std::process::{Child, Command, Stdio};

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
-use dq_core::{JobId, Topic};
+use dq_core::Topic;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
@@ -30,6 +30,34 @@ fn changes(cmd: &Cmd, used: &Topic) -> Option<(&'static str, String, String)> {
     })
 }
 
+/// What reading a command line gave.
+enum Line {
+    /// A line and its `\r\n`, in the buffer.
+    Whole,
+    /// MAX_LINE bytes without a `\r\n`.
+    TooLong,
+    /// The connection closed (or the listener stops).
+    Closed,
+}
+
+/// Reads and drops bytes up to and including the next `\r\n`.
+async fn skip_line<R: tokio::io::AsyncRead + Unpin>(
+    reader: &mut BufReader<R>,
+) -> std::io::Result<()> {
+    let mut last = 0u8;
+    loop {
+        let mut chunk = Vec::new();
+        if reader.read_until(b'\n', &mut chunk).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let crlf = chunk.ends_with(b"\r\n") || (chunk == b"\n" && last == b'\r');
+        if crlf {
+            return Ok(());
+        }
+        last = *chunk.last().expect("a byte was read");
+    }
+}
+
 /// Refuses `cmd` with `word`; a put's body is read and dropped first, so
 /// the connection stays in step.
 async fn refuse<R: tokio::io::AsyncRead + Unpin>(
@@ -49,37 +77,46 @@ impl Conn {
     where
         S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
     {
+        self.shared.tube(&self.used, |u| u.using += 1);
+        for t in &self.watched {
+            self.shared.tube(t, |u| u.watching += 1);
+        }
         let (read, mut write) = tokio::io::split(stream);
         let mut reader = BufReader::new(read);
         let mut buf = Vec::with_capacity(MAX_LINE);
         loop {
             buf.clear();
-            let got = {
-                let mut limited = (&mut reader).take(MAX_LINE as u64);
-                tokio::select! {
-                    r = limited.read_until(b'\n', &mut buf) => r,
-                    _ = cancel.cancelled() => break,
+            // A line ends at `\r\n` only (a bare `\n` is part of it), as
+            // in the reference; at most MAX_LINE bytes with its `\r\n`.
+            let line = loop {
+                let got = {
+                    let mut limited = (&mut reader).take((MAX_LINE - buf.len()) as u64);
+                    tokio::select! {
+                        r = limited.read_until(b'\n', &mut buf) => r,
+                        _ = cancel.cancelled() => break Line::Closed,
+                    }
+                };
+                match got {
+                    Ok(0) | Err(_) => break Line::Closed,
+                    Ok(_) if buf.ends_with(b"\r\n") => break Line::Whole,
+                    Ok(_) if buf.len() >= MAX_LINE => break Line::TooLong,
+                    Ok(_) if buf.ends_with(b"\n") => continue,
+                    Ok(_) => break Line::Closed, // closed in the middle of a line
                 }
             };
-            match got {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            let reply = if !buf.ends_with(b"\n") {
-                if buf.len() < MAX_LINE {
-                    break; // closed in the middle of a line
+            let reply = match line {
+                Line::Closed => break,
+                Line::TooLong => {
+                    // Answered once its end comes; the rest of it dropped.
+                    if skip_line(&mut reader).await.is_err() {
+                        break;
+                    }
+                    bad_format()
                 }
-                // Longer than the limit: answered, and the rest of the line dropped.
-                let mut rest = Vec::new();
-                if reader.read_until(b'\n', &mut rest).await.is_err() {
-                    break;
+                Line::Whole => {
+                    let text = String::from_utf8_lossy(&buf[..buf.len() - 2]).into_owned();
+                    self.command(&text, &mut reader).await
                 }
-                bad_format()
-            } else if !buf.ends_with(b"\r\n") {
-                bad_format()
-            } else {
-                let text = String::from_utf8_lossy(&buf[..buf.len() - 2]).into_owned();
-                self.command(&text, &mut reader).await
             };
             let Some(out) = reply.into_bytes() else {
                 break;
@@ -89,12 +126,22 @@ impl Conn {
             }
         }
         // What this connection holds goes back at once.
-        for (id, h) in self.held.drain() {
-            if let Ok(jid) = JobId::new(id.to_string()) {
-                let _ = self.svc.release(&h.topic, &jid, &h.token, 0).await;
-            }
+        for (_, h) in self.held.drain() {
+            let _ = self.svc.release(&h.topic, &h.id, &h.token, 0).await;
         }
-        self.counters.connections.fetch_sub(1, Ordering::Relaxed);
+        self.shared
+            .tube(&self.used, |u| u.using = u.using.saturating_sub(1));
+        for t in &self.watched {
+            self.shared
+                .tube(t, |u| u.watching = u.watching.saturating_sub(1));
+        }
+        if self.producer {
+            self.shared.producers.fetch_sub(1, Ordering::Relaxed);
+        }
+        if self.worker {
+            self.shared.workers.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.shared.connections.fetch_sub(1, Ordering::Relaxed);
         tracing::debug!(%peer, "beanstalkd connection closed");
     }
 
@@ -107,6 +154,7 @@ impl Conn {
             Ok(c) => c,
             Err(word) => return line(word),
         };
+        self.shared.count(&cmd);
         let access = match &cmd {
             Cmd::Auth(secret) => {
                 return match self.svc.find_key(secret).await {
@@ -137,7 +185,7 @@ impl Conn {
             Cmd::PauseTube(t, _) => Some((Action::Manage, t)),
             // Counts summed over every tube: for a key that reads them all.
             Cmd::Stats if !access.allows_all(Action::Read) => return line("FORBIDDEN"),
-            Cmd::Reserve(_) => self
+            Cmd::Reserve(_) | Cmd::ReserveWithTimeout(_) => self
                 .watched
                 .iter()
                 .find(|t| !access.allows(Action::Consume, t.as_str()))
@@ -159,13 +207,18 @@ impl Conn {
                 delay,
                 ttr,
                 bytes,
-            } => self.put(pri, delay, ttr, bytes, reader).await,
+                trailing,
+            } => self.put(pri, delay, ttr, bytes, trailing, reader).await,
             Cmd::Use(t) => {
+                self.shared.tube(&t, |u| u.using += 1);
+                self.shared
+                    .tube(&self.used, |u| u.using = u.using.saturating_sub(1));
                 self.used = t;
                 line(format!("USING {}", self.used))
             }
             Cmd::Watch(t) => {
                 if !self.watched.contains(&t) {
+                    self.shared.tube(&t, |u| u.watching += 1);
                     self.watched.push(t);
                 }
                 line(format!("WATCHING {}", self.watched.len()))
@@ -174,11 +227,15 @@ impl Conn {
                 if self.watched.len() == 1 && self.watched[0] == t {
                     line("NOT_IGNORED")
                 } else {
+                    if self.watched.contains(&t) {
+                        self.shared
+                            .tube(&t, |u| u.watching = u.watching.saturating_sub(1));
+                    }
                     self.watched.retain(|w| *w != t);
                     line(format!("WATCHING {}", self.watched.len()))
                 }
             }
-            Cmd::Reserve(timeout_s) => {
+            Cmd::Reserve(timeout_s) | Cmd::ReserveWithTimeout(timeout_s) => {
                 self.reserve(timeout_s.map(|s| s.saturating_mul(1000)), reader)
                     .await
             }

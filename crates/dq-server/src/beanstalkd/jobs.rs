@@ -3,12 +3,14 @@
 //! peek-ready, peek-delayed, peek-buried, kick, kick-job.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use dq_core::{Body, JobId, JobState, Nack, NewJob, RetryPolicy, StoreError, Topic, When};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 use super::reply::{Reply, bad_format, body_bytes, failed, line, not_found};
+use super::shared::Waiting;
 use super::{Conn, Held};
 use crate::keys::Action;
 use crate::service::{Error, Service};
@@ -17,6 +19,8 @@ use crate::service::{Error, Service};
 const SEQ: &str = "beanstalkd";
 /// Longest wait of one store reserve call inside `reserve`.
 const WAIT_SLICE_MS: u64 = 10_000;
+/// How often a reserve waiting while this instance drains looks again.
+const DRAIN_POLL_MS: u64 = 100;
 /// How far the store's clock and this instance's may disagree when telling
 /// the last second of a TTR (`DEADLINE_SOON`).
 const DEADLINE_SOON_SLACK_MS: u64 = 50;
@@ -36,6 +40,7 @@ impl Conn {
         delay: u32,
         ttr: u32,
         bytes: usize,
+        trailing: bool,
         reader: &mut BufReader<R>,
     ) -> Reply {
         if bytes > self.config.max_job_size || self.svc.limits().check_body(bytes).is_err() {
@@ -43,6 +48,15 @@ impl Conn {
             let mut sink = tokio::io::sink();
             let _ = tokio::io::copy(&mut (&mut *reader).take(bytes as u64 + 2), &mut sink).await;
             return line("JOB_TOO_BIG");
+        }
+        if trailing {
+            // Refused before the body is read: as in the reference, the
+            // body that follows is read as a command line.
+            return bad_format();
+        }
+        if !self.producer {
+            self.producer = true;
+            self.shared.producers.fetch_add(1, Ordering::Relaxed);
         }
         let mut data = vec![0u8; bytes + 2];
         if reader.read_exact(&mut data).await.is_err() {
@@ -53,6 +67,10 @@ impl Conn {
             return line("EXPECTED_CRLF");
         }
         data.truncate(bytes);
+        if self.svc.is_draining() {
+            // Drain mode (SIGUSR1), as the reference: no new job.
+            return line("DRAINING");
+        }
         let (delay_ms, ttr_ms) = (u64::from(delay) * 1000, u64::from(ttr.max(1)) * 1000);
         let mut job = NewJob::with_generated_id(Body::Bytes(data), When::DelayMs(delay_ms));
         job.priority = pri;
@@ -87,13 +105,18 @@ impl Conn {
         timeout_ms: Option<u64>,
         reader: &mut BufReader<R>,
     ) -> Reply {
+        self.become_worker();
         let start = Instant::now();
         let mut first = true;
         // Bytes of the next command arrived: the wait no longer watches the socket.
         let mut pipelined = false;
+        let shared = self.shared.clone();
+        // Counted in `current-waiting` until it answers, as the reference
+        // counts a reserve from its start.
+        let _waiting = Waiting::start(&shared, &self.watched);
         loop {
             let waited = start.elapsed().as_millis() as u64;
-            let wait = if first {
+            let mut wait = if first {
                 0
             } else {
                 match timeout_ms {
@@ -101,6 +124,15 @@ impl Conn {
                     None => WAIT_SLICE_MS,
                 }
             };
+            if !first {
+                // A held job entering its last second ends the wait with
+                // DEADLINE_SOON, as in the reference.
+                match self.deadline_soon_in(0) {
+                    Some(0) => return line("DEADLINE_SOON"),
+                    Some(ms) => wait = wait.min(ms),
+                    None => {}
+                }
+            }
             // Across several watched tubes, the most urgent job ready now of
             // all of them (priority, then id), as the reference hands out;
             // a waiting call takes what becomes ready first.
@@ -110,7 +142,21 @@ impl Conn {
                 None
             };
             let tubes = urgent.map_or_else(|| self.watched.clone(), |t| vec![t]);
-            let call = self.svc.reserve(&tubes, 1, None, wait);
+            let svc = self.svc.clone();
+            let call = async move {
+                if svc.is_draining() && !svc.shutdown().is_cancelled() {
+                    // Drain mode: workers go on taking jobs, as from the
+                    // reference. The service's waits end at a drain, so
+                    // this one looks again every DRAIN_POLL_MS.
+                    let got = svc.reserve_in_drain(&tubes, 1).await;
+                    if matches!(&got, Ok(l) if l.is_empty()) && wait > 0 {
+                        let ms = wait.min(DRAIN_POLL_MS);
+                        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                    }
+                    return got;
+                }
+                svc.reserve(&tubes, 1, None, wait).await
+            };
             // A client that closes while waiting ends the wait.
             let got = tokio::select! {
                 r = call => r,
@@ -125,30 +171,14 @@ impl Conn {
             match got {
                 Ok(mut leases) if !leases.is_empty() => {
                     let l = leases.remove(0);
-                    let Ok(id) = l.id.as_str().parse::<u64>() else {
-                        // A job put through the HTTP API with an id that is
-                        // not a number cannot be named in this protocol:
-                        // give it back for HTTP consumers, look again later.
-                        tracing::warn!(topic = %l.topic, id = %l.id, "beanstalkd reserve skipped a job whose id is not a number (put it with a numeric id, or consume it over HTTP)");
-                        let _ = self.svc.release(&l.topic, &l.id, &l.token, 0).await;
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        first = false;
-                        continue;
-                    };
-                    return self.hold(id, l);
+                    return self.hold(l);
                 }
                 Ok(_) => {}
                 Err(e) => return failed(&e),
             }
             if first {
                 first = false;
-                let now = self.svc.clock().now_ms();
-                // The deadline is the store's time, `now` this instance's
-                // (kept to the store's within a few ms): the slack keeps a
-                // TTR of exactly 1 s wholly in its last second.
-                if self.held.values().any(|h| {
-                    h.deadline_ms > now && h.deadline_ms - now <= 1000 + DEADLINE_SOON_SLACK_MS
-                }) {
+                if self.deadline_soon_in(DEADLINE_SOON_SLACK_MS) == Some(0) {
                     return line("DEADLINE_SOON");
                 }
             }
@@ -157,6 +187,29 @@ impl Conn {
             {
                 return line("TIMED_OUT");
             }
+        }
+    }
+
+    /// Milliseconds until a job this connection holds enters the last
+    /// second of its TTR (0: one is in it now); None when it holds none
+    /// still running. The deadline is the store's time, `now` this
+    /// instance's (kept to the store's within a few ms): a `slack` keeps a
+    /// TTR of exactly 1 s wholly in its last second when a reserve starts;
+    /// a waiting reserve wakes when the last second begins by this clock.
+    fn deadline_soon_in(&self, slack: u64) -> Option<u64> {
+        let now = self.svc.clock().now_ms();
+        self.held
+            .values()
+            .filter(|h| h.deadline_ms > now)
+            .map(|h| h.deadline_ms.saturating_sub(now + 1000 + slack))
+            .min()
+    }
+
+    /// Counts this connection among the workers (once).
+    fn become_worker(&mut self) {
+        if !self.worker {
+            self.worker = true;
+            self.shared.workers.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -172,7 +225,7 @@ impl Conn {
                 continue;
             };
             if let Some(j) = head.first() {
-                let key = (j.priority, j.id.as_str().parse::<u64>().unwrap_or(u64::MAX));
+                let key = (j.priority, self.number(t, &j.id));
                 if best.as_ref().is_none_or(|(k, _)| key < *k) {
                     best = Some((key, t.clone()));
                 }
@@ -182,11 +235,13 @@ impl Conn {
     }
 
     /// Keeps a lease this connection was handed; answers `RESERVED`.
-    fn hold(&mut self, id: u64, l: dq_core::Lease) -> Reply {
+    fn hold(&mut self, l: dq_core::Lease) -> Reply {
         let body = body_bytes(&l.body);
+        let id = self.number(&l.topic, &l.id);
         self.held.insert(
             id,
             Held {
+                id: l.id,
                 topic: l.topic,
                 token: l.token,
                 deadline_ms: l.lease_deadline_ms,
@@ -203,8 +258,9 @@ impl Conn {
         if job.state == JobState::Reserved {
             return not_found();
         }
-        match self.svc.reserve_job(&t, &job.id).await {
-            Ok(Some(l)) => self.hold(id, l),
+        self.become_worker();
+        match self.svc.reserve_job_in_drain(&t, &job.id).await {
+            Ok(Some(l)) => self.hold(l),
             Ok(None) => not_found(),
             Err(e) => failed(&e),
         }
@@ -221,8 +277,13 @@ impl Conn {
         let Some(h) = self.held.get(&id) else {
             return not_found();
         };
-        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
-        let r = verb(self.svc.clone(), h.topic.clone(), jid, h.token.clone()).await;
+        let r = verb(
+            self.svc.clone(),
+            h.topic.clone(),
+            h.id.clone(),
+            h.token.clone(),
+        )
+        .await;
         match r {
             Ok(word) => {
                 self.held.remove(&id);
@@ -238,13 +299,16 @@ impl Conn {
     }
 
     pub(super) async fn delete(&mut self, id: u64) -> Reply {
-        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
         if self.held.contains_key(&id) {
-            return self
+            let r = self
                 .on_held(id, |svc, t, jid, token| async move {
                     svc.ack(&t, &jid, &token).await.map(|()| "DELETED")
                 })
                 .await;
+            if !self.held.contains_key(&id) {
+                self.shared.aliases.forget(id);
+            }
+            return r;
         }
         let Some((t, job)) = self.find(id, Action::Manage).await else {
             return not_found();
@@ -253,8 +317,11 @@ impl Conn {
             // Held by another client.
             return not_found();
         }
-        match self.svc.cancel(&t, &jid).await {
-            Ok(_) => line("DELETED"),
+        match self.svc.cancel(&t, &job.id).await {
+            Ok(_) => {
+                self.shared.aliases.forget(id);
+                line("DELETED")
+            }
             Err(e) => failed(&e),
         }
     }
@@ -291,8 +358,7 @@ impl Conn {
         let Some(h) = self.held.get_mut(&id) else {
             return not_found();
         };
-        let jid = JobId::new(id.to_string()).expect("a number is a valid id");
-        match self.svc.touch(&h.topic, &jid, &h.token, None).await {
+        match self.svc.touch(&h.topic, &h.id, &h.token, None).await {
             Ok(deadline) => {
                 h.deadline_ms = deadline;
                 line("TOUCHED")
@@ -338,7 +404,8 @@ impl Conn {
         match found {
             Ok(Some(job)) => {
                 let body = body_bytes(&job.body);
-                Reply::Data(format!("FOUND {} {}", job.id, body.len()), body)
+                let n = self.number(&self.used, &job.id);
+                Reply::Data(format!("FOUND {n} {}", body.len()), body)
             }
             Ok(None) | Err(Error::TopicNotFound(_)) => not_found(),
             Err(e) => failed(&e),
@@ -346,7 +413,7 @@ impl Conn {
     }
 
     /// Buried jobs first (up to `n`), else delayed ones.
-    pub(super) async fn kick(&mut self, n: u64) -> Reply {
+    pub(super) async fn kick(&mut self, n: u32) -> Reply {
         let n = n.min(1000) as usize;
         if n == 0 {
             return line("KICKED 0");

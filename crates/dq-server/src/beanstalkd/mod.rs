@@ -7,7 +7,8 @@
 //! - a tube is a dq topic (tube names dq cannot hold get `BAD_FORMAT`);
 //! - a job id is a decimal integer from the store's counter `beanstalkd`
 //!   (unique and increasing across every instance sharing the store), used
-//!   as the dq job id;
+//!   as the dq job id; a job put over HTTP whose id is not such a number is
+//!   shown under an alias (`alias`);
 //! - TTR is the lease; a job put here never runs out of attempts and comes
 //!   back at once when its TTR passes (as in beanstalkd);
 //! - bury is a dead letter, kick is replay (buried) or run-now (delayed);
@@ -15,6 +16,7 @@
 //! - a connection that closes or quits puts the jobs it holds back at once.
 //!
 //! The modules, split the way mini-redis splits its server:
+//! - `alias` — the numbers shown for jobs whose dq id is not one.
 //! - `parse` — a command line into a [`Cmd`], or the reply word refusing it.
 //! - `reply` — what a command answers and its bytes on the wire, the YAML
 //!   bodies, a service error as the reference would say it.
@@ -23,16 +25,19 @@
 //! - `jobs` — the job commands: put, reserve (and reserve-job), delete,
 //!   release, bury, touch, peek (and peek-ready/-delayed/-buried), kick,
 //!   kick-job.
+//! - `shared` — what the connections share: counts, tubes in use.
 //! - `stats` — stats, stats-tube, stats-job, list-tubes, pause-tube.
 //!
 //! This file: the listener ([`serve`]: settings, accept loop) and what the
 //! handlers share, a connection's state (used and watched tubes, the jobs it
 //! holds, the key it acts as).
 
+mod alias;
 mod conn;
 mod jobs;
 mod parse;
 mod reply;
+mod shared;
 mod stats;
 
 pub use parse::{Cmd, parse};
@@ -40,7 +45,7 @@ pub use parse::{Cmd, parse};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use dq_core::{JobId, JobInfo, Topic};
@@ -50,6 +55,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::Access;
 use crate::keys::Action;
 use crate::service::Service;
+use shared::Shared;
 
 /// Longest command line, `\r\n` included (the reference's limit).
 pub const MAX_LINE: usize = 224;
@@ -84,13 +90,6 @@ impl std::fmt::Debug for BeanstalkdConfig {
     }
 }
 
-/// Counts shared by the connections (for `stats`).
-#[derive(Default)]
-struct Counters {
-    connections: AtomicU64,
-    total_connections: AtomicU64,
-}
-
 /// How long a client may take over its TLS handshake.
 const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
 
@@ -103,7 +102,7 @@ pub async fn serve(
     cancel: CancellationToken,
     tls: Option<Arc<crate::tls::Tls>>,
 ) {
-    let counters = Arc::new(Counters::default());
+    let shared = Arc::new(Shared::new());
     let started = Instant::now();
     loop {
         let accepted = tokio::select! {
@@ -123,19 +122,21 @@ pub async fn serve(
             svc: svc.clone(),
             secret: config.key.clone(),
             config: config.clone(),
-            counters: counters.clone(),
+            shared: shared.clone(),
             started,
             used: default_tube(),
             watched: vec![default_tube()],
             held: HashMap::new(),
             allowed: Access::Open,
             peer,
+            producer: false,
+            worker: false,
         };
         let cancel = cancel.clone();
         let acceptor = tls.as_ref().map(|t| t.acceptor());
         tokio::spawn(async move {
-            conn.counters.connections.fetch_add(1, Ordering::Relaxed);
-            conn.counters
+            conn.shared.connections.fetch_add(1, Ordering::Relaxed);
+            conn.shared
                 .total_connections
                 .fetch_add(1, Ordering::Relaxed);
             match acceptor {
@@ -143,11 +144,11 @@ pub async fn serve(
                 Some(a) => match tokio::time::timeout(TLS_HANDSHAKE, a.accept(stream)).await {
                     Ok(Ok(s)) => conn.run(s, peer, cancel).await,
                     Ok(Err(e)) => {
-                        conn.counters.connections.fetch_sub(1, Ordering::Relaxed);
+                        conn.shared.connections.fetch_sub(1, Ordering::Relaxed);
                         tracing::debug!(%peer, error = %e, "beanstalkd TLS handshake failed");
                     }
                     Err(_) => {
-                        conn.counters.connections.fetch_sub(1, Ordering::Relaxed);
+                        conn.shared.connections.fetch_sub(1, Ordering::Relaxed);
                         tracing::debug!(%peer, "beanstalkd TLS handshake timed out");
                     }
                 },
@@ -163,6 +164,8 @@ fn default_tube() -> Topic {
 /// A job this connection holds.
 struct Held {
     topic: Topic,
+    /// Its dq id (the number itself, or what an alias names).
+    id: JobId,
     token: String,
     deadline_ms: u64,
 }
@@ -172,7 +175,7 @@ struct Conn {
     config: BeanstalkdConfig,
     /// The key this connection acts as (the listener's, or `auth`'s).
     secret: Option<String>,
-    counters: Arc<Counters>,
+    shared: Arc<Shared>,
     started: Instant,
     used: Topic,
     watched: Vec<Topic>,
@@ -181,19 +184,32 @@ struct Conn {
     allowed: Access,
     /// The client's address (for logs).
     peer: SocketAddr,
+    /// Whether it has put a job (`current-producers`).
+    producer: bool,
+    /// Whether it has reserved (`current-workers`).
+    worker: bool,
 }
 
 impl Conn {
-    /// Finds a job by number: the connection's own first, else every topic.
-    /// The job numbered `id`, looked for among the topics this
-    /// connection's key allows `action` on (a job elsewhere is not found).
+    /// The job numbered `id`: the connection's own first, else looked for
+    /// among the topics this connection's key allows `action` on (a job
+    /// elsewhere is not found); an alias names its tube.
     async fn find(&self, id: u64, action: Action) -> Option<(Topic, JobInfo)> {
-        let jid = JobId::new(id.to_string()).ok()?;
         if let Some(h) = self.held.get(&id)
-            && let Ok(v) = self.svc.get(&h.topic, &jid).await
+            && let Ok(v) = self.svc.get(&h.topic, &h.id).await
         {
             return Some((h.topic.clone(), v.job));
         }
+        let jid = match self.shared.aliases.named(id) {
+            alias::Named::Id(jid) => jid,
+            alias::Named::Alias(t, jid) => {
+                if !self.allowed.allows(action, t.as_str()) {
+                    return None;
+                }
+                return self.svc.get(&t, &jid).await.ok().map(|v| (t, v.job));
+            }
+            alias::Named::Unknown => return None,
+        };
         for t in self.svc.topics().await.ok()? {
             if !self.allowed.allows(action, t.as_str()) {
                 continue;
@@ -203,5 +219,10 @@ impl Conn {
             }
         }
         None
+    }
+
+    /// The number this listener shows for a job.
+    fn number(&self, topic: &Topic, id: &JobId) -> u64 {
+        self.shared.aliases.number(topic, id)
     }
 }

@@ -1,9 +1,15 @@
 //! What beanstalkd's protocol lists among its "other commands" beside
 //! peek and kick: stats, stats-tube, stats-job, list-tubes, pause-tube.
+//!
+//! A tube exists for beanstalkd while a connection uses or watches it or
+//! while it holds a job (`default` always): `list-tubes` lists those,
+//! `stats-tube` and `pause-tube` of another are `NOT_FOUND`. Seconds are
+//! whole, truncated, as the reference's nanoseconds divided (so a TTR of
+//! 10 reads `time-left: 9` right after a reserve).
 
 use std::sync::atomic::Ordering;
 
-use dq_core::{JobState, Topic};
+use dq_core::{JobState, Topic, TopicStats};
 
 use super::Conn;
 use super::reply::{Reply, failed, line, not_found, ok_yaml, yaml, yaml_list};
@@ -16,20 +22,90 @@ const URGENT_SCAN: usize = 1000;
 /// beanstalkd's urgent: a priority below this.
 const URGENT_BELOW: u32 = 1024;
 
+/// The version `stats` answers: the reference's, so clients that pick
+/// their commands by it (fivebeans checks it as semver) read it; dq's own
+/// is the `dq-version` field.
+const VERSION: &str = "1.12";
+/// The reference's `binlog-max-size` without `-s` (dq keeps no binlog:
+/// its store is its log).
+const BINLOG_MAX_SIZE: u64 = 10_485_760;
+
+/// Whole seconds in `ms` milliseconds still to run, as the reference
+/// truncates nanoseconds (a deadline met in this very millisecond has
+/// less than its whole last second left).
+fn secs_left(ms: u64) -> u64 {
+    ms.saturating_sub(1) / 1000
+}
+
+/// Jobs a tube holds, in every state.
+fn jobs(s: &TopicStats) -> u64 {
+    s.scheduled + s.ready + s.reserved + s.dead
+}
+
+/// CPU seconds of this process, user and system, as `getrusage` gives
+/// them (from /proc; zeros elsewhere).
+fn rusage() -> (String, String) {
+    let secs = |ticks: u64| {
+        // USER_HZ is 100 for Linux's user-visible ticks.
+        format!("{}.{:06}", ticks / 100, (ticks % 100) * 10_000)
+    };
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces), from field 3.
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = after
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    // utime and stime are fields 14 and 15: 12th and 13th after the name.
+    (
+        secs(f.get(11).copied().unwrap_or(0)),
+        secs(f.get(12).copied().unwrap_or(0)),
+    )
+}
+
+/// A line of a /proc/sys file, or "" when it cannot be read.
+fn kernel(file: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/kernel/{file}"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
 impl Conn {
-    /// Every tube this connection's key may read, `default` always among
-    /// them.
+    /// Whether `t` exists for beanstalkd, given its counts.
+    fn exists(&self, t: &Topic, s: &TopicStats) -> bool {
+        t.as_str() == "default" || jobs(s) > 0 || self.shared.tube_use(t).held()
+    }
+
+    /// The tubes that exist, `default` first, the others in name order.
+    async fn tubes(&self) -> Result<Vec<(Topic, TopicStats)>, Error> {
+        let mut all = self.svc.topics_with_stats().await?;
+        for t in self.shared.held_tubes() {
+            if !all.iter().any(|(a, _)| *a == t) {
+                all.push((t, TopicStats::default()));
+            }
+        }
+        if !all.iter().any(|(t, _)| t.as_str() == "default") {
+            all.push((
+                Topic::new("default").expect("a topic"),
+                TopicStats::default(),
+            ));
+        }
+        all.retain(|(t, s)| self.exists(t, s));
+        all.sort_by(|(a, _), (b, _)| {
+            (a.as_str() != "default", a.as_str()).cmp(&(b.as_str() != "default", b.as_str()))
+        });
+        Ok(all)
+    }
+
+    /// Every tube that exists and this connection's key may read.
     pub(super) async fn list_tubes(&self) -> Reply {
-        match self.svc.topics().await {
+        match self.tubes().await {
             Ok(ts) => {
-                let mut names: Vec<String> = ts
+                let names: Vec<String> = ts
                     .iter()
-                    .filter(|t| self.allowed.allows(Action::Read, t.as_str()))
-                    .map(ToString::to_string)
+                    .filter(|(t, _)| self.allowed.allows(Action::Read, t.as_str()))
+                    .map(|(t, _)| t.to_string())
                     .collect();
-                if !names.iter().any(|n| n == "default") {
-                    names.insert(0, "default".into());
-                }
                 ok_yaml(yaml_list(&names))
             }
             Err(e) => failed(&e),
@@ -49,8 +125,15 @@ impl Conn {
         };
         let ttr_s = job.lease_ms / 1000;
         let time_left = match job.state {
-            JobState::Scheduled => job.due_at_ms.saturating_sub(now) / 1000,
-            JobState::Reserved => job.lease_deadline_ms.unwrap_or(now).saturating_sub(now) / 1000,
+            JobState::Scheduled => secs_left(job.due_at_ms.saturating_sub(now)),
+            // The deadline is the store's time, `now` this instance's: a
+            // lease has never more left than its length.
+            JobState::Reserved => secs_left(
+                job.lease_deadline_ms
+                    .unwrap_or(now)
+                    .saturating_sub(now)
+                    .min(job.lease_ms),
+            ),
             _ => 0,
         };
         let delay = job.due_at_ms.saturating_sub(job.created_at_ms) / 1000;
@@ -90,11 +173,13 @@ impl Conn {
     }
 
     pub(super) async fn pause_tube(&mut self, t: Topic, delay_s: u32) -> Reply {
-        match self.svc.topics().await {
-            Ok(ts) if ts.contains(&t) => {}
+        match self.svc.stats(&t).await {
+            Ok(s) if self.exists(&t, &s) => {}
             Ok(_) => return not_found(),
             Err(e) => return failed(&e),
         }
+        self.shared.tube(&t, |u| u.pauses += 1);
+        // A pause of 0 s ends at once (the reference pauses for 1 ns).
         match self.svc.pause_topic(&t, u64::from(delay_s) * 1000).await {
             Ok(()) => line("PAUSED"),
             Err(e) => failed(&e),
@@ -102,23 +187,20 @@ impl Conn {
     }
 
     pub(super) async fn stats_tube(&mut self, t: Topic) -> Reply {
-        let known = match self.svc.topics().await {
-            Ok(ts) => ts.contains(&t),
-            Err(e) => return failed(&e),
-        };
-        if !known && t.as_str() != "default" {
-            return not_found();
-        }
         let s = match self.svc.stats(&t).await {
             Ok(s) => s,
             Err(e) => return failed(&e),
         };
-        let total = s.scheduled + s.ready + s.reserved + s.dead;
+        if !self.exists(&t, &s) {
+            return not_found();
+        }
         let now = self.svc.clock().now_ms();
         let urgent = match self.urgent(&t, s.ready).await {
             Ok(n) => n,
             Err(e) => return failed(&e),
         };
+        let used = self.shared.tube_use(&t);
+        let paused_left = s.paused_until_ms.saturating_sub(now);
         ok_yaml(yaml(&[
             ("name", t.to_string()),
             ("current-jobs-urgent", urgent.to_string()),
@@ -126,39 +208,27 @@ impl Conn {
             ("current-jobs-reserved", s.reserved.to_string()),
             ("current-jobs-delayed", s.scheduled.to_string()),
             ("current-jobs-buried", s.dead.to_string()),
-            ("total-jobs", s.counters.enqueued.max(total).to_string()),
-            ("current-using", u64::from(self.used == t).to_string()),
-            (
-                "current-watching",
-                u64::from(self.watched.contains(&t)).to_string(),
-            ),
-            ("current-waiting", "0".into()),
+            ("total-jobs", s.counters.enqueued.max(jobs(&s)).to_string()),
+            ("current-using", used.using.to_string()),
+            ("current-watching", used.watching.to_string()),
+            ("current-waiting", used.waiting.to_string()),
             (
                 "cmd-delete",
                 (s.counters.acked + s.counters.cancelled).to_string(),
             ),
-            ("cmd-pause-tube", "0".into()),
+            ("cmd-pause-tube", used.pauses.to_string()),
             // The seconds still paused, rounded up (the delay asked is not kept).
-            (
-                "pause",
-                s.paused_until_ms
-                    .saturating_sub(now)
-                    .div_ceil(1000)
-                    .to_string(),
-            ),
-            (
-                "pause-time-left",
-                (s.paused_until_ms.saturating_sub(now) / 1000).to_string(),
-            ),
+            ("pause", paused_left.div_ceil(1000).to_string()),
+            ("pause-time-left", secs_left(paused_left).to_string()),
         ]))
     }
 
     pub(super) async fn stats(&mut self) -> Reply {
-        let all = match self.svc.topics_with_stats().await {
+        let all = match self.tubes().await {
             Ok(a) => a,
             Err(e) => return failed(&e),
         };
-        let sum = |f: fn(&dq_core::TopicStats) -> u64| all.iter().map(|(_, s)| f(s)).sum::<u64>();
+        let sum = |f: fn(&TopicStats) -> u64| all.iter().map(|(_, s)| f(s)).sum::<u64>();
         let mut urgent = 0;
         for (t, s) in &all {
             match self.urgent(t, s.ready).await {
@@ -166,33 +236,62 @@ impl Conn {
                 Err(e) => return failed(&e),
             }
         }
-        ok_yaml(yaml(&[
-            ("current-jobs-urgent", urgent.to_string()),
-            ("current-jobs-ready", sum(|s| s.ready).to_string()),
-            ("current-jobs-reserved", sum(|s| s.reserved).to_string()),
-            ("current-jobs-delayed", sum(|s| s.scheduled).to_string()),
-            ("current-jobs-buried", sum(|s| s.dead).to_string()),
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed).to_string();
+        let (utime, stime) = rusage();
+        let mut fields: Vec<(String, String)> = vec![
+            ("current-jobs-urgent".into(), urgent.to_string()),
+            ("current-jobs-ready".into(), sum(|s| s.ready).to_string()),
+            (
+                "current-jobs-reserved".into(),
+                sum(|s| s.reserved).to_string(),
+            ),
+            (
+                "current-jobs-delayed".into(),
+                sum(|s| s.scheduled).to_string(),
+            ),
+            ("current-jobs-buried".into(), sum(|s| s.dead).to_string()),
+        ];
+        for (name, n) in self.shared.op_counts() {
+            fields.push((format!("cmd-{name}"), n.to_string()));
+        }
+        let sh = &self.shared;
+        let rest: Vec<(&str, String)> = vec![
+            ("job-timeouts", sum(|s| s.counters.expired).to_string()),
             ("total-jobs", sum(|s| s.counters.enqueued).to_string()),
-            ("current-tubes", all.len().max(1).to_string()),
-            (
-                "current-connections",
-                self.counters
-                    .connections
-                    .load(Ordering::Relaxed)
-                    .to_string(),
-            ),
-            (
-                "total-connections",
-                self.counters
-                    .total_connections
-                    .load(Ordering::Relaxed)
-                    .to_string(),
-            ),
-            ("pid", std::process::id().to_string()),
-            ("version", format!("\"dq {}\"", env!("CARGO_PKG_VERSION"))),
-            ("uptime", self.started.elapsed().as_secs().to_string()),
             ("max-job-size", self.config.max_job_size.to_string()),
-            ("draining", self.svc.is_draining().to_string()),
-        ]))
+            ("current-tubes", all.len().to_string()),
+            ("current-connections", load(&sh.connections)),
+            ("current-producers", load(&sh.producers)),
+            ("current-workers", load(&sh.workers)),
+            ("current-waiting", load(&sh.waiting)),
+            ("total-connections", load(&sh.total_connections)),
+            ("pid", std::process::id().to_string()),
+            ("version", format!("\"{VERSION}\"")),
+            ("rusage-utime", utime),
+            ("rusage-stime", stime),
+            ("uptime", self.started.elapsed().as_secs().to_string()),
+            ("binlog-oldest-index", "0".into()),
+            ("binlog-current-index", "0".into()),
+            ("binlog-records-migrated", "0".into()),
+            ("binlog-records-written", "0".into()),
+            ("binlog-max-size", BINLOG_MAX_SIZE.to_string()),
+            ("draining", self.draining().to_string()),
+            ("id", sh.id.clone()),
+            ("hostname", kernel("hostname")),
+            ("os", kernel("version")),
+            ("platform", std::env::consts::ARCH.to_string()),
+            ("dq-version", format!("\"{}\"", env!("CARGO_PKG_VERSION"))),
+        ];
+        fields.extend(rest.into_iter().map(|(k, v)| (k.to_string(), v)));
+        let pairs: Vec<(&str, String)> = fields
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        ok_yaml(yaml(&pairs))
+    }
+
+    /// Whether puts are refused (`draining` in `stats`).
+    fn draining(&self) -> bool {
+        self.svc.is_draining()
     }
 }

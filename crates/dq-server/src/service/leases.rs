@@ -96,6 +96,24 @@ impl Service {
         self.hand_out(topics, max, lease_ms, wait_ms).await
     }
 
+    /// As [`Service::reserve`] without waiting, and handing out while this
+    /// instance drains: the beanstalkd listener's drain mode is the
+    /// reference's (no new job is put, workers go on emptying the tubes).
+    ///
+    /// # Errors
+    /// [`Error::ShuttingDown`]; [`Error::TopicIsDelivered`]; a store error.
+    pub async fn reserve_in_drain(&self, topics: &[Topic], max: usize) -> Result<Vec<Lease>> {
+        if self.shutdown.is_cancelled() {
+            return Err(Error::ShuttingDown);
+        }
+        for t in topics {
+            if self.is_delivered(t).await? {
+                return Err(Error::TopicIsDelivered(t.to_string()));
+            }
+        }
+        self.hand_out(topics, max, None, 0).await
+    }
+
     /// What the deliverer and the forwarder reserve of a topic they deliver:
     /// as [`Service::reserve`], without the pull-only check.
     pub(crate) async fn reserve_delivered(
@@ -329,6 +347,18 @@ impl Service {
     /// [`Error::ShuttingDown`], [`Error::Draining`]; a store error.
     pub async fn reserve_job(&self, t: &Topic, id: &JobId) -> Result<Option<Lease>> {
         self.check_intake()?;
+        self.reserve_job_in_drain(t, id).await
+    }
+
+    /// As [`Service::reserve_job`], while this instance drains too (see
+    /// [`Service::reserve_in_drain`]).
+    ///
+    /// # Errors
+    /// [`Error::ShuttingDown`]; a store error.
+    pub async fn reserve_job_in_drain(&self, t: &Topic, id: &JobId) -> Result<Option<Lease>> {
+        if self.shutdown.is_cancelled() {
+            return Err(Error::ShuttingDown);
+        }
         let now = self.now();
         let lease = self.store.reserve_job(t, id, None, now).await;
         // A failed call may have leased it: the dispatcher looks (see long_poll.rs).
