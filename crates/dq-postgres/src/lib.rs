@@ -132,6 +132,18 @@ impl PgStore {
     /// [`OpenError`]: a bad URL or schema name, an unreachable database, a
     /// schema of a newer dq or of another program.
     pub async fn open(config: &PgConfig) -> Result<Self, OpenError> {
+        let store = Self::new(config)?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The store, without touching the database: its pool connects when a
+    /// call needs a connection. Call [`PgStore::migrate`] (or use
+    /// [`PgStore::open`]) before the first call.
+    ///
+    /// # Errors
+    /// [`OpenError::SchemaName`], [`OpenError::Url`].
+    pub fn new(config: &PgConfig) -> Result<Self, OpenError> {
         if !schema::valid_schema_name(&config.schema) {
             return Err(OpenError::SchemaName(config.schema.clone()));
         }
@@ -143,17 +155,6 @@ impl PgStore {
             pg.application_name("dq");
         }
         let schema = config.schema.clone();
-        {
-            let (mut client, conn) = pg
-                .connect(tokio_postgres::NoTls)
-                .await
-                .map_err(|e| OpenError::Unreachable(Failure::from(e).0.to_string()))?;
-            let driver = tokio::spawn(conn);
-            let r = schema::migrate(&mut client, &schema).await;
-            drop(client);
-            let _ = driver.await;
-            r?;
-        }
         let mut pooled = pg.clone();
         pooled.options(format!("-c search_path={schema}"));
         let manager = Manager::from_config(
@@ -179,6 +180,26 @@ impl PgStore {
                 clock: config.clock,
             }),
         })
+    }
+
+    /// Creates the schema or brings it to this dq's version, on a
+    /// connection of its own.
+    ///
+    /// # Errors
+    /// [`OpenError::Unreachable`], [`OpenError::NewerSchema`],
+    /// [`OpenError::Foreign`], [`OpenError::Migrate`].
+    pub async fn migrate(&self) -> Result<(), OpenError> {
+        let (mut client, conn) = self
+            .inner
+            .pg
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| OpenError::Unreachable(Failure::from(e).0.to_string()))?;
+        let driver = tokio::spawn(conn);
+        let r = schema::migrate(&mut client, &self.inner.schema).await;
+        drop(client);
+        let _ = driver.await;
+        r
     }
 
     /// The schema this store uses.
@@ -655,5 +676,35 @@ fn spread<T>(r: StoreResult<Vec<StoreResult<T>>>, n: usize) -> Vec<StoreResult<T
     match r {
         Ok(v) => v,
         Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
+    }
+}
+
+/// `url` with its password hidden, for logs and messages.
+pub fn mask_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mask_url_hides_only_the_password() {
+        assert_eq!(
+            super::mask_url("postgres://app:s3cr@t@db:5432/shop"),
+            "postgres://app:***@db:5432/shop"
+        );
+        assert_eq!(
+            super::mask_url("postgres://app@db/shop"),
+            "postgres://app@db/shop"
+        );
+        assert_eq!(super::mask_url("host=db user=app"), "host=db user=app");
     }
 }
