@@ -101,15 +101,40 @@ impl<'a> Cx<'a> {
     }
 
     /// The topic's id, its row locked until the end of the call; `None`
-    /// when the topic does not exist.
+    /// when the topic does not exist. The counts the SQL functions moved
+    /// (`topic_deltas`) are folded into the row first.
     pub(crate) async fn lock(&self, topic: &Topic) -> OpResult<Option<i64>> {
-        Ok(self
+        let tid: Option<i64> = self
             .opt(
                 "SELECT tid FROM topics WHERE name = $1 FOR UPDATE",
                 &[&topic.as_str()],
             )
             .await?
-            .map(|r| r.get(0)))
+            .map(|r| r.get(0));
+        if let Some(t) = tid {
+            self.fold_deltas(t).await?;
+        }
+        Ok(tid)
+    }
+
+    /// Adds the counts the SQL functions left in `topic_deltas` (committed
+    /// ones: those of open transactions come in a later call) to the
+    /// locked topic row.
+    async fn fold_deltas(&self, tid: i64) -> OpResult<()> {
+        self.exec(
+            "WITH d AS (DELETE FROM topic_deltas WHERE tid = $1 RETURNING *),
+                  s AS (SELECT count(*) AS n, coalesce(sum(d_scheduled), 0) AS sc, coalesce(sum(d_ready), 0) AS re,
+                          coalesce(sum(d_reserved), 0) AS rs, coalesce(sum(d_dead), 0) AS de,
+                          coalesce(sum(enqueued), 0) AS en, coalesce(sum(cancelled), 0) AS ca,
+                          coalesce(bool_or(keyed), false) AS ke FROM d)
+             UPDATE topics t SET n_scheduled = n_scheduled + s.sc, n_ready = n_ready + s.re,
+               n_reserved = n_reserved + s.rs, n_dead = n_dead + s.de, enqueued = t.enqueued + s.en,
+               cancelled = t.cancelled + s.ca, keyed = t.keyed OR s.ke
+             FROM s WHERE t.tid = $1 AND s.n > 0",
+            &[&tid],
+        )
+        .await?;
+        Ok(())
     }
 
     /// The topic's id (without a lock: for reads).

@@ -102,7 +102,13 @@ pub(crate) struct Migration {
 /// Every schema change since [`BASE`], in order: step `i` takes version
 /// `FIRST_VERSION + i` to the next. A new version is one entry appended
 /// here; nothing else changes.
-pub(crate) const MIGRATIONS: &[Migration] = &[];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    // → 2
+    Migration {
+        what: "the SQL front door: dq.enqueue, dq.cancel, dq.reschedule; topic counts moved by them in topic_deltas",
+        sql: include_str!("sql_api.sql"),
+    },
+];
 
 /// Why a store did not open.
 #[derive(Debug, thiserror::Error)]

@@ -179,14 +179,20 @@ pub(crate) async fn stats(cx: &mut Cx<'_>, topic: &Topic, now: u64) -> OpResult<
     };
     let r = cx
         .one(
-            "SELECT n_scheduled, n_ready, n_reserved, n_dead, enqueued, acked, failed, expired, dead,
-               cancelled, dead_dropped, replayed, paused_until_ms, rate_limited,
+            "SELECT n_scheduled + d.sc, n_ready + d.re, n_reserved + d.rs, n_dead + d.de,
+               enqueued + d.en, acked, failed, expired, dead,
+               cancelled + d.ca, dead_dropped, replayed, paused_until_ms, rate_limited,
                least(
                  (SELECT due_ms FROM jobs WHERE tid = $1 AND state = 0 ORDER BY due_ms LIMIT 1),
                  (SELECT due_ms FROM jobs WHERE tid = $1 AND state = 1 AND fkey IS NULL
                   ORDER BY priority, due_ms, seq LIMIT 1),
                  (SELECT min(due_ms) FROM jobs WHERE tid = $1 AND state = 1 AND fkey IS NOT NULL))
-             FROM topics WHERE tid = $1",
+             FROM topics,
+               (SELECT coalesce(sum(d_scheduled), 0)::int8 AS sc, coalesce(sum(d_ready), 0)::int8 AS re,
+                  coalesce(sum(d_reserved), 0)::int8 AS rs, coalesce(sum(d_dead), 0)::int8 AS de,
+                  coalesce(sum(enqueued), 0)::int8 AS en, coalesce(sum(cancelled), 0)::int8 AS ca
+                FROM topic_deltas WHERE tid = $1) d
+             WHERE tid = $1",
             &[&tid],
         )
         .await?;
@@ -260,6 +266,8 @@ pub(crate) async fn delete_topic(
         return Ok((deleted as u64, false));
     }
     cx.exec("DELETE FROM dedup WHERE tid = $1", &[&tid]).await?;
+    cx.exec("DELETE FROM topic_deltas WHERE tid = $1", &[&tid])
+        .await?;
     cx.exec("DELETE FROM fkeys WHERE tid = $1", &[&tid]).await?;
     cx.exec("DELETE FROM topics WHERE tid = $1", &[&tid])
         .await?;

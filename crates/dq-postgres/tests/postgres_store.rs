@@ -50,14 +50,14 @@ async fn schema_is_reopened_and_newer_or_foreign_ones_refused() {
             e,
             OpenError::NewerSchema {
                 found: 99,
-                supported: 1,
+                supported: 2,
                 ..
             }
         ),
         "{e}"
     );
     assert!(
-        e.to_string().contains("version 99, newer than this dq's 1"),
+        e.to_string().contains("version 99, newer than this dq's 2"),
         "{e}"
     );
     assert_eq!(
@@ -124,4 +124,51 @@ async fn the_database_clock_decides() {
             .is_empty(),
         "never early by the caller's clock"
     );
+}
+
+/// A schema at version 1 (before the SQL front door) is migrated to this
+/// dq's version when opened, its jobs kept, and the functions work after.
+#[tokio::test]
+async fn a_version_1_schema_is_migrated() {
+    let pg = PgServer::shared();
+    let url = pg.fresh_database("migrate");
+    let db = url.rsplit('/').next().unwrap().to_string();
+    let s = PgStore::open(&config(url.clone())).await.unwrap();
+    let t = Topic::new("kept").unwrap();
+    let j = NewJob::new(
+        JobId::new("a").unwrap(),
+        Body::Json("1".into()),
+        When::DelayMs(0),
+    );
+    s.enqueue(&t, &[j], 0).await.unwrap();
+    drop(s);
+    // What version 1 was: no front door.
+    pg.psql(
+        &db,
+        "DROP FUNCTION dq.enqueue, dq.cancel, dq.reschedule, dq.wake, dq.interval_ms,
+           dq.json_depth, dq.check_topic, dq.check_name, dq.now_ms, dq.fail;
+         DROP TABLE dq.topic_deltas;
+         UPDATE dq.meta SET value = 1 WHERE key = 'schema_version'",
+    );
+    let s = PgStore::open(&config(url.clone())).await.unwrap();
+    assert_eq!(
+        pg.psql(
+            &db,
+            "SELECT value FROM dq.meta WHERE key = 'schema_version'"
+        )
+        .trim(),
+        "2"
+    );
+    assert!(
+        s.get(&t, &JobId::new("a").unwrap())
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(
+        pg.psql(&db, "SELECT state FROM dq.enqueue('kept', 'b', '2', '0')")
+            .trim(),
+        "ready"
+    );
+    assert_eq!(s.stats(&t, 0).await.unwrap().ready, 2);
 }
