@@ -237,7 +237,7 @@ pub(crate) async fn reschedule(
     let tid = cx.lock(topic).await?.ok_or_else(not_found)?;
     let r = cx
         .opt(
-            "SELECT seq, state FROM jobs WHERE tid = $1 AND id = $2",
+            "SELECT seq, state FROM jobs WHERE tid = $1 AND id = $2 FOR UPDATE",
             &[&tid, &id.as_str()],
         )
         .await?

@@ -16,7 +16,7 @@ async fn held(cx: &Cx<'_>, topic: &Topic, id: &JobId, token: &str) -> OpResult<(
     let tid = cx.tid(topic).await?.ok_or(Failure(StoreError::NotFound))?;
     let r = cx
         .opt(
-            "SELECT seq, state, token FROM jobs WHERE tid = $1 AND id = $2",
+            "SELECT seq, state, token FROM jobs WHERE tid = $1 AND id = $2 FOR UPDATE",
             &[&tid, &id.as_str()],
         )
         .await?
@@ -287,7 +287,7 @@ pub(crate) async fn requeue_expired(
     let rows: Vec<(i64, String)> = cx
         .q(
             "SELECT seq, id FROM jobs WHERE tid = $1 AND state = 2 AND deadline_ms < $2
-             ORDER BY deadline_ms LIMIT $3",
+             ORDER BY deadline_ms LIMIT $3 FOR UPDATE SKIP LOCKED",
             &[&tid, &(now as i64), &(max as i64)],
         )
         .await?

@@ -495,7 +495,7 @@ pub(crate) async fn reserve_job(
     };
     let row = cx
         .opt(
-            &format!("SELECT {LEASABLE} FROM jobs WHERE tid = $1 AND id = $2"),
+            &format!("SELECT {LEASABLE} FROM jobs WHERE tid = $1 AND id = $2 FOR UPDATE"),
             &[&tid, &id.as_str()],
         )
         .await?;
