@@ -6,7 +6,7 @@
 use dq_core::*;
 
 use crate::cx::{Cx, DEAD, RESERVED, job_id};
-use crate::jobs::trim_dead;
+use crate::dead::trim_dead;
 use crate::{Failure, OpResult};
 
 /// Lease-holder checks shared by ack, nack, touch and release: returns the

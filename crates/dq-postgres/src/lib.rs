@@ -14,7 +14,7 @@
 //! Modules:
 //! - `schema`: tables, indexes, versions, [`OpenError`] and the migration.
 //! - `cx`: one call's transaction, the topic lock, counts and wake-ups.
-//! - `enqueue`, `reserve`, `leases`, `jobs`, `topics`, `records`: the verbs,
+//! - `enqueue`, `reserve`, `leases`, `jobs`, `dead`, `topics`, `records`: the verbs,
 //!   ported one for one from the embedded store's `ops/` (which mirror
 //!   dq-redis's Lua scripts); the conformance suite holds all three to the
 //!   same contract.
@@ -27,6 +27,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use dq_core::*;
 
 mod cx;
+mod dead;
 mod enqueue;
 mod jobs;
 mod leases;
@@ -514,12 +515,12 @@ impl Store for PgStore {
     ) -> StoreResult<u64> {
         in_tx!(self, cx, {
             let now = self.now(&cx, now_ms).await?;
-            jobs::replay_dead(&mut cx, topic, ids, max, now).await
+            dead::replay_dead(&mut cx, topic, ids, max, now).await
         })
     }
 
     async fn purge_dead(&self, topic: &Topic, max: usize) -> StoreResult<u64> {
-        in_tx!(self, cx, jobs::purge_dead(&mut cx, topic, max).await)
+        in_tx!(self, cx, dead::purge_dead(&mut cx, topic, max).await)
     }
 
     async fn topics(&self) -> StoreResult<Vec<Topic>> {
