@@ -669,6 +669,13 @@ impl Store for PgStore {
     fn max_partitions(&self) -> u32 {
         1
     }
+
+    fn backup_advice(&self) -> Option<String> {
+        let schema = &self.inner.schema;
+        Some(format!(
+            "this dq's store is PostgreSQL (schema {schema}), which dq does not copy: back it up with PostgreSQL's own tools, e.g. pg_dump --schema={schema} (see docs/postgres.md)"
+        ))
+    }
 }
 
 /// A batch call's answer: its items' results, or the call's error for
