@@ -126,10 +126,11 @@ impl<'a> Cx<'a> {
                   s AS (SELECT count(*) AS n, coalesce(sum(d_scheduled), 0) AS sc, coalesce(sum(d_ready), 0) AS re,
                           coalesce(sum(d_reserved), 0) AS rs, coalesce(sum(d_dead), 0) AS de,
                           coalesce(sum(enqueued), 0) AS en, coalesce(sum(cancelled), 0) AS ca,
+                          coalesce(sum(acked), 0) AS ac,
                           coalesce(bool_or(keyed), false) AS ke FROM d)
              UPDATE topics t SET n_scheduled = n_scheduled + s.sc, n_ready = n_ready + s.re,
                n_reserved = n_reserved + s.rs, n_dead = n_dead + s.de, enqueued = t.enqueued + s.en,
-               cancelled = t.cancelled + s.ca, keyed = t.keyed OR s.ke
+               cancelled = t.cancelled + s.ca, acked = t.acked + s.ac, keyed = t.keyed OR s.ke
              FROM s WHERE t.tid = $1 AND s.n > 0",
             &[&tid],
         )
@@ -280,6 +281,17 @@ impl<'a> Cx<'a> {
             self.wake(topic);
         }
         Ok(to)
+    }
+
+    /// The database's time (`clock_timestamp()`), Unix ms.
+    pub(crate) async fn db_now(&self) -> OpResult<u64> {
+        let r = self
+            .one(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
+                &[],
+            )
+            .await?;
+        Ok(r.get::<_, i64>(0).max(0) as u64)
     }
 
     /// Bumps the settings version (a topic's settings changed or it went).

@@ -1,7 +1,9 @@
 //! What a lease's holder does — touch, ack, nack, release — and the end of
 //! the leases that expired (`touch.lua`, `ack.lua`, `nack.lua`,
 //! `release.lua`, `requeue_expired.lua`; the embedded `ops/leases.rs`).
-//! The callers hold the topic's lock.
+//! The callers of nack, release and requeue_expired hold the topic's
+//! lock; touch and ack take none (they change one job's row, and ack counts
+//! through `topic_deltas`), so the acks of one topic go in parallel.
 
 use dq_core::*;
 
@@ -110,33 +112,45 @@ pub(crate) async fn touch(
     Ok(deadline)
 }
 
+/// Acks with one statement in the usual case (a job without a dedup
+/// window or a key): the row deleted by its lease, the ack counted in
+/// `topic_deltas` without the topic's lock (acks of one topic go in
+/// parallel; the next call that locks the topic folds them), and the
+/// transaction's commit made lazy (`synchronous_commit` off: an ack lost
+/// in a crash of PostgreSQL hands the job out again, which at-least-once
+/// allows). `now`: the caller's time, or `None` for the database's, read
+/// only when a dedup window opens.
 pub(crate) async fn ack(
     cx: &mut Cx<'_>,
     topic: &Topic,
     id: &JobId,
     token: &str,
-    now: u64,
+    now: Option<u64>,
 ) -> OpResult<()> {
-    let tid = cx.tid(topic).await?.ok_or(Failure(StoreError::NotFound))?;
     let ended = cx
         .opt(
-            "DELETE FROM jobs WHERE tid = $1 AND id = $2 AND state = 2 AND token = $3
-             RETURNING dedup_ms, fkey",
-            &[&tid, &id.as_str(), &token],
+            "WITH d AS (
+               DELETE FROM jobs WHERE tid = (SELECT tid FROM topics WHERE name = $1)
+                 AND id = $2 AND state = 2 AND token = $3
+               RETURNING tid, dedup_ms, fkey),
+             c AS (INSERT INTO topic_deltas (tid, d_reserved, acked) SELECT tid, -1, 1 FROM d)
+             SELECT tid, dedup_ms, fkey, set_config('synchronous_commit', 'off', true) FROM d",
+            &[&topic.as_str(), &id.as_str(), &token],
         )
         .await?;
     let Some(r) = ended else {
         held(cx, topic, id, token).await?;
         return Err(StoreError::LeaseMismatch.into());
     };
-    let (dedup_ms, fkey): (Option<i64>, Option<String>) = (r.get(0), r.get(1));
-    open_window(cx, tid, id.as_str(), dedup_ms, now).await?;
+    let (tid, dedup_ms, fkey): (i64, Option<i64>, Option<String>) = (r.get(0), r.get(1), r.get(2));
+    if dedup_ms.is_some_and(|ms| ms > 0) {
+        let now = match now {
+            Some(n) => n,
+            None => cx.db_now().await?,
+        };
+        open_window(cx, tid, id.as_str(), dedup_ms, now).await?;
+    }
     unlease(cx, topic, tid, fkey).await?;
-    cx.exec(
-        "UPDATE topics SET n_reserved = n_reserved - 1, acked = acked + 1 WHERE tid = $1",
-        &[&tid],
-    )
-    .await?;
     Ok(())
 }
 

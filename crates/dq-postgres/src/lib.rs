@@ -212,31 +212,43 @@ impl PgStore {
         Ok(self.inner.pool.get().await?)
     }
 
+    /// The caller's time when it decides, `None` when the database does.
+    fn caller_now(&self, now_ms: u64) -> Option<u64> {
+        (self.inner.clock == TimeSource::Caller).then_some(now_ms)
+    }
+
     /// The current time by the store's clock, in this transaction.
     async fn now(&self, cx: &Cx<'_>, now_ms: u64) -> OpResult<u64> {
         match self.inner.clock {
             TimeSource::Caller => Ok(now_ms),
-            TimeSource::Database => {
-                let r = cx
-                    .one(
-                        "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint",
-                        &[],
-                    )
-                    .await?;
-                Ok(r.get::<_, i64>(0).max(0) as u64)
-            }
+            TimeSource::Database => cx.db_now().await,
         }
     }
 }
 
 /// Runs `$body` (an async block using the `Cx` named `$cx`) in one
 /// transaction of `$store`: committed, with its wake-ups sent, when it
-/// returns `Ok`; rolled back otherwise.
+/// returns `Ok`; rolled back otherwise. `lazy` first: the commit does not
+/// wait for the disk (`synchronous_commit = off`), for calls whose loss in
+/// a crash of PostgreSQL is a job handed out again, which at-least-once
+/// allows — never an enqueue, a cancel or a setting.
 macro_rules! in_tx {
-    ($store:expr, $cx:ident, $body:expr) => {{
+    (lazy $store:expr, $cx:ident, $body:expr) => {
+        in_tx!(@run true, $store, $cx, $body)
+    };
+    ($store:expr, $cx:ident, $body:expr) => {
+        in_tx!(@run false, $store, $cx, $body)
+    };
+    (@run $lazy:expr, $store:expr, $cx:ident, $body:expr) => {{
         async {
             let mut client = $store.client().await?;
             let tx = client.transaction().await?;
+            if $lazy {
+                // A change whose loss in a crash only hands a job out again
+                // (a lease, an ack, a retry): its commit does not wait for
+                // the WAL to reach the disk, and its locks go sooner.
+                tx.batch_execute("SET LOCAL synchronous_commit TO off").await?;
+            }
             let mut $cx = Cx::new(&tx, &$store.inner.channel);
             let out: OpResult<_> = $body;
             match out {
@@ -337,7 +349,7 @@ impl Store for PgStore {
         lease_ms: Option<u64>,
         now_ms: u64,
     ) -> StoreResult<Reservation> {
-        in_tx!(self, cx, {
+        in_tx!(lazy self, cx, {
             let now = self.now(&cx, now_ms).await?;
             reserve::reserve(&mut cx, topic, max, lease_ms, now).await
         })
@@ -351,29 +363,35 @@ impl Store for PgStore {
         lease_ms: Option<u64>,
         now_ms: u64,
     ) -> StoreResult<u64> {
-        in_tx!(self, cx, {
+        in_tx!(lazy self, cx, {
             let now = self.now(&cx, now_ms).await?;
-            cx.lock_topics(&[topic]).await?;
             leases::touch(&mut cx, topic, id, token, lease_ms, now).await
         })
     }
 
     async fn ack(&self, topic: &Topic, id: &JobId, token: &str, now_ms: u64) -> StoreResult<()> {
-        in_tx!(self, cx, {
-            let now = self.now(&cx, now_ms).await?;
-            cx.lock_topics(&[topic]).await?;
-            leases::ack(&mut cx, topic, id, token, now).await
-        })
+        // Lazy by its own statement (see `leases::ack`): one round trip fewer.
+        let now = self.caller_now(now_ms);
+        in_tx!(self, cx, leases::ack(&mut cx, topic, id, token, now).await)
     }
 
     async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
+        let now = self.caller_now(now_ms);
+        // No savepoints: an ack is refused before it writes anything.
         let r = in_tx!(self, cx, {
-            let now = self.now(&cx, now_ms).await?;
-            let topics: Vec<&Topic> = items.iter().map(|i| i.topic).collect();
-            cx.lock_topics(&topics).await?;
-            per_item!(cx, items, |it| leases::ack(
-                &mut cx, it.topic, it.id, it.token, now
-            ))
+            let mut out = Vec::with_capacity(items.len());
+            for it in items {
+                match leases::ack(&mut cx, it.topic, it.id, it.token, now).await {
+                    Ok(()) => out.push(Ok(())),
+                    Err(Failure(
+                        e @ (StoreError::NotFound
+                        | StoreError::LeaseMismatch
+                        | StoreError::NotInState(_)),
+                    )) => out.push(Err(e)),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(out)
         });
         spread(r, items.len())
     }
@@ -385,7 +403,7 @@ impl Store for PgStore {
         nack: Nack<'_>,
         now_ms: u64,
     ) -> StoreResult<NackOutcome> {
-        in_tx!(self, cx, {
+        in_tx!(lazy self, cx, {
             let now = self.now(&cx, now_ms).await?;
             cx.lock_topics(&[topic]).await?;
             leases::nack(&mut cx, topic, id, nack, now).await
@@ -397,7 +415,7 @@ impl Store for PgStore {
         items: &[HeldNack<'_>],
         now_ms: u64,
     ) -> Vec<StoreResult<NackOutcome>> {
-        let r = in_tx!(self, cx, {
+        let r = in_tx!(lazy self, cx, {
             let now = self.now(&cx, now_ms).await?;
             let topics: Vec<&Topic> = items.iter().map(|i| i.topic).collect();
             cx.lock_topics(&topics).await?;
@@ -409,10 +427,8 @@ impl Store for PgStore {
     }
 
     async fn touch_batch(&self, items: &[HeldTouch<'_>], now_ms: u64) -> Vec<StoreResult<u64>> {
-        let r = in_tx!(self, cx, {
+        let r = in_tx!(lazy self, cx, {
             let now = self.now(&cx, now_ms).await?;
-            let topics: Vec<&Topic> = items.iter().map(|i| i.topic).collect();
-            cx.lock_topics(&topics).await?;
             per_item!(cx, items, |it| leases::touch(
                 &mut cx,
                 it.topic,
@@ -433,7 +449,7 @@ impl Store for PgStore {
         delay_ms: u64,
         now_ms: u64,
     ) -> StoreResult<u64> {
-        in_tx!(self, cx, {
+        in_tx!(lazy self, cx, {
             let now = self.now(&cx, now_ms).await?;
             cx.lock_topics(&[topic]).await?;
             leases::release(&mut cx, topic, id, token, delay_ms, now).await
@@ -441,7 +457,7 @@ impl Store for PgStore {
     }
 
     async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted> {
-        in_tx!(self, cx, {
+        in_tx!(lazy self, cx, {
             let now = self.now(&cx, now_ms).await?;
             reserve::promote_due(&mut cx, topic, max, now).await
         })
@@ -453,7 +469,7 @@ impl Store for PgStore {
         max: usize,
         now_ms: u64,
     ) -> StoreResult<Requeued> {
-        in_tx!(self, cx, {
+        in_tx!(lazy self, cx, {
             let now = self.now(&cx, now_ms).await?;
             leases::requeue_expired(&mut cx, topic, max, now).await
         })
@@ -589,7 +605,7 @@ impl Store for PgStore {
         lease_ms: Option<u64>,
         now_ms: u64,
     ) -> StoreResult<Option<Lease>> {
-        in_tx!(self, cx, {
+        in_tx!(lazy self, cx, {
             let now = self.now(&cx, now_ms).await?;
             reserve::reserve_job(&mut cx, topic, id, lease_ms, now).await
         })

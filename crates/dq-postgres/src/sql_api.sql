@@ -7,7 +7,7 @@
 -- They take no lock on the topic's row (dq's own calls lock it for their
 -- short transactions): a job is one row of `jobs`, and the topic's counts
 -- move through `topic_deltas`, insert-only rows that dq folds into `topics`
--- the next time it locks the topic. A wake-up is a NOTIFY of the
+-- the next time it locks the topic (dq's own acks count there too). A wake-up is a NOTIFY of the
 -- application's transaction: it fires at its commit, never on a rollback.
 
 CREATE TABLE topic_deltas (
@@ -15,6 +15,7 @@ CREATE TABLE topic_deltas (
   d_scheduled bigint NOT NULL DEFAULT 0, d_ready bigint NOT NULL DEFAULT 0,
   d_reserved bigint NOT NULL DEFAULT 0, d_dead bigint NOT NULL DEFAULT 0,
   enqueued bigint NOT NULL DEFAULT 0, cancelled bigint NOT NULL DEFAULT 0,
+  acked bigint NOT NULL DEFAULT 0,
   keyed boolean NOT NULL DEFAULT false
 );
 CREATE INDEX topic_deltas_tid ON topic_deltas (tid);

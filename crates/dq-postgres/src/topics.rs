@@ -180,7 +180,7 @@ pub(crate) async fn stats(cx: &mut Cx<'_>, topic: &Topic, now: u64) -> OpResult<
     let r = cx
         .one(
             "SELECT n_scheduled + d.sc, n_ready + d.re, n_reserved + d.rs, n_dead + d.de,
-               enqueued + d.en, acked, failed, expired, dead,
+               enqueued + d.en, acked + d.ac, failed, expired, dead,
                cancelled + d.ca, dead_dropped, replayed, paused_until_ms, rate_limited,
                least(
                  (SELECT due_ms FROM jobs WHERE tid = $1 AND state = 0 ORDER BY due_ms LIMIT 1),
@@ -190,7 +190,8 @@ pub(crate) async fn stats(cx: &mut Cx<'_>, topic: &Topic, now: u64) -> OpResult<
              FROM topics,
                (SELECT coalesce(sum(d_scheduled), 0)::int8 AS sc, coalesce(sum(d_ready), 0)::int8 AS re,
                   coalesce(sum(d_reserved), 0)::int8 AS rs, coalesce(sum(d_dead), 0)::int8 AS de,
-                  coalesce(sum(enqueued), 0)::int8 AS en, coalesce(sum(cancelled), 0)::int8 AS ca
+                  coalesce(sum(enqueued), 0)::int8 AS en, coalesce(sum(cancelled), 0)::int8 AS ca,
+                  coalesce(sum(acked), 0)::int8 AS ac
                 FROM topic_deltas WHERE tid = $1) d
              WHERE tid = $1",
             &[&tid],

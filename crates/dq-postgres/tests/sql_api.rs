@@ -345,12 +345,15 @@ async fn cancel_and_reschedule_in_transactions() {
         (0, 1, 1)
     );
 
+    f.seen.lock().unwrap().clear();
     f.app
         .batch_execute("SELECT dq.enqueue('shop', 'later', '2', '1 hour')")
         .await
         .unwrap();
+    // The new head of the schedule is announced (at its commit); the
+    // reschedule's own wake-up is looked for after it.
+    assert!(f.woken("shop", Duration::from_secs(2)).await);
     assert!(f.reserve("shop").await.is_empty());
-    f.seen.lock().unwrap().clear();
     f.app
         .batch_execute("BEGIN; SELECT dq.reschedule('shop', 'later', now() - interval '1 minute')")
         .await
