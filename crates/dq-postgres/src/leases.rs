@@ -154,6 +154,90 @@ pub(crate) async fn ack(
     Ok(())
 }
 
+/// Acks many jobs with one statement (the rows deleted by their leases,
+/// counted per topic in `topic_deltas`), then answers each item as
+/// [`ack`] would have one after the other: an item whose lease was not
+/// there is refused with the reason a read of its job gives (a duplicate
+/// item, after its first ack: not found). Dedup windows and keys' slots
+/// are then dealt with per acked job that has them.
+pub(crate) async fn ack_batch(
+    cx: &mut Cx<'_>,
+    items: &[Held<'_>],
+    now: Option<u64>,
+) -> OpResult<Vec<StoreResult<()>>> {
+    let topics: Vec<&str> = items.iter().map(|i| i.topic.as_str()).collect();
+    let ids: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
+    let tokens: Vec<&str> = items.iter().map(|i| i.token).collect();
+    let rows = cx
+        .q(
+            "WITH i AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS u(topic, id, token)),
+             d AS (
+               DELETE FROM jobs j USING i, topics t
+               WHERE t.name = i.topic AND j.tid = t.tid AND j.id = i.id AND j.state = 2 AND j.token = i.token
+               RETURNING t.name, j.id, j.token, j.tid, j.dedup_ms, j.fkey),
+             c AS (INSERT INTO topic_deltas (tid, d_reserved, acked)
+                   SELECT tid, -count(*), count(*) FROM d GROUP BY tid)
+             SELECT name, id, token, tid, dedup_ms, fkey, set_config('synchronous_commit', 'off', true) FROM d",
+            &[&topics, &ids, &tokens],
+        )
+        .await?;
+    // Each acked job: by the first item that names it with its token.
+    let mut acked: std::collections::HashMap<(&str, &str), Option<usize>> =
+        std::collections::HashMap::new();
+    let mut ended = Vec::new();
+    for r in &rows {
+        let (name, id, token): (String, String, String) = (r.get(0), r.get(1), r.get(2));
+        let (tid, dedup_ms, fkey): (i64, Option<i64>, Option<String>) =
+            (r.get(3), r.get(4), r.get(5));
+        ended.push((name, id, token, tid, dedup_ms, fkey));
+    }
+    for (name, id, token, ..) in &ended {
+        let first = items
+            .iter()
+            .position(|it| it.topic.as_str() == name && it.id.as_str() == id && it.token == token);
+        acked.insert((name.as_str(), id.as_str()), first);
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for (k, it) in items.iter().enumerate() {
+        match acked.get(&(it.topic.as_str(), it.id.as_str())) {
+            // Its ack.
+            Some(Some(first)) if *first == k => out.push(Ok(())),
+            // Before the item that acked the job, it was leased under
+            // another token; after it, it is gone.
+            Some(Some(first)) if k < *first => out.push(Err(StoreError::LeaseMismatch)),
+            Some(_) => out.push(Err(StoreError::NotFound)),
+            None => match held(cx, it.topic, it.id, it.token).await {
+                Ok(_) => out.push(Err(StoreError::LeaseMismatch)),
+                Err(Failure(
+                    e @ (StoreError::NotFound
+                    | StoreError::LeaseMismatch
+                    | StoreError::NotInState(_)),
+                )) => out.push(Err(e)),
+                Err(e) => return Err(e),
+            },
+        }
+    }
+    let mut db_now = None;
+    for (name, id, _, tid, dedup_ms, fkey) in ended {
+        if dedup_ms.is_some_and(|ms| ms > 0) {
+            let now = match (now, db_now) {
+                (Some(n), _) | (None, Some(n)) => n,
+                (None, None) => {
+                    let n = cx.db_now().await?;
+                    db_now = Some(n);
+                    n
+                }
+            };
+            open_window(cx, tid, &id, dedup_ms, now).await?;
+        }
+        if fkey.is_some() {
+            let topic = Topic::new(name).map_err(|e| Failure(StoreError::Invalid(e)))?;
+            unlease(cx, &topic, tid, fkey).await?;
+        }
+    }
+    Ok(out)
+}
+
 /// How an attempt failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Failed {

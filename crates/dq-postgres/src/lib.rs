@@ -377,22 +377,7 @@ impl Store for PgStore {
 
     async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
         let now = self.caller_now(now_ms);
-        // No savepoints: an ack is refused before it writes anything.
-        let r = in_tx!(self, cx, {
-            let mut out = Vec::with_capacity(items.len());
-            for it in items {
-                match leases::ack(&mut cx, it.topic, it.id, it.token, now).await {
-                    Ok(()) => out.push(Ok(())),
-                    Err(Failure(
-                        e @ (StoreError::NotFound
-                        | StoreError::LeaseMismatch
-                        | StoreError::NotInState(_)),
-                    )) => out.push(Err(e)),
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(out)
-        });
+        let r = in_tx!(self, cx, leases::ack_batch(&mut cx, items, now).await);
         spread(r, items.len())
     }
 

@@ -172,3 +172,46 @@ async fn a_version_1_schema_is_migrated() {
     );
     assert_eq!(s.stats(&t, 0).await.unwrap().ready, 2);
 }
+
+/// One statement acks a batch, yet each item answers what acking the
+/// items one after the other would: a stale token before the job's ack is
+/// a lease mismatch, the ack succeeds, the same ack again finds nothing.
+#[tokio::test]
+async fn an_ack_batch_answers_as_one_ack_after_the_other() {
+    let url = PgServer::shared().fresh_database("ackbatch");
+    let s = PgStore::open(&PgConfig {
+        clock: TimeSource::Caller,
+        ..config(url)
+    })
+    .await
+    .unwrap();
+    let t = Topic::new("b").unwrap();
+    let jobs: Vec<NewJob> = ["a", "b"]
+        .iter()
+        .map(|id| {
+            NewJob::new(
+                JobId::new(*id).unwrap(),
+                Body::Json("1".into()),
+                When::DelayMs(0),
+            )
+        })
+        .collect();
+    s.enqueue(&t, &jobs, 1_000).await.unwrap();
+    let leases = s.reserve(&t, 2, None, 1_000).await.unwrap().leases;
+    let a = leases.iter().find(|l| l.id.as_str() == "a").unwrap();
+    let held = |token: &'static str| Held {
+        topic: &t,
+        id: &a.id,
+        token,
+    };
+    let stale: &'static str = "0000000000000000";
+    let token: &'static str = Box::leak(a.token.clone().into_boxed_str());
+    let r = s
+        .ack_batch(&[held(stale), held(token), held(token)], 1_000)
+        .await;
+    assert!(matches!(r[0], Err(StoreError::LeaseMismatch)), "{r:?}");
+    assert!(r[1].is_ok(), "{r:?}");
+    assert!(matches!(r[2], Err(StoreError::NotFound)), "{r:?}");
+    let st = s.stats(&t, 1_000).await.unwrap();
+    assert_eq!((st.reserved, st.counters.acked), (1, 1));
+}
