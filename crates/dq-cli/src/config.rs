@@ -46,6 +46,12 @@ pub(crate) struct ServeArgs {
     /// Use Redis instead of the embedded store: redis://[user:password@]host:port[/db], rediss:// for TLS
     #[arg(long, env = "DQ_REDIS")]
     pub(crate) redis: Option<String>,
+    /// Use PostgreSQL instead of the embedded store: postgres://user:password@host:5432/db (docs/postgres.md)
+    #[arg(long, env = "DQ_POSTGRES")]
+    pub(crate) postgres: Option<String>,
+    /// PostgreSQL: the schema dq creates and uses [default: dq]
+    #[arg(long, env = "DQ_POSTGRES_SCHEMA")]
+    pub(crate) postgres_schema: Option<String>,
     /// Use several independent Redis servers (shards): their URLs, comma-separated, the same list on every dq instance
     #[arg(long, env = "DQ_REDIS_SHARDS", value_delimiter = ',')]
     pub(crate) redis_shards: Vec<String>,
@@ -156,6 +162,8 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     disk_reserve_bytes: Option<u64>,
     redis: Option<String>,
+    postgres: Option<String>,
+    postgres_schema: Option<String>,
     #[serde(default)]
     redis_cluster: Vec<String>,
     #[serde(default)]
@@ -212,6 +220,8 @@ pub(crate) enum StoreChoice {
     Embedded(PathBuf, dq_embedded::Options),
     /// Redis: one server, one Cluster, or several shards (one config each).
     Redis(Vec<dq_redis::RedisConfig>),
+    /// PostgreSQL: one database, one schema.
+    Postgres(dq_postgres::PgConfig),
 }
 
 /// Everything resolved.
@@ -268,6 +278,8 @@ impl ServeArgs {
         let mut server = dq_server::ServerConfig::default();
         let mut redis = dq_redis::RedisConfig::default();
         let redis_url = self.redis.or(file.redis);
+        let postgres_url = self.postgres.or(file.postgres);
+        let postgres_schema = self.postgres_schema.or(file.postgres_schema);
         let data_dir = self.data_dir.or(file.data_dir);
         let disk_reserve = self.disk_reserve_bytes.or(file.disk_reserve_bytes);
         if let Some(l) = self.listen.or(file.listen) {
@@ -469,6 +481,7 @@ impl ServeArgs {
         };
         let chosen = [
             redis_url.is_some(),
+            postgres_url.is_some(),
             !cluster.is_empty(),
             !shards.is_empty(),
             data_dir.is_some(),
@@ -478,7 +491,7 @@ impl ServeArgs {
         .count();
         if chosen > 1 {
             bail!(
-                "choose one store: redis, redis_cluster, redis_shards or data_dir (the embedded store) are given together"
+                "choose one store: redis, redis_cluster, redis_shards, postgres or data_dir (the embedded store) are given together"
             );
         }
         let check = |key: &str, urls: &[String]| -> Result<()> {
@@ -493,9 +506,27 @@ impl ServeArgs {
             }
             Ok(())
         };
+        if postgres_schema.is_some() && postgres_url.is_none() {
+            bail!("postgres_schema applies to the PostgreSQL store (postgres)");
+        }
         let store = if let Some(url) = redis_url {
             redis.url = url;
             StoreChoice::Redis(vec![redis])
+        } else if let Some(url) = postgres_url {
+            if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+                bail!(
+                    "postgres: {:?} is not a postgres:// or postgresql:// URL",
+                    dq_postgres::mask_url(&url)
+                );
+            }
+            if redis.wait_replicas > 0 {
+                bail!("wait_replicas applies to Redis; PostgreSQL replicates by its own settings");
+            }
+            StoreChoice::Postgres(dq_postgres::PgConfig {
+                url,
+                schema: postgres_schema.unwrap_or_else(|| "dq".into()),
+                ..Default::default()
+            })
         } else if !cluster.is_empty() {
             check("redis_cluster", &cluster)?;
             redis.cluster = cluster;
@@ -524,8 +555,10 @@ impl ServeArgs {
                 options,
             )
         };
-        if disk_reserve.is_some() && matches!(store, StoreChoice::Redis(_)) {
-            bail!("disk_reserve_bytes applies to the embedded store (data_dir), not to Redis");
+        if disk_reserve.is_some() && !matches!(store, StoreChoice::Embedded(..)) {
+            bail!(
+                "disk_reserve_bytes applies to the embedded store (data_dir), not to Redis or PostgreSQL"
+            );
         }
         let schedules = file
             .schedules
@@ -607,6 +640,82 @@ mod tests {
         .unwrap_err();
         assert!(format!("{e:#}").contains("choose"), "{e:#}");
         assert_eq!(s.server.limits.max_delay_ms, 86_400_000);
+    }
+
+    /// `postgres` from the file or the flag (the flag wins), the schema
+    /// `dq` unless `postgres_schema` names another; refused beside another
+    /// store, with a URL of another scheme (its password hidden), and a
+    /// schema without a database.
+    #[test]
+    fn postgres_from_file_or_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dq.toml");
+        std::fs::write(
+            &path,
+            "postgres = \"postgres://file@db/app\"\npostgres_schema = \"queue\"\n",
+        )
+        .unwrap();
+        let s = ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(
+            matches!(&s.store, StoreChoice::Postgres(c) if c.url == "postgres://file@db/app" && c.schema == "queue")
+        );
+        let s = ServeArgs {
+            config: Some(PathBuf::from("/dev/null")),
+            postgres: Some("postgresql://flag@db/app".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(
+            matches!(&s.store, StoreChoice::Postgres(c) if c.url == "postgresql://flag@db/app" && c.schema == "dq")
+        );
+        for (args, needle) in [
+            (
+                ServeArgs {
+                    postgres: Some("postgres://a@b/c".into()),
+                    redis: Some("redis://x:1".into()),
+                    ..Default::default()
+                },
+                "choose one store",
+            ),
+            (
+                ServeArgs {
+                    postgres: Some("mysql://app:hunter2@db/c".into()),
+                    ..Default::default()
+                },
+                "mysql://app:***@db/c\" is not a postgres://",
+            ),
+            (
+                ServeArgs {
+                    postgres_schema: Some("q".into()),
+                    ..Default::default()
+                },
+                "postgres_schema applies",
+            ),
+            (
+                ServeArgs {
+                    postgres: Some("postgres://a@b/c".into()),
+                    disk_reserve_bytes: Some(1),
+                    ..Default::default()
+                },
+                "disk_reserve_bytes applies",
+            ),
+        ] {
+            let e = ServeArgs {
+                config: Some(PathBuf::from("/dev/null")),
+                ..args
+            }
+            .resolve()
+            .unwrap_err();
+            let text = format!("{e:#}");
+            assert!(text.contains(needle), "{text}");
+            assert!(!text.contains("hunter2"), "{text}");
+        }
     }
 
     #[test]

@@ -157,6 +157,18 @@ async fn serve(args: ServeArgs) -> Result<()> {
                 let sink = dq_redis::RedisSink::over(store.clone());
                 (store, what, sink)
             }
+            StoreChoice::Postgres(config) => {
+                let what = format!(
+                    "postgres at {}, schema {}",
+                    dq_postgres::mask_url(&config.url),
+                    config.schema
+                );
+                let store = dq_postgres::PgStore::open(config)
+                    .await
+                    .with_context(|| format!("opening {what}"))?;
+                tracing::info!(postgres = %what, "PostgreSQL reachable, schema ready");
+                (Arc::new(store), what, dq_redis::RedisSink::new())
+            }
         };
     let mut config = settings.server.clone();
     config.store_name.clone_from(&what);

@@ -256,6 +256,13 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// What an operator uses instead of [`Store::backup`] for a store dq
+    /// does not copy, for the refusal's message (PostgreSQL: `pg_dump`).
+    /// Default: `None` (the caller says to back up Redis itself).
+    fn backup_advice(&self) -> Option<String> {
+        None
+    }
+
     /// Writes a consistent copy of the store to the new file `to` (on the
     /// store's machine) while writes go on, and returns when it is whole:
     /// a file under `to` is always a whole backup.

@@ -37,7 +37,9 @@ pub(crate) async fn backup(
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "backup_unsupported",
-            "this dq's store is Redis, which dq does not copy: back up Redis itself (RDB snapshots, AOF, replicas; see docs/operations.md#backups)",
+            st.service.backup_advice().unwrap_or_else(|| {
+                "this dq's store is Redis, which dq does not copy: back up Redis itself (RDB snapshots, AOF, replicas; see docs/operations.md#backups)".into()
+            }),
         ));
     }
     let path = PathBuf::from(&req.path);

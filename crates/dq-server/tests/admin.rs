@@ -60,6 +60,11 @@ fn sharded_redis() -> Admin {
     admin_over(store, Box::new(redis))
 }
 
+fn postgres() -> Admin {
+    let (store, guard) = support::postgres_store();
+    admin_over(store, Box::new(guard))
+}
+
 fn admin_over(store: Arc<dyn Store>, guard: Guard) -> Admin {
     Admin {
         state: AppState::new(store, Arc::new(SystemClock), dq_core::Limits::default()),
@@ -847,6 +852,7 @@ async fn overview_pages_and_searches(a: Admin) {
 dq_testkit::router_tests! {
     embedded: embedded(),
     sharded_redis: sharded_redis(),
+    postgres: postgres(),
     tests: [every_action, overview_pages_and_searches, job_lists_by_state],
 }
 

@@ -1,5 +1,6 @@
-//! The HTTP API through the real router, on the embedded store and on the
-//! sharded Redis store (`dq_testkit::router_tests!` runs each test on both).
+//! The HTTP API through the real router, on the embedded store, the
+//! sharded Redis store and the PostgreSQL store (`dq_testkit::router_tests!`
+//! runs each test on all three).
 //! Every error code of docs/api.md is produced here, and every rejected
 //! request is checked to have written nothing.
 //!
@@ -19,11 +20,14 @@ use dq_core::{Clock, ManualClock, SystemClock};
 use dq_testkit::RedisServer;
 use dq_testkit::http::{Api, FreshApi, parse_metrics, post_json};
 use serde_json::{Value, json};
-use support::{api_over, embedded_store, redis_shard, sharded_redis_at, sharded_redis_store};
+use support::{
+    api_over, embedded_store, postgres_store, redis_shard, sharded_redis_at, sharded_redis_store,
+};
 
 dq_testkit::router_tests! {
     embedded: FreshApi::new(|clock| api_over(embedded_store(), clock)),
     sharded_redis: FreshApi::new(|clock| api_over(sharded_redis_store(), clock)),
+    postgres: FreshApi::new(|clock| api_over(postgres_store(), clock)),
     tests: [
         unpaid_order_tour,
         nack_retries_then_dead_replay_and_purge,

@@ -778,6 +778,7 @@ async fn a_key_rate_limit_holds_per_instance(h: FreshApi) {
 dq_testkit::router_tests! {
     embedded: FreshApi::new(|clock| support::api_over(embedded_store(), clock)),
     sharded_redis: FreshApi::new(|clock| support::api_over(sharded_redis_store(), clock)),
+    postgres: FreshApi::new(|clock| support::api_over(support::postgres_store(), clock)),
     tests: [
         first_key_and_enforcement,
         every_scope_on_every_route,

@@ -327,3 +327,28 @@ async fn a_backup_of_redis_is_refused_with_what_to_do_instead() {
     );
     assert!(!out.exists());
 }
+
+#[tokio::test]
+async fn a_backup_of_postgres_is_refused_naming_pg_dump() {
+    let (store, ()) = support::postgres_store();
+    let state = AppState::new(store, Arc::new(SystemClock), support::limits());
+    let api = Api::new(app(state, support::MAX_REQUEST_BYTES), ());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("b");
+    let (s, v) = local(
+        &api,
+        "POST",
+        "/v1/admin/backup",
+        json!({"path": out.to_str().unwrap()}),
+    )
+    .await;
+    assert_eq!(
+        (s, code(&v)),
+        (StatusCode::CONFLICT, "backup_unsupported"),
+        "{v}"
+    );
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("pg_dump --schema=dq"), "{v}");
+    assert!(!message.contains("Redis"), "{v}");
+    assert!(!out.exists());
+}

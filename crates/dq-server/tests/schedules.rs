@@ -29,9 +29,15 @@ fn redis() -> (Arc<dyn Store>, Box<dyn std::any::Any + Send + Sync>) {
     (s, Box::new(g))
 }
 
+fn postgres() -> (Arc<dyn Store>, Box<dyn std::any::Any + Send + Sync>) {
+    let (s, g) = postgres_store();
+    (s, Box::new(g))
+}
+
 dq_testkit::router_tests! {
     embedded: embedded as Fresh,
     sharded_redis: redis as Fresh,
+    postgres: postgres as Fresh,
     tests: [
         put_get_list_delete_and_refusals,
         interval_and_cron_slots_fire_exactly_never_early,

@@ -213,16 +213,16 @@ impl FreshApi {
     }
 }
 
-/// Runs each named `async fn(harness)` once per store: on the embedded store
-/// and on the sharded Redis store, as
+/// Runs each named `async fn(harness)` once per store: on the embedded store,
+/// on the sharded Redis store and on the PostgreSQL store, as
 /// [`conformance_tests!`](crate::conformance_tests) runs the conformance
 /// scenarios on every store.
 ///
-/// Expands to `mod embedded` and `mod sharded_redis`, each holding one
+/// Expands to `mod embedded`, `mod sharded_redis` and `mod postgres`, each holding one
 /// `#[tokio::test]` per name that calls the caller's function of that name
 /// with that store's harness. The harness expressions are evaluated inside
 /// those modules (which `use super::*`), once per test, so they can name the
-/// caller's items. Both stores must be given: a test listed here cannot end
+/// caller's items. Every store must be given: a test listed here cannot end
 /// up on one store only.
 ///
 /// ```text
@@ -230,6 +230,7 @@ impl FreshApi {
 /// dq_testkit::router_tests! {
 ///     embedded: FreshApi::new(|clock| api_over(embedded_store(), clock)),
 ///     sharded_redis: FreshApi::new(|clock| api_over(sharded_redis_store(), clock)),
+///     postgres: FreshApi::new(|clock| api_over(postgres_store(), clock)),
 ///     tests: [unpaid_order_tour, every_error_code_and_nothing_written],
 /// }
 /// ```
@@ -238,6 +239,7 @@ macro_rules! router_tests {
     (
         embedded: $embedded:expr,
         sharded_redis: $redis:expr,
+        postgres: $postgres:expr,
         tests: [$($name:ident),* $(,)?] $(,)?
     ) => {
         mod embedded {
@@ -257,6 +259,16 @@ macro_rules! router_tests {
                 #[tokio::test]
                 async fn $name() {
                     super::$name($redis).await;
+                }
+            )*
+        }
+        mod postgres {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name($postgres).await;
                 }
             )*
         }

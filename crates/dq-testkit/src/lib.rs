@@ -2,6 +2,9 @@
 //!
 //! - [`redis`]: starts private `redis-server` processes on free loopback ports
 //!   (never the shared 6379), stops them on drop.
+//! - [`postgres`]: private PostgreSQL servers (`initdb` into a temp dir,
+//!   `postgres` on a free loopback port), one shared per test process with a
+//!   fresh database per test; never the machine's cluster on 5432.
 //! - [`cluster`]: a Redis Cluster of such servers (`redis-cli --cluster create`).
 //! - [`conformance`]: the Store contract as `pub async fn` scenarios, and the
 //!   [`conformance_tests!`] macro that instantiates all of them for a store.
@@ -13,9 +16,11 @@
 pub mod cluster;
 pub mod conformance;
 pub mod http;
+pub mod postgres;
 pub mod redis;
 
 pub use cluster::RedisCluster;
+pub use postgres::PgServer;
 pub use redis::RedisServer;
 
 /// Installs Debian `packages` with apt-get when `bin` is missing (as

@@ -16,6 +16,12 @@ impl Service {
         self.store.can_backup()
     }
 
+    /// What to use instead for a store dq does not copy, when the store
+    /// says ([`dq_core::Store::backup_advice`]).
+    pub fn backup_advice(&self) -> Option<String> {
+        self.store.backup_advice()
+    }
+
     /// Writes a consistent copy of the store to the new file `to` on this
     /// machine (writes go on meanwhile) and returns when it is whole.
     ///

@@ -1,5 +1,6 @@
 //! The stores dq-server's tests run on, each fresh and empty, with what must
-//! outlive it: the embedded store on a temp dir, and the sharded Redis store
+//! outlive it: the embedded store on a temp dir, the PostgreSQL store on a
+//! fresh database of a private server, and the sharded Redis store
 //! (`dq serve`'s Redis store: `ShardedStore` over one private
 //! `redis-server`, time given by the caller, short timeouts so a test of an
 //! unreachable store fails fast). [`api_over`] puts the router on a store.
@@ -27,6 +28,33 @@ use dq_testkit::http::Api;
 
 /// The largest request the tests' routers accept (`app`'s `max_request_bytes`).
 pub(crate) const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// A fresh PostgreSQL store: a new database on this test process's private
+/// server (`dq_testkit::PgServer::shared`), time given by the caller. Its
+/// schema is created on a thread of its own (this is called from inside a
+/// test's runtime, which cannot block on it); the pool connects lazily.
+pub(crate) fn postgres_store() -> (Arc<dyn Store>, ()) {
+    let url = dq_testkit::PgServer::shared().fresh_database("http");
+    let store = dq_postgres::PgStore::new(&dq_postgres::PgConfig {
+        url,
+        pool_size: 4,
+        clock: dq_postgres::TimeSource::Caller,
+        ..Default::default()
+    })
+    .unwrap();
+    let migrating = store.clone();
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(migrating.migrate())
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+    (Arc::new(store), ())
+}
 
 /// A fresh embedded store in a temp dir; the dir goes when the guard drops.
 pub(crate) fn embedded_store() -> (Arc<dyn Store>, tempfile::TempDir) {
