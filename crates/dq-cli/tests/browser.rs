@@ -365,6 +365,35 @@ async fn admin_page_in_headless_chromium() {
     b.hide_temp_paths().await;
     b.screenshot(&shots.join("admin-overview.png")).await;
 
+    // The figures refresh every 5 s, not the page: a name half typed into
+    // the register form stays while a new job shows in the counts.
+    b.clear_and_type("#register #name", "half-typ").await;
+    b.script("window.dqOldPage = true").await;
+    dq.post(
+        "/v1/topics/reminders/jobs",
+        json!({"id": "member-43", "delay_ms": 3 * 86_400_000u64}),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let rows = b.rows("topics").await;
+        let reminders = rows.iter().find(|r| r[0] == "reminders").unwrap();
+        if reminders[2] == "2" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the counts never refreshed: {reminders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        b.script("return window.dqOldPage === true").await,
+        json!(true),
+        "the page reloaded"
+    );
+    assert_eq!(b.value("#register #name").await, "half-typ");
+
     // Open the dead letter from the topic page and replay it.
     b.click("table#topics a[href='/admin/topics/orders']").await;
     let dead = b.rows("dead").await;
