@@ -175,13 +175,17 @@ async fn the_cli_tour_and_its_refusals() {
     // Dead letters of a topic that does not exist: an error, not "0 replayed".
     for args in [
         &["dead", "list", "nosuch"][..],
-        &["dead", "replay", "nosuch"],
+        &["dead", "replay", "nosuch", "--yes"],
         &["dead", "purge", "nosuch", "--yes"],
     ] {
         let (ok, _, err) = dq(base, args, "");
         assert!(!ok && err.contains("topic_not_found"), "{args:?}: {err}");
     }
-    let (ok, out, _) = dq(base, &["dead", "replay", "orders"], "");
+    // Replaying every dead letter asks first, as purge does: with no
+    // terminal to ask on and no --yes, nothing is done.
+    let (ok, _, err) = dq(base, &["dead", "replay", "orders"], "");
+    assert!(!ok && err.contains("Not without --yes"), "{err}");
+    let (ok, out, _) = dq(base, &["dead", "replay", "orders", "--yes"], "");
     assert!(ok && out.contains("0 replayed"), "{out}");
 
     // A consumer in a shell script: reserve, then ack or nack by token.

@@ -29,12 +29,15 @@ pub(crate) enum DeadCmd {
         #[arg(long, default_value_t = 0)]
         offset: usize,
     },
-    /// Make dead letters due now with fresh attempts (all, or the ids given)
+    /// Make dead letters due now with fresh attempts (all, or the ids given; all asks first, unless --yes)
     Replay {
         /// The topic
         topic: String,
         /// Dead letters to replay [default: all]
         ids: Vec<String>,
+        /// Do not ask before replaying all
+        #[arg(long)]
+        yes: bool,
     },
     /// Delete all dead letters of a topic (asks first, unless --yes)
     Purge {
@@ -72,7 +75,13 @@ impl Dead {
                     println!("{t}");
                 }
             }
-            DeadCmd::Replay { topic, ids } => {
+            DeadCmd::Replay { topic, ids, yes } => {
+                if ids.is_empty() {
+                    confirm(
+                        &format!("Replay every dead letter of {topic:?} (each runs again now)?"),
+                        yes,
+                    )?;
+                }
                 let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
                 let replayed = api
                     .replay_dead(&topic, (!ids.is_empty()).then_some(ids.as_slice()))
