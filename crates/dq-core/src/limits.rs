@@ -169,19 +169,28 @@ impl Limits {
     }
 }
 
+/// The units durations are written in, largest first, with their length in
+/// milliseconds (`m` is shown as `min`).
+const UNITS: [(&str, u64); 5] = [
+    ("d", 86_400_000),
+    ("h", 3_600_000),
+    ("m", 60_000),
+    ("s", 1000),
+    ("ms", 1),
+];
+
+/// How a unit of [`UNITS`] is written for people.
+fn shown_unit(unit: &str) -> &str {
+    if unit == "m" { "min" } else { unit }
+}
+
 /// The non-zero parts of `ms`, largest first, in days, hours, minutes,
 /// seconds and milliseconds (`"d"`, `"h"`, `"m"`, `"s"`, `"ms"`): exact, so
 /// they add up to `ms`; none for 0.
 pub fn ms_parts(ms: u64) -> Vec<(u64, &'static str)> {
     let mut parts = Vec::new();
     let mut left = ms;
-    for (unit, size) in [
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("m", 60_000),
-        ("s", 1000),
-        ("ms", 1),
-    ] {
+    for (unit, size) in UNITS {
         if left >= size {
             parts.push((left / size, unit));
             left %= size;
@@ -198,7 +207,7 @@ pub fn human_ms(ms: u64) -> String {
     }
     ms_parts(ms)
         .into_iter()
-        .map(|(n, unit)| format!("{n} {}", if unit == "m" { "min" } else { unit }))
+        .map(|(n, unit)| format!("{n} {}", shown_unit(unit)))
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -208,22 +217,15 @@ pub fn human_ms(ms: u64) -> String {
 /// `1 h 0 min 5 s`; `1 s 500 ms`; `0 ms`), the rest cut off. Settings
 /// are shown exactly with [`human_ms`].
 pub fn human_ms_rounded(ms: u64) -> String {
-    const UNITS: [(u64, &str); 5] = [
-        (86_400_000, "d"),
-        (3_600_000, "h"),
-        (60_000, "min"),
-        (1000, "s"),
-        (1, "ms"),
-    ];
-    let Some(top) = UNITS.iter().position(|&(size, _)| ms >= size) else {
+    let Some(top) = UNITS.iter().position(|&(_, size)| ms >= size) else {
         return "0 ms".into();
     };
-    let (size, unit) = UNITS[top];
-    let mut text = format!("{} {unit}", ms / size);
-    if let Some(&(next, next_unit)) = UNITS.get(top + 1) {
+    let (unit, size) = UNITS[top];
+    let mut text = format!("{} {}", ms / size, shown_unit(unit));
+    if let Some(&(next_unit, next)) = UNITS.get(top + 1) {
         let n = ms % size / next;
         if n > 0 {
-            text = format!("{text} {n} {next_unit}");
+            text = format!("{text} {n} {}", shown_unit(next_unit));
         }
     }
     text
