@@ -293,6 +293,12 @@ async fn run(script: &str, server: &dyn Server) -> Transcript {
         let c = conns.get_mut(name).unwrap();
         let (kind, arg) = rest.split_at(1);
         let arg = arg.strip_prefix(' ').unwrap_or(arg);
+        // `close` is no beanstalkd command: `B: close` would send it and
+        // leave B connected (a scenario bug once); a hang-up is `B close`.
+        assert!(
+            !(kind == ":" && arg == "close"),
+            "{step:?}: write `{name} close` to hang up"
+        );
         let reply = match kind {
             ":" => {
                 let bytes = match arg.split_once(" | ") {
@@ -434,6 +440,11 @@ fn scenarios() -> Vec<Scenario> {
              A: stats-tube k
              A: stats",
         ),
+        // After a DEADLINE_SOON answer beanstalkd does not wake up for the
+        // holder's TTR: the job stays reserved past its deadline (seen for
+        // 4 s) until the holder's connection next does something. dq gives
+        // it back on time. So the holder speaks (`list-tubes-watched`) after
+        // the sleep, and both servers have timed the job out by the next step.
         s(
             "TTR runs out, disconnect and quit give jobs back",
             "A: use r
@@ -444,10 +455,11 @@ fn scenarios() -> Vec<Scenario> {
              B: stats-tube r
              B: reserve-with-timeout 3
              sleep 1300
+             B: list-tubes-watched
              A: stats-tube r
              A: peek-ready
              B: reserve
-             B: close
+             B close
              A: stats-tube r
              C: watch r
              C: reserve
@@ -499,7 +511,7 @@ fn scenarios() -> Vec<Scenario> {
              B: stats-tube beta
              A: use gamma
              A: put 0 0 10 1 | g
-             B: close
+             B close
              A: use default
              A: stats-tube gamma
              A: list-tubes
@@ -520,15 +532,17 @@ fn scenarios() -> Vec<Scenario> {
              A: stats-tube p
              A: stats",
         ),
+        // The holder speaks after the sleep, as in "TTR runs out" above.
         known(
             "TTR runs out; a closed connection gives its jobs back unchanged",
             "A: put 0 0 1 1 | t
              A: reserve
              A: reserve-with-timeout 3
              sleep 1300
+             A: list-tubes-watched
              A: stats-job {1}
              A: reserve
-             A: close
+             A close
              B: stats-job {1}
              B: reserve
              B: quit
