@@ -208,10 +208,14 @@ async fn recipes_commit_roll_back_and_cancel_the_timeout_with_the_order() {
             "{lang}: {said}"
         );
         let said = run(&["pay", &paid.to_string()]);
+        // Scheduled, or ready when the machine took over a second to get
+        // here; never handed out yet (nothing reserved so far).
         assert!(
-            said.contains(&format!(
-                "paid order {paid}; close-order-{paid} cancelled (it was scheduled)"
-            )),
+            ["scheduled", "ready"]
+                .iter()
+                .any(|state| said.contains(&format!(
+                    "paid order {paid}; close-order-{paid} cancelled (it was {state})"
+                ))),
             "{lang}: {said}"
         );
         let said = run(&["pay", &paid.to_string()]);
