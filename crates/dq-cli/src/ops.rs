@@ -1,6 +1,7 @@
 //! The operator's subcommands: `backup` and `restore` of an embedded data
-//! directory (on this machine, through `dq_embedded::backup`), and `drain`
-//! of a running server (through its HTTP API).
+//! directory (on this machine, through `dq_embedded::backup`; `backup`
+//! pointed at PostgreSQL says to use `pg_dump`), and `drain` of a running
+//! server (through its HTTP API).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,6 +22,12 @@ pub(crate) enum OpsCmd {
         data_dir: PathBuf,
         /// The backup file to write (must not exist)
         out: PathBuf,
+        /// A PostgreSQL store (as dq serve's --postgres) is not copied by dq: given (or DQ_POSTGRES set), dq backup says what to use instead (pg_dump) and writes nothing
+        #[arg(long, env = "DQ_POSTGRES", hide_env_values = true)]
+        postgres: Option<String>,
+        /// The PostgreSQL store's schema, for that advice [default: dq]
+        #[arg(long, env = "DQ_POSTGRES_SCHEMA")]
+        postgres_schema: Option<String>,
     },
     /// Restore a backup into a data directory (refuses one that is not empty unless --force; dq must not be serving it)
     Restore {
@@ -67,7 +74,18 @@ fn bar(what: &'static str) -> (ProgressBar, impl FnMut(Progress)) {
 impl OpsCmd {
     pub(crate) async fn run(self) -> Result<()> {
         match self {
-            OpsCmd::Backup { data_dir, out } => {
+            OpsCmd::Backup {
+                postgres: Some(_),
+                postgres_schema,
+                ..
+            } => {
+                let schema = postgres_schema.unwrap_or_else(|| "dq".into());
+                bail!(
+                    "dq backup copies the embedded store only; {}",
+                    dq_postgres::backup_advice(&schema)
+                );
+            }
+            OpsCmd::Backup { data_dir, out, .. } => {
                 let (pb, mut progress) = bar("backup");
                 let shown = out.display().to_string();
                 let r = tokio::task::spawn_blocking(move || {

@@ -1,7 +1,8 @@
 //! The operator's commands through the real binary: `sd_notify` READY=1
 //! and STOPPING=1 on the socket systemd would give (a path, and an abstract
 //! name), SIGUSR1 and `dq drain` draining an instance, `dq backup` of a
-//! serving store while it takes writes and `dq restore`, a Redis whose
+//! serving store while it takes writes and `dq restore`, `dq backup`
+//! pointed at PostgreSQL naming `pg_dump`, a Redis whose
 //! layout is newer refused at start, and one of layout 1 moved on by
 //! `--upgrade-layout`.
 
@@ -276,6 +277,81 @@ async fn dq_backup_of_a_serving_store_under_writes_and_dq_restore() {
         let (s, _) = d2.get(&format!("/v1/topics/t/jobs/{id}")).await;
         assert_eq!(s, 200, "{id}");
     }
+}
+
+/// `dq backup` where dq serves from PostgreSQL (its URL in `DQ_POSTGRES`,
+/// as a systemd unit's environment file holds it, or `--postgres`) writes
+/// nothing and names what to use instead: `pg_dump` of dq's schema, the
+/// advice the running server gives for `POST /v1/admin/backup` too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dq_backup_of_a_postgres_store_names_pg_dump_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = dq_testkit::PgServer::shared().fresh_database("backup");
+    let d = Dq::start_with(&["--postgres", &url]).await;
+    let out_file = dir.path().join("dq.backup");
+    let backup = |env: &[(&str, &str)], args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_dq"))
+            .arg("backup")
+            .args(args)
+            .arg(&out_file)
+            .env_remove("DQ_POSTGRES")
+            .env_remove("DQ_POSTGRES_SCHEMA")
+            .env_remove("DQ_DATA_DIR")
+            .envs(env.iter().copied())
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = backup(&[("DQ_POSTGRES", &url)], &[]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("dq backup copies the embedded store only")
+            && err.contains("PostgreSQL (schema dq)")
+            && err.contains("pg_dump --schema=dq"),
+        "{err}"
+    );
+    assert!(!out_file.exists());
+    assert!(
+        !dir.path().join("dq-data").exists(),
+        "no data directory made"
+    );
+
+    let out = backup(
+        &[],
+        &[
+            "--postgres",
+            "postgres://app:hunter2@db.example:5432/shop",
+            "--postgres-schema",
+            "queue",
+        ],
+    );
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("pg_dump --schema=queue"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    assert!(!out_file.exists());
+
+    // The server itself says the same.
+    let (s, v) = d
+        .post(
+            "/v1/admin/backup",
+            json!({"path": out_file.to_str().unwrap()}),
+        )
+        .await;
+    assert_eq!(
+        (s, &v["error"]["code"]),
+        (409, &json!("backup_unsupported")),
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("pg_dump --schema=dq"),
+        "{v}"
+    );
+    assert!(!out_file.exists());
 }
 
 /// `dq serve` on the Redis at `url` with `extra` flags, in a directory of

@@ -672,10 +672,7 @@ impl Store for PgStore {
     }
 
     fn backup_advice(&self) -> Option<String> {
-        let schema = &self.inner.schema;
-        Some(format!(
-            "this dq's store is PostgreSQL (schema {schema}), which dq does not copy: back it up with PostgreSQL's own tools, e.g. pg_dump --schema={schema} (see docs/postgres.md)"
-        ))
+        Some(backup_advice(&self.inner.schema))
     }
 }
 
@@ -686,6 +683,15 @@ fn spread<T>(r: StoreResult<Vec<StoreResult<T>>>, n: usize) -> Vec<StoreResult<T
         Ok(v) => v,
         Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
     }
+}
+
+/// What to use instead of a dq backup for the store in `schema`: the
+/// message of [`Store::backup_advice`], also given by `dq backup` when it
+/// is pointed at a PostgreSQL store (without connecting to it).
+pub fn backup_advice(schema: &str) -> String {
+    format!(
+        "this dq's store is PostgreSQL (schema {schema}), which dq does not copy: back it up with PostgreSQL's own tools, e.g. pg_dump --schema={schema} --format=custom --file=dq.dump DATABASE_URL, and restore with pg_restore (see docs/postgres.md)"
+    )
 }
 
 /// `url` with its password hidden, for logs and messages.
