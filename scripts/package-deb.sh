@@ -33,7 +33,9 @@ if [ -z "${CARGO_DEB:-}" ]; then
     CARGO_DEB=$root/bin/cargo-deb
     if ! [ -x "$CARGO_DEB" ]; then
       echo "installing cargo-deb $cargo_deb_version into $root (once)" >&2
-      cargo install cargo-deb --version "$cargo_deb_version" --locked --root "$root" >&2
+      # In a directory of its own, not $CARGO_TARGET_DIR (which a running
+      # `cargo test` may hold).
+      env -u CARGO_TARGET_DIR cargo install cargo-deb --version "$cargo_deb_version" --locked --root "$root" >&2
     fi
   fi
 fi
