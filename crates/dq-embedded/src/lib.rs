@@ -210,9 +210,9 @@ impl EmbeddedStore {
             reason: e.to_string(),
         })?;
         let files = writer::Files {
+            space: space::Space::open(&dir, &db, options.disk_reserve_bytes),
             db,
             max_pages: options.max_pages,
-            space: space::Space::open(&dir, options.disk_reserve_bytes),
         };
         let wakes: Arc<Mutex<Vec<(u64, WakeFn)>>> = Arc::default();
         let writer = Writer::start(conn, mem, lock, files, wakes.clone());

@@ -663,6 +663,9 @@ fn run(
         if full {
             files.space.release("SQLite reported the disk full");
         }
+        if cx.conn.is_autocommit() {
+            files.space.after_group(&cx.conn);
+        }
     }
 }
 

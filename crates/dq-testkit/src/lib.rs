@@ -6,6 +6,8 @@
 //!   `postgres` on a free loopback port), one shared per test process with a
 //!   fresh database per test; never the machine's cluster on 5432.
 //! - [`cluster`]: a Redis Cluster of such servers (`redis-cli --cluster create`).
+//! - [`proxy`]: a loopback TCP proxy a test can partition ([`TcpProxy`]:
+//!   `blackhole()` silences it without closing a socket, `resume()`).
 //! - [`conformance`]: the Store contract as `pub async fn` scenarios, and the
 //!   [`conformance_tests!`] macro that instantiates all of them for a store.
 //! - [`http`]: the harness of the router tests (requests through an
@@ -17,10 +19,12 @@ pub mod cluster;
 pub mod conformance;
 pub mod http;
 pub mod postgres;
+pub mod proxy;
 pub mod redis;
 
 pub use cluster::RedisCluster;
 pub use postgres::PgServer;
+pub use proxy::TcpProxy;
 pub use redis::RedisServer;
 
 /// Installs Debian `packages` with apt-get when `bin` is missing (as

@@ -157,6 +157,30 @@ impl RedisServer {
         self.child.is_some()
     }
 
+    /// Freezes the server (SIGSTOP): its sockets stay open and nothing is
+    /// answered on any of them, as for a node cut off by the network from
+    /// its clients and, in a Cluster, from the other nodes (a proxy in
+    /// front of a Cluster node would not do: clients follow the addresses
+    /// the Cluster announces, and nodes talk on a port of their own).
+    /// [`RedisServer::thaw`] resumes it.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes a server [`RedisServer::freeze`] froze (SIGCONT).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.as_ref().expect("a running server").id();
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    }
+
     /// Kills the server (SIGKILL); its data directory stays.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -24,6 +24,9 @@ pub(super) async fn reserve(
 ) -> StoreResult<Reservation> {
     let n = store.partition_count(topic).await?;
     if n == 1 {
+        if store.fails_fast(topic) {
+            return Err(store.down_error(topic));
+        }
         let r = store
             .store(topic)
             .reserve(topic, max, lease_ms, now_ms)

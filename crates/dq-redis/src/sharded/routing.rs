@@ -103,13 +103,47 @@ impl ShardedStore {
 
     /// Notes a failure of the shard of `part` (when Redis did not answer).
     pub(super) fn note<T>(&self, part: &Topic, r: &StoreResult<T>) {
-        if let Err(StoreError::Unavailable(e)) = r {
-            let s = self.shard(part);
-            let until = self.now_ms() + DOWN_FOR.as_millis() as u64;
-            if s.down_until_ms.swap(until, Ordering::Relaxed) <= self.now_ms() {
-                tracing::warn!(shard = %s.name, error = %e, "Redis shard not answering; its partitions wait");
+        self.note_shard(self.shard(part), r);
+    }
+
+    /// As [`ShardedStore::note`], for a call made to shard `s` itself. A
+    /// shard that answered is up again at once.
+    pub(super) fn note_shard<T>(&self, s: &Shard, r: &StoreResult<T>) {
+        match r {
+            Err(StoreError::Unavailable(e)) => {
+                let until = self.now_ms() + DOWN_FOR.as_millis() as u64;
+                if s.down_until_ms.swap(until, Ordering::Relaxed) <= self.now_ms() {
+                    tracing::warn!(shard = %s.name, error = %e, "Redis shard not answering; its partitions wait");
+                }
+            }
+            _ => {
+                if s.down_until_ms.load(Ordering::Relaxed) > self.now_ms()
+                    && s.down_until_ms.swap(0, Ordering::Relaxed) > self.now_ms()
+                {
+                    tracing::info!(shard = %s.name, "Redis shard answering again");
+                }
             }
         }
+    }
+
+    /// Whether a call to `part`'s shard is answered at once with
+    /// [`ShardedStore::down_error`]: the shard did not answer within the
+    /// last [`DOWN_FOR`]. Not for a Cluster, the one shard of its store:
+    /// one master that does not answer says nothing of the others.
+    pub(super) fn fails_fast(&self, part: &Topic) -> bool {
+        let s = self.shard(part);
+        s.is_down(self.now_ms()) && !s.store.conn.is_cluster()
+    }
+
+    /// The answer of a call not made because `part`'s shard did not answer
+    /// within the last [`DOWN_FOR`]: at once, instead of another wait for
+    /// the response timeout (a shard cut off by the network answers
+    /// nothing; each call would wait the whole timeout).
+    pub(super) fn down_error(&self, part: &Topic) -> StoreError {
+        StoreError::Unavailable(format!(
+            "Redis shard {} did not answer in the last second",
+            self.shard(part).name
+        ))
     }
 
     /// Each batch item's partition (`keys`: its topic and id; the count read
@@ -173,8 +207,15 @@ impl ShardedStore {
             Ok(None) => return Ok(1),
             Ok(Some(c)) => c.partitions.max(1),
             Err(e @ StoreError::Unavailable(_)) => {
-                if let Some((n, _)) = known {
+                // One partition: it lives where the read just failed, and
+                // a second call there would wait the timeout again.
+                if let Some((n, _)) = known
+                    && n > 1
+                {
                     return Ok(n);
+                }
+                if known.is_some() {
+                    return Err(e);
                 }
                 match self.second_copy(t).await {
                     Some(c) => c.partitions.max(1),
@@ -194,7 +235,7 @@ impl ShardedStore {
     /// one partition, or partition 1's shard does not answer either).
     pub(super) async fn second_copy(&self, t: &Topic) -> Option<TopicConfig> {
         let p1 = t.partition(1);
-        if self.shard_index(&p1) == self.shard_index(t) {
+        if self.shard_index(&p1) == self.shard_index(t) || self.is_down(&p1) {
             return None;
         }
         let r = self.store(&p1).topic_config(&p1).await;

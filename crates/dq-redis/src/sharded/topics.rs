@@ -93,8 +93,13 @@ pub(super) async fn topic_config(
     store: &ShardedStore,
     topic: &Topic,
 ) -> StoreResult<Option<TopicConfig>> {
-    let r = store.store(topic).topic_config(topic).await;
-    store.note(topic, &r);
+    let r = if store.fails_fast(topic) {
+        Err(store.down_error(topic))
+    } else {
+        let r = store.store(topic).topic_config(topic).await;
+        store.note(topic, &r);
+        r
+    };
     match r {
         // Partition 0's shard is down: every partition holds the settings.
         Err(e @ StoreError::Unavailable(_)) => match store.second_copy(topic).await {
@@ -240,9 +245,17 @@ pub(super) async fn pause_topic(
 
 pub(super) async fn settings_version(store: &ShardedStore) -> StoreResult<Option<u64>> {
     // Each shard counts the changes it holds; the sum moves with any.
+    // While a shard does not answer the version cannot be told: "none"
+    // at once (the caller keeps its reads for their time to live), not a
+    // wait for the timeout four times a second.
+    let now = store.now_ms();
+    if store.shards.iter().any(|s| s.is_down(now)) {
+        return Ok(None);
+    }
     let all = join_all(store.shards.iter().map(|s| s.store.settings_version())).await;
     let mut sum = 0u64;
-    for v in all {
+    for (s, v) in store.shards.iter().zip(all) {
+        store.note_shard(s, &v);
         sum = sum.wrapping_add(v?.unwrap_or(0));
     }
     Ok(Some(sum))

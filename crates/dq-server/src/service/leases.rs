@@ -85,15 +85,28 @@ impl Service {
         wait_ms: u64,
     ) -> Result<Vec<Lease>> {
         self.check_intake()?;
+        // A topic whose settings cannot be read now (its Redis shard does
+        // not answer) is left out: the others keep serving. Whether it is
+        // a pull topic is not known, so nothing is taken from it.
+        let mut pull = Vec::with_capacity(topics.len());
+        let mut unreadable = None;
         for t in topics {
-            if self.is_delivered(t).await? {
-                return Err(Error::TopicIsDelivered(t.to_string()));
+            match self.is_delivered(t).await {
+                Ok(true) => return Err(Error::TopicIsDelivered(t.to_string())),
+                Ok(false) => pull.push(t.clone()),
+                Err(e @ Error::Store(StoreError::Unavailable(_))) => {
+                    unreadable.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
             }
+        }
+        if let (true, Some(e)) = (pull.is_empty(), unreadable) {
+            return Err(e);
         }
         // Consumers' calls only: the deliverer's own reserves are no consumer
         // waiting for work (dq_reserve_in_progress).
         let _in_progress = self.metrics.reserving();
-        self.hand_out(topics, max, lease_ms, wait_ms).await
+        self.hand_out(&pull, max, lease_ms, wait_ms).await
     }
 
     /// As [`Service::reserve`] without waiting, and handing out while this

@@ -70,6 +70,11 @@ pub(super) async fn reserve(
         let now = svc.clock().now_ms();
         let mut leases: Vec<Lease> = Vec::new();
         let mut next_due: Option<u64> = None;
+        // A topic whose store does not answer (a Redis shard down or cut
+        // off) does not fail the call while another topic answered: the
+        // others keep serving, and it is asked again at the next look.
+        let mut answered = false;
+        let mut unavailable = None;
         let hinted = topics.len() > 1;
         for i in 0..topics.len() {
             if leases.len() >= max {
@@ -79,6 +84,7 @@ pub(super) async fn reserve(
             let t = &topics[k];
             if hinted && let Some(until) = svc.wakers().quiet_until(t.as_str(), now) {
                 next_due = earliest(next_due, Some(until));
+                answered = true;
                 continue;
             }
             let mut now = now;
@@ -92,6 +98,7 @@ pub(super) async fn reserve(
                     now = svc.clock().now_ms();
                     if let Some(until) = svc.wakers().quiet_until(t.as_str(), now) {
                         next_due = earliest(next_due, Some(until));
+                        answered = true;
                         continue;
                     }
                     Some(turn)
@@ -116,6 +123,7 @@ pub(super) async fn reserve(
             match got {
                 Ok(c) => {
                     unknown.answered();
+                    answered = true;
                     if c.next_due_ms.is_none_or(|d| d > now) {
                         svc.wakers()
                             .note_quiet(t.as_str(), c.next_due_ms, now, epoch);
@@ -128,12 +136,19 @@ pub(super) async fn reserve(
                     leases.extend(c.leases);
                     next_due = earliest(next_due, c.next_due_ms);
                 }
+                Err(e @ StoreError::Unavailable(_)) if leases.is_empty() => {
+                    tracing::debug!(topic = %t, error = %e, "reserve: the topic's store does not answer; asking the others");
+                    unavailable.get_or_insert(e);
+                }
                 Err(e) if leases.is_empty() => return Err(e),
                 Err(e) => {
                     tracing::warn!(topic = %t, error = %e, "reserve failed; returning the jobs already leased");
                     break;
                 }
             }
+        }
+        if let (false, Some(e)) = (answered, unavailable) {
+            return Err(e);
         }
         if !leases.is_empty() || Instant::now() >= deadline || svc.intake().is_cancelled() {
             return Ok(leases);

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use dq_core::limits::{self, MAX_BATCH};
 use dq_core::{
-    Delivery, InvalidInput, StoreResult, Topic, TopicConfig, TopicConfigPatch, TopicStats,
+    Delivery, InvalidInput, StoreError, StoreResult, Topic, TopicConfig, TopicConfigPatch,
+    TopicStats,
 };
 
 use super::{Error, Result, Service};
@@ -219,17 +220,34 @@ impl Service {
     ///
     /// # Errors
     /// [`Error::TopicNotFound`] (auto-creation off); a store error.
+    ///
+    /// A topic whose settings cannot be read now (its Redis shard does not
+    /// answer) is neither: of several topics, the others are checked and
+    /// the call goes on (the reserve leaves it out, see
+    /// [`Service::reserve`]); the error is returned when no topic could be
+    /// read.
     pub async fn check_topics_known(&self, topics: &[Topic]) -> Result<Vec<Topic>> {
         let mut unknown = Vec::new();
+        let mut unreadable = None;
         for t in topics {
-            if self.mode(t).await?.is_none() {
-                if !self.auto_create_topics() {
-                    return Err(Error::TopicNotFound(t.to_string()));
+            match self.mode(t).await {
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    if !self.auto_create_topics() {
+                        return Err(Error::TopicNotFound(t.to_string()));
+                    }
+                    unknown.push(t.clone());
                 }
-                unknown.push(t.clone());
+                Err(e @ Error::Store(StoreError::Unavailable(_))) => {
+                    unreadable.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
             }
         }
-        Ok(unknown)
+        match unreadable {
+            Some(e) if topics.len() == 1 => Err(e),
+            _ => Ok(unknown),
+        }
     }
 
     /// Pauses `t` for `for_ms` (0: resumes it now): nothing is handed out of
