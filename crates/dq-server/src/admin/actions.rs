@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use dq_core::{Delivery, JobId, RateLimit, Topic, TopicConfigPatch};
+use dq_core::{Delivery, JobId, OnExpiry, RateLimit, Topic, TopicConfigPatch};
 
 use super::forms::{Form, checked, push_config};
 use super::views::{ConfirmPage, enc, topic_href};
@@ -234,6 +234,18 @@ pub(crate) async fn save_settings(
             rate_limit: Some(rate_limit(&f, "rate")?),
             key_concurrency: Some(f.number("key_concurrency")?),
             key_rate_limit: Some(rate_limit(&f, "key_rate")?),
+            expires_ms: f.setting_ms("expires")?,
+            on_expiry: match f.get("on_expiry") {
+                None | Some("") => None,
+                Some("dead") => Some(OnExpiry::Dead),
+                Some("drop") => Some(OnExpiry::Drop),
+                Some(other) => {
+                    return Err(ApiError::bad_request(
+                        "invalid_config",
+                        format!("on_expiry must be dead or drop, got {other:?}"),
+                    ));
+                }
+            },
             retry,
             delivery: Some(match f.get("mode") {
                 Some("push") => Delivery::Push(push_config(&f, old_push)?),
