@@ -2357,6 +2357,18 @@ async fn expiry_through_the_api() {
         .map(|j| j["id"].as_str().unwrap())
         .collect();
     assert_eq!(dead.len(), 3, "{v}");
+    let text = a.metrics_text().await;
+    let m = parse_metrics(&text);
+    assert_eq!(
+        m.get("dq_topic_expired_unhandled_total{topic=\"exp\"}"),
+        Some(&3.0),
+        "{text}"
+    );
+    assert_eq!(
+        m.get("dq_topic_expired_total{topic=\"exp\"}"),
+        Some(&0.0),
+        "leases apart"
+    );
 
     // Redis refuses what it would not keep.
     let r = redis_api();
