@@ -39,6 +39,9 @@ for _ in $(seq 100); do
   curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break
   sleep 0.1
 done
-"$venv/bin/schemathesis" run "http://127.0.0.1:$port/openapi.json" --checks all \
+# scripts/schemathesis_hooks.py lets through the one refusal JSON Schema
+# cannot state (an expiry not later than the job's due time).
+SCHEMATHESIS_HOOKS="$(dirname "$0")/schemathesis_hooks.py" \
+  "$venv/bin/schemathesis" run "http://127.0.0.1:$port/openapi.json" --checks all \
   -H "Authorization: Bearer $token" --exclude-path-regex '/v1/admin/.*' \
   --seed 1 --workers 1 --max-examples 50 "$@"

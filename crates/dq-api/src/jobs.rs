@@ -90,6 +90,23 @@ pub struct EnqueueRequest {
         deserialize_with = "not_null"
     )]
     pub key: Option<String>,
+    /// Expires this long after the enqueue (exclusive with
+    /// `expires_at_ms`): not handed out by then, it never is (dead with the
+    /// last error `expired`, or dropped: the topic's `on_expiry`). Default:
+    /// the topic's `expires_ms` after the job is due.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
+    pub expires_in_ms: Option<i64>,
+    /// Expires at this Unix millisecond (exclusive with `expires_in_ms`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
+    pub expires_at_ms: Option<i64>,
 }
 
 /// What an enqueue did (the answer to one job).
@@ -202,6 +219,10 @@ pub struct Job {
     /// Its flow-control key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// When it expires (Unix ms): a hand-out due at or after it does not
+    /// happen. Left out: it does not expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
     /// A JSON body, as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<RawJson>,

@@ -465,6 +465,8 @@ async fn put_topic(
         rate_limit: Some(config.rate_limit),
         key_concurrency: Some(config.key_concurrency),
         key_rate_limit: Some(config.key_rate_limit),
+        expires_ms: Some(config.expires_ms),
+        on_expiry: Some(config.on_expiry),
     };
     match api.configure_topic(name, &patch).await {
         Err(dq_client::Error::Invalid { code, .. }) if code == "invalid_partitions" => {

@@ -377,6 +377,105 @@ async fn keys_from_the_cli() {
     assert_eq!(v["jobs"][0]["id"], json!("a2"), "{v}");
 }
 
+/// Expiry from the CLI (issue #51): `dq enqueue` (the alias of `dq push`)
+/// `--expires-in 10m` and `--expires-at`, shown by `dq get`; `dq topics
+/// put --expires --on-expiry`; bad values are the API's codes, both flags
+/// together refused by the CLI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Dq::start_embedded(dir.path()).await;
+    let base = d.base.as_str();
+    let (ok, out, err) = dq(
+        base,
+        &[
+            "enqueue",
+            "reminders",
+            "{}",
+            "--id",
+            "r1",
+            "--expires-in",
+            "10m",
+            "--json",
+        ],
+        "",
+    );
+    assert!(ok, "{err}");
+    let due = json_of(&out)["due_at_ms"].as_u64().unwrap();
+    let (_, v) = d.get("/v1/topics/reminders/jobs/r1").await;
+    let at = v["expires_at_ms"].as_u64().unwrap();
+    // Counted from the server's enqueue, which is the job's due time here.
+    assert_eq!(at, due + 600_000, "{v}");
+    let (ok, out, err) = dq(base, &["get", "reminders", "r1"], "");
+    assert!(ok && out.contains("expires"), "{out}{err}");
+    let (ok, _, err) = dq(
+        base,
+        &[
+            "push",
+            "reminders",
+            "{}",
+            "--expires-at",
+            "2001-01-01T00:00:00Z",
+        ],
+        "",
+    );
+    assert!(!ok && err.contains("invalid_expiry"), "{err}");
+    let (ok, _, err) = dq(
+        base,
+        &[
+            "push",
+            "reminders",
+            "{}",
+            "--delay",
+            "1h",
+            "--expires-in",
+            "30m",
+        ],
+        "",
+    );
+    assert!(!ok && err.contains("invalid_expiry"), "{err}");
+    let (ok, _, err) = dq(
+        base,
+        &[
+            "push",
+            "reminders",
+            "{}",
+            "--expires-in",
+            "1m",
+            "--expires-at",
+            "2031-01-01T00:00:00Z",
+        ],
+        "",
+    );
+    assert!(!ok && err.contains("--expires-at"), "{err}");
+    let (ok, out, err) = dq(
+        base,
+        &[
+            "topics",
+            "put",
+            "reminders",
+            "--expires",
+            "1h",
+            "--on-expiry",
+            "drop",
+            "--json",
+        ],
+        "",
+    );
+    assert!(ok, "{err}");
+    let c = &json_of(&out)["config"];
+    assert_eq!(
+        (&c["expires_ms"], &c["on_expiry"]),
+        (&json!(3_600_000), &json!("drop"))
+    );
+    let (ok, _, err) = dq(
+        base,
+        &["topics", "put", "reminders", "--on-expiry", "later"],
+        "",
+    );
+    assert!(!ok && err.contains("--on-expiry"), "{err}");
+}
+
 /// `dq topics list` follows the pages by default (more topics than one
 /// page of the client's), `--prefix` filters, `--limit N` prints one page
 /// and where the next starts, `--cursor` goes on from there.

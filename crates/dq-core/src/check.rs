@@ -7,18 +7,20 @@
 //! calls them itself first.
 
 use crate::limits::{self, InvalidInput, Limits, MAX_RESERVE};
-use crate::model::{Body, NewJob, When};
+use crate::model::{Body, Expiry, NewJob, When};
 
 impl NewJob {
     /// Checks the values of a job to enqueue, in this order: its body
-    /// (JSON nesting, then size), when it is due, `max_attempts`,
-    /// `lease_ms`, `retry`, `dedup_ms`. Nothing is written before it passes.
+    /// (JSON nesting, then size), when it is due, when it expires,
+    /// `max_attempts`, `lease_ms`, `retry`, `dedup_ms`. Nothing is written
+    /// before it passes.
     ///
     /// # Errors
     /// The first rule broken: `invalid_body`, `body_too_large`,
     /// `invalid_delay` (beyond `max_delay`), `invalid_due_at` (later than
-    /// [`Limits::latest_due`] at `now_ms`), `invalid_max_attempts`,
-    /// `invalid_lease`, `invalid_retry`, `invalid_dedup`.
+    /// [`Limits::latest_due`] at `now_ms`), `invalid_expiry` (see
+    /// [`NewJob::check_expiry`]), `invalid_max_attempts`, `invalid_lease`,
+    /// `invalid_retry`, `invalid_dedup`.
     pub fn check(&self, limits: &Limits, now_ms: u64) -> Result<(), InvalidInput> {
         self.check_body(limits)?;
         match self.when {
@@ -26,6 +28,7 @@ impl NewJob {
             When::DelayMs(ms) => limits.check_delay(ms)?,
             When::DueAtMs(t) => limits.check_due_at(t, now_ms)?,
         }
+        self.check_expiry(limits, now_ms)?;
         if let Some(n) = self.max_attempts {
             limits::check_max_attempts(n)?;
         }
@@ -37,6 +40,53 @@ impl NewJob {
         }
         if let Some(ms) = self.dedup_ms {
             limits::check_dedup(ms)?;
+        }
+        Ok(())
+    }
+
+    /// The expiry's part of [`NewJob::check`]: `expires_in_ms` within
+    /// `max_delay`, `expires_at_ms` no later than [`Limits::latest_due`],
+    /// and either one later than the job's due time (its own `delay_ms` or
+    /// `due_at_ms`, else now: a topic's default delay is not known here, and
+    /// a job it makes due after its expiry goes dead when it comes due).
+    ///
+    /// # Errors
+    /// `invalid_expiry`.
+    pub fn check_expiry(&self, limits: &Limits, now_ms: u64) -> Result<(), InvalidInput> {
+        let Some(exp) = self.expires else {
+            return Ok(());
+        };
+        let bad = |m: String| Err(InvalidInput::new("invalid_expiry", m));
+        match exp {
+            Expiry::InMs(ms) if ms > limits.max_delay_ms => {
+                return bad(format!(
+                    "expires_in_ms of {} is over the limit of {} (max_delay)",
+                    limits::human_ms(ms),
+                    limits::human_ms(limits.max_delay_ms)
+                ));
+            }
+            Expiry::AtMs(t) if t > limits.latest_due(now_ms) => {
+                return bad(format!(
+                    "expires_at_ms {t} is later than {}, the latest time taken now (max_delay)",
+                    limits.latest_due(now_ms)
+                ));
+            }
+            _ => {}
+        }
+        let (due, due_is) = match self.when {
+            When::TopicDefault => (now_ms, "now".to_string()),
+            When::DelayMs(d) => (now_ms.saturating_add(d), format!("delay_ms {d} from now")),
+            When::DueAtMs(t) => (t.max(now_ms), format!("due_at_ms {}", t.max(now_ms))),
+        };
+        let at = exp.at(now_ms);
+        if at <= due {
+            let sent = match exp {
+                Expiry::InMs(ms) => format!("expires_in_ms {ms} (at {at})"),
+                Expiry::AtMs(t) => format!("expires_at_ms {t}"),
+            };
+            return bad(format!(
+                "{sent} is not later than the job's due time ({due_is}, at {due}): it would never be handed out"
+            ));
         }
         Ok(())
     }
@@ -196,6 +246,51 @@ mod tests {
                 ..job()
             }),
             "invalid_dedup"
+        );
+    }
+
+    #[test]
+    fn an_expiry_is_bounded_and_later_than_the_due_time() {
+        let limits = Limits::default();
+        let now = 1_000_000;
+        let with = |when: When, e: Expiry| NewJob {
+            when,
+            expires: Some(e),
+            ..job()
+        };
+        let ok = |j: NewJob| j.check(&limits, now);
+        let code = |j: NewJob| j.check(&limits, now).unwrap_err().code;
+        assert_eq!(ok(with(When::TopicDefault, Expiry::InMs(1))), Ok(()));
+        assert_eq!(ok(with(When::DelayMs(10), Expiry::InMs(11))), Ok(()));
+        assert_eq!(
+            ok(with(When::DueAtMs(now + 5), Expiry::AtMs(now + 6))),
+            Ok(())
+        );
+        // A due time in the past is now.
+        assert_eq!(ok(with(When::DueAtMs(1), Expiry::AtMs(now + 1))), Ok(()));
+        for bad in [
+            with(When::TopicDefault, Expiry::InMs(0)),
+            with(When::DelayMs(10), Expiry::InMs(10)),
+            with(When::DelayMs(10), Expiry::AtMs(now + 10)),
+            with(When::DueAtMs(now + 5), Expiry::InMs(5)),
+            with(When::TopicDefault, Expiry::AtMs(now)),
+            with(When::TopicDefault, Expiry::AtMs(1)),
+            with(When::TopicDefault, Expiry::InMs(limits.max_delay_ms + 1)),
+            with(When::TopicDefault, Expiry::AtMs(limits.latest_due(now) + 1)),
+        ] {
+            assert_eq!(code(bad.clone()), "invalid_expiry", "{bad:?}");
+        }
+        // The due time's own bounds come first, then the expiry's.
+        assert_eq!(
+            code(with(When::DelayMs(u64::MAX), Expiry::InMs(0))),
+            "invalid_delay"
+        );
+        assert_eq!(
+            code(NewJob {
+                max_attempts: Some(0),
+                ..with(When::TopicDefault, Expiry::InMs(0))
+            }),
+            "invalid_expiry"
         );
     }
 

@@ -97,7 +97,11 @@ pub trait Store: Send + Sync + 'static {
     /// job is still waiting (scheduled or ready). An id whose job ended
     /// (acked, cancelled, went dead) less than its dedup window ago
     /// ([`NewJob::dedup_ms`], else the topic's) writes nothing and answers
-    /// `deduplicated` — `replace` included.
+    /// `deduplicated` — `replace` included. A job's expiry
+    /// ([`NewJob::expires`](crate::NewJob::expires)) is made absolute at
+    /// `now_ms`; a job without one gets its topic's `expires_ms` after its
+    /// due time (none when 0). A store that does not keep expiry refuses a
+    /// job with one ([`StoreError::Invalid`], `expiry_unsupported`).
     async fn enqueue(
         &self,
         topic: &Topic,
@@ -129,7 +133,13 @@ pub trait Store: Send + Sync + 'static {
 
     /// Hands out up to `max` due jobs of one topic under leases, most urgent
     /// first (priority, then due time, then enqueue order). `lease_ms`
-    /// overrides the job's and the topic's lease length.
+    /// overrides the job's and the topic's lease length. A job whose expiry
+    /// is at or before `now_ms` is not handed out: in the same atomic step
+    /// it goes dead with the last error
+    /// [`EXPIRED_ERROR`](crate::EXPIRED_ERROR) (or is deleted, with the
+    /// topic's `on_expiry` `drop`), its dedup window opens, the topic's
+    /// `expired_unhandled` counts it, and the jobs behind it go in its
+    /// place. [`Store::reserve_job`] does the same with a waiting job.
     async fn reserve(
         &self,
         topic: &Topic,
@@ -350,8 +360,9 @@ pub trait Store: Send + Sync + 'static {
         now_ms: u64,
     ) -> StoreResult<Vec<Imported>>;
 
-    /// Makes dead letters due now with a fresh attempt count: the named ones,
-    /// or (with `None`) up to `max` of the oldest. Returns how many.
+    /// Makes dead letters due now with a fresh attempt count and no expiry:
+    /// the named ones, or (with `None`) up to `max` of the oldest. Returns
+    /// how many.
     async fn replay_dead(
         &self,
         topic: &Topic,

@@ -257,6 +257,36 @@ impl PushConfig {
     }
 }
 
+/// What happens to a job whose expiry passes before it is handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnExpiry {
+    /// It goes dead, its last error `expired` (it can be seen and replayed).
+    #[default]
+    Dead,
+    /// It is deleted.
+    Drop,
+}
+
+impl OnExpiry {
+    /// The name on the wire and in the stores: `dead`, `drop`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnExpiry::Dead => "dead",
+            OnExpiry::Drop => "drop",
+        }
+    }
+
+    /// Reads [`OnExpiry::as_str`] back; anything else is the default.
+    pub fn decode(s: &str) -> Self {
+        if s == "drop" {
+            OnExpiry::Drop
+        } else {
+            OnExpiry::Dead
+        }
+    }
+}
+
 /// A topic's settings. Jobs may override `max_attempts`, `lease_ms` and `retry`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopicConfig {
@@ -302,6 +332,15 @@ pub struct TopicConfig {
     /// [`TopicConfig::rate_limit`], one bucket per key); `None`: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_rate_limit: Option<RateLimit>,
+    /// The expiry of the topic's jobs that name none of their own
+    /// ([`crate::NewJob::expires`]), counted from the job's due time at
+    /// enqueue: a job still not handed out this long after it was first due
+    /// is never handed out. 0: none.
+    #[serde(default)]
+    pub expires_ms: u64,
+    /// What becomes of an expired job: dead (the default) or dropped.
+    #[serde(default)]
+    pub on_expiry: OnExpiry,
 }
 
 /// Largest `key_concurrency`.
@@ -340,6 +379,8 @@ impl Default for TopicConfig {
             rate_limit: None,
             key_concurrency: None,
             key_rate_limit: None,
+            expires_ms: 0,
+            on_expiry: OnExpiry::Dead,
         }
     }
 }
@@ -397,6 +438,12 @@ pub struct TopicConfigPatch {
         deserialize_with = "some_or_null"
     )]
     pub key_rate_limit: Option<Option<RateLimit>>,
+    /// See [`TopicConfig::expires_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_ms: Option<u64>,
+    /// See [`TopicConfig::on_expiry`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_expiry: Option<OnExpiry>,
 }
 
 /// A field that may be given as a value, given as `null` (`Some(None)`), or
@@ -456,6 +503,18 @@ impl TopicConfigPatch {
             return Err(InvalidInput::new(
                 "invalid_key_concurrency",
                 format!("key_concurrency must be 1-{MAX_KEY_CONCURRENCY}, got {n}"),
+            ));
+        }
+        if let Some(ms) = self.expires_ms
+            && ms > limits.max_delay_ms
+        {
+            return Err(InvalidInput::new(
+                "invalid_expiry",
+                format!(
+                    "expires_ms of {} is over the limit of {} (max_delay)",
+                    limits::human_ms(ms),
+                    limits::human_ms(limits.max_delay_ms)
+                ),
             ));
         }
         if let Some(n) = self.partitions
@@ -539,6 +598,12 @@ impl TopicConfigPatch {
         if let Some(v) = self.key_rate_limit {
             base.key_rate_limit = v;
         }
+        if let Some(v) = self.expires_ms {
+            base.expires_ms = v;
+        }
+        if let Some(v) = self.on_expiry {
+            base.on_expiry = v;
+        }
         base
     }
 }
@@ -574,6 +639,26 @@ mod tests {
             bad.validate(&Limits::default()).unwrap_err().code,
             "invalid_rate_limit"
         );
+    }
+
+    #[test]
+    fn expiry_settings_are_set_bounded_and_kept() {
+        let p: TopicConfigPatch =
+            serde_json::from_str(r#"{"expires_ms": 60000, "on_expiry": "drop"}"#).unwrap();
+        assert_eq!(p.validate(&Limits::default()), Ok(()));
+        let c = p.apply(TopicConfig::default());
+        assert_eq!((c.expires_ms, c.on_expiry), (60_000, OnExpiry::Drop));
+        let kept = TopicConfigPatch::default().apply(c.clone());
+        assert_eq!((kept.expires_ms, kept.on_expiry), (60_000, OnExpiry::Drop));
+        assert!(serde_json::from_str::<TopicConfigPatch>(r#"{"on_expiry": "later"}"#).is_err());
+        let limits = Limits::default();
+        let over = TopicConfigPatch {
+            expires_ms: Some(limits.max_delay_ms + 1),
+            ..Default::default()
+        };
+        assert_eq!(over.validate(&limits).unwrap_err().code, "invalid_expiry");
+        assert_eq!(OnExpiry::decode(OnExpiry::Drop.as_str()), OnExpiry::Drop);
+        assert_eq!(OnExpiry::decode(OnExpiry::Dead.as_str()), OnExpiry::Dead);
     }
 
     #[test]

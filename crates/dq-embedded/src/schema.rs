@@ -160,6 +160,14 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sql: "DROP INDEX jobs_ready;
               DROP INDEX jobs_dead;",
     },
+    // → 8
+    Migration {
+        what: "job expiry: a job's expires_ms, a topic's expires_ms and on_expiry, the count of jobs that expired before a hand-out",
+        sql: "ALTER TABLE jobs ADD COLUMN expires_ms INTEGER;
+              ALTER TABLE topics ADD COLUMN expires_ms INTEGER;
+              ALTER TABLE topics ADD COLUMN on_expiry TEXT;
+              ALTER TABLE topics ADD COLUMN expired_unhandled INTEGER NOT NULL DEFAULT 0;",
+    },
 ];
 
 /// The SQL of every step from `version` to [`SCHEMA_VERSION`].

@@ -79,13 +79,13 @@ impl HotSql {
     fn sql(self) -> &'static str {
         match self {
             HotSql::Insert => {
-                "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body, dedup_ms, fkey)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body, dedup_ms, fkey, expires_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
                  ON CONFLICT (tid, id) DO NOTHING"
             }
-            // `Insert` of a job that sets none of the five columns most jobs
-            // leave NULL (its own attempts, lease, retry, dedup window, key):
-            // five bindings fewer per job (`ops::enqueue`).
+            // `Insert` of a job that sets none of the six columns most jobs
+            // leave NULL (its own attempts, lease, retry, dedup window, key,
+            // expiry): six bindings fewer per job (`ops::enqueue`).
             HotSql::InsertPlain => {
                 "INSERT INTO jobs (tid, id, state, due_ms, priority, created_ms, is_json, body)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
@@ -107,7 +107,7 @@ impl HotSql {
             // one), found in memory at `(priority, due_ms)` (`crate::memory`),
             // read to be leased: the columns of `ops::reserve::LEASABLE`.
             HotSql::ReadyRow => {
-                "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey
+                "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms
                  FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1 AND fkey IS ?5
                  AND priority = ?3 AND due_ms = ?4"
             }
@@ -118,7 +118,7 @@ impl HotSql {
             // the topic's whole `(tid, id)` index, which the planner would
             // otherwise pick.
             HotSql::ReadySpan => {
-                "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey
+                "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms
                  FROM jobs WHERE seq BETWEEN ?1 AND ?2 AND +tid = ?3 AND state = 1 AND fkey IS NULL
                  AND (priority, due_ms, seq) <= (?4, ?5, ?6)
                  ORDER BY seq"

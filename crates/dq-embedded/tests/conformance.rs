@@ -9,6 +9,7 @@ async fn fresh() -> (EmbeddedStore, tempfile::TempDir) {
 }
 
 dq_testkit::conformance_tests!(fresh());
+dq_testkit::expiry_conformance_tests!(fresh());
 
 /// The forward sink of a store that is not Redis: it writes, the caller
 /// acks; its `ack_and_write` is the trait's default.

@@ -212,6 +212,9 @@ impl<'a> Cx<'a> {
             key_rate_limit: r
                 .get::<_, Option<String>>(10)
                 .and_then(|s| RateLimit::decode(&s)),
+            // Not kept by this store yet (issue #51): refused when set.
+            expires_ms: d.expires_ms,
+            on_expiry: d.on_expiry,
         })
     }
 

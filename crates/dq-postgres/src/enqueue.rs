@@ -37,6 +37,9 @@ pub(crate) async fn enqueue(
     jobs: &[NewJob],
     now: u64,
 ) -> OpResult<Vec<Enqueued>> {
+    if jobs.iter().any(|j| j.expires.is_some()) {
+        return Err(crate::topics::expiry_unsupported().into());
+    }
     let tid = cx.ensure_tid(topic).await?;
     let ids: Vec<JobId> = jobs
         .iter()

@@ -18,6 +18,7 @@ fn info(r: &Row, cfg: &TopicConfig) -> OpResult<JobInfo> {
     let u = |i: usize| r.get::<_, i64>(i) as u64;
     let ou = |i: usize| r.get::<_, Option<i64>>(i).map(|v| v as u64);
     Ok(JobInfo {
+        expires_at_ms: None,
         id: job_id(r.get(1))?,
         state: state_of(r.get(2)),
         due_at_ms: u(3),

@@ -82,6 +82,9 @@ pub(crate) async fn configure_topic(
     topic: &Topic,
     p: &TopicConfigPatch,
 ) -> OpResult<TopicConfig> {
+    if p.expires_ms.is_some_and(|ms| ms > 0) || p.on_expiry.is_some_and(|o| o != OnExpiry::Dead) {
+        return Err(expiry_unsupported().into());
+    }
     if p.partitions.is_some_and(|n| n != 1) {
         return Err(StoreError::Invalid(InvalidInput::new(
             "invalid_partitions",
@@ -210,6 +213,7 @@ pub(crate) async fn stats(cx: &mut Cx<'_>, topic: &Topic, now: u64) -> OpResult<
             acked: u(5),
             failed: u(6),
             expired: u(7),
+            expired_unhandled: 0,
             dead: u(8),
             cancelled: u(9),
             dead_dropped: u(10),
@@ -274,4 +278,15 @@ pub(crate) async fn delete_topic(
         .await?;
     cx.settings_changed().await?;
     Ok((deleted as u64, true))
+}
+
+/// The refusal of a job expiry (`expires_in_ms`, `expires_at_ms`, a
+/// topic's `expires_ms` or `on_expiry: drop`): the PostgreSQL store does
+/// not keep expiry yet (issue #51), and a job must not look as if it would
+/// expire when it would not.
+pub(crate) fn expiry_unsupported() -> StoreError {
+    StoreError::Invalid(InvalidInput::new(
+        "expiry_unsupported",
+        "the PostgreSQL store does not keep job expiry yet (expires_in_ms, expires_at_ms, a topic's expires_ms and on_expiry); use the embedded store for it",
+    ))
 }

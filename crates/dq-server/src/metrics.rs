@@ -335,7 +335,7 @@ impl Metrics {
             );
         }
         type Pick = fn(&dq_core::TopicCounters) -> u64;
-        let counters: [(&str, &str, Pick); 11] = [
+        let counters: [(&str, &str, Pick); 12] = [
             ("enqueued", "Jobs created.", |c| c.enqueued),
             ("acked", "Jobs acknowledged (done).", |c| c.acked),
             (
@@ -343,7 +343,16 @@ impl Metrics {
                 "Failed attempts: nacks and expired leases.",
                 |c| c.failed,
             ),
-            ("expired", "Leases that expired.", |c| c.expired),
+            (
+                "expired",
+                "Leases that ran out (each also a failed attempt); not jobs that expired (expired_unhandled).",
+                |c| c.expired,
+            ),
+            (
+                "expired_unhandled",
+                "Jobs whose own expiry passed before their next hand-out: dead with last_error expired (also counted in dead) or dropped.",
+                |c| c.expired_unhandled,
+            ),
             (
                 "nacked",
                 "Failed attempts reported by consumers (nack, bury, push failures): failed - expired.",
@@ -351,8 +360,11 @@ impl Metrics {
             ),
             (
                 "retried",
-                "Failed attempts given another attempt later: failed - dead.",
-                |c| c.failed.saturating_sub(c.dead),
+                "Failed attempts given another attempt later: failed - (dead - expired_unhandled) (one too many per job dropped on expiry).",
+                |c| {
+                    c.failed
+                        .saturating_sub(c.dead.saturating_sub(c.expired_unhandled))
+                },
             ),
             ("dead", "Jobs that went to the dead letters.", |c| c.dead),
             ("cancelled", "Jobs cancelled.", |c| c.cancelled),

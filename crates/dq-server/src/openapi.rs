@@ -50,14 +50,14 @@ pub(crate) async fn document(State(st): State<AppState>) -> impl IntoResponse {
     )
 }
 
-/// Every `maximum` of a delay becomes `max_delay`, every `due_at_ms`'s
-/// and `lease_deadline_ms`'s becomes `latest`.
+/// Every `maximum` of a delay becomes `max_delay`, every `due_at_ms`'s,
+/// `lease_deadline_ms`'s and `expires_at_ms`'s becomes `latest`.
 fn bound(v: &mut Value, max_delay: u64, latest: u64) {
     match v {
         Value::Object(m) => {
             for (k, child) in m.iter_mut() {
                 // (A reserved record is imported due at its lease deadline.)
-                if (k == "due_at_ms" || k == "lease_deadline_ms")
+                if (k == "due_at_ms" || k == "lease_deadline_ms" || k == "expires_at_ms")
                     && let Some(max) = child.get_mut("maximum")
                 {
                     *max = latest.into();

@@ -1531,3 +1531,92 @@ async fn keys_sign_in_and_see_only_what_their_scopes_allow() {
     let r = a.get("/admin/topics/billing-eu").await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "back to the login form");
 }
+
+/// Expiry on the topic page (issue #51): the settings form sets the
+/// topic's `expires_ms` (in the CLI's units) and `on_expiry`, shows them
+/// back, and an emptied field removes the expiry; a job's details show
+/// when it expires; the counts name leases that expired and jobs that
+/// expired apart.
+#[tokio::test]
+async fn expiry_settings_and_a_jobs_expiry_on_the_topic_page() {
+    let a = embedded();
+    let page = "/admin/topics/shop";
+    let r = a
+        .api(
+            "POST",
+            "/v1/topics/shop/jobs",
+            Some(json!({"id": "soon", "body": 1, "expires_in_ms": 3_600_000})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let cfg = || async { a.api("GET", "/v1/topics/shop", None).await.json()["config"].clone() };
+    let r = a
+        .submit(
+            page,
+            "/admin/topics/shop/settings",
+            &[("expires", "10m"), ("on_expiry", "drop"), ("mode", "pull")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let c = cfg().await;
+    assert_eq!(
+        (&c["expires_ms"], &c["on_expiry"]),
+        (&json!(600_000), &json!("drop"))
+    );
+    let doc = a.get(page).await.doc();
+    let value = |id: &str| {
+        doc.select(&scraper::Selector::parse(&format!("#settings #{id}")).unwrap())
+            .next()
+            .and_then(|e| e.value().attr("value").map(str::to_string))
+    };
+    assert_eq!(value("expires").as_deref(), Some("10m"));
+    let selected = doc
+        .select(&scraper::Selector::parse("#on_expiry option[selected]").unwrap())
+        .next()
+        .and_then(|e| e.value().attr("value").map(str::to_string));
+    assert_eq!(selected.as_deref(), Some("drop"));
+    let heads: Vec<String> = doc
+        .select(&scraper::Selector::parse("table#counts th").unwrap())
+        .map(|c| c.text().collect::<String>().trim().to_string())
+        .collect();
+    assert!(
+        heads.iter().any(|c| c == "leases expired") && heads.iter().any(|c| c == "jobs expired"),
+        "{heads:?}"
+    );
+    for (bad, code) in [("soon", "invalid_config"), ("3651d", "invalid_expiry")] {
+        let r = a
+            .submit(
+                page,
+                "/admin/topics/shop/settings",
+                &[("expires", bad), ("on_expiry", "dead"), ("mode", "pull")],
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}");
+        assert!(r.text.contains(code), "{}", r.text);
+    }
+    assert_eq!(cfg().await["expires_ms"], json!(600_000), "refused: kept");
+    let r = a
+        .submit(
+            page,
+            "/admin/topics/shop/settings",
+            &[("expires", ""), ("on_expiry", "dead"), ("mode", "pull")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let c = cfg().await;
+    assert_eq!(
+        (&c["expires_ms"], &c["on_expiry"]),
+        (&json!(0), &json!("dead"))
+    );
+
+    let doc = a.get("/admin/topics/shop?job=soon").await.doc();
+    let details = cells(&doc, "job");
+    assert!(
+        details
+            .iter()
+            .any(|r| r.first().map(String::as_str) == Some("expires")
+                && r.get(1)
+                    .is_some_and(|v| v.contains("(in ") && v.contains(" min)"))),
+        "{details:?}"
+    );
+}

@@ -2205,3 +2205,188 @@ async fn consumers_woken_together_ask_the_store_once() {
         assert_eq!((s, v["jobs"].clone()), (StatusCode::OK, json!([])));
     }
 }
+
+/// Job expiry through the API (issue #51), on the embedded store: the
+/// fields are checked (both, negative, not after the due time, nothing
+/// written), GET shows `expires_at_ms`, a topic's `expires_ms` and
+/// `on_expiry` are kept, and a job past its expiry is not handed out but
+/// dead with `last_error` `expired`, counted in `expired_unhandled` apart
+/// from `expired`. On Redis (which does not keep expiry yet) an expiry is
+/// refused, not silently dropped.
+#[tokio::test]
+async fn expiry_through_the_api() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let t0 = clock.now_ms();
+    let a = api_over(embedded_store(), Arc::new(clock.clone()));
+    let job = |extra: Value| {
+        let mut j = json!({"id": "x", "body": 1});
+        j.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        Some(j)
+    };
+    let at = |ms: u64| t0 + ms;
+    a.expect_errors(&[
+        (
+            "POST",
+            "/v1/topics/exp/jobs",
+            job(json!({"expires_in_ms": 10, "expires_at_ms": at(10)})),
+            400,
+            "invalid_expiry",
+        ),
+        (
+            "POST",
+            "/v1/topics/exp/jobs",
+            job(json!({"expires_in_ms": -1})),
+            400,
+            "invalid_expiry",
+        ),
+        (
+            "POST",
+            "/v1/topics/exp/jobs",
+            job(json!({"expires_in_ms": 1000, "delay_ms": 1000})),
+            400,
+            "invalid_expiry",
+        ),
+        (
+            "POST",
+            "/v1/topics/exp/jobs",
+            job(json!({"expires_at_ms": at(0)})),
+            400,
+            "invalid_expiry",
+        ),
+        (
+            "POST",
+            "/v1/topics/exp/jobs",
+            job(json!({"expires_at_ms": at(500), "due_at_ms": at(600)})),
+            400,
+            "invalid_expiry",
+        ),
+        (
+            "PUT",
+            "/v1/topics/exp",
+            Some(json!({"expires_ms": 3_650u64 * 86_400_000 + 1})),
+            400,
+            "invalid_expiry",
+        ),
+        (
+            "PUT",
+            "/v1/topics/exp",
+            Some(json!({"on_expiry": "later"})),
+            400,
+            "invalid_json",
+        ),
+    ])
+    .await;
+    let (s, _) = a.call("GET", "/v1/topics/exp/jobs/x", None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "nothing written");
+
+    let (s, v) = a
+        .call(
+            "POST",
+            "/v1/topics/exp/jobs:batch",
+            Some(json!({"jobs": [
+                {"id": "soon", "body": 1, "expires_in_ms": 60_000},
+                {"id": "bad", "body": 1, "expires_in_ms": 0},
+                {"id": "late", "body": 1, "delay_ms": 120_000, "expires_at_ms": at(180_000)},
+                {"id": "plain", "body": 1}
+            ]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["results"][1]["error"]["code"], "invalid_expiry", "{v}");
+    let (_, v) = a.call("GET", "/v1/topics/exp/jobs/soon", None).await;
+    assert_eq!(v["expires_at_ms"], json!(at(60_000)), "{v}");
+    let (_, v) = a.call("GET", "/v1/topics/exp/jobs/plain", None).await;
+    assert!(v.get("expires_at_ms").is_none(), "{v}");
+
+    let (s, v) = a
+        .call(
+            "PUT",
+            "/v1/topics/exp",
+            Some(json!({"expires_ms": 30_000, "on_expiry": "dead"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(
+        (&v["config"]["expires_ms"], &v["config"]["on_expiry"]),
+        (&json!(30_000), &json!("dead"))
+    );
+    let (_, v) = a
+        .call("POST", "/v1/topics/exp/jobs", job(json!({"id": "dflt"})))
+        .await;
+    assert_eq!(v["created"], json!(true), "{v}");
+    let (_, v) = a.call("GET", "/v1/topics/exp/jobs/dflt", None).await;
+    assert_eq!(v["expires_at_ms"], json!(at(30_000)), "{v}");
+
+    // A minute on: "soon" and "dflt" have expired, "plain" goes.
+    clock.advance(60_000);
+    let (_, v) = a
+        .call(
+            "POST",
+            "/v1/reserve",
+            Some(json!({"topics": ["exp"], "max": 10})),
+        )
+        .await;
+    let got: Vec<&str> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, ["plain"], "{v}");
+    let (_, v) = a.call("GET", "/v1/topics/exp/jobs/soon", None).await;
+    assert_eq!(
+        (&v["state"], &v["last_error"]),
+        (&json!("dead"), &json!("expired"))
+    );
+    let st = a.stats("exp").await;
+    assert_eq!(st["counters"]["expired_unhandled"], json!(2), "{st}");
+    assert_eq!(st["counters"]["expired"], json!(0), "{st}");
+    // Three minutes on, "late" (due at 2 min) expired at 3 min.
+    clock.advance(120_000);
+    let (_, v) = a
+        .call("POST", "/v1/reserve", Some(json!({"topics": ["exp"]})))
+        .await;
+    assert_eq!(v["jobs"], json!([]), "{v}");
+    let (_, v) = a.call("GET", "/v1/topics/exp/dead", None).await;
+    let dead: Vec<&str> = v["jobs"]
+        .as_array()
+        .unwrap_or_else(|| v.as_array().unwrap())
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(dead.len(), 3, "{v}");
+    let text = a.metrics_text().await;
+    let m = parse_metrics(&text);
+    assert_eq!(
+        m.get("dq_topic_expired_unhandled_total{topic=\"exp\"}"),
+        Some(&3.0),
+        "{text}"
+    );
+    assert_eq!(
+        m.get("dq_topic_expired_total{topic=\"exp\"}"),
+        Some(&0.0),
+        "leases apart"
+    );
+
+    // Redis refuses what it would not keep.
+    let r = redis_api();
+    r.expect_errors(&[
+        (
+            "POST",
+            "/v1/topics/exp/jobs",
+            job(json!({"expires_in_ms": 1000})),
+            400,
+            "expiry_unsupported",
+        ),
+        (
+            "PUT",
+            "/v1/topics/exp",
+            Some(json!({"on_expiry": "drop"})),
+            400,
+            "expiry_unsupported",
+        ),
+    ])
+    .await;
+}

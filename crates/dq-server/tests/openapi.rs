@@ -7,7 +7,7 @@
 
 use dq_api::*;
 use dq_core::{
-    Delivery, JobState, PushConfig, PushMethod, RateLimit, RetryPolicy, TopicConfig,
+    Delivery, JobState, OnExpiry, PushConfig, PushMethod, RateLimit, RetryPolicy, TopicConfig,
     TopicConfigPatch, TopicCounters, TopicStats,
 };
 use serde_json::{Value, json};
@@ -69,6 +69,8 @@ fn enqueue_request() -> EnqueueRequest {
         replace: true,
         dedup_ms: Some(1),
         key: Some("customer-17".into()),
+        expires_in_ms: Some(1),
+        expires_at_ms: Some(1),
     }
 }
 
@@ -98,6 +100,7 @@ fn job() -> Job {
         lease_deadline_ms: Some(1),
         died_at_ms: Some(1),
         key: Some("customer-17".into()),
+        expires_at_ms: Some(1),
         body: Some(raw(json!(1))),
         body_base64: Some("AA==".into()),
     }
@@ -141,6 +144,7 @@ fn stats() -> TopicStats {
             dead_dropped: 1,
             replayed: 1,
             rate_limited: 1,
+            expired_unhandled: 1,
         },
         partial: true,
         missing: vec!["shard 0 redis://a".into()],
@@ -173,6 +177,8 @@ fn config() -> TopicConfig {
         rate_limit: Some(rate_limit()),
         key_concurrency: Some(1),
         key_rate_limit: Some(rate_limit()),
+        expires_ms: 1,
+        on_expiry: OnExpiry::Drop,
     }
 }
 
@@ -198,6 +204,8 @@ fn patch() -> TopicConfigPatch {
         rate_limit: Some(Some(rate_limit())),
         key_concurrency: Some(Some(1)),
         key_rate_limit: Some(Some(rate_limit())),
+        expires_ms: Some(1),
+        on_expiry: Some(OnExpiry::Drop),
     }
 }
 

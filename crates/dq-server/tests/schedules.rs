@@ -529,3 +529,44 @@ async fn dst_transitions_fire_each_day_once(fresh: Fresh) {
         );
     }
 }
+
+/// A schedule's firings take their topic's `expires_ms` (issue #51),
+/// counted from each firing's slot: a firing nobody took in time is not
+/// handed out late but dead with `last_error` `expired` (embedded store:
+/// the one that keeps expiry so far).
+#[tokio::test]
+async fn a_firing_not_taken_in_time_expires() {
+    let t0 = ms("2026-12-01T08:59:50Z");
+    let w = world(embedded as Fresh, t0);
+    let (s, v) = w
+        .api
+        .call(
+            "PUT",
+            "/v1/topics/reminders",
+            Some(json!({"expires_ms": 60_000})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    w.put(
+        "remind",
+        json!({"topic": "reminders", "every": "10s", "body": {"k": 1}}),
+    )
+    .await;
+    assert_eq!(w.pass_at(t0 + 10_000 - LEAD_MS).await, 1);
+    let t = Topic::new("reminders").unwrap();
+    let id = dq_core::JobId::new(format!("remind@{}", t0 + 10_000)).unwrap();
+    let job = w.store.get(&t, &id).await.unwrap().unwrap();
+    assert_eq!(job.expires_at_ms, Some(t0 + 10_000 + 60_000));
+    // An outage: nobody reserves until well past the slot's expiry.
+    let late = w
+        .store
+        .reserve(&t, 10, None, t0 + 10_000 + 60_000)
+        .await
+        .unwrap();
+    assert!(late.leases.is_empty(), "not handed out late: {late:?}");
+    let job = w.store.get(&t, &id).await.unwrap().unwrap();
+    assert_eq!(
+        (job.state, job.last_error.as_deref()),
+        (dq_core::JobState::Dead, Some("expired"))
+    );
+}

@@ -48,6 +48,14 @@ pub(crate) struct Push {
     /// topic's --key-concurrency and --key-rate-limit, and keys take turns
     #[arg(long)]
     key: Option<String>,
+    /// Expiry, counted from now, e.g. 10m: not handed out by then, the job
+    /// never is (dead with last error "expired", or dropped: the topic's
+    /// on_expiry) [default: the topic's --expires after the job is due]
+    #[arg(long, conflicts_with = "expires_at")]
+    expires_in: Option<String>,
+    /// Expiry as a time, RFC 3339 (UTC when no zone is given)
+    #[arg(long)]
+    expires_at: Option<String>,
 }
 
 /// `dq get`.
@@ -180,6 +188,8 @@ impl Push {
             raw,
             dedup,
             key,
+            expires_in,
+            expires_at,
         } = self;
         let api = conn.client()?;
         let mut job = push_body(body, raw)?;
@@ -206,6 +216,12 @@ impl Push {
         }
         if let Some(d) = dedup {
             job = job.dedup(Duration::from_millis(ms(&d, "--dedup")?));
+        }
+        if let Some(e) = expires_in {
+            job = job.expires_in(Duration::from_millis(ms(&e, "--expires-in")?));
+        }
+        if let Some(a) = expires_at {
+            job = job.expires_at_ms(at_ms(&a)?);
         }
         let e = api.enqueue(&topic, &job).await?;
         if conn.json() {
@@ -251,6 +267,7 @@ impl Get {
                 ("created", rfc3339(Some(j.created_at_ms))),
                 ("lease until", rfc3339(j.lease_deadline_ms)),
                 ("died", rfc3339(j.died_at_ms)),
+                ("expires", rfc3339(j.expires_at_ms)),
                 ("body", body),
             ]);
             println!("{t}");

@@ -30,6 +30,7 @@ use clap::Subcommand;
 #[derive(Debug, Subcommand)]
 pub(crate) enum ClientCmd {
     /// Enqueue a job
+    #[command(visible_alias = "enqueue")]
     Push(jobs::Push),
     /// Show a job
     Get(jobs::Get),

@@ -93,6 +93,14 @@ pub(crate) enum TopicsCmd {
         /// Dedup window of jobs that name none, e.g. 1h (0 for none)
         #[arg(long)]
         dedup: Option<String>,
+        /// Expiry of jobs that name none, counted from each job's due time,
+        /// e.g. 10m (0 for none): not handed out by then, a job never is
+        #[arg(long)]
+        expires: Option<String>,
+        /// What becomes of an expired job: dead (a dead letter with last
+        /// error "expired") or drop
+        #[arg(long, value_parser = ["dead", "drop"])]
+        on_expiry: Option<String>,
         /// Hand out at most N jobs per window, across every instance, pull
         /// and push: N/WINDOW, e.g. 50/1s or 1000/1m
         #[arg(long, conflicts_with = "no_rate_limit")]
@@ -205,6 +213,8 @@ impl Topics {
                 delivery,
                 partitions,
                 dedup,
+                expires,
+                on_expiry,
                 rate_limit,
                 rate_burst,
                 no_rate_limit,
@@ -229,6 +239,10 @@ impl Topics {
                 if let Some(d) = dedup {
                     patch.dedup_ms = Some(ms(&d, "--dedup")?);
                 }
+                if let Some(e) = expires {
+                    patch.expires_ms = Some(ms(&e, "--expires")?);
+                }
+                patch.on_expiry = on_expiry.as_deref().map(dq_core::OnExpiry::decode);
                 if let Some(r) = rate_limit {
                     patch.rate_limit = Some(Some(parse_rate(&r, rate_burst, "--rate-limit")?));
                 }

@@ -116,6 +116,23 @@ impl NewJob {
         self
     }
 
+    /// Expires `after` its enqueue: not handed out by then, it never is
+    /// (it goes dead with the last error `expired`, or is dropped: the
+    /// topic's `on_expiry`). Must be later than its due time. Default: the
+    /// topic's `expires_ms` after it is due.
+    pub fn expires_in(mut self, after: Duration) -> Self {
+        self.0.expires_in_ms = Some(wire_ms(after.as_millis()));
+        self.0.expires_at_ms = None;
+        self
+    }
+
+    /// Expires at this Unix millisecond (see [`NewJob::expires_in`]).
+    pub fn expires_at_ms(mut self, at_ms: u64) -> Self {
+        self.0.expires_at_ms = Some(wire_ms(at_ms.into()));
+        self.0.expires_in_ms = None;
+        self
+    }
+
     /// The request as it goes on the wire.
     pub fn request(&self) -> &wire::EnqueueRequest {
         &self.0

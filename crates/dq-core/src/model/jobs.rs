@@ -71,6 +71,32 @@ pub enum When {
     DueAtMs(u64),
 }
 
+/// When a new job expires: not handed out by then, it is never handed out
+/// (it goes dead with the last error `expired`, or is dropped, as its
+/// topic's `on_expiry` says). The store turns it into an absolute time
+/// with its own clock at enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// This many milliseconds after the enqueue (`expires_in_ms`).
+    InMs(u64),
+    /// At this Unix millisecond (`expires_at_ms`).
+    AtMs(u64),
+}
+
+impl Expiry {
+    /// The absolute expiry of a job enqueued at `now_ms`.
+    pub fn at(self, now_ms: u64) -> u64 {
+        match self {
+            Expiry::InMs(ms) => now_ms.saturating_add(ms),
+            Expiry::AtMs(t) => t,
+        }
+    }
+}
+
+/// The last error of a job that went dead because its expiry passed
+/// before it was handed out.
+pub const EXPIRED_ERROR: &str = "expired";
+
 /// A job to enqueue, already validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewJob {
@@ -98,6 +124,9 @@ pub struct NewJob {
     pub dedup_ms: Option<u64>,
     /// Its flow-control key ([`JobKey`]); `None`: none.
     pub key: Option<JobKey>,
+    /// When it expires; `None`: its topic's `expires_ms` after it is due
+    /// (none when that is 0).
+    pub expires: Option<Expiry>,
 }
 
 /// The default priority.
@@ -125,6 +154,7 @@ impl NewJob {
             replace: false,
             dedup_ms: None,
             key: None,
+            expires: None,
         }
     }
 }
@@ -214,6 +244,9 @@ pub struct JobInfo {
     pub counts: JobCounts,
     /// Its flow-control key, if it has one.
     pub key: Option<JobKey>,
+    /// When it expires (Unix ms), if it does: a hand-out due at or after
+    /// this time does not happen.
+    pub expires_at_ms: Option<u64>,
 }
 
 /// A job's history in counts (beanstalkd's `stats-job` shows them).

@@ -47,7 +47,9 @@ pub struct TopicCounters {
     pub acked: u64,
     /// Failed attempts (nacks and expired leases).
     pub failed: u64,
-    /// Leases that expired.
+    /// Leases that ran out (the holder neither acked nor failed the job in
+    /// time): each is also a failed attempt. Not jobs that expired, which
+    /// are [`TopicCounters::expired_unhandled`].
     pub expired: u64,
     /// Jobs that went dead.
     pub dead: u64,
@@ -61,6 +63,11 @@ pub struct TopicCounters {
     /// rate-limit token (a job held over several reserves counts each time).
     #[serde(default)]
     pub rate_limited: u64,
+    /// Jobs whose own expiry (`expires_at_ms`) passed before their next
+    /// hand-out: never handed out again, each went dead with the last error
+    /// `expired`, or was dropped (the topic's `on_expiry`).
+    #[serde(default)]
+    pub expired_unhandled: u64,
 }
 
 /// A job as an export lists it ([`crate::Store::list_jobs`]): what it is,

@@ -16,7 +16,9 @@ pub(crate) fn enqueue(
 ) -> OpResult<Vec<Enqueued>> {
     let tid = ensure_tid(cx, topic)?;
     let mut cfg: Option<TopicConfig> = None;
-    let mut topic_dedup: Option<i64> = None;
+    // The topic's dedup window and expiry, read together once per call
+    // when a job names no window or no expiry of its own.
+    let mut topic_dedup: Option<(i64, i64)> = None;
     // Ids in an open dedup window: looked up only when the topic has any,
     // after dropping the windows that ended.
     let dedup = cx
@@ -68,27 +70,38 @@ pub(crate) fn enqueue(
             When::DueAtMs(t) => t.max(now),
             When::TopicDefault => now + cfg.as_ref().map_or(0, |c| c.default_delay_ms),
         };
-        // The topic's window: one small read per call, only when a job
-        // names none.
-        if j.dedup_ms.is_none() && topic_dedup.is_none() {
+        // The topic's window and expiry: one small read per call, only
+        // when a job names either not.
+        if (j.dedup_ms.is_none() || j.expires.is_none()) && topic_dedup.is_none() {
             topic_dedup = Some(
                 cx.conn
-                    .prepare_cached("SELECT coalesce(dedup_ms, 0) FROM topics WHERE tid = ?1")?
-                    .query_row([tid], |r| r.get::<_, i64>(0))?,
+                    .prepare_cached(
+                        "SELECT coalesce(dedup_ms, 0), coalesce(expires_ms, 0) FROM topics WHERE tid = ?1",
+                    )?
+                    .query_row([tid], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?,
             );
         }
         let dedup_ms = j
             .dedup_ms
             .map(|ms| ms as i64)
-            .or(topic_dedup)
+            .or(topic_dedup.map(|t| t.0))
             .filter(|ms| *ms > 0);
+        // The job's own expiry, else the topic's counted from the due time.
+        let expires_ms = match j.expires {
+            Some(e) => Some(e.at(now) as i64),
+            None => topic_dedup
+                .map(|t| t.1)
+                .filter(|ms| *ms > 0)
+                .map(|ms| due.saturating_add(ms as u64) as i64),
+        };
         let state = if due <= now { READY } else { SCHEDULED };
         // Most jobs set none of the columns the plain insert leaves NULL.
         let plain = j.max_attempts.is_none()
             && j.lease_ms.is_none()
             && j.retry.is_none()
             && dedup_ms.is_none()
-            && j.key.is_none();
+            && j.key.is_none()
+            && expires_ms.is_none();
         let insert = |cx: &Ctx| -> OpResult<usize> {
             if plain {
                 return Ok(cx.conn.with(HotSql::InsertPlain, |st| {
@@ -119,6 +132,7 @@ pub(crate) fn enqueue(
                     j.body.as_bytes(),
                     dedup_ms,
                     j.key.as_ref().map(JobKey::as_str),
+                    expires_ms,
                 ])
             })?)
         };

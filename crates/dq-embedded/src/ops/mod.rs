@@ -125,7 +125,7 @@ fn config(cx: &Ctx, tid: i64) -> OpResult<TopicConfig> {
         .conn
         .prepare_cached(
             "SELECT max_attempts, lease_ms, dead_cap, default_delay_ms, retry, delivery, dedup_ms, paused, rate_limit,
-               key_concurrency, key_rate_limit FROM topics WHERE tid = ?1",
+               key_concurrency, key_rate_limit, expires_ms, on_expiry FROM topics WHERE tid = ?1",
         )?
         .query_row([tid], |r| {
             Ok(TopicConfig {
@@ -151,6 +151,10 @@ fn config(cx: &Ctx, tid: i64) -> OpResult<TopicConfig> {
                 key_rate_limit: r
                     .get::<_, Option<String>>(10)?
                     .and_then(|s| RateLimit::decode(&s)),
+                expires_ms: r.get::<_, Option<u64>>(11)?.unwrap_or(d.expires_ms),
+                on_expiry: r
+                    .get::<_, Option<String>>(12)?
+                    .map_or(d.on_expiry, |s| OnExpiry::decode(&s)),
             })
         })?;
     Ok(c)

@@ -103,7 +103,9 @@ pub(crate) fn configure_topic(
                default_delay_ms = coalesce(?4, default_delay_ms),
                retry = coalesce(?5, retry),
                delivery = coalesce(?6, delivery),
-               dedup_ms = coalesce(?8, dedup_ms)
+               dedup_ms = coalesce(?8, dedup_ms),
+               expires_ms = coalesce(?9, expires_ms),
+               on_expiry = coalesce(?10, on_expiry)
              WHERE tid = ?7",
         )?
         .execute(params![
@@ -116,7 +118,9 @@ pub(crate) fn configure_topic(
                 .as_ref()
                 .map(|d| serde_json::to_string(d).expect("delivery serializes")),
             tid,
-            p.dedup_ms.map(|v| v as i64)
+            p.dedup_ms.map(|v| v as i64),
+            p.expires_ms.map(|v| v as i64),
+            p.on_expiry.map(OnExpiry::as_str)
         ])?;
     if let Some(paused) = p.paused {
         cx.conn
@@ -180,7 +184,7 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
         .conn
         .prepare_cached(
             "SELECT n_scheduled, n_ready, n_reserved, n_dead, enqueued, acked, failed, expired, dead, cancelled, dead_dropped, replayed,
-             paused_until_ms, rate_limited FROM topics WHERE tid = ?1",
+             paused_until_ms, rate_limited, expired_unhandled FROM topics WHERE tid = ?1",
         )?
         .query_row([tid], |r| {
             Ok(TopicStats {
@@ -199,6 +203,7 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
                     dead_dropped: r.get(10)?,
                     replayed: r.get(11)?,
                     rate_limited: r.get(13)?,
+                    expired_unhandled: r.get(14)?,
                 },
                 paused_until_ms: r.get(12)?,
                 ..TopicStats::default()

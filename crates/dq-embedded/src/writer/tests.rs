@@ -21,14 +21,14 @@ fn held_statements_match_the_schema_run_clean_and_are_reused() {
     assert_eq!(
         shapes,
         [
-            (13, 0, false),
+            (14, 0, false),
             (8, 0, false),
             (3, 0, false),
             (4, 0, false),
             (3, 3, true),
             (1, 0, false),
-            (5, 10, true),
-            (6, 10, true),
+            (5, 11, true),
+            (6, 11, true),
             (8, 0, false)
         ]
     );
@@ -95,7 +95,8 @@ fn held_statements_match_the_schema_run_clean_and_are_reused() {
                 false,
                 b"x".as_slice(),
                 dedup_ms,
-                key
+                key,
+                None::<i64>
             ])
         })
     };

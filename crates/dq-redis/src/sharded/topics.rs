@@ -150,6 +150,8 @@ pub(super) async fn configure_topic(
         rate_limit: Some(result.rate_limit),
         key_concurrency: Some(result.key_concurrency),
         key_rate_limit: Some(result.key_rate_limit),
+        expires_ms: Some(result.expires_ms),
+        on_expiry: Some(result.on_expiry),
     };
     // Partition 0 last: it holds the count the others are found by.
     for p in (1..new_n).chain([0]) {

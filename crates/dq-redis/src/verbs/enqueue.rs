@@ -20,6 +20,9 @@ pub(crate) async fn enqueue(
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
+    if jobs.iter().any(|j| j.expires.is_some()) {
+        return Err(super::topics::expiry_unsupported());
+    }
     store.register(topic).await?;
     let ids: Vec<JobId> = jobs
         .iter()

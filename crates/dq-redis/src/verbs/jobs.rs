@@ -153,6 +153,7 @@ fn job_info(c: &[Value]) -> StoreResult<JobInfo> {
         } else {
             None
         },
+        expires_at_ms: None,
         counts: JobCounts {
             timeouts: int(&c[14])? as u32,
             releases: int(&c[15])? as u32,

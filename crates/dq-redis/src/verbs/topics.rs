@@ -77,6 +77,11 @@ pub(crate) async fn configure_topic(
     patch: &TopicConfigPatch,
 ) -> StoreResult<TopicConfig> {
     store.layout_gate()?;
+    if patch.expires_ms.is_some_and(|ms| ms > 0)
+        || patch.on_expiry.is_some_and(|o| o != OnExpiry::Dead)
+    {
+        return Err(expiry_unsupported());
+    }
     let tk = store.keys.topic(topic);
     let mut fields: Vec<(&str, String)> = Vec::new();
     if let Some(v) = patch.max_attempts {
@@ -296,6 +301,7 @@ pub(crate) async fn stats(
             acked: c("acked"),
             failed: c("failed"),
             expired: c("expired"),
+            expired_unhandled: 0,
             dead: c("dead"),
             cancelled: c("cancelled"),
             dead_dropped: c("dead_dropped"),
@@ -375,4 +381,15 @@ fn decode_config(fields: &[(String, String)]) -> TopicConfig {
 /// The due time encoded at the front of a ready-set member.
 fn ready_member_due(member: &str) -> Option<u64> {
     u64::from_str_radix(member.get(..11)?, 16).ok()
+}
+
+/// The refusal of a job expiry (`expires_in_ms`, `expires_at_ms`, a
+/// topic's `expires_ms` or `on_expiry: drop`): the Redis store does not
+/// keep expiry yet (issue #51), and a job must not look as if it would
+/// expire when it would not.
+pub(crate) fn expiry_unsupported() -> StoreError {
+    StoreError::Invalid(InvalidInput::new(
+        "expiry_unsupported",
+        "the Redis store does not keep job expiry yet (expires_in_ms, expires_at_ms, a topic's expires_ms and on_expiry); use the embedded store for it",
+    ))
 }

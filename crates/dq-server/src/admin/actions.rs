@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use dq_core::{Delivery, JobId, RateLimit, Topic, TopicConfigPatch};
+use dq_core::{Delivery, JobId, OnExpiry, RateLimit, Topic, TopicConfigPatch};
 
 use super::forms::{Form, checked, push_config};
 use super::views::{ConfirmPage, enc, topic_href};
@@ -197,7 +197,7 @@ pub(crate) async fn delete_topic(
 }
 
 /// `POST /admin/topics/{topic}/settings`: durations (`lease`,
-/// `default_delay`, `rate_per`, `timeout`) and the retry policy in the
+/// `default_delay`, `expires`, `rate_per`, `timeout`) and the retry policy in the
 /// CLI's units (`30s`, `1m,3m,5m`, `exp:1s,2,1h`), the rest numbers.
 pub(crate) async fn save_settings(
     State(st): State<AppState>,
@@ -234,6 +234,23 @@ pub(crate) async fn save_settings(
             rate_limit: Some(rate_limit(&f, "rate")?),
             key_concurrency: Some(f.number("key_concurrency")?),
             key_rate_limit: Some(rate_limit(&f, "key_rate")?),
+            // The form shows no expiry as an empty field: sent empty
+            // beside its on_expiry, it means none.
+            expires_ms: match f.setting_ms("expires")? {
+                None if f.get("on_expiry").is_some() => Some(0),
+                ms => ms,
+            },
+            on_expiry: match f.get("on_expiry") {
+                None | Some("") => None,
+                Some("dead") => Some(OnExpiry::Dead),
+                Some("drop") => Some(OnExpiry::Drop),
+                Some(other) => {
+                    return Err(ApiError::bad_request(
+                        "invalid_config",
+                        format!("on_expiry must be dead or drop, got {other:?}"),
+                    ));
+                }
+            },
             retry,
             delivery: Some(match f.get("mode") {
                 Some("push") => Delivery::Push(push_config(&f, old_push)?),

@@ -9,7 +9,7 @@ use dq_api as wire;
 use dq_core::limits::MAX_BATCH;
 use dq_core::*;
 
-use super::{ApiResult, B64_IN, job, job_id, reply, topic, when, when_sent};
+use super::{ApiResult, B64_IN, expiry_sent, job, job_id, reply, topic, when, when_sent};
 use crate::error::ApiError;
 use crate::extract::{ApiPath as Path, JsonBody, parse};
 use crate::{AppState, Service};
@@ -32,6 +32,7 @@ fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<Ne
         (None, None) => Body::Json("null".into()),
     };
     let when = when_sent(req.delay_ms, req.due_at_ms);
+    let expires = expiry_sent(req.expires_in_ms, req.expires_at_ms);
     let key = req.key.map(JobKey::new).transpose();
     let mut job = NewJob {
         id,
@@ -44,12 +45,14 @@ fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<Ne
         replace: req.replace,
         dedup_ms: req.dedup_ms,
         key: None,
+        expires: None,
     };
     // The first mistake is answered, in the order the API always took:
-    // the body's checks, the form of the due time, the other checks (its
-    // bounds among them), the key.
+    // the body's checks, the form of the due time, the form of the expiry,
+    // the other checks (their bounds among them), the key.
     job.check_body(limits)?;
     job.when = when?.unwrap_or(When::TopicDefault);
+    job.expires = expires?;
     job.check(limits, now_ms)?;
     job.key = key?;
     Ok(job)

@@ -102,6 +102,25 @@ fn when_sent(delay_ms: Option<i64>, due_at_ms: Option<i64>) -> Result<Option<Whe
     }
 }
 
+/// When a job expires, from `expires_in_ms` or `expires_at_ms` (not
+/// both, neither negative); `None` when neither is given. Its bounds are
+/// [`NewJob::check_expiry`]'s.
+fn expiry_sent(in_ms: Option<i64>, at_ms: Option<i64>) -> Result<Option<Expiry>, ApiError> {
+    let bad = |m: String| Err(ApiError::bad_request("invalid_expiry", m));
+    match (in_ms, at_ms) {
+        (Some(_), Some(_)) => bad("give expires_in_ms or expires_at_ms, not both".into()),
+        (Some(ms), None) => match u64::try_from(ms) {
+            Ok(ms) => Ok(Some(Expiry::InMs(ms))),
+            Err(_) => bad(format!("expires_in_ms must be > 0, got {ms}")),
+        },
+        (None, Some(t)) => match u64::try_from(t) {
+            Ok(t) => Ok(Some(Expiry::AtMs(t))),
+            Err(_) => bad(format!("expires_at_ms must be >= 0, got {t}")),
+        },
+        (None, None) => Ok(None),
+    }
+}
+
 /// A body as replies carry it: JSON as it was sent, bytes as base64.
 fn wire_body(body: &Body) -> (Option<wire::RawJson>, Option<String>) {
     match body {
@@ -133,6 +152,7 @@ fn job(view: &JobView) -> wire::Job {
         lease_deadline_ms: j.lease_deadline_ms,
         died_at_ms: j.died_at_ms,
         key: j.key.as_ref().map(ToString::to_string),
+        expires_at_ms: j.expires_at_ms,
         body,
         body_base64,
     }

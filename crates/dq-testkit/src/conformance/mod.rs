@@ -30,6 +30,10 @@
 //!   nack's priority.
 //! - `dead.rs`: bury, replay and purge, `dead_cap`.
 //! - `cancel.rs`: cancel in every state, reschedule.
+//! - `expiry.rs`: jobs that expire before a hand-out (dead or dropped,
+//!   counted; retries, reserve by id, reschedule, replay, rate limits and
+//!   keys). Run by [`expiry_conformance_tests!`](crate::expiry_conformance_tests)
+//!   on the stores that keep expiry so far (the embedded store).
 //! - `get.rs`: what `get` reports, a job's counts.
 //! - `topics.rs`: settings, deletion, listing topics, stats, pause, the
 //!   settings version.
@@ -47,6 +51,7 @@ mod batches;
 mod cancel;
 mod dead;
 mod enqueue;
+mod expiry;
 mod get;
 mod import;
 mod keys;
@@ -64,6 +69,7 @@ pub use batches::*;
 pub use cancel::*;
 pub use dead::*;
 pub use enqueue::*;
+pub use expiry::*;
 pub use get::*;
 pub use import::*;
 pub use keys::*;
@@ -78,6 +84,23 @@ pub use wakes::*;
 
 /// A fixed starting time for scenarios (2023-11-14).
 pub const T0: u64 = 1_700_000_000_000;
+
+/// The expiry scenarios (`expiry.rs`) as `#[tokio::test]`s, for a store
+/// that keeps job expiry, the same way as [`conformance_tests!`](crate::conformance_tests):
+/// apart from it while not every store does (issue #51).
+#[macro_export]
+macro_rules! expiry_conformance_tests {
+    ($make:expr) => {
+        $crate::conformance_tests!(@each $make;
+            expired_job_goes_dead_instead_of_out,
+            expired_job_is_dropped_when_the_topic_says_so,
+            topic_expiry_counts_from_the_due_time,
+            expiry_holds_for_retries_reserve_by_id_and_reschedule,
+            replay_clears_the_expiry,
+            expiry_holds_behind_a_rate_limit_and_in_keyed_lanes
+        );
+    };
+}
 
 /// Instantiates every scenario as a `#[tokio::test]`. `$make` is an async
 /// block returning `(store, guard)`: a fresh empty store and whatever must

@@ -6,6 +6,7 @@ use rusqlite::{OptionalExtension, params};
 
 use super::super::token::numbered;
 use super::super::{DEAD, RESERVED, config, counts, delta, tid};
+use super::expire::expire;
 use super::{LEASABLE, Leasable, lease};
 use crate::ordered::died_place;
 use crate::writer::{Ctx, OpResult};
@@ -31,6 +32,12 @@ pub(crate) fn reserve_job(
     let Some(j) = row.filter(|j| j.state != RESERVED) else {
         return Ok(None);
     };
+    // A waiting job past its expiry is not handed out, by id either: it
+    // ends as any hand-out finds it. (A dead letter has ended already.)
+    if j.state != DEAD && j.expired(now) {
+        expire(cx, tid, &j, now)?;
+        return Ok(None);
+    }
     let lease_ms = match lease_override.or(j.lease_ms) {
         Some(l) => l,
         None => config(cx, tid)?.lease_ms,

@@ -5,14 +5,20 @@
 use dq_core::*;
 use rusqlite::{OptionalExtension, params};
 
+use super::expire::expire;
 use super::{HandOut, Leasable, ready_row};
 use crate::writer::{Ctx, OpResult};
 
 /// The next job of a key's lane (`None`: the jobs without a key, whose
-/// order is in memory).
-fn lane_head(cx: &mut Ctx, tid: i64, key: Option<&str>) -> OpResult<Option<Leasable>> {
+/// order is in memory); those ahead of it found expired at `now` end
+/// ([`expire`]).
+fn lane_head(cx: &mut Ctx, tid: i64, key: Option<&str>, now: u64) -> OpResult<Option<Leasable>> {
     while let Some(place) = cx.mem.ready_head(tid, key) {
         if let Some(j) = ready_row(cx, tid, key, place)? {
+            if j.expired(now) {
+                expire(cx, tid, &j, now)?;
+                continue;
+            }
             return Ok(Some(j));
         }
     }
@@ -134,7 +140,7 @@ pub(super) fn reserve_keyed(
             break;
         };
         let i = at_index[&key];
-        let Some(j) = lane_head(cx, tid, key.as_deref())? else {
+        let Some(j) = lane_head(cx, tid, key.as_deref(), now)? else {
             continue;
         };
         hand.lease(cx, j)?;

@@ -3,7 +3,8 @@
 //! jobs without a flow-control key go in the order kept in memory, read
 //! and leased a span at a time where their rows are dense; a topic with
 //! keyed jobs takes the round of its keys (`keyed`). One job by id:
-//! `job` (`reserve_job.lua`).
+//! `job` (`reserve_job.lua`). A job found expired on its way out goes
+//! dead or is dropped instead (`expire`).
 
 use dq_core::*;
 use rusqlite::{OptionalExtension, params};
@@ -13,6 +14,7 @@ use super::token::numbered;
 use super::{BATCH, READY, counts, sched_head, tid};
 use crate::writer::{Ctx, Failure, HotSql, OpResult};
 
+mod expire;
 mod job;
 mod keyed;
 
@@ -94,12 +96,24 @@ pub(crate) fn reserve(
     let (go, key_token_at) = if keyed {
         reserve_keyed(cx, &mut hand, take)?
     } else {
-        // The first ready jobs, from memory, and their rows.
-        let places = cx.mem.ready.first(tid, take as usize);
-        let ready = ready_rows(cx, tid, &places)?;
-        hand.lease_rows(cx, ready)?;
+        // The first ready jobs, from memory, and their rows; those found
+        // expired end instead, and the next ones are read in their place.
+        let mut ended = 0;
+        loop {
+            let want = take as usize - hand.leases.len();
+            let places = cx.mem.ready.first(tid, want);
+            let mut ready = ready_rows(cx, tid, &places)?;
+            let before = ready.rows.len();
+            ready.end_expired(cx, tid, now)?;
+            let expired = before - ready.rows.len();
+            hand.lease_rows(cx, ready)?;
+            ended += expired as i64;
+            if expired == 0 || hand.leases.len() as u64 >= take {
+                break;
+            }
+        }
         // The topic's ready count once promote moved its jobs in.
-        (n_ready + promoted > hand.leases.len() as i64, None)
+        (n_ready + promoted - ended > hand.leases.len() as i64, None)
     };
     let leases = hand.leases;
     let n = leases.len() as i64;
@@ -299,6 +313,25 @@ fn ready_rows(cx: &mut Ctx, tid: i64, places: &[(i64, i64, i64)]) -> OpResult<Re
     Ok(ReadyRows { rows: out, span })
 }
 
+impl ReadyRows {
+    /// Ends the rows whose expiry has passed at `now` ([`expire::expire`])
+    /// and leaves them out; the rest are no longer one span's whole read.
+    fn end_expired(&mut self, cx: &mut Ctx, tid: i64, now: u64) -> OpResult<()> {
+        if !self.rows.iter().any(|j| j.expired(now)) {
+            return Ok(());
+        }
+        self.span = None;
+        for j in std::mem::take(&mut self.rows) {
+            if j.expired(now) {
+                expire::expire(cx, tid, &j, now)?;
+            } else {
+                self.rows.push(j);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Ready jobs' rows read to be leased ([`ready_rows`]), in hand-out order.
 struct ReadyRows {
     rows: Vec<Leasable>,
@@ -317,7 +350,8 @@ struct Span {
 }
 
 /// The columns a lease is made of.
-const LEASABLE: &str = "seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey";
+const LEASABLE: &str =
+    "seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms";
 
 /// A job about to be leased.
 struct Leasable {
@@ -331,6 +365,8 @@ struct Leasable {
     attempts: u32,
     state: i64,
     fkey: Option<String>,
+    /// When it expires, if it does.
+    expires: Option<u64>,
 }
 
 impl Leasable {
@@ -346,6 +382,7 @@ impl Leasable {
             attempts: r.get(7)?,
             state: r.get(8)?,
             fkey: r.get(9)?,
+            expires: r.get(10)?,
         })
     }
 }

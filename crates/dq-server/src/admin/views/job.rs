@@ -40,6 +40,8 @@ pub(super) struct JobDetails {
     pub(super) last_error: String,
     /// Its flow-control key, when it has one.
     pub(super) key: Option<String>,
+    /// When it expires and how far off, when it does.
+    pub(super) expires_at: Option<String>,
     /// Timeouts, releases, buries, kicks so far.
     pub(super) history: String,
     /// "JSON, 42 bytes" / "binary, 3 bytes, as base64".
@@ -79,6 +81,7 @@ impl JobDetails {
             died_at: j.died_at_ms.map(when),
             last_error: j.last_error.clone().unwrap_or_else(|| "–".into()),
             key: j.key.as_ref().map(ToString::to_string),
+            expires_at: j.expires_at_ms.map(when),
             history: format!(
                 "{} lease(s) expired, {} given back, {} buried, {} replayed",
                 c.timeouts, c.releases, c.buries, c.kicks

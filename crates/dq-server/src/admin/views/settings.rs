@@ -24,6 +24,10 @@ pub(super) struct Settings {
     pub(super) key_rate_limit: String,
     pub(super) key_rate_per: String,
     pub(super) key_rate_burst: String,
+    /// The expiry of the topic's jobs after they are due, empty for none.
+    pub(super) expires: String,
+    /// Whether expired jobs are dropped rather than dead.
+    pub(super) drop_expired: bool,
     /// The retry policy (`1m,3m,5m`, `fixed:30s`, `exp:1s,2,1h`).
     pub(super) retry: String,
     pub(super) push: bool,
@@ -75,6 +79,12 @@ impl Settings {
             key_rate_burst: cfg
                 .key_rate_limit
                 .map_or_else(String::new, |r| r.burst.to_string()),
+            expires: if cfg.expires_ms == 0 {
+                String::new()
+            } else {
+                units::format_ms(cfg.expires_ms)
+            },
+            drop_expired: cfg.on_expiry == dq_core::OnExpiry::Drop,
             retry: units::format_retry(&cfg.retry),
             push: p.is_some(),
             forward,
