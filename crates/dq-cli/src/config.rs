@@ -52,6 +52,9 @@ pub(crate) struct ServeArgs {
     /// PostgreSQL: the schema dq creates and uses [default: dq]
     #[arg(long, env = "DQ_POSTGRES_SCHEMA")]
     pub(crate) postgres_schema: Option<String>,
+    /// PostgreSQL: longest a statement of one store call may run, lock waits included (statement_timeout on dq's connections), e.g. 5s; 0 leaves the server's setting [default: 5s]
+    #[arg(long, env = "DQ_POSTGRES_STATEMENT_TIMEOUT")]
+    pub(crate) postgres_statement_timeout: Option<String>,
     /// Use several independent Redis servers (shards): their URLs, comma-separated, the same list on every dq instance
     #[arg(long, env = "DQ_REDIS_SHARDS", value_delimiter = ',')]
     pub(crate) redis_shards: Vec<String>,
@@ -164,6 +167,7 @@ struct FileConfig {
     redis: Option<String>,
     postgres: Option<String>,
     postgres_schema: Option<String>,
+    postgres_statement_timeout: Option<String>,
     #[serde(default)]
     redis_cluster: Vec<String>,
     #[serde(default)]
@@ -280,6 +284,11 @@ impl ServeArgs {
         let redis_url = self.redis.or(file.redis);
         let postgres_url = self.postgres.or(file.postgres);
         let postgres_schema = self.postgres_schema.or(file.postgres_schema);
+        let postgres_statement_timeout = self
+            .postgres_statement_timeout
+            .or(file.postgres_statement_timeout)
+            .map(|t| duration("postgres_statement_timeout", &t))
+            .transpose()?;
         let data_dir = self.data_dir.or(file.data_dir);
         let disk_reserve = self.disk_reserve_bytes.or(file.disk_reserve_bytes);
         if let Some(l) = self.listen.or(file.listen) {
@@ -509,6 +518,9 @@ impl ServeArgs {
         if postgres_schema.is_some() && postgres_url.is_none() {
             bail!("postgres_schema applies to the PostgreSQL store (postgres)");
         }
+        if postgres_statement_timeout.is_some() && postgres_url.is_none() {
+            bail!("postgres_statement_timeout applies to the PostgreSQL store (postgres)");
+        }
         let store = if let Some(url) = redis_url {
             redis.url = url;
             StoreChoice::Redis(vec![redis])
@@ -525,6 +537,11 @@ impl ServeArgs {
             StoreChoice::Postgres(dq_postgres::PgConfig {
                 url,
                 schema: postgres_schema.unwrap_or_else(|| "dq".into()),
+                statement_timeout: match postgres_statement_timeout {
+                    None => Some(dq_postgres::DEFAULT_STATEMENT_TIMEOUT),
+                    Some(t) if t.is_zero() => None,
+                    Some(t) => Some(t),
+                },
                 ..Default::default()
             })
         } else if !cluster.is_empty() {
@@ -643,16 +660,18 @@ mod tests {
     }
 
     /// `postgres` from the file or the flag (the flag wins), the schema
-    /// `dq` unless `postgres_schema` names another; refused beside another
-    /// store, with a URL of another scheme (its password hidden), and a
-    /// schema without a database.
+    /// `dq` unless `postgres_schema` names another, `statement_timeout` 5 s
+    /// unless `postgres_statement_timeout` says otherwise (`0`: none set);
+    /// refused beside another store, with a URL of another scheme (its
+    /// password hidden), a schema or a statement timeout without a
+    /// database, and a timeout that is not a duration.
     #[test]
     fn postgres_from_file_or_flag() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dq.toml");
         std::fs::write(
             &path,
-            "postgres = \"postgres://file@db/app\"\npostgres_schema = \"queue\"\n",
+            "postgres = \"postgres://file@db/app\"\npostgres_schema = \"queue\"\npostgres_statement_timeout = \"2s\"\n",
         )
         .unwrap();
         let s = ServeArgs {
@@ -662,8 +681,16 @@ mod tests {
         .resolve()
         .unwrap();
         assert!(
-            matches!(&s.store, StoreChoice::Postgres(c) if c.url == "postgres://file@db/app" && c.schema == "queue")
+            matches!(&s.store, StoreChoice::Postgres(c) if c.url == "postgres://file@db/app" && c.schema == "queue" && c.statement_timeout == Some(Duration::from_secs(2)))
         );
+        let s = ServeArgs {
+            config: Some(path.clone()),
+            postgres_statement_timeout: Some("0".into()),
+            ..Default::default()
+        }
+        .resolve()
+        .unwrap();
+        assert!(matches!(&s.store, StoreChoice::Postgres(c) if c.statement_timeout.is_none()));
         let s = ServeArgs {
             config: Some(PathBuf::from("/dev/null")),
             postgres: Some("postgresql://flag@db/app".into()),
@@ -672,7 +699,7 @@ mod tests {
         .resolve()
         .unwrap();
         assert!(
-            matches!(&s.store, StoreChoice::Postgres(c) if c.url == "postgresql://flag@db/app" && c.schema == "dq")
+            matches!(&s.store, StoreChoice::Postgres(c) if c.url == "postgresql://flag@db/app" && c.schema == "dq" && c.statement_timeout == Some(dq_postgres::DEFAULT_STATEMENT_TIMEOUT))
         );
         for (args, needle) in [
             (
@@ -696,6 +723,21 @@ mod tests {
                     ..Default::default()
                 },
                 "postgres_schema applies",
+            ),
+            (
+                ServeArgs {
+                    postgres_statement_timeout: Some("1s".into()),
+                    ..Default::default()
+                },
+                "postgres_statement_timeout applies",
+            ),
+            (
+                ServeArgs {
+                    postgres: Some("postgres://a@b/c".into()),
+                    postgres_statement_timeout: Some("soon".into()),
+                    ..Default::default()
+                },
+                "postgres_statement_timeout: \"soon\" is not a duration",
             ),
             (
                 ServeArgs {

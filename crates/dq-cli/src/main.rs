@@ -163,10 +163,9 @@ async fn serve(args: ServeArgs) -> Result<()> {
                     dq_postgres::mask_url(&config.url),
                     config.schema
                 );
-                let store = dq_postgres::PgStore::open(config)
-                    .await
-                    .with_context(|| format!("opening {what}"))?;
-                tracing::info!(postgres = %what, "PostgreSQL reachable, schema ready");
+                let store =
+                    dq_postgres::PgStore::new(config).with_context(|| format!("opening {what}"))?;
+                open_postgres(&store, &what).await?;
                 (Arc::new(store), what, dq_redis::RedisSink::new())
             }
         };
@@ -295,6 +294,52 @@ async fn check_layout(store: Arc<dq_redis::ShardedStore>, upgrade: bool) -> Resu
                 Err(e) => {
                     tracing::error!(error = %e, "refusing this Redis layout; stopping");
                     eprintln!("error: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Creates or migrates the PostgreSQL schema before serving. A database
+/// that does not answer yet does not stop the start (as Redis does not):
+/// dq serves, every store call answers 503 `store_unavailable` and
+/// `/readyz` 503, and the schema is checked again every second in the
+/// background, with a warning every 30 s, until it answers. A schema dq
+/// must not use (a newer dq's, another program's) stops the process, at
+/// start or when the database first answers.
+async fn open_postgres(store: &dq_postgres::PgStore, what: &str) -> Result<()> {
+    use dq_postgres::OpenError;
+    match store.migrate().await {
+        Ok(()) => {
+            tracing::info!(postgres = %what, "PostgreSQL reachable, schema ready");
+            return Ok(());
+        }
+        Err(OpenError::Unreachable(e)) => {
+            tracing::warn!(postgres = %what, error = %e, "PostgreSQL not reachable yet; serving anyway and retrying every second (requests get 503 until it answers)");
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("opening {what}"))),
+    }
+    let (store, what) = (store.clone(), what.to_string());
+    tokio::spawn(async move {
+        let mut logged = std::time::Instant::now();
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            match store.migrate().await {
+                Ok(()) => {
+                    tracing::info!(postgres = %what, "PostgreSQL reachable, schema ready; serving from it now");
+                    return;
+                }
+                Err(OpenError::Unreachable(e)) => {
+                    if logged.elapsed() >= std::time::Duration::from_secs(30) {
+                        tracing::warn!(postgres = %what, error = %e, "PostgreSQL still not reachable; requests get 503 until it answers");
+                        logged = std::time::Instant::now();
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(postgres = %what, error = %e, "refusing this PostgreSQL schema; stopping");
+                    eprintln!("error: opening {what}: {e}");
                     std::process::exit(1);
                 }
             }

@@ -61,6 +61,12 @@ pub struct PgConfig {
     pub pool_size: usize,
     /// Whose clock decides.
     pub clock: TimeSource,
+    /// Longest a statement of a store call may run (PostgreSQL's
+    /// `statement_timeout` on the pool's connections), waits for locks
+    /// included; a call that hits it is rolled back and answers
+    /// [`StoreError::Unavailable`], and its connection goes back to the
+    /// pool. `None`: the server's own setting (0, no limit, by default).
+    pub statement_timeout: Option<std::time::Duration>,
 }
 
 impl Default for PgConfig {
@@ -70,9 +76,16 @@ impl Default for PgConfig {
             schema: "dq".into(),
             pool_size: 16,
             clock: TimeSource::Database,
+            statement_timeout: Some(DEFAULT_STATEMENT_TIMEOUT),
         }
     }
 }
+
+/// The default [`PgConfig::statement_timeout`]: far above what a bounded
+/// store call takes, well below the pool's wait for a free connection
+/// (10 s), so calls stuck behind a lock give their connections back before
+/// calls queued for one give up.
+pub const DEFAULT_STATEMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// An error inside a store call: the [`StoreError`] the call answers.
 #[derive(Debug)]
@@ -116,6 +129,10 @@ struct Inner {
     clock: TimeSource,
     /// The NOTIFY channel of this schema.
     channel: String,
+    /// Whether [`PgStore::migrate`] has succeeded: until then every call
+    /// answers [`StoreError::Unavailable`] (the schema may be missing, or of
+    /// a version this dq must not write).
+    migrated: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -157,7 +174,13 @@ impl PgStore {
         }
         let schema = config.schema.clone();
         let mut pooled = pg.clone();
-        pooled.options(format!("-c search_path={schema}"));
+        // The URL's own `options` first, then dq's (the later `-c` wins).
+        let mut options = pooled.get_options().map(str::to_owned).unwrap_or_default();
+        options.push_str(&format!(" -c search_path={schema}"));
+        if let Some(t) = config.statement_timeout {
+            options.push_str(&format!(" -c statement_timeout={}", t.as_millis().max(1)));
+        }
+        pooled.options(options.trim_start());
         let manager = Manager::from_config(
             pooled,
             tokio_postgres::NoTls,
@@ -179,6 +202,7 @@ impl PgStore {
                 channel: format!("dq_wake.{schema}"),
                 schema,
                 clock: config.clock,
+                migrated: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -200,6 +224,11 @@ impl PgStore {
         let r = schema::migrate(&mut client, &self.inner.schema).await;
         drop(client);
         let _ = driver.await;
+        if r.is_ok() {
+            self.inner
+                .migrated
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         r
     }
 
@@ -209,6 +238,15 @@ impl PgStore {
     }
 
     async fn client(&self) -> OpResult<deadpool_postgres::Object> {
+        if !self
+            .inner
+            .migrated
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Err(Failure(StoreError::Unavailable(
+                "postgres: the schema is not checked yet (the database has not answered since dq started)".into(),
+            )));
+        }
         Ok(self.inner.pool.get().await?)
     }
 
@@ -255,7 +293,7 @@ macro_rules! in_tx {
                 Ok(v) => {
                     $cx.send_wakes().await?;
                     drop($cx);
-                    tx.commit().await?;
+                    tx.commit().await.map_err(commit_failed)?;
                     Ok(v)
                 }
                 Err(e) => {
@@ -268,6 +306,22 @@ macro_rules! in_tx {
         .await
         .map_err(|e: Failure| e.0)
     }};
+}
+
+/// A `COMMIT` that failed: refused by the server (a known rollback, as any
+/// statement's error), or lost with the connection, when the database may
+/// or may not have committed it: `store_outcome_unknown`, as the embedded
+/// store answers a failed fsync (a retry with the same id is safe).
+fn commit_failed(e: tokio_postgres::Error) -> Failure {
+    if e.as_db_error().is_some() {
+        return Failure::from(e);
+    }
+    Failure(StoreError::Storage {
+        code: "store_outcome_unknown",
+        message: format!(
+            "the connection to PostgreSQL was lost during COMMIT ({e}): this write may or may not have been kept; retry with the same id"
+        ),
+    })
 }
 
 /// Runs `$call` for each item of `$items` (bound to `$it`) in the call's

@@ -217,6 +217,24 @@ impl PgServer {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Starts `psql` running `sql` on database `db` in the background (a
+    /// session of the test's own, e.g. one that holds a lock while it
+    /// sleeps); the caller waits for or kills the child.
+    ///
+    /// # Panics
+    /// When psql cannot be started.
+    pub fn psql_spawn(&self, db: &str, sql: &str) -> Child {
+        Command::new(self.bin.join("psql"))
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", "postgres", "-d", db, "-c", sql])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run psql")
+    }
+
     /// Creates a new empty database with a name no other call of this
     /// process gets (`<prefix>_<pid>_<n>`) and returns its URL.
     pub fn fresh_database(&self, prefix: &str) -> String {

@@ -15,8 +15,11 @@ pub(crate) struct Ledger {
     acked: HashMap<String, Instant>,
     /// Enqueues sent whose answer was lost (a crash): they may or may not exist.
     unknown: HashMap<String, Instant>,
-    /// Hand-outs: id → moments, and whether that hand-out's ack got a 2xx.
-    deliveries: HashMap<String, Vec<(Instant, bool)>>,
+    /// Hand-outs: id → moments, whether that hand-out's ack got a 2xx, and
+    /// when the ack's answer came.
+    deliveries: HashMap<String, Vec<(Instant, bool, Instant)>>,
+    /// When the load started (the examples' times count from it).
+    start: Option<Instant>,
 }
 
 /// The checker's counts.
@@ -32,6 +35,14 @@ pub(crate) struct Counts {
     pub(crate) early: usize,
     /// The earliest hand-out, in µs before its due moment (0: none early).
     pub(crate) earliest_us: u128,
+    /// A few duplicated jobs: id, then each hand-out (ms since the load
+    /// started, and whether its ack got a 2xx), for the failure message.
+    pub(crate) duplicates: Vec<String>,
+    /// For each duplicated job: when the 2xx of the ack before the second
+    /// hand-out came (a test whose fault may lose the last acks, such as a
+    /// crash of PostgreSQL under `synchronous_commit = off`, checks these
+    /// against the moments of its faults).
+    pub(crate) undone_acks: Vec<Instant>,
 }
 
 impl Ledger {
@@ -54,7 +65,7 @@ impl Ledger {
                 c.unexpected += 1;
                 continue;
             };
-            for (at, _) in ds {
+            for (at, _, _) in ds {
                 let ahead = not_before.saturating_duration_since(*at);
                 c.earliest_us = c.earliest_us.max(ahead.as_micros());
                 // Due times are whole milliseconds of the store's clock, read
@@ -64,7 +75,24 @@ impl Ledger {
             let acked_first = ds.iter().position(|x| x.1);
             match acked_first {
                 // Handed out again after an ack that succeeded: a duplicate.
-                Some(p) if p + 1 < ds.len() => c.duplicated += 1,
+                Some(p) if p + 1 < ds.len() => {
+                    c.duplicated += 1;
+                    c.undone_acks.push(ds[p].2);
+                    if c.duplicates.len() < 5 {
+                        let start = self.start.unwrap_or(*not_before);
+                        let times: Vec<String> = ds
+                            .iter()
+                            .map(|(at, ok, _)| {
+                                format!(
+                                    "{} ms {}",
+                                    at.saturating_duration_since(start).as_millis(),
+                                    if *ok { "acked" } else { "not acked" }
+                                )
+                            })
+                            .collect();
+                        c.duplicates.push(format!("{id}: {}", times.join(", ")));
+                    }
+                }
                 _ if ds.len() > 1 => c.redelivered_after_crash += 1,
                 _ => {}
             }
@@ -87,7 +115,10 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let ledger = Arc::new(Mutex::new(Ledger {
+        start: Some(Instant::now()),
+        ..Ledger::default()
+    }));
     let stop_producing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stop_consuming = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let http = reqwest::Client::builder()
@@ -159,13 +190,14 @@ where
                         .send()
                         .await
                         .is_ok_and(|r| r.status().is_success());
+                    let answered = Instant::now();
                     ledger
                         .lock()
                         .unwrap()
                         .deliveries
                         .entry(id)
                         .or_default()
-                        .push((at, ok));
+                        .push((at, ok, answered));
                 }
             }
         }));

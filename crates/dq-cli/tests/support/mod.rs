@@ -4,6 +4,7 @@
 
 pub(crate) mod beanstalk;
 pub(crate) mod load;
+pub(crate) mod pg;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
