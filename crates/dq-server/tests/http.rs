@@ -45,6 +45,7 @@ dq_testkit::router_tests! {
         export_listing_and_import,
         flow_control_through_the_api,
         topics_page_by_cursor_and_prefix,
+        single_enqueues_at_once_each_get_their_own_answer,
     ],
 }
 
@@ -2389,4 +2390,55 @@ async fn expiry_through_the_api() {
         ),
     ])
     .await;
+}
+
+/// Single enqueues into one topic that arrive together share store calls
+/// (the service's combiner): each still gets the answer it would get alone
+/// — 40 new ids all created, 8 of one id created once and found 7 times
+/// (in order of writing: the created one is first), and a job the store
+/// refuses (an expiry, on a store that keeps none) refused alone.
+async fn single_enqueues_at_once_each_get_their_own_answer(fresh: FreshApi) {
+    let a = fresh.api();
+    let calls = (0..40)
+        .map(|i| json!({"id": format!("c{i}"), "body": i, "delay_ms": 60_000}))
+        .chain((0..8).map(|i| json!({"id": "same", "body": i, "delay_ms": 60_000})))
+        .chain(std::iter::once(
+            json!({"id": "expiring", "body": 0, "delay_ms": 60_000, "expires_in_ms": 120_000}),
+        ));
+    let answers = futures::future::join_all(
+        calls.map(|body| a.call("POST", "/v1/topics/together/jobs", Some(body))),
+    )
+    .await;
+    for (i, (s, v)) in answers[..40].iter().enumerate() {
+        assert_eq!(*s, StatusCode::CREATED, "c{i}: {v}");
+        assert_eq!(v["id"], json!(format!("c{i}")), "{v}");
+    }
+    let same: Vec<_> = answers[40..48]
+        .iter()
+        .map(|(s, v)| (*s, v["created"].clone()))
+        .collect();
+    assert_eq!(
+        same.iter()
+            .filter(|(s, c)| *s == StatusCode::CREATED && *c == json!(true))
+            .count(),
+        1,
+        "{same:?}"
+    );
+    assert_eq!(
+        same.iter()
+            .filter(|(s, c)| *s == StatusCode::OK && *c == json!(false))
+            .count(),
+        7,
+        "{same:?}"
+    );
+    let (s, v) = &answers[48];
+    let expiring_kept = match (*s, v["error"]["code"].as_str()) {
+        (StatusCode::CREATED, _) => 1,
+        (StatusCode::BAD_REQUEST, Some("expiry_unsupported")) => 0,
+        other => panic!("the expiring job: {other:?} {v}"),
+    };
+    assert_eq!(
+        a.stats("together").await["scheduled"],
+        json!(41 + expiring_kept)
+    );
 }

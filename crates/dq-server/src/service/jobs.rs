@@ -4,7 +4,7 @@
 use dq_core::limits::MAX_BATCH;
 use dq_core::{Enqueued, InvalidInput, JobId, JobInfo, JobState, NewJob, StoreError, Topic};
 
-use super::{JobView, Result, Service, view};
+use super::{JobView, Result, Service, Writer, view};
 
 /// `invalid_batch` for an empty or oversized batch.
 fn check_len(jobs: &[NewJob]) -> Result<()> {
@@ -24,10 +24,12 @@ impl Service {
     /// # Errors
     /// The first rule of [`NewJob::check`] it breaks; a store error; nothing
     /// was written.
+    /// Single enqueues into one topic that arrive while another's store
+    /// call is in flight share the next call (see `combine`); each gets its
+    /// own outcome.
     pub async fn enqueue(&self, t: &Topic, job: NewJob) -> Result<Enqueued> {
-        let mut out = self.enqueue_batch(t, vec![job]).await?;
-        out.pop()
-            .ok_or_else(|| StoreError::Unavailable("the store answered no result".into()).into())
+        job.check(&self.limits, self.now())?;
+        self.enqueues.enqueue(&self.writer(), t, job).await
     }
 
     /// Enqueues up to [`MAX_BATCH`] jobs in one store call; a result per job,
@@ -53,12 +55,7 @@ impl Service {
     /// slot, which a `max_delay` shorter than that would refuse).
     pub(super) async fn write_jobs(&self, t: &Topic, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         check_len(&jobs)?;
-        let out = self.store.enqueue(t, &jobs, self.now()).await;
-        self.changed(t);
-        let out = out?;
-        let changed = out.iter().filter(|e| e.created || e.replaced).count();
-        tracing::debug!(topic = %t, jobs = out.len(), changed, "jobs enqueued");
-        Ok(out)
+        self.writer().write(t, &jobs).await
     }
 
     /// One job with the limits in effect for it.
@@ -173,6 +170,20 @@ impl Service {
         let out = out?;
         let created = out.iter().filter(|i| i.created).count();
         tracing::info!(topic = %t, jobs = out.len(), created, "jobs imported");
+        Ok(out)
+    }
+}
+
+impl Writer {
+    /// One store call writing `jobs` (checked) into `t`; the waiters here
+    /// stop skipping `t` at once, whether the call succeeded or not (a
+    /// failed call may have written).
+    pub(super) async fn write(&self, t: &Topic, jobs: &[NewJob]) -> Result<Vec<Enqueued>> {
+        let out = self.store.enqueue(t, jobs, self.clock.now_ms()).await;
+        self.wakers.changed(t.as_str());
+        let out = out?;
+        let changed = out.iter().filter(|e| e.created || e.replaced).count();
+        tracing::debug!(topic = %t, jobs = out.len(), changed, "jobs enqueued");
         Ok(out)
     }
 }

@@ -32,6 +32,7 @@
 //! file holds the [`Service`] itself, its errors and its loops.
 
 mod backup;
+mod combine;
 mod dead;
 mod drain;
 mod jobs;
@@ -142,6 +143,19 @@ pub struct Service {
     keys: Arc<KeyRing>,
     /// `auto_create_topics` (see [`Service::check_topics_known`]).
     auto_create_topics: std::sync::atomic::AtomicBool,
+    /// Single enqueues into a topic that arrive together, written in one
+    /// store call.
+    enqueues: Arc<combine::Combiner>,
+}
+
+/// What a write of jobs needs, apart from the service (a combined
+/// enqueue's writer runs as a task of its own): the store call, then the
+/// waiters told.
+#[derive(Clone)]
+struct Writer {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    wakers: Arc<Wakers>,
 }
 
 /// The loops [`Service::spawn_loops`] runs beside the two every service
@@ -181,6 +195,15 @@ impl Service {
             settings: topics::SettingsCache::default(),
             keys: Arc::new(KeyRing::default()),
             auto_create_topics: std::sync::atomic::AtomicBool::new(true),
+            enqueues: Arc::default(),
+        }
+    }
+
+    fn writer(&self) -> Writer {
+        Writer {
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            wakers: self.wakers.clone(),
         }
     }
 
