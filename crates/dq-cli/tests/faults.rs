@@ -1122,6 +1122,8 @@ async fn slow_clients_exhausting_the_pool_do_not_stall_acks_or_the_dispatcher() 
     }
     // ...and 32 clients whose every write waits on the lock until
     // statement_timeout: together more than the pool's 16 connections.
+    // Batches, each its own store call (single enqueues into one topic
+    // would share calls: the service's combiner).
     for c in 0..32 {
         let (dq, stop) = (dq.clone(), stop.clone());
         slow.push(tokio::spawn(async move {
@@ -1130,8 +1132,8 @@ async fn slow_clients_exhausting_the_pool_do_not_stall_acks_or_the_dispatcher() 
                 n += 1;
                 let (s, v) = dq
                     .post(
-                        "/v1/topics/stuck/jobs",
-                        json!({"id": format!("c{c}-{n}"), "body": n}),
+                        "/v1/topics/stuck/jobs:batch",
+                        json!({"jobs": [{"id": format!("c{c}-{n}"), "body": n}]}),
                     )
                     .await;
                 assert_eq!(s, 503, "{v}");
