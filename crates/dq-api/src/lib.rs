@@ -68,7 +68,8 @@ pub use schedules::{
     CatchUp, LastJob, ScheduleDeleted, ScheduleInfo, ScheduleList, ScheduleSpec, Slot,
 };
 pub use topics::{
-    PutTopicRequest, TopicConfigured, TopicDeleted, TopicInfo, TopicList, TopicListQuery,
+    PutTopicRequest, SettingLine, TopicConfigured, TopicDeleted, TopicInfo, TopicList,
+    TopicListQuery, config_sources, settings_in_words,
 };
 
 #[cfg(test)]

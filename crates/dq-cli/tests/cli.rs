@@ -161,6 +161,29 @@ async fn the_cli_tour_and_its_refusals() {
             json!({"delays_ms": [60000, 180000]})
         )
     );
+    let sources = &json_of(&out)["config_sources"];
+    assert_eq!(
+        (&sources["max_attempts"], &sources["dead_cap"]),
+        (&json!("set"), &json!("default")),
+        "{out}"
+    );
+    // The settings in effect, one a row, in the CLI's units, each with
+    // where it comes from.
+    let (ok, out, err) = dq(base, &["stats", "orders"], "");
+    assert!(ok, "{err}");
+    let row = |name: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("no {name} row in {out}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(row("retry").contains("1m,3m set"), "{out}");
+    assert!(row("lease_ms").contains("45s set"), "{out}");
+    assert!(row("max_attempts").contains(" 3 set"), "{out}");
+    assert!(row("dead_cap").contains("default (pull)"), "{out}");
+    assert!(row("delivery").contains("pull default (pull)"), "{out}");
     let (ok, out, _) = dq(base, &["stats", "--json"], "");
     assert!(ok);
     let topics = json_of(&out)["topics"].clone();

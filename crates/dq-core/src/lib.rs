@@ -41,4 +41,6 @@ pub use store::{
     BackupError, BackupReport, MAX_RECORD_BYTES, Record, Store, StoreError, StoreResult, WakeFn,
     WorkCounter,
 };
-pub use topic::{Delivery, OnExpiry, PushConfig, PushMethod, TopicConfig, TopicConfigPatch};
+pub use topic::{
+    Delivery, OnExpiry, PushConfig, PushMethod, SettingSource, TopicConfig, TopicConfigPatch,
+};

@@ -1,5 +1,7 @@
 //! Per-topic settings.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::flow::RateLimit;
@@ -388,6 +390,84 @@ impl Default for TopicConfig {
 /// Most dead letters a topic may keep.
 pub const MAX_DEAD_CAP: u64 = 10_000_000;
 
+/// `max_attempts` of a topic dq delivers (push or forwarding) that sets none.
+pub const DELIVERED_MAX_ATTEMPTS: u32 = 10;
+
+/// The retry waits of a topic dq delivers that sets none: 1, 3, 5, … 19
+/// minutes — a callback or a target Redis that is down is usually down for
+/// minutes, not for the pull default's seconds.
+pub fn delivered_retry() -> RetryPolicy {
+    RetryPolicy::DelaysMs((0..10).map(|n| (2 * n + 1) * 60_000).collect())
+}
+
+/// Where a setting in effect comes from ([`TopicConfig::sources`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SettingSource {
+    /// The default for the topic's delivery mode (a value set equal to it
+    /// reads the same: it behaves the same).
+    Default,
+    /// Set for this topic, to something else than that default.
+    Set,
+}
+
+impl TopicConfig {
+    /// The settings a topic of `delivery`'s mode has when nothing is set:
+    /// the defaults, with a delivered topic's retries and attempts
+    /// ([`delivered_retry`], [`DELIVERED_MAX_ATTEMPTS`]).
+    pub fn defaults_for(delivery: &Delivery) -> Self {
+        let mut d = Self {
+            delivery: delivery.clone(),
+            ..Self::default()
+        };
+        if delivery.is_delivered_by_dq() {
+            d.retry = delivered_retry();
+            d.max_attempts = DELIVERED_MAX_ATTEMPTS;
+        }
+        d
+    }
+
+    /// For each setting (by its name on the wire), whether it is the
+    /// default for this topic's delivery mode or set: what `GET
+    /// /v1/topics/{topic}` answers as `config_sources`, and the CLI and the
+    /// admin page show beside each value. `delivery` is `default` for pull.
+    pub fn sources(&self) -> BTreeMap<&'static str, SettingSource> {
+        let d = Self::defaults_for(&self.delivery);
+        let from = |same: bool| {
+            if same {
+                SettingSource::Default
+            } else {
+                SettingSource::Set
+            }
+        };
+        BTreeMap::from([
+            ("max_attempts", from(self.max_attempts == d.max_attempts)),
+            ("lease_ms", from(self.lease_ms == d.lease_ms)),
+            ("dead_cap", from(self.dead_cap == d.dead_cap)),
+            (
+                "default_delay_ms",
+                from(self.default_delay_ms == d.default_delay_ms),
+            ),
+            ("retry", from(self.retry == d.retry)),
+            ("delivery", from(!self.delivery.is_delivered_by_dq())),
+            ("partitions", from(self.partitions == d.partitions)),
+            ("dedup_ms", from(self.dedup_ms == d.dedup_ms)),
+            ("paused", from(self.paused == d.paused)),
+            ("rate_limit", from(self.rate_limit == d.rate_limit)),
+            (
+                "key_concurrency",
+                from(self.key_concurrency == d.key_concurrency),
+            ),
+            (
+                "key_rate_limit",
+                from(self.key_rate_limit == d.key_rate_limit),
+            ),
+            ("expires_ms", from(self.expires_ms == d.expires_ms)),
+            ("on_expiry", from(self.on_expiry == d.on_expiry)),
+        ])
+    }
+}
+
 /// A partial update of a [`TopicConfig`]: fields left out keep their value.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -545,12 +625,10 @@ impl TopicConfigPatch {
         }
         let defaults = TopicConfig::default();
         if self.retry.is_none() && current.retry == defaults.retry {
-            self.retry = Some(RetryPolicy::DelaysMs(
-                (0..10).map(|n| (2 * n + 1) * 60_000).collect(),
-            ));
+            self.retry = Some(delivered_retry());
         }
         if self.max_attempts.is_none() && current.max_attempts == defaults.max_attempts {
-            self.max_attempts = Some(10);
+            self.max_attempts = Some(DELIVERED_MAX_ATTEMPTS);
         }
         self
     }
@@ -611,6 +689,72 @@ impl TopicConfigPatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_setting_says_where_it_comes_from() {
+        // Every field on the wire has a source (a new setting must be added
+        // to `sources`): the options set, so none is left out.
+        let mut all = TopicConfig {
+            rate_limit: Some(RateLimit {
+                limit: 1,
+                per_ms: 1000,
+                burst: 1,
+            }),
+            key_concurrency: Some(1),
+            key_rate_limit: Some(RateLimit {
+                limit: 1,
+                per_ms: 1000,
+                burst: 1,
+            }),
+            ..TopicConfig::default()
+        };
+        let wire = serde_json::to_value(&all).unwrap();
+        let names: std::collections::BTreeSet<&str> = wire
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let sources = all.sources();
+        assert_eq!(names, sources.keys().copied().collect());
+        assert!(
+            TopicConfig::default()
+                .sources()
+                .values()
+                .all(|s| *s == SettingSource::Default)
+        );
+
+        // A topic turned to push takes the delivered defaults: still
+        // "default" for its mode; the pull default's waits are "set" there.
+        let push = Delivery::Push(PushConfig {
+            url: "https://example.com/hook".into(),
+            method: PushMethod::Post,
+            timeout_ms: PUSH_TIMEOUT_MS,
+            headers: Default::default(),
+            concurrency: PUSH_CONCURRENCY,
+            secrets: Vec::new(),
+        });
+        let pushed = TopicConfigPatch {
+            delivery: Some(push.clone()),
+            ..TopicConfigPatch::default()
+        }
+        .with_delivered_defaults(&TopicConfig::default())
+        .apply(TopicConfig::default());
+        let s = pushed.sources();
+        assert_eq!(s["max_attempts"], SettingSource::Default);
+        assert_eq!(s["retry"], SettingSource::Default);
+        assert_eq!(s["delivery"], SettingSource::Set);
+        assert_eq!(pushed.max_attempts, DELIVERED_MAX_ATTEMPTS);
+        all.delivery = push;
+        all.max_attempts = 5;
+        let s = all.sources();
+        assert_eq!(
+            (s["max_attempts"], s["retry"]),
+            (SettingSource::Set, SettingSource::Set)
+        );
+        assert_eq!(s["rate_limit"], SettingSource::Set);
+        assert_eq!(s["lease_ms"], SettingSource::Default);
+    }
 
     #[test]
     fn patch_keeps_unnamed_fields() {

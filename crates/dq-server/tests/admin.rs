@@ -1532,6 +1532,62 @@ async fn keys_sign_in_and_see_only_what_their_scopes_allow() {
     assert_eq!(r.status, StatusCode::SEE_OTHER, "back to the login form");
 }
 
+/// The settings form says beside each setting where it comes from: the
+/// default for the topic's delivery mode, or set (issue #56).
+#[tokio::test]
+async fn the_settings_form_says_where_each_setting_comes_from() {
+    let a = embedded();
+    let page = "/admin/topics/shop";
+    let r = a
+        .api(
+            "PUT",
+            "/v1/topics/shop",
+            Some(json!({"lease_ms": 45_000, "retry": {"delays_ms": [60_000]}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let from = |doc: &scraper::Html, name: &str| {
+        doc.select(&scraper::Selector::parse(&format!("#settings #from-{name}")).unwrap())
+            .next()
+            .map(|e| e.text().collect::<String>())
+            .unwrap_or_else(|| panic!("no source beside {name}"))
+    };
+    let doc = a.get(page).await.doc();
+    assert_eq!(from(&doc, "lease_ms"), "set");
+    assert_eq!(from(&doc, "retry"), "set");
+    assert_eq!(from(&doc, "max_attempts"), "default (pull)");
+    assert_eq!(from(&doc, "expires_ms"), "default (pull)");
+
+    // Turned to push: the attempts and waits dq gives a delivered topic
+    // are that mode's defaults; the waits set before stay set.
+    let r = a
+        .api(
+            "PUT",
+            "/v1/topics/shop",
+            Some(json!({"delivery": {"mode": "push", "url": "http://127.0.0.1:9/hook"}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let sources = r.json()["config_sources"].clone();
+    assert_eq!(
+        (
+            &sources["max_attempts"],
+            &sources["retry"],
+            &sources["delivery"]
+        ),
+        (&json!("default"), &json!("set"), &json!("set")),
+        "{}",
+        r.text
+    );
+    let got = a.api("GET", "/v1/topics/shop", None).await.json();
+    assert_eq!(got["config_sources"], sources, "GET answers as PUT did");
+    assert_eq!(got["config_sources"]["lease_ms"], json!("set"));
+    assert_eq!(got["config"]["max_attempts"], json!(10));
+    let doc = a.get(page).await.doc();
+    assert_eq!(from(&doc, "max_attempts"), "default (push)");
+    assert_eq!(from(&doc, "retry"), "set");
+}
+
 /// Expiry on the topic page (issue #51): the settings form sets the
 /// topic's `expires_ms` (in the CLI's units) and `on_expiry`, shows them
 /// back, and an emptied field removes the expiry; a job's details show

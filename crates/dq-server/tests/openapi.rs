@@ -624,6 +624,7 @@ fn routes() -> Vec<Route> {
                         name: "t".into(),
                         stats: stats(),
                         config: None,
+                        config_sources: None,
                     }],
                     next_cursor: Some("t".into()),
                 }),
@@ -638,6 +639,7 @@ fn routes() -> Vec<Route> {
                 to(TopicInfo {
                     name: "t".into(),
                     stats: stats(),
+                    config_sources: Some(dq_api::config_sources(&config())),
                     config: Some(config()),
                 }),
             )],
@@ -650,6 +652,7 @@ fn routes() -> Vec<Route> {
                 "200",
                 to(TopicConfigured {
                     name: "t".into(),
+                    config_sources: dq_api::config_sources(&config()),
                     config: config(),
                 }),
             )],

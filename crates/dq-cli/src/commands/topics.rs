@@ -5,7 +5,10 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use comfy_table::Table;
 use dq_client::{Client, TopicInfo, wire};
-use dq_core::{Clock, Delivery, PushConfig, PushMethod, RetryPolicy, TopicConfigPatch};
+use dq_core::{
+    Clock, Delivery, PushConfig, PushMethod, RetryPolicy, SettingSource, TopicConfig,
+    TopicConfigPatch,
+};
 
 use super::flags::{ms, parse_rate, parse_retry};
 use crate::conn::Conn;
@@ -160,8 +163,9 @@ impl Stats {
                     print_json(&info);
                 } else {
                     println!("{}", stats_table(std::slice::from_ref(&info)));
-                    let cfg = serde_json::to_string(&info.config).unwrap_or_default();
-                    println!("config: {cfg}");
+                    if let Some(cfg) = &info.config {
+                        println!("{}", settings_table(cfg));
+                    }
                 }
             }
             None => print_topics(&api, None, conn.json(), true).await?,
@@ -298,13 +302,13 @@ impl Topics {
                 let config = api.configure_topic(&topic, &patch).await?;
                 let done = wire::TopicConfigured {
                     name: topic,
+                    config_sources: wire::config_sources(&config),
                     config,
                 };
                 if conn.json() {
                     print_json(&done);
                 } else {
-                    let cfg = serde_json::to_string(&done.config).unwrap_or_default();
-                    println!("{}: {cfg}", done.name);
+                    println!("{} now has:\n{}", done.name, settings_table(&done.config));
                 }
             }
             TopicsCmd::Pause { topic } => set_paused(&api, topic, true, conn.json()).await?,
@@ -338,6 +342,7 @@ async fn set_paused(api: &Client, topic: String, paused: bool, json: bool) -> Re
     if json {
         print_json(&wire::TopicConfigured {
             name: topic,
+            config_sources: wire::config_sources(&config),
             config,
         });
     } else if paused {
@@ -379,6 +384,25 @@ async fn print_topics(api: &Client, prefix: Option<&str>, json: bool, stamp: boo
         }
     }
     Ok(())
+}
+
+/// A topic's settings in effect, one a row, in `dq topics put`'s units,
+/// each with where it comes from: the default for the topic's delivery
+/// mode, or set.
+fn settings_table(cfg: &TopicConfig) -> Table {
+    let mut t = bordered(vec!["setting", "value", "from"]);
+    let mode = cfg.delivery.mode();
+    for line in wire::settings_in_words(cfg) {
+        t.add_row(vec![
+            line.name.to_string(),
+            line.value,
+            match line.source {
+                SettingSource::Default => format!("default ({mode})"),
+                SettingSource::Set => "set".to_string(),
+            },
+        ]);
+    }
+    t
 }
 
 fn stats_table(topics: &[TopicInfo]) -> Table {

@@ -48,6 +48,7 @@ pub(crate) async fn list_topics(
                 name: t.to_string(),
                 stats,
                 config: None,
+                config_sources: None,
             })
             .collect(),
         next_cursor,
@@ -61,6 +62,7 @@ pub(crate) async fn get_topic(State(st): State<AppState>, Path(t): Path<String>)
     reply(wire::TopicInfo {
         stats: st.service.stats(&t).await?,
         name: t.to_string(),
+        config_sources: Some(wire::config_sources(&cfg)),
         config: Some(cfg.redacted()),
     })
 }
@@ -75,6 +77,7 @@ pub(crate) async fn put_topic(
     let cfg = st.service.configure_topic(&t, patch).await?;
     reply(wire::TopicConfigured {
         name: t.to_string(),
+        config_sources: wire::config_sources(&cfg),
         config: cfg.redacted(),
     })
 }

@@ -1,7 +1,9 @@
 //! The topic page's settings form, filled from the topic's config.
 
 use dq_api::units;
-use dq_core::{Delivery, PushMethod, TopicConfig};
+use std::collections::BTreeMap;
+
+use dq_core::{Delivery, PushMethod, SettingSource, TopicConfig};
 
 /// The settings form's values. Push secrets and header values are not
 /// among them: the form shows how many secrets are set, nothing more.
@@ -39,6 +41,10 @@ pub(super) struct Settings {
     pub(super) timeout: String,
     pub(super) concurrency: u32,
     pub(super) secrets: usize,
+    /// Where each setting comes from ([`TopicConfig::sources`]).
+    sources: BTreeMap<&'static str, SettingSource>,
+    /// The delivery mode the defaults are those of.
+    mode: &'static str,
 }
 
 impl Settings {
@@ -93,6 +99,16 @@ impl Settings {
             timeout: units::format_ms(p.map_or(dq_core::topic::PUSH_TIMEOUT_MS, |p| p.timeout_ms)),
             concurrency: p.map_or(dq_core::topic::PUSH_CONCURRENCY, |p| p.concurrency),
             secrets: p.map_or(0, |p| p.secrets.len()),
+            sources: cfg.sources(),
+            mode: cfg.delivery.mode(),
+        }
+    }
+
+    /// Beside a setting's field: `set`, or the default of which mode it is.
+    pub(super) fn from(&self, name: &str) -> String {
+        match self.sources.get(name) {
+            Some(SettingSource::Set) => "set".into(),
+            _ => format!("default ({})", self.mode),
         }
     }
 }
