@@ -237,6 +237,9 @@ func TestClientTopicsAndSchedules(t *testing.T) {
 		if err != nil || info.Name != topic || info.Stats.Scheduled != 1 || info.Config.MaxAttempts != 3 || info.Stats.Counters.Enqueued != 1 {
 			t.Fatalf("topic: %+v %v", info, err)
 		}
+		if info.ConfigSources["max_attempts"] != "set" || info.ConfigSources["partitions"] != "default" {
+			t.Fatalf("config sources: %+v", info.ConfigSources)
+		}
 		all, err := c.Topics(ctx, topic)
 		if err != nil || len(all) != 1 || all[0].Name != topic {
 			t.Fatalf("topics: %+v %v", all, err)

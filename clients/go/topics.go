@@ -81,7 +81,11 @@ type TopicStats struct {
 type TopicInfo struct {
 	Name   string       `json:"name"`
 	Config *TopicConfig `json:"config,omitempty"`
-	Stats  *TopicStats  `json:"stats,omitempty"`
+	// ConfigSources says where each setting of Config comes from, by its
+	// wire name: "default" (for the topic's delivery mode) or "set" (nil
+	// in a listing).
+	ConfigSources map[string]string `json:"config_sources,omitempty"`
+	Stats         *TopicStats       `json:"stats,omitempty"`
 }
 
 func topicPath(topic string) string { return "/v1/topics/" + PathEscape(topic) }

@@ -235,6 +235,8 @@ export interface TopicStats {
 export interface TopicInfo {
   name: string;
   config: TopicConfig;
+  /** Where each setting of `config` comes from: the default for the topic's delivery mode, or set. */
+  configSources: Partial<Record<keyof TopicConfig, "default" | "set">>;
   stats: TopicStats;
 }
 

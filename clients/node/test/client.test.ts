@@ -303,6 +303,8 @@ for (const store of stores) {
       const info = await client.getTopic(topic);
       assert.equal(info.name, topic);
       assert.equal(info.config.maxAttempts, 7);
+      assert.equal(info.configSources.maxAttempts, "set");
+      assert.equal(info.configSources.partitions, "default");
       assert.equal(info.stats.ready + info.stats.scheduled, 1);
       assert.equal(info.stats.counters.enqueued, 1);
       await client.configureTopic(`${prefix}.b`, {});

@@ -259,6 +259,9 @@ def test_topics(client: Client, topic: str) -> None:
     assert info.stats.ready == 1 and info.stats.scheduled == 1
     assert info.stats.counters["enqueued"] == 2
     assert info.config is not None and info.config["max_attempts"] == 3
+    assert info.config_sources is not None
+    assert info.config_sources["max_attempts"] == "set"
+    assert info.config_sources["partitions"] == "default"
     page = client.list_topics(prefix=topic, limit=10)
     assert [t.name for t in page.topics] == [topic] and page.next_cursor is None
     assert [t.name for t in client.topics(prefix=topic)] == [topic]

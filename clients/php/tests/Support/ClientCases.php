@@ -276,6 +276,8 @@ abstract class ClientCases extends ServerTestCase
         $this->assertSame(2, $r['config']['max_attempts']);
         $info = $c->getTopic($t);
         $this->assertSame(5000, $info['config']['lease_ms']);
+        $this->assertSame('set', $info['config_sources']['lease_ms']);
+        $this->assertSame('default', $info['config_sources']['partitions']);
         $this->assertSame(0, $info['stats']['ready']);
         self::assertDq(fn () => $c->configureTopic($t, ['max_attempts' => 0]), 400, 'invalid_max_attempts');
         self::assertDq(fn () => $c->configureTopic($t, ['lease_ms' => 1]), 400, 'invalid_lease');

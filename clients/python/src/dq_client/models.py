@@ -311,11 +311,14 @@ class TopicStats:
 @dataclass(frozen=True)
 class TopicInfo:
     """A topic: its ``name``, ``config`` (the settings as dq shows them, a
-    dict with the wire names) and ``stats`` (``None`` where not sent)."""
+    dict with the wire names), ``stats`` and ``config_sources`` (where each
+    setting comes from, by its wire name: ``"default"`` for the topic's
+    delivery mode or ``"set"``); ``None`` where not sent."""
 
     name: str
     config: Mapping[str, Any] | None
     stats: TopicStats | None
+    config_sources: Mapping[str, str] | None = None
 
     @classmethod
     def from_wire(cls, d: Mapping[str, Any]) -> TopicInfo:
@@ -324,6 +327,7 @@ class TopicInfo:
             name=d["name"],
             config=d.get("config"),
             stats=TopicStats.from_wire(stats) if stats is not None else None,
+            config_sources=d.get("config_sources"),
         )
 
 
