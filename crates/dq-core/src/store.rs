@@ -305,13 +305,27 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> StoreResult<Vec<JobInfo>>;
 
-    /// Lists up to `limit` scheduled (not yet due) jobs, earliest due first.
-    /// For an admin view: `limit` is small.
-    async fn list_scheduled(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>>;
+    /// Lists up to `limit` scheduled (not yet due) jobs, earliest due first
+    /// (then in enqueue order), after skipping the first `offset`: page
+    /// after page for an admin view and peeks. `limit` is small; a page
+    /// costs about `offset + limit` index entries. Jobs that change state
+    /// between two pages may be missed or shown twice.
+    async fn list_scheduled(
+        &self,
+        topic: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>>;
 
     /// Lists up to `limit` ready jobs in hand-out order (priority, due time,
-    /// enqueue order). For peeks and an admin view: `limit` is small.
-    async fn list_ready(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>>;
+    /// enqueue order; jobs with a flow-control key after those without),
+    /// after skipping the first `offset`, as [`Store::list_scheduled`].
+    async fn list_ready(
+        &self,
+        topic: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>>;
 
     /// One page of every job of `topic` (or of those in `state`), for an
     /// export: start with `cursor` `None`, go on with each page's cursor

@@ -486,17 +486,27 @@ impl Store for EmbeddedStore {
             .await
     }
 
-    async fn list_ready(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
+    async fn list_ready(
+        &self,
+        topic: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>> {
         let topic = topic.clone();
         self.writer
-            .read(move |cx| ops::list_ready(cx, &topic, limit.max(1)))
+            .read(move |cx| ops::list_ready(cx, &topic, offset, limit.max(1)))
             .await
     }
 
-    async fn list_scheduled(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
+    async fn list_scheduled(
+        &self,
+        topic: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>> {
         let topic = topic.clone();
         self.writer
-            .read(move |cx| ops::list_scheduled(cx, &topic, limit.max(1)))
+            .read(move |cx| ops::list_scheduled(cx, &topic, offset, limit.max(1)))
             .await
     }
 

@@ -263,7 +263,7 @@ async fn keyed_ready_jobs_follow_every_move() {
     let mut again = keyed("c", "k3", 1);
     again.replace = true;
     s.enqueue(&topic, &[again], T0).await.unwrap();
-    let listed: Vec<_> = s.list_ready(&topic, 10).await.unwrap();
+    let listed: Vec<_> = s.list_ready(&topic, 0, 10).await.unwrap();
     let ids: Vec<_> = listed.iter().map(|j| j.id.as_str()).collect();
     assert_eq!(ids, ["d", "b", "c"], "unkeyed first, then by key");
     let st = s.stats(&topic, T0 + 5).await.unwrap();

@@ -89,6 +89,7 @@ pub(crate) async fn list_dead(
 pub(crate) async fn list_scheduled(
     cx: &mut Cx<'_>,
     topic: &Topic,
+    offset: usize,
     limit: usize,
 ) -> OpResult<Vec<JobInfo>> {
     let Some(tid) = cx.tid(topic).await? else {
@@ -98,18 +99,20 @@ pub(crate) async fn list_scheduled(
         .q(
             &format!(
                 "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = $1 AND state = 0
-                 ORDER BY due_ms, seq LIMIT $2"
+                 ORDER BY due_ms, seq LIMIT $2 OFFSET $3"
             ),
-            &[&tid, &(limit as i64)],
+            &[&tid, &(limit as i64), &(offset as i64)],
         )
         .await?;
     infos(cx, tid, rows).await
 }
 
-/// The jobs without a key in hand-out order, then the keys' lanes.
+/// `limit` ready jobs after the first `offset`: the jobs without a key in
+/// hand-out order, then the keys' lanes.
 pub(crate) async fn list_ready(
     cx: &mut Cx<'_>,
     topic: &Topic,
+    offset: usize,
     limit: usize,
 ) -> OpResult<Vec<JobInfo>> {
     let Some(tid) = cx.tid(topic).await? else {
@@ -119,19 +122,37 @@ pub(crate) async fn list_ready(
         .q(
             &format!(
                 "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = $1 AND state = 1 AND fkey IS NULL
-                 ORDER BY priority, due_ms, seq LIMIT $2"
+                 ORDER BY priority, due_ms, seq LIMIT $2 OFFSET $3"
             ),
-            &[&tid, &(limit as i64)],
+            &[&tid, &(limit as i64), &(offset as i64)],
         )
         .await?;
     if rows.len() < limit {
+        // How many of the offset the jobs without a key took: all of it
+        // when the page has some of them, else as many as there are.
+        let unkeyed = if rows.is_empty() {
+            let n: i64 = cx
+                .one(
+                    "SELECT count(*) FROM jobs WHERE tid = $1 AND state = 1 AND fkey IS NULL",
+                    &[&tid],
+                )
+                .await?
+                .get(0);
+            usize::try_from(n).unwrap_or(0)
+        } else {
+            offset
+        };
         rows.extend(
             cx.q(
                 &format!(
                     "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = $1 AND state = 1 AND fkey IS NOT NULL
-                     ORDER BY fkey, priority, due_ms, seq LIMIT $2"
+                     ORDER BY fkey, priority, due_ms, seq LIMIT $2 OFFSET $3"
                 ),
-                &[&tid, &((limit - rows.len()) as i64)],
+                &[
+                    &tid,
+                    &((limit - rows.len()) as i64),
+                    &(offset.saturating_sub(unkeyed) as i64),
+                ],
             )
             .await?,
         );

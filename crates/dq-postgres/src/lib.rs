@@ -527,12 +527,30 @@ impl Store for PgStore {
         )
     }
 
-    async fn list_scheduled(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
-        in_tx!(self, cx, jobs::list_scheduled(&mut cx, topic, limit).await)
+    async fn list_scheduled(
+        &self,
+        topic: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>> {
+        in_tx!(
+            self,
+            cx,
+            jobs::list_scheduled(&mut cx, topic, offset, limit).await
+        )
     }
 
-    async fn list_ready(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
-        in_tx!(self, cx, jobs::list_ready(&mut cx, topic, limit).await)
+    async fn list_ready(
+        &self,
+        topic: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>> {
+        in_tx!(
+            self,
+            cx,
+            jobs::list_ready(&mut cx, topic, offset, limit).await
+        )
     }
 
     async fn list_jobs(

@@ -286,12 +286,22 @@ impl Store for RedisStore {
         verbs::dead::list_dead(self, topic, offset, limit).await
     }
 
-    async fn list_ready(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
-        verbs::jobs::list_ready(self, topic, limit).await
+    async fn list_ready(
+        &self,
+        topic: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>> {
+        verbs::jobs::list_waiting(self, topic, b"r", offset, limit).await
     }
 
-    async fn list_scheduled(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
-        verbs::jobs::list_scheduled(self, topic, limit).await
+    async fn list_scheduled(
+        &self,
+        topic: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>> {
+        verbs::jobs::list_waiting(self, topic, b"u", offset, limit).await
     }
 
     async fn list_jobs(

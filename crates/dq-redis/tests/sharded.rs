@@ -201,7 +201,7 @@ async fn a_partitioned_topic_spreads_over_shards() {
         .await
         .unwrap();
     }
-    let next = s.list_scheduled(&t, 5).await.unwrap();
+    let next = s.list_scheduled(&t, 0, 5).await.unwrap();
     assert_eq!(
         next.iter().map(|j| j.id.to_string()).collect::<Vec<_>>(),
         ["s19", "s18", "s17", "s16", "s15"]

@@ -707,9 +707,11 @@ async fn job_lists_by_state(a: Admin) {
         }
     }
 
-    // Enough jobs for several pages: following "next" lists each once.
+    // Enough jobs for several pages: following "next" lists each once,
+    // ready ones in hand-out order (priority, then enqueue order).
+    let priority = |i: usize| (i * 7) % 5;
     let jobs: Vec<Value> = (0..600)
-        .map(|i| json!({"id": format!("m{i:03}")}))
+        .map(|i| json!({"id": format!("m{i:03}"), "priority": priority(i)}))
         .collect();
     let r = a
         .api(
@@ -719,14 +721,54 @@ async fn job_lists_by_state(a: Admin) {
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let mut expected: Vec<usize> = (0..600).collect();
+    expected.sort_by_key(|&i| (priority(i), i));
+    let expected: Vec<String> = expected.iter().map(|i| format!("m{i:03}")).collect();
+    let listed = every_page(&a, "/admin/topics/many?state=ready").await;
+    assert_eq!(
+        listed, expected,
+        "ready jobs page after page in hand-out order"
+    );
+
+    // Scheduled jobs soonest first, whatever their ids (later-10 after
+    // later-9), page after page.
+    let jobs: Vec<Value> = (1..=120)
+        .map(|i| json!({"id": format!("later-{i}"), "delay_ms": i * 60_000}))
+        .collect();
+    let r = a
+        .api(
+            "POST",
+            "/v1/topics/soon/jobs:batch",
+            Some(json!({ "jobs": jobs })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let expected: Vec<String> = (1..=120).map(|i| format!("later-{i}")).collect();
+    assert_eq!(
+        every_page(&a, "/admin/topics/soon?state=scheduled").await,
+        expected,
+        "scheduled jobs page after page in due order"
+    );
+    let r = a
+        .get("/admin/topics/soon?state=scheduled&cursor=10001")
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert!(r.text.contains("invalid_offset"), "{}", r.text);
+}
+
+/// Follows a topic page's job list from `uri` by its "next" links; the ids
+/// listed, in order (each once).
+async fn every_page(a: &Admin, uri: &str) -> Vec<String> {
     let mut seen = std::collections::BTreeSet::new();
-    let mut uri = "/admin/topics/many?state=ready".to_string();
+    let mut listed = Vec::new();
+    let mut uri = uri.to_string();
     let mut pages = 0;
     loop {
         let doc = a.get(&uri).await.doc();
         pages += 1;
         for row in cells(&doc, "jobs") {
             assert!(seen.insert(row[0].clone()), "{} listed twice", row[0]);
+            listed.push(row[0].clone());
         }
         if pages > 1 {
             assert!(
@@ -745,8 +787,8 @@ async fn job_lists_by_state(a: Admin) {
         }
         assert!(pages < 30, "the pages end");
     }
-    assert_eq!(seen.len(), 600);
     assert!(pages > 1, "more than one page");
+    listed
 }
 
 /// The names in the overview's topics table, and its previous and next

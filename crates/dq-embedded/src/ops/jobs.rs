@@ -117,30 +117,37 @@ fn rows_by_seq(cx: &mut Ctx, tid: i64, state: i64, seqs: &[i64]) -> OpResult<Vec
     Ok(jobs)
 }
 
-pub(crate) fn list_ready(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<Vec<JobInfo>> {
-    // The jobs without a key in hand-out order (from memory), then the
-    // keys' lanes.
+/// `limit` ready jobs of `topic` after the first `offset`: those without a
+/// key in hand-out order (from memory), then the keys' lanes.
+pub(crate) fn list_ready(
+    cx: &mut Ctx,
+    topic: &Topic,
+    offset: usize,
+    limit: usize,
+) -> OpResult<Vec<JobInfo>> {
     let Some(tid) = tid(cx, topic)? else {
         return Ok(Vec::new());
     };
-    let seqs: Vec<i64> = cx.mem.ready.topic(tid).take(limit).map(|p| p.2).collect();
-    let mut jobs = rows_by_seq(cx, tid, READY, &seqs)?;
-    if jobs.len() < limit {
-        let keyed: Vec<i64> = cx
-            .mem
-            .lanes
-            .topic(tid)
-            .take(limit - jobs.len())
-            .map(|(_, p)| p.2)
-            .collect();
-        jobs.extend(rows_by_seq(cx, tid, READY, &keyed)?);
-    }
-    Ok(jobs)
+    let seqs: Vec<i64> = cx
+        .mem
+        .ready
+        .topic(tid)
+        .map(|p| p.2)
+        .chain(cx.mem.lanes.topic(tid).map(|(_, p)| p.2))
+        .skip(offset)
+        .take(limit)
+        .collect();
+    rows_by_seq(cx, tid, READY, &seqs)
 }
 
-/// The first `limit` scheduled jobs of `topic`, soonest first (along the
-/// schedule's partial index).
-pub(crate) fn list_scheduled(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpResult<Vec<JobInfo>> {
+/// `limit` scheduled jobs of `topic` after the first `offset`, soonest
+/// first (along the schedule's partial index).
+pub(crate) fn list_scheduled(
+    cx: &mut Ctx,
+    topic: &Topic,
+    offset: usize,
+    limit: usize,
+) -> OpResult<Vec<JobInfo>> {
     let Some(tid) = tid(cx, topic)? else {
         return Ok(Vec::new());
     };
@@ -148,9 +155,11 @@ pub(crate) fn list_scheduled(cx: &mut Ctx, topic: &Topic, limit: usize) -> OpRes
     let rows = cx
         .conn
         .prepare_cached(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND state = 0 ORDER BY due_ms, seq LIMIT ?2"
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = ?1 AND state = 0 ORDER BY due_ms, seq LIMIT ?2 OFFSET ?3"
         ))?
-        .query_map(params![tid, limit as i64], |r| job_row(r, &cfg))?
+        .query_map(params![tid, limit as i64, offset as i64], |r| {
+            job_row(r, &cfg)
+        })?
         .map(|r| r.map(|(_, j)| j))
         .collect::<Result<_, _>>()?;
     Ok(rows)

@@ -2,8 +2,10 @@
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, mode (i: the ids that follow | d: dead letters | u: scheduled
 --   jobs, earliest due first | r: ready jobs in hand-out order), then ids,
---   or offset and limit for mode d, or limit for modes u and r (the schedule first, then the wheel's buckets in order;
---   at most 10000 entries of one bucket are looked at)
+--   or offset and limit for mode d, or limit and offset for modes u and r
+--   (the first offset + limit ids are found, the first offset dropped; u:
+--   the schedule first, then the wheel's buckets in order; at most 10000
+--   entries of one bucket are looked at)
 -- Returns: 14 per job found: id, state, due, priority, attempts, created,
 --   kind, body, max_attempts and lease_ms in effect (the job's override, else
 --   the topic's), lease deadline or NONE,
@@ -17,7 +19,7 @@ if ARGV[2] == 'd' then
   ids = redis.call('ZRANGE', K.dead, off, off + lim - 1)
 elseif ARGV[2] == 'r' then
   ids = {}
-  local lim = tonumber(ARGV[3])
+  local lim = tonumber(ARGV[3]) + tonumber(ARGV[4] or 0)
   for _, m in ipairs(redis.call('ZRANGE', K.ready, 0, lim - 1)) do
     ids[#ids + 1] = string.sub(m, READY_PREFIX + 1)
   end
@@ -32,7 +34,7 @@ elseif ARGV[2] == 'r' then
     end
   end
 elseif ARGV[2] == 'u' then
-  local lim = tonumber(ARGV[3])
+  local lim = tonumber(ARGV[3]) + tonumber(ARGV[4] or 0)
   ids = redis.call('ZRANGE', K.sched, 0, lim - 1)
   local seen = {}
   local off = 0
@@ -61,6 +63,15 @@ elseif ARGV[2] == 'u' then
 else
   ids = {}
   for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
+end
+if ARGV[2] == 'r' or ARGV[2] == 'u' then
+  -- The page: what follows the first offset.
+  local off = tonumber(ARGV[4] or 0)
+  if off > 0 then
+    local page = {}
+    for i = off + 1, #ids do page[#page + 1] = ids[i] end
+    ids = page
+  end
 end
 local out = {}
 local cfg = topic_cfg(K)

@@ -167,42 +167,47 @@ pub(super) async fn reschedule(
         .await
 }
 
+/// Each partition's first `offset + limit`, merged: the page is the
+/// merge's `limit` after `offset`.
 pub(super) async fn list_ready(
     store: &ShardedStore,
     topic: &Topic,
+    offset: usize,
     limit: usize,
 ) -> StoreResult<Vec<JobInfo>> {
+    let upto = offset.saturating_add(limit);
     let all = store
-        .each(
-            topic,
-            false,
-            |s, p| async move { s.list_ready(&p, limit).await },
-        )
+        .each(topic, false, |s, p| async move {
+            s.list_ready(&p, 0, upto).await
+        })
         .await?;
     ShardedStore::merged(
         all,
         |a, b| {
             (a.priority, a.due_at_ms, a.id.as_str()).cmp(&(b.priority, b.due_at_ms, b.id.as_str()))
         },
-        0,
+        offset,
         limit,
     )
 }
 
+/// As [`list_ready`].
 pub(super) async fn list_scheduled(
     store: &ShardedStore,
     topic: &Topic,
+    offset: usize,
     limit: usize,
 ) -> StoreResult<Vec<JobInfo>> {
+    let upto = offset.saturating_add(limit);
     let all = store
         .each(topic, false, |s, p| async move {
-            s.list_scheduled(&p, limit).await
+            s.list_scheduled(&p, 0, upto).await
         })
         .await?;
     ShardedStore::merged(
         all,
         |a, b| (a.due_at_ms, a.id.as_str()).cmp(&(b.due_at_ms, b.id.as_str())),
-        0,
+        offset,
         limit,
     )
 }

@@ -246,12 +246,22 @@ impl Store for ShardedStore {
         jobs::list_dead(self, topic, offset, limit).await
     }
 
-    async fn list_ready(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
-        jobs::list_ready(self, topic, limit).await
+    async fn list_ready(
+        &self,
+        topic: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>> {
+        jobs::list_ready(self, topic, offset, limit).await
     }
 
-    async fn list_scheduled(&self, topic: &Topic, limit: usize) -> StoreResult<Vec<JobInfo>> {
-        jobs::list_scheduled(self, topic, limit).await
+    async fn list_scheduled(
+        &self,
+        topic: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> StoreResult<Vec<JobInfo>> {
+        jobs::list_scheduled(self, topic, offset, limit).await
     }
 
     async fn list_jobs(

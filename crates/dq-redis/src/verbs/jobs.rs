@@ -62,24 +62,21 @@ pub(crate) async fn reschedule(
     status(&v).map(|_| ())
 }
 
-pub(crate) async fn list_ready(
+/// Ready (`mode` `r`, in hand-out order) or scheduled (`u`, soonest
+/// first) jobs, `limit` after the first `offset` (get.lua).
+pub(crate) async fn list_waiting(
     store: &RedisStore,
     topic: &Topic,
+    mode: &[u8],
+    offset: usize,
     limit: usize,
 ) -> StoreResult<Vec<JobInfo>> {
     let v = store
-        .run(&store.scripts.get, topic, &[b"r", &n(limit.max(1) as u64)])
-        .await?;
-    decode_jobs(v)
-}
-
-pub(crate) async fn list_scheduled(
-    store: &RedisStore,
-    topic: &Topic,
-    limit: usize,
-) -> StoreResult<Vec<JobInfo>> {
-    let v = store
-        .run(&store.scripts.get, topic, &[b"u", &n(limit.max(1) as u64)])
+        .run(
+            &store.scripts.get,
+            topic,
+            &[mode, &n(limit.max(1) as u64), &n(offset as u64)],
+        )
         .await?;
     decode_jobs(v)
 }

@@ -262,15 +262,43 @@ async fn topic_parts(
     Ok((t, parts))
 }
 
-/// A page of `t`'s jobs in `state` from `cursor`, through the listing the
-/// API's `GET /v1/topics/{t}/jobs` uses (the store's order, which keeps a
-/// job's place while it changes); the cursor of the page after, if any.
+/// A page of `t`'s jobs in `state` from `cursor`; the cursor of the page
+/// after, if any. Scheduled jobs are listed soonest first and ready ones in
+/// hand-out order (what runs next comes first; the cursor is how many
+/// jobs earlier pages showed, so a job that moves meanwhile may be missed
+/// or shown twice); reserved and dead ones through the listing the API's
+/// `GET /v1/topics/{t}/jobs` uses (the store's order, which keeps a job's
+/// place while it changes).
 async fn jobs_in_state(
     st: &AppState,
     t: &Topic,
     state: JobState,
     mut cursor: Option<String>,
 ) -> Result<(Vec<JobInfo>, Option<String>), ApiError> {
+    if matches!(state, JobState::Scheduled | JobState::Ready) {
+        let offset = match cursor.as_deref() {
+            None => 0,
+            Some(c) => c.parse::<usize>().map_err(|_| {
+                ApiError::bad_request(
+                    "invalid_cursor",
+                    format!("{c:?} is not a page of this list: start again from its first"),
+                )
+            })?,
+        };
+        // One more than a page: whether another follows.
+        let mut jobs = if state == JobState::Scheduled {
+            st.service.list_scheduled(t, offset, JOBS_PAGE + 1).await?
+        } else {
+            st.service.list_ready(t, offset, JOBS_PAGE + 1).await?
+        };
+        let more = jobs.len() > JOBS_PAGE;
+        jobs.truncate(JOBS_PAGE);
+        let next = offset + jobs.len();
+        return Ok((
+            jobs,
+            (more && next <= crate::service::MAX_WAITING_OFFSET).then(|| next.to_string()),
+        ));
+    }
     let mut jobs = Vec::new();
     for _ in 0..JOBS_STORE_PAGES {
         let page = st

@@ -221,7 +221,7 @@ impl Conn {
         }
         let mut best: Option<((u32, u64), Topic)> = None;
         for t in &self.watched {
-            let Ok(head) = self.svc.list_ready(t, 1).await else {
+            let Ok(head) = self.svc.list_ready(t, 0, 1).await else {
                 continue;
             };
             if let Some(j) = head.first() {
@@ -392,12 +392,12 @@ impl Conn {
                 .map(|v| v.into_iter().map(|j| j.job).next()),
             JobState::Ready => self
                 .svc
-                .list_ready(&self.used, 1)
+                .list_ready(&self.used, 0, 1)
                 .await
                 .map(|v| v.into_iter().next()),
             _ => self
                 .svc
-                .list_scheduled(&self.used, 1)
+                .list_scheduled(&self.used, 0, 1)
                 .await
                 .map(|v| v.into_iter().next()),
         };
@@ -430,7 +430,7 @@ impl Conn {
                 Err(e) => failed(&e),
             };
         }
-        let delayed = match self.svc.list_scheduled(&self.used, n).await {
+        let delayed = match self.svc.list_scheduled(&self.used, 0, n).await {
             Ok(d) => d,
             Err(e) => return failed(&e),
         };

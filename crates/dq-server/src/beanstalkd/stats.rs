@@ -165,7 +165,7 @@ impl Conn {
         if ready == 0 {
             return Ok(0);
         }
-        let head = self.svc.list_ready(t, URGENT_SCAN).await?;
+        let head = self.svc.list_ready(t, 0, URGENT_SCAN).await?;
         Ok(head
             .iter()
             .take_while(|j| j.priority < URGENT_BELOW)

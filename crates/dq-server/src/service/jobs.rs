@@ -18,6 +18,25 @@ fn check_len(jobs: &[NewJob]) -> Result<()> {
     Ok(())
 }
 
+/// The deepest a listing in due or hand-out order goes: each page costs
+/// the store about its offset in index entries (on Redis, inside one
+/// script), so the pages stop here; `GET /v1/topics/{topic}/jobs` lists
+/// every job.
+pub(crate) const MAX_WAITING_OFFSET: usize = 10_000;
+
+fn check_offset(offset: usize) -> Result<()> {
+    if offset > MAX_WAITING_OFFSET {
+        return Err(InvalidInput::new(
+            "invalid_offset",
+            format!(
+                "listings in due order go {MAX_WAITING_OFFSET} jobs deep; list every job with GET /v1/topics/{{topic}}/jobs (dq export)"
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
 impl Service {
     /// Enqueues one job.
     ///
@@ -96,20 +115,32 @@ impl Service {
         Ok(())
     }
 
-    /// Up to `limit` (≤ 1000) scheduled jobs, earliest due first.
+    /// Up to `limit` (≤ 1000) scheduled jobs after the first `offset`,
+    /// earliest due first ([`Store::list_scheduled`](dq_core::Store::list_scheduled)).
     ///
     /// # Errors
-    /// A store error.
-    pub async fn list_scheduled(&self, t: &Topic, limit: usize) -> Result<Vec<JobInfo>> {
-        Ok(self.store.list_scheduled(t, limit.min(1000)).await?)
+    /// `invalid_offset` beyond [`MAX_WAITING_OFFSET`]; a store error.
+    pub async fn list_scheduled(
+        &self,
+        t: &Topic,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<JobInfo>> {
+        check_offset(offset)?;
+        Ok(self
+            .store
+            .list_scheduled(t, offset, limit.min(1000))
+            .await?)
     }
 
-    /// Up to `limit` (≤ 1000) ready jobs, in hand-out order.
+    /// Up to `limit` (≤ 1000) ready jobs after the first `offset`, in
+    /// hand-out order.
     ///
     /// # Errors
-    /// A store error.
-    pub async fn list_ready(&self, t: &Topic, limit: usize) -> Result<Vec<JobInfo>> {
-        Ok(self.store.list_ready(t, limit.min(1000)).await?)
+    /// As [`Service::list_scheduled`].
+    pub async fn list_ready(&self, t: &Topic, offset: usize, limit: usize) -> Result<Vec<JobInfo>> {
+        check_offset(offset)?;
+        Ok(self.store.list_ready(t, offset, limit.min(1000)).await?)
     }
 
     /// One page of a topic's jobs (or those in `state`) for an export; see

@@ -251,7 +251,7 @@ pub async fn key_concurrency_is_shared_and_changes_take_effect(s: &dyn Store) {
             .iter()
             .all(|j| j.info.key.as_ref().map(JobKey::as_str) == Some("imp"))
     );
-    let ready = s.list_ready(&t2, 10).await.unwrap();
+    let ready = s.list_ready(&t2, 0, 10).await.unwrap();
     assert_eq!(ready.len(), 2, "list_ready shows the keys' lanes");
     // Delete: keyed jobs in every state go, and a new topic of that name
     // starts with no leases counted against its keys.

@@ -11,7 +11,7 @@ use super::support::{id, ids, job, one, put, strict_topic, topic};
 /// ahead) alike; ready, reserved, cancelled and dead jobs are not listed.
 pub async fn list_scheduled_earliest_first(s: &dyn Store) {
     let t = topic("upcoming");
-    assert!(s.list_scheduled(&t, 10).await.unwrap().is_empty());
+    assert!(s.list_scheduled(&t, 0, 10).await.unwrap().is_empty());
     const DAY: u64 = 86_400_000;
     for (i, delay) in [
         ("d3", 3 * DAY),
@@ -29,14 +29,32 @@ pub async fn list_scheduled_earliest_first(s: &dyn Store) {
     assert_eq!(ids(&s.reserve(&t, 1, None, T0).await.unwrap()), vec!["now"]);
     s.cancel(&t, &id("gone"), 0).await.unwrap();
     let names = |v: Vec<JobInfo>| v.into_iter().map(|j| j.id.to_string()).collect::<Vec<_>>();
-    let all = s.list_scheduled(&t, 100).await.unwrap();
+    let all = s.list_scheduled(&t, 0, 100).await.unwrap();
     assert!(all.iter().all(|j| j.state == JobState::Scheduled));
     assert_eq!(all[0].due_at_ms, T0 + 1_000);
     assert_eq!(all[0].body, Body::Json("{\"n\":\"s1\"}".into()));
     assert_eq!(names(all), vec!["s1", "s5", "d1", "d1b", "d2", "d3"]);
     assert_eq!(
-        names(s.list_scheduled(&t, 3).await.unwrap()),
+        names(s.list_scheduled(&t, 0, 3).await.unwrap()),
         vec!["s1", "s5", "d1"]
+    );
+    // Page after page, near and far alike.
+    let mut pages = Vec::new();
+    for offset in [0, 2, 4, 6] {
+        pages.push(names(s.list_scheduled(&t, offset, 2).await.unwrap()));
+    }
+    assert_eq!(
+        pages,
+        [
+            vec!["s1", "s5"],
+            vec!["d1", "d1b"],
+            vec!["d2", "d3"],
+            vec![]
+        ]
+    );
+    assert_eq!(
+        names(s.list_scheduled(&t, 3, 10).await.unwrap()),
+        vec!["d1b", "d2", "d3"]
     );
     // A far job moved near (and a near one far) is listed once, in its new place.
     s.reschedule(&t, &id("d3"), T0 + 500, T0).await.unwrap();
@@ -45,38 +63,58 @@ pub async fn list_scheduled_earliest_first(s: &dyn Store) {
         .await
         .unwrap();
     assert_eq!(
-        names(s.list_scheduled(&t, 100).await.unwrap()),
+        names(s.list_scheduled(&t, 0, 100).await.unwrap()),
         vec!["d3", "s1", "d1", "d2", "s5", "d1b"]
     );
 }
 
 /// `list_ready`: ready jobs only, by priority, then due time, then enqueue
-/// order — the order reserves hand them out.
+/// order — the order reserves hand them out — those with a flow-control
+/// key after those without; page after page.
 pub async fn list_ready_in_hand_out_order(s: &dyn Store) {
     let t = Topic::new("peek").unwrap();
     let mut jobs = Vec::new();
-    for (id, pri, delay) in [("a", 5, 0), ("b", 1, 0), ("c", 5, 0), ("later", 0, 60_000)] {
+    for (id, pri, delay, key) in [
+        ("a", 5, 0, None),
+        ("b", 1, 0, None),
+        ("c", 5, 0, None),
+        ("later", 0, 60_000, None),
+        ("k", 9, 0, Some("tenant")),
+    ] {
         let mut j = NewJob::new(
             JobId::new(id).unwrap(),
             Body::Json("1".into()),
             When::DelayMs(delay),
         );
         j.priority = pri;
+        j.key = key.map(|k| JobKey::new(k).unwrap());
         jobs.push(j);
     }
     s.enqueue(&t, &jobs, T0).await.unwrap();
     let ids = |v: Vec<JobInfo>| v.into_iter().map(|j| j.id.to_string()).collect::<Vec<_>>();
-    assert_eq!(ids(s.list_ready(&t, 10).await.unwrap()), ["b", "a", "c"]);
-    assert_eq!(ids(s.list_ready(&t, 1).await.unwrap()), ["b"]);
+    assert_eq!(
+        ids(s.list_ready(&t, 0, 10).await.unwrap()),
+        ["b", "a", "c", "k"]
+    );
+    assert_eq!(ids(s.list_ready(&t, 0, 1).await.unwrap()), ["b"]);
+    let mut pages = Vec::new();
+    for offset in [0, 2, 3, 4] {
+        pages.push(ids(s.list_ready(&t, offset, 2).await.unwrap()));
+    }
+    assert_eq!(
+        pages,
+        [vec!["b", "a"], vec!["c", "k"], vec!["k"], vec![]],
+        "pages of 2 from offsets 0, 2, 3, 4"
+    );
     let c = s.reserve(&t, 1, None, T0).await.unwrap();
     assert_eq!(
         c.leases[0].id.as_str(),
         "b",
         "the head of the list is what a reserve takes"
     );
-    assert_eq!(ids(s.list_ready(&t, 10).await.unwrap()), ["a", "c"]);
+    assert_eq!(ids(s.list_ready(&t, 0, 10).await.unwrap()), ["a", "c", "k"]);
     assert!(
-        s.list_ready(&Topic::new("none").unwrap(), 10)
+        s.list_ready(&Topic::new("none").unwrap(), 0, 10)
             .await
             .unwrap()
             .is_empty()

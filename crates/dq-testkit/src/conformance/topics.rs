@@ -56,7 +56,7 @@ pub async fn configure_topic_and_list_topics(s: &dyn Store) {
     let mut own = job("own", When::DelayMs(60_000));
     own.max_attempts = Some(2);
     put(s, &t, own, T0).await;
-    let listed = s.list_scheduled(&t, 10).await.unwrap();
+    let listed = s.list_scheduled(&t, 0, 10).await.unwrap();
     let limits: Vec<(String, u32, u64)> = listed
         .iter()
         .map(|j| (j.id.to_string(), j.max_attempts, j.lease_ms))
