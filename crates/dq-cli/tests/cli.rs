@@ -257,6 +257,54 @@ async fn the_cli_tour_and_its_refusals() {
         (json!("dead"), json!("boom"))
     );
 
+    // Dead letters newest death first, as the admin page lists them, with
+    // their bodies cut; --oldest-first in the API's order.
+    let long = format!("{{\"note\": \"{}\"}}", "x".repeat(200));
+    for id in ["d1", "d2", "d3"] {
+        let (_, v, _) = d
+            .call(
+                reqwest::Method::POST,
+                "/v1/topics/graves/jobs",
+                Some(json!({"id": id, "body": serde_json::from_str::<Value>(&long).unwrap()})),
+            )
+            .await;
+        assert_eq!(v["id"], id, "{v}");
+        let (_, v, _) = d
+            .call(
+                reqwest::Method::POST,
+                "/v1/reserve",
+                Some(json!({"topics": ["graves"], "max": 1})),
+            )
+            .await;
+        let token = v["jobs"][0]["token"].as_str().unwrap().to_string();
+        let (ok, _, err) = dq(base, &["nack", "graves", id, &token, "--dead"], "");
+        assert!(ok, "{err}");
+    }
+    let ids = |out: &str| -> Vec<String> {
+        out.lines()
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .filter(|w| w.starts_with('d') && w.len() == 2)
+            .map(String::from)
+            .collect()
+    };
+    let (ok, out, err) = dq(base, &["dead", "list", "graves"], "");
+    assert!(ok, "{err}");
+    assert_eq!(ids(&out), ["d3", "d2", "d1"], "{out}");
+    assert!(
+        out.contains(&format!("{{\"note\":\"{}…", "x".repeat(51))),
+        "bodies cut: {out}"
+    );
+    let (_, out, _) = dq(base, &["dead", "list", "graves", "--oldest-first"], "");
+    assert_eq!(ids(&out), ["d1", "d2", "d3"], "{out}");
+    let (_, out, _) = dq(
+        base,
+        &["dead", "list", "graves", "--limit", "1", "--offset", "1"],
+        "",
+    );
+    assert_eq!(ids(&out), ["d2"], "{out}");
+    let (_, out, _) = dq(base, &["dead", "list", "graves", "--offset", "5"], "");
+    assert!(ids(&out).is_empty(), "{out}");
+
     // Destructive commands ask; a script without --yes is refused and
     // nothing is deleted.
     let (ok, _, err) = dq(base, &["dead", "purge", "work"], "y\n");

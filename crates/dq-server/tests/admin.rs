@@ -435,6 +435,15 @@ async fn every_action(a: Admin) {
     assert_eq!(dead[0][1], "later", "newest first");
     assert_eq!(dead[1][1], "<b>x</b>", "ids are text, not markup");
     assert_eq!(dead[1][4], "<script>alert(1)</script>");
+    assert_eq!(dead[1][5], r#"{"order":"<i>1</i>"}"#, "the body, as text");
+    let details = cells(&a.get("/admin/topics/shop?job=later").await.doc(), "job");
+    assert!(
+        details
+            .iter()
+            .any(|r| r.first().map(String::as_str) == Some("history")
+                && r.get(1).map(String::as_str) == Some("handed out once: dead once; now dead")),
+        "the history in words: {details:?}"
+    );
     let script = scraper::Selector::parse("script").unwrap();
     assert!(
         doc.select(&script).next().is_none(),

@@ -5,7 +5,17 @@ use clap::{Args, Subcommand};
 use dq_client::wire;
 
 use crate::conn::Conn;
-use crate::output::{bordered, confirm, opt, print_json, rfc3339};
+use crate::output::{bordered, confirm, opt, print_json, rfc3339, shown_body};
+
+/// A body as the dead list shows it: its first 60 characters.
+fn cut(body: &str) -> String {
+    const SHOWN: usize = 60;
+    if body.chars().count() > SHOWN {
+        format!("{}…", body.chars().take(SHOWN).collect::<String>())
+    } else {
+        body.to_string()
+    }
+}
 
 /// `dq dead`.
 #[derive(Debug, Args)]
@@ -18,16 +28,19 @@ pub(crate) struct Dead {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum DeadCmd {
-    /// List dead letters, oldest first
+    /// List dead letters, the newest death first (as the admin page does)
     List {
         /// The topic
         topic: String,
         /// Most to list
         #[arg(long, default_value_t = 100)]
         limit: usize,
-        /// Skip this many of the oldest
+        /// Skip this many of the newest (of the oldest with --oldest-first)
         #[arg(long, default_value_t = 0)]
         offset: usize,
+        /// The oldest death first (the API's order)
+        #[arg(long)]
+        oldest_first: bool,
     },
     /// Make dead letters due now with fresh attempts (all, or the ids given; all asks first, unless --yes)
     Replay {
@@ -58,18 +71,35 @@ impl Dead {
                 topic,
                 limit,
                 offset,
+                oldest_first,
             } => {
-                let jobs = api.list_dead(&topic, offset, limit).await?;
+                let jobs = if oldest_first {
+                    api.list_dead(&topic, offset, limit).await?
+                } else {
+                    // The API lists the oldest first: take the page from
+                    // the end of the dead letters kept, and turn it round.
+                    let kept = api.topic(&topic).await?.stats.dead as usize;
+                    let end = kept.saturating_sub(offset);
+                    let start = end.saturating_sub(limit);
+                    let mut jobs = if end > start {
+                        api.list_dead(&topic, start, end - start).await?
+                    } else {
+                        Vec::new()
+                    };
+                    jobs.reverse();
+                    jobs
+                };
                 if conn.json() {
                     print_json(&wire::DeadList { jobs });
                 } else {
-                    let mut t = bordered(vec!["id", "attempts", "died", "last error"]);
+                    let mut t = bordered(vec!["id", "attempts", "died", "last error", "body"]);
                     for j in &jobs {
                         t.add_row(vec![
                             j.id.clone(),
                             j.attempts.to_string(),
                             rfc3339(j.died_at_ms),
                             opt(j.last_error.as_deref()),
+                            cut(&shown_body(j.body.as_ref(), j.body_base64.as_deref())),
                         ]);
                     }
                     println!("{t}");

@@ -3,7 +3,7 @@
 
 use base64::Engine;
 use dq_api::units;
-use dq_core::{Body, JobInfo, JobState, TopicConfig};
+use dq_core::{Body, JobCounts, JobInfo, JobState, TopicConfig};
 
 use super::format::{at, enc, relative};
 
@@ -82,10 +82,7 @@ impl JobDetails {
             last_error: j.last_error.clone().unwrap_or_else(|| "–".into()),
             key: j.key.as_ref().map(ToString::to_string),
             expires_at: j.expires_at_ms.map(when),
-            history: format!(
-                "{} lease(s) expired, {} given back, {} buried, {} replayed",
-                c.timeouts, c.releases, c.buries, c.kicks
-            ),
+            history: history_in_words(j.attempts, c, j.state),
             body_kind,
             body: cut(body),
             max_attempts: j.max_attempts,
@@ -104,6 +101,42 @@ impl JobDetails {
 
     pub(super) fn dead(&self) -> bool {
         self.state == JobState::Dead
+    }
+}
+
+/// What happened to a job so far, in words: "handed out twice: given back
+/// once, dead once; now dead". `attempts` are the hand-outs since it was
+/// last replayed; the counts are over its life.
+fn history_in_words(attempts: u32, c: &JobCounts, state: JobState) -> String {
+    let times = |n: u32| match n {
+        1 => "once".to_string(),
+        2 => "twice".to_string(),
+        n => format!("{n} times"),
+    };
+    let mut done = Vec::new();
+    for (n, what) in [
+        (c.timeouts, "its lease expired"),
+        (c.releases, "given back (nacked or released)"),
+        (c.buries, "dead"),
+        (c.kicks, "replayed"),
+    ] {
+        if n > 0 {
+            done.push(format!("{what} {}", times(n)));
+        }
+    }
+    let handed = match attempts {
+        0 => "not handed out yet".to_string(),
+        n => format!("handed out {}", times(n)),
+    };
+    let handed = if c.kicks > 0 && attempts > 0 {
+        format!("{handed} since its last replay")
+    } else {
+        handed
+    };
+    if done.is_empty() {
+        format!("{handed}; now {state}")
+    } else {
+        format!("{handed}: {}; now {state}", done.join(", "))
     }
 }
 
@@ -180,6 +213,28 @@ fn cut(mut text: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jobs_history_reads_in_words() {
+        let c = |timeouts, releases, buries, kicks| JobCounts {
+            timeouts,
+            releases,
+            buries,
+            kicks,
+        };
+        assert_eq!(
+            history_in_words(0, &c(0, 0, 0, 0), JobState::Scheduled),
+            "not handed out yet; now scheduled"
+        );
+        assert_eq!(
+            history_in_words(2, &c(0, 1, 1, 0), JobState::Dead),
+            "handed out twice: given back (nacked or released) once, dead once; now dead"
+        );
+        assert_eq!(
+            history_in_words(1, &c(3, 0, 1, 1), JobState::Reserved),
+            "handed out once since its last replay: its lease expired 3 times, dead once, replayed once; now reserved"
+        );
+    }
 
     #[test]
     fn json_bodies_indented_as_sent() {

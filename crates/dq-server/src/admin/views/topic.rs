@@ -171,6 +171,8 @@ struct DeadRow {
     died_at: String,
     died_ago: String,
     last_error: String,
+    /// The body, cut ([`preview`]).
+    body: String,
 }
 
 impl DeadRow {
@@ -182,6 +184,7 @@ impl DeadRow {
             died_at: j.died_at_ms.map(at).unwrap_or_default(),
             died_ago: j.died_at_ms.map_or("–".into(), |d| relative(d, now)),
             last_error: j.last_error.clone().unwrap_or_default(),
+            body: preview(&j.body),
         }
     }
 }
