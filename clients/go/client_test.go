@@ -141,6 +141,9 @@ func TestClientJobs(t *testing.T) {
 		if err != nil || info.LastError == nil || *info.LastError != "boom" {
 			t.Fatalf("last error: %+v %v", info, err)
 		}
+		if len(info.Errors) != 1 || info.Errors[0].Attempt != 1 || info.Errors[0].Error != "boom" || info.Errors[0].AtMs == 0 {
+			t.Fatalf("errors: %+v", info.Errors)
+		}
 		jobs, err = c.Reserve(ctx, []string{topic}, &dq.ReserveOptions{Max: 1, Wait: 5 * time.Second})
 		if err != nil || len(jobs) != 1 {
 			t.Fatalf("reserve after nack: %v %v", jobs, err)

@@ -252,16 +252,26 @@ func isErrorItem(r json.RawMessage) bool {
 }
 
 // JobInfo is a job as GET job and the dead-letter list show it.
+// AttemptError is one failed attempt of a job: which hand-out, when (Unix
+// ms) and why (a nack's error, or "lease expired").
+type AttemptError struct {
+	Attempt int    `json:"attempt"`
+	AtMs    int64  `json:"at_ms"`
+	Error   string `json:"error"`
+}
+
 type JobInfo struct {
-	Topic           string          `json:"topic"`
-	ID              string          `json:"id"`
-	State           string          `json:"state"` // scheduled, ready, reserved or dead
-	DueAtMs         int64           `json:"due_at_ms"`
-	Priority        uint32          `json:"priority"`
-	Attempts        int             `json:"attempts"`
-	MaxAttempts     int             `json:"max_attempts"`
-	LeaseMs         int64           `json:"lease_ms"`
-	LastError       *string         `json:"last_error"`
+	Topic       string  `json:"topic"`
+	ID          string  `json:"id"`
+	State       string  `json:"state"` // scheduled, ready, reserved or dead
+	DueAtMs     int64   `json:"due_at_ms"`
+	Priority    uint32  `json:"priority"`
+	Attempts    int     `json:"attempts"`
+	MaxAttempts int     `json:"max_attempts"`
+	LeaseMs     int64   `json:"lease_ms"`
+	LastError   *string `json:"last_error"`
+	// Errors are its last failed attempts (at most ten), oldest first.
+	Errors          []AttemptError  `json:"errors,omitempty"`
 	CreatedAtMs     int64           `json:"created_at_ms"`
 	LeaseDeadlineMs *int64          `json:"lease_deadline_ms"`
 	DiedAtMs        *int64          `json:"died_at_ms"`

@@ -86,6 +86,8 @@ export interface Job extends BodyFields {
   maxAttempts?: number;
   leaseMs?: number;
   lastError?: string | null;
+  /** Its last failed attempts (at most ten), oldest first; left out when none failed. */
+  errors?: { attempt: number; atMs: number; error: string }[];
   createdAtMs?: number;
   leaseDeadlineMs?: number | null;
   diedAtMs?: number | null;

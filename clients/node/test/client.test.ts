@@ -220,6 +220,9 @@ for (const store of stores) {
       assert.ok(n.dueAtMs! > Date.now() + 20_000);
       const gb = await client.get(topic, b.id);
       assert.equal(gb.lastError, "boom");
+      assert.equal(gb.errors?.[0]?.attempt, 1);
+      assert.equal(gb.errors?.[0]?.error, "boom");
+      assert.ok((gb.errors?.[0]?.atMs ?? 0) > 0);
       assert.equal(gb.attempts, 1);
       await rejectsWith(client.nack(topic, b.id, b.token), 409, "lease_mismatch");
       // nack dead

@@ -32,6 +32,13 @@ final class Job
     /** Hand-outs so far (GET job, dead letters). */
     public readonly ?int $attempts;
     public readonly ?string $lastError;
+    /**
+     * Its last failed attempts (at most ten), oldest first, each
+     * `['attempt' => int, 'at_ms' => int, 'error' => string]` (GET job, dead letters).
+     *
+     * @var list<array{attempt: int, at_ms: int, error: string}>
+     */
+    public readonly array $errors;
     public readonly ?string $rawBody;
     public readonly ?string $bytes;
     public readonly mixed $body;
@@ -49,6 +56,11 @@ final class Job
         $this->state = isset($data['state']) ? (string) $data['state'] : null;
         $this->attempts = isset($data['attempts']) ? (int) $data['attempts'] : null;
         $this->lastError = isset($data['last_error']) ? (string) $data['last_error'] : null;
+        $errors = [];
+        foreach (is_array($data['errors'] ?? null) ? $data['errors'] : [] as $e) {
+            $errors[] = ['attempt' => (int) ($e['attempt'] ?? 0), 'at_ms' => (int) ($e['at_ms'] ?? 0), 'error' => (string) ($e['error'] ?? '')];
+        }
+        $this->errors = $errors;
         if (array_key_exists('body_base64', $data)) {
             $this->rawBody = null;
             $this->bytes = base64_decode((string) $data['body_base64'], true) ?: '';

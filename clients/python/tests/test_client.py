@@ -195,6 +195,7 @@ def test_reserve_ack_nack_touch_release(client: Client, topic: str) -> None:
     assert n.state == "scheduled" and n.due_at_ms is not None
     info = client.get(topic, "j1")
     assert info.last_error == "boom" and info.attempts == 1
+    assert [(e["attempt"], e["error"]) for e in info.errors] == [(1, "boom")]
     # nack dead
     j2 = reserve_one(client, topic)
     d = client.nack(topic, j2.id, j2.token, error="fatal", dead=True)

@@ -62,6 +62,9 @@ pub struct JobRecord {
         deserialize_with = "not_null"
     )]
     pub last_error: Option<String>,
+    /// Its last failed attempts, oldest first (at most ten).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<dq_core::AttemptError>,
     /// When it was enqueued (an import without it: now).
     #[serde(
         default,

@@ -210,6 +210,11 @@ pub struct Job {
     pub lease_ms: u64,
     /// The last failure's text.
     pub last_error: Option<String>,
+    /// Its last failed attempts (at most ten), oldest first: which attempt,
+    /// when, and why (a nack's error, or `lease expired`). Left out when
+    /// none failed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<dq_core::AttemptError>,
     /// When it was enqueued.
     pub created_at_ms: u64,
     /// The current lease's deadline (reserved jobs).

@@ -256,6 +256,20 @@ async fn the_cli_tour_and_its_refusals() {
         (v["state"].clone(), v["last_error"].clone()),
         (json!("dead"), json!("boom"))
     );
+    assert_eq!(
+        (&v["errors"][0]["attempt"], &v["errors"][0]["error"]),
+        (&json!(1), &json!("boom")),
+        "each failed attempt: {v}"
+    );
+    assert!(v["errors"][0]["at_ms"].as_u64().unwrap() > 0, "{v}");
+    let (ok, out, err) = dq(base, &["get", "work", "w2"], "");
+    assert!(ok, "{err}");
+    assert!(
+        out.lines().any(|l| l.contains("errors")
+            && l.contains("attempt 1 at ")
+            && l.trim_end().ends_with("boom")),
+        "{out}"
+    );
 
     // Dead letters newest death first, as the admin page lists them, with
     // their bodies cut; --oldest-first in the API's order.

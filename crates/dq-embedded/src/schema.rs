@@ -168,6 +168,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
               ALTER TABLE topics ADD COLUMN on_expiry TEXT;
               ALTER TABLE topics ADD COLUMN expired_unhandled INTEGER NOT NULL DEFAULT 0;",
     },
+    // → 9
+    Migration {
+        what: "a job's last failed attempts (JSON: attempt, at_ms, error)",
+        sql: "ALTER TABLE jobs ADD COLUMN errors TEXT;",
+    },
 ];
 
 /// The SQL of every step from `version` to [`SCHEMA_VERSION`].

@@ -370,7 +370,12 @@ async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
     // The store's writer may still be closing: wait for the lock first.
     drop(open_when_free(dir.path()).await);
     downgrade(
-        "CREATE INDEX jobs_lease ON jobs(tid, deadline_ms) WHERE state = 2;
+        "ALTER TABLE jobs DROP COLUMN errors;
+         ALTER TABLE jobs DROP COLUMN expires_ms;
+         ALTER TABLE topics DROP COLUMN expires_ms;
+         ALTER TABLE topics DROP COLUMN on_expiry;
+         ALTER TABLE topics DROP COLUMN expired_unhandled;
+         CREATE INDEX jobs_lease ON jobs(tid, deadline_ms) WHERE state = 2;
          CREATE INDEX jobs_dead ON jobs(tid, died_ms, seq) WHERE state = 3;
          ALTER TABLE jobs DROP COLUMN fkey;
          CREATE INDEX jobs_ready ON jobs(tid, priority, due_ms, seq) WHERE state = 1;

@@ -12,7 +12,7 @@ use crate::dead::trim_dead;
 use crate::enqueue::mark_keyed;
 use crate::leases::{open_window, unlease};
 
-const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body, timeouts, releases, buries, kicks, fkey, dedup_ms";
+const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body, timeouts, releases, buries, kicks, fkey, dedup_ms, errors::text";
 
 fn info(r: &Row, cfg: &TopicConfig) -> OpResult<JobInfo> {
     let u = |i: usize| r.get::<_, i64>(i) as u64;
@@ -27,6 +27,7 @@ fn info(r: &Row, cfg: &TopicConfig) -> OpResult<JobInfo> {
         max_attempts: ou(6).map_or(cfg.max_attempts, |v| v as u32),
         lease_ms: ou(7).unwrap_or(cfg.lease_ms),
         last_error: r.get(9),
+        errors: dq_core::errors_from_json(r.get::<_, Option<String>>(22).as_deref()),
         created_at_ms: u(10),
         lease_deadline_ms: ou(12),
         died_at_ms: ou(13),
@@ -329,8 +330,9 @@ pub(crate) async fn import_jobs(
         let seq: i64 = cx
             .one(
                 "INSERT INTO jobs (tid, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry,
-                   last_error, created_ms, died_ms, is_json, body, dedup_ms, fkey)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+                   last_error, created_ms, died_ms, is_json, body, dedup_ms, fkey, errors)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                   $17::text::jsonb)
                  RETURNING seq",
                 &[
                     &tid,
@@ -349,6 +351,8 @@ pub(crate) async fn import_jobs(
                     &j.body.as_bytes(),
                     &j.dedup_ms.filter(|ms| *ms > 0).map(|v| v as i64),
                     &j.key.as_ref().map(JobKey::as_str),
+                    &(!j.errors.is_empty())
+                        .then(|| serde_json::to_string(&j.errors).unwrap_or_default()),
                 ],
             )
             .await?

@@ -265,14 +265,23 @@ async fn fail(
 ) -> OpResult<NackOutcome> {
     let r = cx
         .one(
-            "UPDATE jobs SET token = NULL, deadline_ms = NULL, last_error = $1,
-               releases = releases + $3, timeouts = timeouts + $4 WHERE seq = $2
+            "UPDATE jobs SET token = NULL, deadline_ms = NULL, last_error = $1::text,
+               releases = releases + $3, timeouts = timeouts + $4,
+               errors = (SELECT jsonb_agg(e ORDER BY o) FROM (
+                 SELECT e, o FROM jsonb_array_elements(coalesce(errors, '[]'::jsonb)
+                   || jsonb_build_array(jsonb_build_object(
+                        'attempt', attempts, 'at_ms', $5::bigint, 'error', $1::text)))
+                   WITH ORDINALITY AS kept(e, o)
+                 ORDER BY o DESC LIMIT $6) AS last)
+             WHERE seq = $2
              RETURNING attempts, max_attempts, retry, fkey, id, dedup_ms",
             &[
                 &error,
                 &seq,
                 &i64::from(how == Failed::GivenBack),
                 &i64::from(how == Failed::Expired),
+                &(now as i64),
+                &(dq_core::ERRORS_KEPT as i64),
             ],
         )
         .await?;

@@ -108,6 +108,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         what: "the SQL front door: dq.enqueue, dq.cancel, dq.reschedule; topic counts moved by them in topic_deltas",
         sql: include_str!("sql_api.sql"),
     },
+    // → 3
+    Migration {
+        what: "a job's last failed attempts (errors: attempt, at_ms, error)",
+        sql: "ALTER TABLE jobs ADD COLUMN errors jsonb;",
+    },
 ];
 
 /// Why a store did not open.

@@ -50,14 +50,14 @@ async fn schema_is_reopened_and_newer_or_foreign_ones_refused() {
             e,
             OpenError::NewerSchema {
                 found: 99,
-                supported: 2,
+                supported: 3,
                 ..
             }
         ),
         "{e}"
     );
     assert!(
-        e.to_string().contains("version 99, newer than this dq's 2"),
+        e.to_string().contains("version 99, newer than this dq's 3"),
         "{e}"
     );
     assert_eq!(
@@ -148,6 +148,7 @@ async fn a_version_1_schema_is_migrated() {
         "DROP FUNCTION dq.enqueue, dq.cancel, dq.reschedule, dq.wake, dq.interval_ms,
            dq.json_depth, dq.check_topic, dq.check_name, dq.now_ms, dq.fail;
          DROP TABLE dq.topic_deltas;
+         ALTER TABLE dq.jobs DROP COLUMN errors;
          UPDATE dq.meta SET value = 1 WHERE key = 'schema_version'",
     );
     let s = PgStore::open(&config(url.clone())).await.unwrap();
@@ -157,7 +158,7 @@ async fn a_version_1_schema_is_migrated() {
             "SELECT value FROM dq.meta WHERE key = 'schema_version'"
         )
         .trim(),
-        "2"
+        "3"
     );
     assert!(
         s.get(&t, &JobId::new("a").unwrap())

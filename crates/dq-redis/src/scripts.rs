@@ -102,11 +102,12 @@ scripts! {
 
 /// What every topic script starts with: generated lines of values Rust
 /// owns (the reply codes, the topic config defaults from dq-core,
-/// `WAKE_CHANNEL`, `WHEEL_MS`, `MAX_BATCH`), then `lua/common.lua`.
+/// `WAKE_CHANNEL`, `WHEEL_MS`, `MAX_BATCH`, `ERRORS_KEPT`), then
+/// `lua/common.lua`.
 fn prelude(wake_channel: &str) -> String {
     let d = TopicConfig::default();
     format!(
-        "{}local DEFAULTS = {{max_attempts = {}, lease_ms = {}, dead_cap = {}, default_delay_ms = {}, retry = '{}'}}\nlocal WAKE_CHANNEL = '{}'\nlocal WHEEL_MS = {}\nlocal MAX_BATCH = {}\n{}",
+        "{}local DEFAULTS = {{max_attempts = {}, lease_ms = {}, dead_cap = {}, default_delay_ms = {}, retry = '{}'}}\nlocal WAKE_CHANNEL = '{}'\nlocal WHEEL_MS = {}\nlocal MAX_BATCH = {}\nlocal ERRORS_KEPT = {}\n{}",
         codes::lua(),
         d.max_attempts,
         d.lease_ms,
@@ -116,6 +117,7 @@ fn prelude(wake_channel: &str) -> String {
         wake_channel.replace('\'', ""),
         WHEEL_MS,
         dq_core::limits::MAX_BATCH,
+        dq_core::ERRORS_KEPT,
         COMMON
     )
 }

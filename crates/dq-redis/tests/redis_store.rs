@@ -440,6 +440,7 @@ fn imported(id: &str, state: JobState, due: u64) -> ImportJob {
         dedup_ms: None,
         body: Body::Json("{}".into()),
         last_error: None,
+        errors: Vec::new(),
         created_at_ms: T0,
         died_at_ms: None,
         key: None,

@@ -431,6 +431,7 @@ async fn list_and_import_cross_every_partition() {
             dedup_ms: None,
             body: Body::Bytes(vec![i as u8]),
             last_error: (i % 10 == 0).then(|| "gone".to_string()),
+            errors: Vec::new(),
             created_at_ms: T0 - 1,
             key: None,
             died_at_ms: (i % 10 == 0).then_some(T0),

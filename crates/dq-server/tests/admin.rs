@@ -444,6 +444,15 @@ async fn every_action(a: Admin) {
                 && r.get(1).map(String::as_str) == Some("handed out once: dead once; now dead")),
         "the history in words: {details:?}"
     );
+    let errors = details
+        .iter()
+        .find(|r| r.first().map(String::as_str) == Some("errors"))
+        .and_then(|r| r.get(1).cloned())
+        .unwrap_or_default();
+    assert!(
+        errors.starts_with("attempt 1, ") && errors.ends_with("): <script>alert(1)</script>"),
+        "each failed attempt: {details:?}"
+    );
     let script = scraper::Selector::parse("script").unwrap();
     assert!(
         doc.select(&script).next().is_none(),

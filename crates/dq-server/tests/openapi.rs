@@ -7,8 +7,8 @@
 
 use dq_api::*;
 use dq_core::{
-    Delivery, JobState, OnExpiry, PushConfig, PushMethod, RateLimit, RetryPolicy, TopicConfig,
-    TopicConfigPatch, TopicCounters, TopicStats,
+    AttemptError, Delivery, JobState, OnExpiry, PushConfig, PushMethod, RateLimit, RetryPolicy,
+    TopicConfig, TopicConfigPatch, TopicCounters, TopicStats,
 };
 use serde_json::{Value, json};
 
@@ -96,6 +96,11 @@ fn job() -> Job {
         max_attempts: 1,
         lease_ms: 1,
         last_error: Some("e".into()),
+        errors: vec![AttemptError {
+            attempt: 1,
+            at_ms: 1,
+            error: "e".into(),
+        }],
         created_at_ms: 1,
         lease_deadline_ms: Some(1),
         died_at_ms: Some(1),
@@ -118,6 +123,11 @@ fn job_record() -> JobRecord {
         retry: Some(RetryPolicy::FixedMs(1)),
         dedup_ms: Some(1),
         last_error: Some("e".into()),
+        errors: vec![AttemptError {
+            attempt: 1,
+            at_ms: 1,
+            error: "e".into(),
+        }],
         created_at_ms: Some(1),
         lease_deadline_ms: Some(1),
         died_at_ms: Some(1),

@@ -221,6 +221,8 @@ abstract class ClientCases extends ServerTestCase
         $this->assertSame('scheduled', $r['state']);
         $job = $c->get($t, 'j2');
         $this->assertSame('boom', $job->lastError);
+        $this->assertSame([1, 'boom'], [$job->errors[0]['attempt'], $job->errors[0]['error']]);
+        $this->assertGreaterThan(0, $job->errors[0]['at_ms']);
         $this->assertSame(1, $job->attempts);
         $r = $c->nack($t, 'j3', $j3->token, ['error' => 'fatal', 'dead' => true]);
         $this->assertSame('dead', $r['state']);

@@ -147,6 +147,9 @@ class JobInfo:
     lease_deadline_ms: int | None = None
     died_at_ms: int | None = None
     key: str | None = None
+    #: Its last failed attempts (at most ten), oldest first: dicts with
+    #: ``attempt``, ``at_ms`` and ``error``.
+    errors: list[Mapping[str, Any]] = field(default_factory=list)
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -166,6 +169,7 @@ class JobInfo:
             lease_deadline_ms=d.get("lease_deadline_ms"),
             died_at_ms=d.get("died_at_ms"),
             key=d.get("key"),
+            errors=list(d.get("errors") or []),
             raw=d,
         )
 

@@ -256,6 +256,19 @@ impl Get {
             print_json(&j);
         } else {
             let body = shown_body(j.body.as_ref(), j.body_base64.as_deref());
+            let errors = j
+                .errors
+                .iter()
+                .map(|e| {
+                    format!(
+                        "attempt {} at {}: {}",
+                        e.attempt,
+                        rfc3339(Some(e.at_ms)),
+                        e.error
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
             let t = kv_table(&[
                 ("topic", j.topic.clone()),
                 ("id", j.id.clone()),
@@ -264,6 +277,14 @@ impl Get {
                 ("priority", j.priority.to_string()),
                 ("attempts", format!("{}/{}", j.attempts, j.max_attempts)),
                 ("last error", opt(j.last_error.as_deref())),
+                (
+                    "errors",
+                    if errors.is_empty() {
+                        "-".into()
+                    } else {
+                        errors
+                    },
+                ),
                 ("created", rfc3339(Some(j.created_at_ms))),
                 ("lease until", rfc3339(j.lease_deadline_ms)),
                 ("died", rfc3339(j.died_at_ms)),

@@ -32,6 +32,9 @@ pub struct ImportJob {
     pub body: Body,
     /// The last failure's text.
     pub last_error: Option<String>,
+    /// Its kept failed attempts, oldest first (at most
+    /// [`crate::ERRORS_KEPT`]).
+    pub errors: Vec<crate::AttemptError>,
     /// When it was first enqueued.
     pub created_at_ms: u64,
     /// When it died (dead letters; required for them).
@@ -118,15 +121,27 @@ impl ImportJob {
                 ),
             ));
         }
+        if self.errors.len() > crate::ERRORS_KEPT {
+            return Err(InvalidInput::new(
+                "invalid_error",
+                format!(
+                    "job {}: at most {} errors are kept, got {}",
+                    self.id,
+                    crate::ERRORS_KEPT,
+                    self.errors.len()
+                ),
+            ));
+        }
         if self
             .last_error
-            .as_deref()
-            .is_some_and(|e| e.len() > limits::MAX_ERROR_BYTES)
+            .iter()
+            .chain(self.errors.iter().map(|e| &e.error))
+            .any(|e| e.len() > limits::MAX_ERROR_BYTES)
         {
             return Err(InvalidInput::new(
                 "invalid_error",
                 format!(
-                    "job {}: last_error is longer than {} bytes",
+                    "job {}: last_error or an error of errors is longer than {} bytes",
                     self.id,
                     limits::MAX_ERROR_BYTES
                 ),

@@ -232,6 +232,10 @@ pub struct JobInfo {
     pub lease_ms: u64,
     /// The last failure's text.
     pub last_error: Option<String>,
+    /// Its last [`ERRORS_KEPT`] failed attempts, oldest first: a nack's
+    /// error, or `lease expired` (empty for a job that never failed, or
+    /// failed only before the store kept them).
+    pub errors: Vec<AttemptError>,
     /// When it was enqueued.
     pub created_at_ms: u64,
     /// The current lease's deadline, when reserved.
@@ -247,6 +251,37 @@ pub struct JobInfo {
     /// When it expires (Unix ms), if it does: a hand-out due at or after
     /// this time does not happen.
     pub expires_at_ms: Option<u64>,
+}
+
+/// One failed attempt of a job ([`JobInfo::errors`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptError {
+    /// Which hand-out failed (1 for the first).
+    pub attempt: u32,
+    /// When it failed (Unix ms).
+    pub at_ms: u64,
+    /// Why: the nack's error, or `lease expired`.
+    pub error: String,
+}
+
+/// How many failed attempts a job keeps ([`JobInfo::errors`]).
+pub const ERRORS_KEPT: usize = 10;
+
+/// Reads a job's kept errors as the stores keep them (JSON text of
+/// [`AttemptError`]s); anything else reads as none.
+pub fn errors_from_json(text: Option<&str>) -> Vec<AttemptError> {
+    text.and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or_default()
+}
+
+/// `kept` (as [`errors_from_json`] reads it) with one more failed
+/// attempt, the oldest dropped past [`ERRORS_KEPT`]: the JSON text to keep.
+pub fn errors_with(kept: Option<&str>, failed: AttemptError) -> String {
+    let mut errors = errors_from_json(kept);
+    errors.push(failed);
+    let over = errors.len().saturating_sub(ERRORS_KEPT);
+    errors.drain(..over);
+    serde_json::to_string(&errors).unwrap_or_else(|_| "[]".into())
 }
 
 /// A job's history in counts (beanstalkd's `stats-job` shows them).

@@ -34,6 +34,7 @@ fn job_row(r: &rusqlite::Row<'_>, cfg: &TopicConfig) -> rusqlite::Result<Row> {
             max_attempts: r.get::<_, Option<u32>>(6)?.unwrap_or(cfg.max_attempts),
             lease_ms: r.get::<_, Option<u64>>(7)?.unwrap_or(cfg.lease_ms),
             last_error: r.get(9)?,
+            errors: dq_core::errors_from_json(r.get::<_, Option<String>>(22)?.as_deref()),
             created_at_ms: r.get(10)?,
             lease_deadline_ms: r.get(12)?,
             died_at_ms: r.get(13)?,
@@ -61,7 +62,7 @@ fn job_row(r: &rusqlite::Row<'_>, cfg: &TopicConfig) -> rusqlite::Result<Row> {
     ))
 }
 
-const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body, timeouts, releases, buries, kicks, fkey, expires_ms";
+const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body, timeouts, releases, buries, kicks, fkey, expires_ms, errors";
 
 pub(crate) fn get(cx: &mut Ctx, topic: &Topic, id: &JobId) -> OpResult<Option<JobInfo>> {
     let Some(tid) = tid(cx, topic)? else {
@@ -221,7 +222,7 @@ pub(crate) fn list_jobs(
                 retry: r
                     .get::<_, Option<String>>(8)?
                     .and_then(|s| RetryPolicy::decode(&s)),
-                dedup_ms: r.get::<_, Option<u64>>(22)?.filter(|ms| *ms > 0),
+                dedup_ms: r.get::<_, Option<u64>>(23)?.filter(|ms| *ms > 0),
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;

@@ -305,23 +305,43 @@ fn fail(
     rand: f64,
     how: Failed,
 ) -> OpResult<NackOutcome> {
-    let (attempts, max, retry, fkey): (u32, Option<u32>, Option<String>, Option<String>) = cx
+    type Failing = (
+        u32,
+        Option<u32>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    );
+    let (attempts, max, retry, fkey, kept): Failing = cx
         .conn
-        .prepare_cached("SELECT attempts, max_attempts, retry, fkey FROM jobs WHERE seq = ?1")?
-        .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+        .prepare_cached(
+            "SELECT attempts, max_attempts, retry, fkey, errors FROM jobs WHERE seq = ?1",
+        )?
+        .query_row([seq], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?;
+    let errors = dq_core::errors_with(
+        kept.as_deref(),
+        dq_core::AttemptError {
+            attempt: attempts,
+            at_ms: now,
+            error: error.to_string(),
+        },
+    );
     cx.mem.leases.remove(seq);
     unlease(cx, topic, tid, fkey)?;
     let max = max.unwrap_or(cfg.max_attempts);
     cx.conn
         .prepare_cached(
             "UPDATE jobs SET token = NULL, deadline_ms = NULL, last_error = ?1,
-             releases = releases + ?3, timeouts = timeouts + ?4 WHERE seq = ?2",
+             releases = releases + ?3, timeouts = timeouts + ?4, errors = ?5 WHERE seq = ?2",
         )?
         .execute(params![
             error,
             seq,
             i64::from(how == Failed::GivenBack),
-            i64::from(how == Failed::Expired)
+            i64::from(how == Failed::Expired),
+            errors
         ])?;
     bump(cx, tid, "failed", 1)?;
     if how == Failed::Dead || attempts >= max {

@@ -288,7 +288,30 @@ local function save(id, j)
   return raw
 end
 
--- Appends job `id` (record `j` as loaded) to `out` as the 19 values of
+-- A record's `e`: its last error, or, once an attempt failed through
+-- fail(), ERRS .. the JSON list of its last ERRORS_KEPT failed attempts
+-- ({attempt, at_ms, error}, oldest first) .. ERRS .. its last error. ERRS is
+-- a byte no UTF-8 text holds, so no error sent can be taken for it.
+local ERRS = '\255'
+
+-- `e` as its last error and the JSON list of failed attempts (or nil).
+local function split_errors(e)
+  if not e or string.byte(e, 1) ~= 255 then return e, nil end
+  local at = string.find(e, ERRS, 2, true)
+  if not at then return e, nil end
+  return string.sub(e, at + 1), string.sub(e, 2, at - 1)
+end
+
+-- `e` with one more failed attempt (the oldest dropped past ERRORS_KEPT).
+local function with_error(e, attempt, now, err)
+  local _, json = split_errors(e)
+  local list = json and cjson.decode(json) or {}
+  list[#list + 1] = {attempt = attempt, at_ms = now, error = err}
+  while #list > ERRORS_KEPT do table.remove(list, 1) end
+  return ERRS .. cjson.encode(list) .. ERRS .. err
+end
+
+-- Appends job `id` (record `j` as loaded) to `out` as the 20 values of
 -- get.lua's reply (`cfg`: the topic's config, for the defaults in effect).
 local function job_info(out, id, j, cfg)
   local n = #out
@@ -304,13 +327,15 @@ local function job_info(out, id, j, cfg)
   out[n + 10] = j.L or cfg.lease_ms
   out[n + 11] = j.u or NONE
   out[n + 12] = j.x or NONE
-  out[n + 13] = j.e and 1 or 0
-  out[n + 14] = j.e or ''
+  local last, errors = split_errors(j.e)
+  out[n + 13] = last and 1 or 0
+  out[n + 14] = last or ''
   out[n + 15] = j.to or 0
   out[n + 16] = j.rl or 0
   out[n + 17] = j.bu or 0
   out[n + 18] = j.ki or 0
   out[n + 19] = j.g or ''
+  out[n + 20] = errors or ''
 end
 
 -- Deletes the record of `id` (`j` as loaded) and its lease token.
@@ -634,7 +659,7 @@ local function fail(K, cfg, id, j, now, err, retry_in, rand, bury)
   local max = j.m or cfg.max_attempts
   redis.call('ZREM', K.lease, id)
   local freed = j.g and key_unlease(j.g)
-  j.t, j.u, j.e = nil, nil, err
+  j.t, j.u, j.e = nil, nil, with_error(j.e, attempts, now, err)
   redis.call('HINCRBY', K.ctr, 'failed', 1)
   if bury or attempts >= max then
     j.s, j.x = DEAD, now

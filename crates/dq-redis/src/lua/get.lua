@@ -11,7 +11,8 @@
 --   the topic's), lease deadline or NONE,
 --   died-at or NONE, has-error (1 | 0), error or '', then its counts:
 --   leases expired, given back, times dead, times replayed, then its
---   flow-control key or '' (19 in all)
+--   flow-control key or '', then its last failed attempts as JSON or ''
+--   (20 in all)
 -- Side effects: none.
 local ids
 if ARGV[2] == 'd' then

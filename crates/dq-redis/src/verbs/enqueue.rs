@@ -141,7 +141,7 @@ pub(crate) async fn import_jobs(
         return Ok(Vec::new());
     }
     store.register(topic).await?;
-    let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 16);
+    let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 17);
     args.push(store.now_arg(now_ms));
     for j in jobs {
         let dead = j.state == JobState::Dead;
@@ -174,6 +174,11 @@ pub(crate) async fn import_jobs(
             b"0".to_vec()
         });
         args.push(opt(j.key.as_ref().map(JobKey::as_str)));
+        args.push(if j.errors.is_empty() {
+            Vec::new()
+        } else {
+            serde_json::to_vec(&j.errors).unwrap_or_default()
+        });
     }
     let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
     let v = store

@@ -119,16 +119,19 @@ pub(crate) async fn list_jobs(
     Ok(JobPage { jobs, cursor })
 }
 
-/// The `get` script's reply (14 values per job) to [`JobInfo`]s.
+/// Values per job in the `get` script's reply (common.lua's `job_info`).
+const JOB_VALUES: usize = 20;
+
+/// The `get` script's reply ([`JOB_VALUES`] per job) to [`JobInfo`]s.
 pub(crate) fn decode_jobs(v: Value) -> StoreResult<Vec<JobInfo>> {
     let items = array(v)?;
-    if !items.len().is_multiple_of(19) {
+    if !items.len().is_multiple_of(JOB_VALUES) {
         return Err(protocol("get reply length"));
     }
-    items.chunks(19).map(job_info).collect()
+    items.chunks(JOB_VALUES).map(job_info).collect()
 }
 
-/// The 19 values of one job in get's (and list_jobs's) reply.
+/// The [`JOB_VALUES`] values of one job in get's (and list_jobs's) reply.
 fn job_info(c: &[Value]) -> StoreResult<JobInfo> {
     let opt = |v: &Value| -> StoreResult<Option<u64>> { Ok(opt_time(int(v)?)) };
     let id = JobId::new(string(&c[0])?).map_err(|_| protocol("bad id"))?;
@@ -161,30 +164,32 @@ fn job_info(c: &[Value]) -> StoreResult<JobInfo> {
             k if k.is_empty() => None,
             k => Some(JobKey::new(k).map_err(|_| protocol("bad key"))?),
         },
+        errors: dq_core::errors_from_json(Some(&String::from_utf8_lossy(&bytes(c[19].clone())?))),
     })
 }
 
-/// list_jobs's `{cursor, (23 per job)*}`: the jobs and the next HSCAN
-/// cursor (`None` when the scan is complete).
+/// list_jobs's `{cursor, (JOB_VALUES + 4 per job)*}`: the jobs and the
+/// next HSCAN cursor (`None` when the scan is complete).
 fn decode_page(v: Value) -> StoreResult<(Vec<ListedJob>, Option<String>)> {
+    const N: usize = JOB_VALUES + 4;
     let mut items = array(v)?;
-    if items.is_empty() || !(items.len() - 1).is_multiple_of(23) {
+    if items.is_empty() || !(items.len() - 1).is_multiple_of(N) {
         return Err(protocol("list_jobs reply length"));
     }
     let cursor = string(&items[0])?;
     let rest = items.split_off(1);
     let jobs = rest
-        .chunks(23)
+        .chunks(N)
         .map(|c| {
-            let retry = string(&c[21])?;
+            let retry = string(&c[JOB_VALUES + 2])?;
             Ok(ListedJob {
-                info: job_info(&c[..19])?,
-                max_attempts: opt_time(int(&c[19])?).map(|n| n as u32),
-                lease_ms: opt_time(int(&c[20])?),
+                info: job_info(&c[..JOB_VALUES])?,
+                max_attempts: opt_time(int(&c[JOB_VALUES])?).map(|n| n as u32),
+                lease_ms: opt_time(int(&c[JOB_VALUES + 1])?),
                 retry: (!retry.is_empty())
                     .then(|| RetryPolicy::decode(&retry))
                     .flatten(),
-                dedup_ms: opt_time(int(&c[22])?),
+                dedup_ms: opt_time(int(&c[JOB_VALUES + 3])?),
             })
         })
         .collect::<StoreResult<_>>()?;

@@ -28,6 +28,7 @@ fn record(j: &ListedJob) -> wire::JobRecord {
         retry: j.retry.clone(),
         dedup_ms: j.dedup_ms,
         last_error: i.last_error.clone(),
+        errors: i.errors.clone(),
         created_at_ms: Some(i.created_at_ms),
         lease_deadline_ms: i.lease_deadline_ms,
         died_at_ms: i.died_at_ms,
@@ -106,6 +107,14 @@ fn import_job(
         body,
         // As a nack's: a longer error is cut, not refused.
         last_error: r.last_error.map(|e| limits::clip_error(&e).to_string()),
+        errors: r
+            .errors
+            .into_iter()
+            .map(|e| dq_core::AttemptError {
+                error: limits::clip_error(&e.error).to_string(),
+                ..e
+            })
+            .collect(),
         created_at_ms: r.created_at_ms.unwrap_or(now_ms),
         // Only a dead letter keeps when it died (a listing of another
         // state has none; one sent anyway is not kept).

@@ -148,6 +148,7 @@ fn job(view: &JobView) -> wire::Job {
         max_attempts: view.job.max_attempts,
         lease_ms: view.job.lease_ms,
         last_error: j.last_error.clone(),
+        errors: j.errors.clone(),
         created_at_ms: j.created_at_ms,
         lease_deadline_ms: j.lease_deadline_ms,
         died_at_ms: j.died_at_ms,

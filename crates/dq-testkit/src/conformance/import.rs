@@ -19,6 +19,7 @@ fn import(i: &str, state: JobState, due: u64) -> ImportJob {
         dedup_ms: None,
         body: Body::Json(format!("{{\"n\":\"{i}\"}}")),
         last_error: None,
+        errors: Vec::new(),
         created_at_ms: T0 - 1000,
         died_at_ms: None,
         key: None,

@@ -238,6 +238,7 @@ pub async fn key_concurrency_is_shared_and_changes_take_effect(s: &dyn Store) {
             dedup_ms: None,
             body: Body::Json("{}".into()),
             last_error: None,
+            errors: Vec::new(),
             created_at_ms: T0,
             died_at_ms: None,
             key: Some(JobKey::new("imp").unwrap()),

@@ -258,3 +258,96 @@ pub async fn ack_and_write_elsewhere_does_nothing(s: &dyn Store, sink: &dyn Forw
     let info = s.get(&t, &id("a")).await.unwrap().unwrap();
     assert_eq!(info.state, JobState::Reserved);
 }
+
+/// A job keeps its last [`ERRORS_KEPT`] failed attempts, oldest first, each
+/// with its attempt, time and error (a nack's, or `lease expired`), the
+/// last one also as `last_error`; an import keeps them as they were.
+pub async fn errors_keep_the_last_failed_attempts(s: &dyn Store) {
+    let t = topic("errors");
+    strict_topic(s, &t).await;
+    let mut j = job("j", When::DelayMs(0));
+    j.max_attempts = Some(20);
+    put(s, &t, j, T0).await;
+    assert!(
+        s.get(&t, &id("j"))
+            .await
+            .unwrap()
+            .unwrap()
+            .errors
+            .is_empty()
+    );
+    let n = ERRORS_KEPT as u64 + 1;
+    for a in 1..=n {
+        let now = T0 + a * 10;
+        let c = s.reserve(&t, 1, None, now).await.unwrap();
+        assert_eq!(c.leases[0].attempt as u64, a);
+        let error = format!("e{a}");
+        let nack = Nack {
+            retry_in_ms: Some(0),
+            ..Nack::retry(&c.leases[0].token, &error)
+        };
+        s.nack(&t, &id("j"), nack, now + 1).await.unwrap();
+    }
+    // Then a lease that runs out.
+    let now = T0 + (n + 1) * 10;
+    s.reserve(&t, 1, Some(1000), now).await.unwrap();
+    let r = s.requeue_expired(&t, 100, now + 1001).await.unwrap();
+    assert_eq!(r.retried, 1);
+    let info = s.get(&t, &id("j")).await.unwrap().unwrap();
+    let mut want: Vec<AttemptError> = (3..=n)
+        .map(|a| AttemptError {
+            attempt: a as u32,
+            at_ms: T0 + a * 10 + 1,
+            error: format!("e{a}"),
+        })
+        .collect();
+    want.push(AttemptError {
+        attempt: n as u32 + 1,
+        at_ms: now + 1001,
+        error: "lease expired".into(),
+    });
+    assert_eq!(info.errors, want);
+    assert_eq!(info.last_error.as_deref(), Some("lease expired"));
+
+    // Dead: the listing shows them too.
+    let c = s.reserve(&t, 1, None, now + 100_000).await.unwrap();
+    s.nack(
+        &t,
+        &id("j"),
+        Nack::dead(&c.leases[0].token, "gave up"),
+        now + 100_001,
+    )
+    .await
+    .unwrap();
+    let dead = s.list_dead(&t, 0, 10).await.unwrap();
+    assert_eq!(dead[0].errors.len(), ERRORS_KEPT);
+    assert_eq!(dead[0].errors.last().unwrap().error, "gave up");
+    assert_eq!(dead[0].errors[0].attempt, 4, "the oldest dropped");
+
+    // Imported as they were.
+    let t2 = topic("errors-imported");
+    let kept = dead[0].errors.clone();
+    let imported = ImportJob {
+        id: id("k"),
+        state: JobState::Dead,
+        due_at_ms: T0,
+        priority: DEFAULT_PRIORITY,
+        attempts: 13,
+        max_attempts: None,
+        lease_ms: None,
+        retry: None,
+        dedup_ms: None,
+        body: Body::Json("{}".into()),
+        last_error: Some("gave up".into()),
+        errors: kept.clone(),
+        created_at_ms: T0,
+        died_at_ms: Some(T0 + 1),
+        key: None,
+    };
+    s.import_jobs(&t2, &[imported], T0 + 2).await.unwrap();
+    let info = s.get(&t2, &id("k")).await.unwrap().unwrap();
+    assert_eq!(
+        (info.errors, info.last_error.as_deref()),
+        (kept, Some("gave up"))
+    );
+}

@@ -129,6 +129,7 @@ macro_rules! conformance_tests {
             enqueue_batch_replacing_its_own_jobs,
             reserve_one_holder_among_concurrent_callers,
             requeue_expired_redelivers,
+            errors_keep_the_last_failed_attempts,
             ack_nack_touch_refuse_a_stale_token,
             ack_refusals_and_acks_of_every_kind_of_job,
             ack_batch_results_per_job,

@@ -38,6 +38,9 @@ pub(super) struct JobDetails {
     /// When it died and how long ago, when dead.
     pub(super) died_at: Option<String>,
     pub(super) last_error: String,
+    /// Its kept failed attempts, oldest first: "attempt 2, 14:03:11
+    /// (3 min ago): timeout".
+    pub(super) errors: Vec<String>,
     /// Its flow-control key, when it has one.
     pub(super) key: Option<String>,
     /// When it expires and how far off, when it does.
@@ -80,6 +83,19 @@ impl JobDetails {
             lease_deadline: j.lease_deadline_ms.map(when),
             died_at: j.died_at_ms.map(when),
             last_error: j.last_error.clone().unwrap_or_else(|| "–".into()),
+            errors: j
+                .errors
+                .iter()
+                .map(|e| {
+                    format!(
+                        "attempt {}, {} ({}): {}",
+                        e.attempt,
+                        at(e.at_ms),
+                        relative(e.at_ms, now),
+                        e.error
+                    )
+                })
+                .collect(),
             key: j.key.as_ref().map(ToString::to_string),
             expires_at: j.expires_at_ms.map(when),
             history: history_in_words(j.attempts, c, j.state),
