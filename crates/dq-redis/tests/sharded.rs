@@ -646,3 +646,53 @@ async fn list_topics_merges_shards_and_partitions() {
         .unwrap();
     assert_eq!((page.topics, page.more), (names[4..6].to_vec(), true));
 }
+
+/// Ready and scheduled jobs of a partitioned topic page after page: every
+/// page is the slice of the whole list at its offset (none missed, none
+/// twice), ready jobs without a key in hand-out order before the keys'
+/// lanes, scheduled ones by due time.
+#[tokio::test]
+async fn a_partitioned_topic_pages_its_waiting_jobs_whole() {
+    let (s, _servers) = fresh().await;
+    let t = Topic::new("paged").unwrap();
+    partitioned(&s, &t, 4).await;
+    let mut jobs = Vec::new();
+    for i in 0..40u32 {
+        let mut j = job(&format!("r{i:02}"), When::DelayMs(0));
+        j.priority = (i * 7) % 5;
+        if i % 4 == 0 {
+            j.key = Some(JobKey::new(format!("k{}", i % 3)).unwrap());
+        }
+        jobs.push(j);
+    }
+    for i in 0..30u64 {
+        jobs.push(job(
+            &format!("s{i:02}"),
+            When::DueAtMs(T0 + 60_000 + (i % 7) * 1000),
+        ));
+    }
+    s.enqueue(&t, &jobs, T0).await.unwrap();
+    let ids = |v: Vec<JobInfo>| v.into_iter().map(|j| j.id.to_string()).collect::<Vec<_>>();
+    let ready = ids(s.list_ready(&t, 0, 100).await.unwrap());
+    assert_eq!(ready.len(), 40);
+    let all = s.list_ready(&t, 0, 100).await.unwrap();
+    let first_keyed = all.iter().position(|j| j.key.is_some()).unwrap();
+    assert!(all[first_keyed..].iter().all(|j| j.key.is_some()));
+    assert!(
+        all[..first_keyed]
+            .windows(2)
+            .all(|w| (w[0].priority, w[0].due_at_ms) <= (w[1].priority, w[1].due_at_ms)),
+        "hand-out order"
+    );
+    let scheduled = ids(s.list_scheduled(&t, 0, 100).await.unwrap());
+    assert_eq!(scheduled.len(), 30);
+    for size in [1, 3, 7] {
+        let (mut r, mut u) = (Vec::new(), Vec::new());
+        for offset in (0..45).step_by(size) {
+            r.extend(ids(s.list_ready(&t, offset, size).await.unwrap()));
+            u.extend(ids(s.list_scheduled(&t, offset, size).await.unwrap()));
+        }
+        assert_eq!(r, ready, "ready pages of {size}");
+        assert_eq!(u, scheduled, "scheduled pages of {size}");
+    }
+}

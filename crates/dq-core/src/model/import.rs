@@ -72,6 +72,25 @@ impl ImportJob {
                 ));
             }
         }
+        // An error's time as a Lua number prints exactly to 14 digits
+        // (Redis keeps the errors as JSON it re-encodes): beyond year 5000.
+        const MAX_ERROR_AT_MS: u64 = 99_999_999_999_999;
+        if let Some(e) = self
+            .errors
+            .iter()
+            .find(|e| e.at_ms > MAX_ERROR_AT_MS || e.attempt > limits::MAX_ATTEMPTS)
+        {
+            return Err(InvalidInput::new(
+                "invalid_error",
+                format!(
+                    "job {}: an error's at_ms must be at most {MAX_ERROR_AT_MS} and its attempt at most {}, got {} and {}",
+                    self.id,
+                    limits::MAX_ATTEMPTS,
+                    e.at_ms,
+                    e.attempt
+                ),
+            ));
+        }
         limits.check_due_at(self.due_at_ms, now_ms)?;
         match (self.state, self.died_at_ms) {
             (JobState::Reserved, _) => {

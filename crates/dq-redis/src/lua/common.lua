@@ -299,7 +299,9 @@ local function split_errors(e)
   if not e or string.byte(e, 1) ~= 255 then return e, nil end
   local at = string.find(e, ERRS, 2, true)
   if not at then return e, nil end
-  return string.sub(e, at + 1), string.sub(e, 2, at - 1)
+  local last = string.sub(e, at + 1)
+  if last == '' then last = nil end
+  return last, string.sub(e, 2, at - 1)
 end
 
 -- `e` with one more failed attempt (the oldest dropped past ERRORS_KEPT).

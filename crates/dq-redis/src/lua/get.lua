@@ -6,7 +6,7 @@
 --   (the first offset + limit ids are found, the first offset dropped; u:
 --   the schedule first, then the wheel's buckets in order; at most 10000
 --   entries of one bucket are looked at)
--- Returns: 14 per job found: id, state, due, priority, attempts, created,
+-- Returns: 20 per job found: id, state, due, priority, attempts, created,
 --   kind, body, max_attempts and lease_ms in effect (the job's override, else
 --   the topic's), lease deadline or NONE,
 --   died-at or NONE, has-error (1 | 0), error or '', then its counts:
@@ -26,7 +26,8 @@ elseif ARGV[2] == 'r' then
   end
   -- Then the keys' lanes: the ring in turn order, the held, the waiting.
   local keys = redis.call('ZRANGE', KR.ring, 0, lim - 1)
-  for _, g in ipairs(redis.call('SRANDMEMBER', KR.held, lim)) do keys[#keys + 1] = g end
+  -- The held keys in name order: the same from one page to the next.
+  for _, g in ipairs(redis.call('SORT', KR.held, 'ALPHA', 'LIMIT', 0, lim)) do keys[#keys + 1] = g end
   for _, g in ipairs(redis.call('ZRANGE', KR.wait, 0, lim - 1)) do keys[#keys + 1] = g end
   for _, g in ipairs(keys) do
     if #ids >= lim then break end

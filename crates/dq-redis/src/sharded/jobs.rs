@@ -183,8 +183,16 @@ pub(super) async fn list_ready(
         .await?;
     ShardedStore::merged(
         all,
+        // Each partition lists its jobs without a key in hand-out order,
+        // then its keys' lanes: the merge orders by what every partition's
+        // list already follows (a stable sort, partitions in turn on ties),
+        // so a page is the same whatever offset each partition was cut at.
         |a, b| {
-            (a.priority, a.due_at_ms, a.id.as_str()).cmp(&(b.priority, b.due_at_ms, b.id.as_str()))
+            let rank = |j: &JobInfo| match j.key {
+                None => (0, j.priority, j.due_at_ms),
+                Some(_) => (1, 0, 0),
+            };
+            rank(a).cmp(&rank(b))
         },
         offset,
         limit,
@@ -206,7 +214,8 @@ pub(super) async fn list_scheduled(
         .await?;
     ShardedStore::merged(
         all,
-        |a, b| (a.due_at_ms, a.id.as_str()).cmp(&(b.due_at_ms, b.id.as_str())),
+        // By due time only, stable: as every partition lists them.
+        |a, b| a.due_at_ms.cmp(&b.due_at_ms),
         offset,
         limit,
     )

@@ -344,10 +344,48 @@ pub async fn errors_keep_the_last_failed_attempts(s: &dyn Store) {
         died_at_ms: Some(T0 + 1),
         key: None,
     };
-    s.import_jobs(&t2, &[imported], T0 + 2).await.unwrap();
+    let without_last = ImportJob {
+        id: id("k2"),
+        last_error: None,
+        ..imported.clone()
+    };
+    s.import_jobs(&t2, &[imported, without_last], T0 + 2)
+        .await
+        .unwrap();
     let info = s.get(&t2, &id("k")).await.unwrap().unwrap();
     assert_eq!(
         (info.errors, info.last_error.as_deref()),
-        (kept, Some("gave up"))
+        (kept.clone(), Some("gave up"))
     );
+    let info = s.get(&t2, &id("k2")).await.unwrap().unwrap();
+    assert_eq!((info.errors, info.last_error), (kept, None));
+    // An error's time a store could not keep exactly is refused.
+    let mut far = dead_with_one_error("k3");
+    far.errors[0].at_ms = 100_000_000_000_000;
+    assert!(far.check(&Limits::default(), T0).is_err());
+}
+
+/// A dead job `i` to import, with one kept error.
+fn dead_with_one_error(i: &str) -> ImportJob {
+    ImportJob {
+        id: id(i),
+        state: JobState::Dead,
+        due_at_ms: T0,
+        priority: DEFAULT_PRIORITY,
+        attempts: 1,
+        max_attempts: None,
+        lease_ms: None,
+        retry: None,
+        dedup_ms: None,
+        body: Body::Json("{}".into()),
+        last_error: None,
+        errors: vec![AttemptError {
+            attempt: 1,
+            at_ms: T0,
+            error: "e".into(),
+        }],
+        created_at_ms: T0,
+        died_at_ms: Some(T0 + 1),
+        key: None,
+    }
 }
