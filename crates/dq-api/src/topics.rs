@@ -64,8 +64,9 @@ pub struct SettingLine {
     pub source: SettingSource,
 }
 
-/// Every setting of `config` in words, in the wire's order ([`SettingLine`]);
-/// credentials are never shown (a push topic's secrets are counted).
+/// Every setting of `config` in words, in the wire's order ([`SettingLine`]).
+/// `config` is shown as given: pass it as the API answers it, credentials
+/// redacted ([`TopicConfig::redacted`]).
 pub fn settings_in_words(config: &TopicConfig) -> Vec<SettingLine> {
     let sources = config.sources();
     let rate = |r: Option<RateLimit>| {
@@ -125,12 +126,14 @@ pub fn settings_in_words(config: &TopicConfig) -> Vec<SettingLine> {
         .collect()
 }
 
-/// A delivery mode in words, its credentials left out.
+/// A delivery mode in words, shown as given: pass it as the API shows it
+/// (credentials redacted; redacting twice would cut the hints further).
 fn delivery_in_words(d: &Delivery) -> String {
-    match d.redacted() {
+    match d {
         Delivery::Pull {} => "pull".into(),
+        // Secrets and header values as the API shows them (`whsec_…Io2w`).
         Delivery::Push(p) => format!(
-            "push: {} {} (timeout {}, concurrency {}, {} signing secret{})",
+            "push: {} {} (timeout {}, concurrency {}, signing secrets: {}{})",
             match p.method {
                 PushMethod::Post => "POST",
                 PushMethod::Get => "GET",
@@ -138,8 +141,15 @@ fn delivery_in_words(d: &Delivery) -> String {
             p.url,
             units::format_ms(p.timeout_ms),
             p.concurrency,
-            p.secrets.len(),
-            if p.secrets.len() == 1 { "" } else { "s" }
+            if p.secrets.is_empty() {
+                "none".to_string()
+            } else {
+                p.secrets.join(" ")
+            },
+            p.headers
+                .iter()
+                .map(|(k, v)| format!(", header {k}: {v}"))
+                .collect::<String>()
         ),
         Delivery::RedisStream(s) => format!("redis_stream: stream {} at {}", s.stream, s.url),
         Delivery::RedisList(l) => format!("redis_list: list {} at {}", l.list, l.url),
