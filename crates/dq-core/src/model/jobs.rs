@@ -255,6 +255,7 @@ pub struct JobInfo {
 
 /// One failed attempt of a job ([`JobInfo::errors`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AttemptError {
     /// Which hand-out failed (1 for the first).
     pub attempt: u32,
