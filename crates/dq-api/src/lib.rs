@@ -69,7 +69,7 @@ pub use schedules::{
 };
 pub use topics::{
     PutTopicRequest, SettingLine, TopicConfigured, TopicDeleted, TopicInfo, TopicList,
-    TopicListQuery, config_sources, settings_in_words,
+    TopicListQuery, config_sources, settings_in_words, source_in_words,
 };
 
 #[cfg(test)]

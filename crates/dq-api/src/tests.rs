@@ -103,3 +103,16 @@ fn batch_results_round_trip_and_refuse_what_is_neither() {
     assert!(serde_json::from_str::<TouchResult>("{}").is_err());
     assert!(serde_json::from_str::<TouchResult>(r#"{"error": {"code": 1}}"#).is_err());
 }
+
+/// Every setting that has a source is put in words, once each (a new
+/// setting added to `TopicConfig::sources` shows in the CLI's table too).
+#[test]
+fn every_setting_with_a_source_is_put_in_words() {
+    let cfg = dq_core::TopicConfig::default();
+    let words: Vec<&str> = settings_in_words(&cfg).iter().map(|l| l.name).collect();
+    let mut sorted = words.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), words.len(), "once each: {words:?}");
+    assert_eq!(sorted, cfg.sources().into_keys().collect::<Vec<_>>());
+}

@@ -126,6 +126,16 @@ pub fn settings_in_words(config: &TopicConfig) -> Vec<SettingLine> {
         .collect()
 }
 
+/// Where a setting comes from, for people: `set`, or `default (push)`
+/// naming the delivery mode ([`Delivery::mode`]) whose default it is (the
+/// CLI's table and the admin page).
+pub fn source_in_words(source: SettingSource, mode: &str) -> String {
+    match source {
+        SettingSource::Set => "set".into(),
+        SettingSource::Default => format!("default ({mode})"),
+    }
+}
+
 /// A delivery mode in words, shown as given: pass it as the API shows it
 /// (credentials redacted; redacting twice would cut the hints further).
 fn delivery_in_words(d: &Delivery) -> String {

@@ -6,8 +6,7 @@ use clap::{Args, Subcommand};
 use comfy_table::Table;
 use dq_client::{Client, TopicInfo, wire};
 use dq_core::{
-    Clock, Delivery, PushConfig, PushMethod, RetryPolicy, SettingSource, TopicConfig,
-    TopicConfigPatch,
+    Clock, Delivery, PushConfig, PushMethod, RetryPolicy, TopicConfig, TopicConfigPatch,
 };
 
 use super::flags::{ms, parse_rate, parse_retry};
@@ -391,15 +390,11 @@ async fn print_topics(api: &Client, prefix: Option<&str>, json: bool, stamp: boo
 /// mode, or set.
 fn settings_table(cfg: &TopicConfig) -> Table {
     let mut t = bordered(vec!["setting", "value", "from"]);
-    let mode = cfg.delivery.mode();
     for line in wire::settings_in_words(cfg) {
         t.add_row(vec![
             line.name.to_string(),
             line.value,
-            match line.source {
-                SettingSource::Default => format!("default ({mode})"),
-                SettingSource::Set => "set".to_string(),
-            },
+            wire::source_in_words(line.source, cfg.delivery.mode()),
         ]);
     }
     t

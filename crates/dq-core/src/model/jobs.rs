@@ -275,6 +275,12 @@ pub fn errors_from_json(text: Option<&str>) -> Vec<AttemptError> {
         .unwrap_or_default()
 }
 
+/// `errors` as the stores keep them, the JSON text [`errors_from_json`]
+/// reads; `None` for none.
+pub fn errors_to_json(errors: &[AttemptError]) -> Option<String> {
+    (!errors.is_empty()).then(|| serde_json::to_string(errors).unwrap_or_else(|_| "[]".into()))
+}
+
 /// `kept` (as [`errors_from_json`] reads it) with one more failed
 /// attempt, the oldest dropped past [`ERRORS_KEPT`]: the JSON text to keep.
 pub fn errors_with(kept: Option<&str>, failed: AttemptError) -> String {
@@ -282,7 +288,7 @@ pub fn errors_with(kept: Option<&str>, failed: AttemptError) -> String {
     errors.push(failed);
     let over = errors.len().saturating_sub(ERRORS_KEPT);
     errors.drain(..over);
-    serde_json::to_string(&errors).unwrap_or_else(|_| "[]".into())
+    errors_to_json(&errors).unwrap_or_default()
 }
 
 /// A job's history in counts (beanstalkd's `stats-job` shows them).

@@ -73,8 +73,7 @@ pub(crate) fn import_jobs(
                 j.body.as_bytes(),
                 j.dedup_ms.filter(|ms| *ms > 0).map(|v| v as i64),
                 j.key.as_ref().map(JobKey::as_str),
-                (!j.errors.is_empty())
-                    .then(|| serde_json::to_string(&j.errors).unwrap_or_default()),
+                dq_core::errors_to_json(&j.errors),
             ])?
             == 1;
         if !written {

@@ -304,13 +304,19 @@ local function split_errors(e)
   return last, string.sub(e, 2, at - 1)
 end
 
+-- The marked `e` of the JSON list `json` and last error `last` (or nil):
+-- what split_errors reads back.
+local function joined_errors(json, last)
+  return ERRS .. json .. ERRS .. (last or '')
+end
+
 -- `e` with one more failed attempt (the oldest dropped past ERRORS_KEPT).
 local function with_error(e, attempt, now, err)
   local _, json = split_errors(e)
   local list = json and cjson.decode(json) or {}
   list[#list + 1] = {attempt = attempt, at_ms = now, error = err}
   while #list > ERRORS_KEPT do table.remove(list, 1) end
-  return ERRS .. cjson.encode(list) .. ERRS .. err
+  return joined_errors(cjson.encode(list), err)
 end
 
 -- Appends job `id` (record `j` as loaded) to `out` as the 20 values of

@@ -44,7 +44,7 @@ for i = 3, #ARGV, 17 do
     local dd = tonumber(ARGV[i + 8])
     if dd and dd > 0 then j.dd = dd end
     if ARGV[i + 14] == '1' then j.e = ARGV[i + 11] end
-    if ARGV[i + 16] ~= '' then j.e = ERRS .. ARGV[i + 16] .. ERRS .. (j.e or '') end
+    if ARGV[i + 16] ~= '' then j.e = joined_errors(ARGV[i + 16], j.e) end
     if ARGV[i + 15] ~= '' then j.g = ARGV[i + 15] end
     local due = tonumber(ARGV[i + 2])
     if ARGV[i + 1] == 'd' then

@@ -174,11 +174,7 @@ pub(crate) async fn import_jobs(
             b"0".to_vec()
         });
         args.push(opt(j.key.as_ref().map(JobKey::as_str)));
-        args.push(if j.errors.is_empty() {
-            Vec::new()
-        } else {
-            serde_json::to_vec(&j.errors).unwrap_or_default()
-        });
+        args.push(opt(dq_core::errors_to_json(&j.errors)));
     }
     let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
     let v = store

@@ -106,9 +106,11 @@ impl Settings {
 
     /// Beside a setting's field: `set`, or the default of which mode it is.
     pub(super) fn from(&self, name: &str) -> String {
-        match self.sources.get(name) {
-            Some(SettingSource::Set) => "set".into(),
-            _ => format!("default ({})", self.mode),
-        }
+        let source = self
+            .sources
+            .get(name)
+            .copied()
+            .unwrap_or(SettingSource::Default);
+        dq_api::source_in_words(source, self.mode)
     }
 }
