@@ -181,10 +181,10 @@ pub trait Store: Send + Sync + 'static {
     /// Default: [`Store::ack`] for each item in turn. Redis overrides it with
     /// one script call per topic (hash slot), the embedded store with one
     /// writer transaction.
-    async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
+    async fn ack_batch(&self, items: &[AckItem], now_ms: u64) -> Vec<StoreResult<()>> {
         let mut out = Vec::with_capacity(items.len());
         for it in items {
-            out.push(self.ack(it.topic, it.id, it.token, now_ms).await);
+            out.push(self.ack(&it.topic, &it.id, &it.token, now_ms).await);
         }
         out
     }
@@ -214,14 +214,10 @@ pub trait Store: Send + Sync + 'static {
     /// Default: [`Store::nack`] for each item in turn. Redis overrides it with
     /// one script call per topic (hash slot), the embedded store with one
     /// writer transaction.
-    async fn nack_batch(
-        &self,
-        items: &[HeldNack<'_>],
-        now_ms: u64,
-    ) -> Vec<StoreResult<NackOutcome>> {
+    async fn nack_batch(&self, items: &[NackItem], now_ms: u64) -> Vec<StoreResult<NackOutcome>> {
         let mut out = Vec::with_capacity(items.len());
         for it in items {
-            out.push(self.nack(it.topic, it.id, it.nack, now_ms).await);
+            out.push(self.nack(&it.topic, &it.id, it.nack(), now_ms).await);
         }
         out
     }
@@ -234,11 +230,11 @@ pub trait Store: Send + Sync + 'static {
     /// Default: [`Store::touch`] for each item in turn. Redis overrides it
     /// with one script call per topic (hash slot), the embedded store with
     /// one writer transaction.
-    async fn touch_batch(&self, items: &[HeldTouch<'_>], now_ms: u64) -> Vec<StoreResult<u64>> {
+    async fn touch_batch(&self, items: &[TouchItem], now_ms: u64) -> Vec<StoreResult<u64>> {
         let mut out = Vec::with_capacity(items.len());
         for it in items {
             out.push(
-                self.touch(it.topic, it.id, it.token, it.lease_ms, now_ms)
+                self.touch(&it.topic, &it.id, &it.token, it.lease_ms, now_ms)
                     .await,
             );
         }

@@ -369,52 +369,27 @@ impl Store for EmbeddedStore {
         1
     }
 
-    async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
+    async fn ack_batch(&self, items: &[AckItem], now_ms: u64) -> Vec<StoreResult<()>> {
         // One statement per ack (more for a job with a dedup window or a
         // flow-control key), and the topics' counts written once per topic.
-        let owned: Vec<(Topic, JobId, String)> = items
-            .iter()
-            .map(|it| (it.topic.clone(), it.id.clone(), it.token.to_string()))
-            .collect();
-        self.batch(owned, move |cx, chunk| ops::ack_batch(cx, chunk, now_ms))
-            .await
+        self.batch(items.to_vec(), move |cx, chunk| {
+            ops::ack_batch(cx, chunk, now_ms)
+        })
+        .await
     }
 
-    async fn nack_batch(
-        &self,
-        items: &[HeldNack<'_>],
-        now_ms: u64,
-    ) -> Vec<StoreResult<NackOutcome>> {
-        let owned: Vec<ops::OwnedNack> = items
-            .iter()
-            .map(|it| ops::OwnedNack {
-                topic: it.topic.clone(),
-                id: it.id.clone(),
-                token: it.nack.token.to_string(),
-                error: limits::clip_error(it.nack.error).to_string(),
-                retry_in_ms: it.nack.retry_in_ms,
-                dead: it.nack.dead,
-                priority: it.nack.priority,
-            })
-            .collect();
-        self.batch(owned, move |cx, chunk| ops::nack_batch(cx, chunk, now_ms))
-            .await
+    async fn nack_batch(&self, items: &[NackItem], now_ms: u64) -> Vec<StoreResult<NackOutcome>> {
+        self.batch(items.to_vec(), move |cx, chunk| {
+            ops::nack_batch(cx, chunk, now_ms)
+        })
+        .await
     }
 
-    async fn touch_batch(&self, items: &[HeldTouch<'_>], now_ms: u64) -> Vec<StoreResult<u64>> {
-        let owned: Vec<(Topic, JobId, String, Option<u64>)> = items
-            .iter()
-            .map(|it| {
-                (
-                    it.topic.clone(),
-                    it.id.clone(),
-                    it.token.to_string(),
-                    it.lease_ms,
-                )
-            })
-            .collect();
-        self.batch(owned, move |cx, chunk| ops::touch_batch(cx, chunk, now_ms))
-            .await
+    async fn touch_batch(&self, items: &[TouchItem], now_ms: u64) -> Vec<StoreResult<u64>> {
+        self.batch(items.to_vec(), move |cx, chunk| {
+            ops::touch_batch(cx, chunk, now_ms)
+        })
+        .await
     }
 
     async fn nack(

@@ -162,12 +162,12 @@ pub(crate) async fn ack(
 /// are then dealt with per acked job that has them.
 pub(crate) async fn ack_batch(
     cx: &mut Cx<'_>,
-    items: &[Held<'_>],
+    items: &[AckItem],
     now: Option<u64>,
 ) -> OpResult<Vec<StoreResult<()>>> {
     let topics: Vec<&str> = items.iter().map(|i| i.topic.as_str()).collect();
     let ids: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
-    let tokens: Vec<&str> = items.iter().map(|i| i.token).collect();
+    let tokens: Vec<&str> = items.iter().map(|i| i.token.as_str()).collect();
     let rows = cx
         .q(
             "WITH i AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS u(topic, id, token)),
@@ -194,7 +194,7 @@ pub(crate) async fn ack_batch(
     for (name, id, token, ..) in &ended {
         let first = items
             .iter()
-            .position(|it| it.topic.as_str() == name && it.id.as_str() == id && it.token == token);
+            .position(|it| it.topic.as_str() == name && it.id.as_str() == id && it.token == *token);
         acked.insert((name.as_str(), id.as_str()), first);
     }
     let mut out = Vec::with_capacity(items.len());
@@ -206,7 +206,7 @@ pub(crate) async fn ack_batch(
             // another token; after it, it is gone.
             Some(Some(first)) if k < *first => out.push(Err(StoreError::LeaseMismatch)),
             Some(_) => out.push(Err(StoreError::NotFound)),
-            None => match held(cx, it.topic, it.id, it.token).await {
+            None => match held(cx, &it.topic, &it.id, &it.token).await {
                 Ok(_) => out.push(Err(StoreError::LeaseMismatch)),
                 Err(Failure(
                     e @ (StoreError::NotFound

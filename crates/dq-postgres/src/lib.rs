@@ -429,7 +429,7 @@ impl Store for PgStore {
         in_tx!(self, cx, leases::ack(&mut cx, topic, id, token, now).await)
     }
 
-    async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
+    async fn ack_batch(&self, items: &[AckItem], now_ms: u64) -> Vec<StoreResult<()>> {
         let now = self.caller_now(now_ms);
         let r = in_tx!(self, cx, leases::ack_batch(&mut cx, items, now).await);
         spread(r, items.len())
@@ -449,30 +449,30 @@ impl Store for PgStore {
         })
     }
 
-    async fn nack_batch(
-        &self,
-        items: &[HeldNack<'_>],
-        now_ms: u64,
-    ) -> Vec<StoreResult<NackOutcome>> {
+    async fn nack_batch(&self, items: &[NackItem], now_ms: u64) -> Vec<StoreResult<NackOutcome>> {
         let r = in_tx!(lazy self, cx, {
             let now = self.now(&cx, now_ms).await?;
-            let topics: Vec<&Topic> = items.iter().map(|i| i.topic).collect();
+            let topics: Vec<&Topic> = items.iter().map(|i| &i.topic).collect();
             cx.lock_topics(&topics).await?;
             per_item!(cx, items, |it| leases::nack(
-                &mut cx, it.topic, it.id, it.nack, now
+                &mut cx,
+                &it.topic,
+                &it.id,
+                it.nack(),
+                now
             ))
         });
         spread(r, items.len())
     }
 
-    async fn touch_batch(&self, items: &[HeldTouch<'_>], now_ms: u64) -> Vec<StoreResult<u64>> {
+    async fn touch_batch(&self, items: &[TouchItem], now_ms: u64) -> Vec<StoreResult<u64>> {
         let r = in_tx!(lazy self, cx, {
             let now = self.now(&cx, now_ms).await?;
             per_item!(cx, items, |it| leases::touch(
                 &mut cx,
-                it.topic,
-                it.id,
-                it.token,
+                &it.topic,
+                &it.id,
+                &it.token,
                 it.lease_ms,
                 now
             ))

@@ -200,13 +200,9 @@ async fn an_ack_batch_answers_as_one_ack_after_the_other() {
     s.enqueue(&t, &jobs, 1_000).await.unwrap();
     let leases = s.reserve(&t, 2, None, 1_000).await.unwrap().leases;
     let a = leases.iter().find(|l| l.id.as_str() == "a").unwrap();
-    let held = |token: &'static str| Held {
-        topic: &t,
-        id: &a.id,
-        token,
-    };
-    let stale: &'static str = "0000000000000000";
-    let token: &'static str = Box::leak(a.token.clone().into_boxed_str());
+    let held = |token: &str| AckItem::new(&t, &a.id, token);
+    let stale = "0000000000000000";
+    let token = a.token.as_str();
     let r = s
         .ack_batch(&[held(stale), held(token), held(token)], 1_000)
         .await;

@@ -227,20 +227,19 @@ impl Store for RedisStore {
         verbs::leases::ack(self, topic, id, token, now_ms).await
     }
 
-    async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
-        verbs::leases::ack_batch(self, items, now_ms).await
+    async fn ack_batch(&self, items: &[AckItem], now_ms: u64) -> Vec<StoreResult<()>> {
+        let topics: Vec<&Topic> = items.iter().map(|it| &it.topic).collect();
+        verbs::leases::ack_batch(self, &topics, items, now_ms).await
     }
 
-    async fn nack_batch(
-        &self,
-        items: &[HeldNack<'_>],
-        now_ms: u64,
-    ) -> Vec<StoreResult<NackOutcome>> {
-        verbs::leases::nack_batch(self, items, now_ms).await
+    async fn nack_batch(&self, items: &[NackItem], now_ms: u64) -> Vec<StoreResult<NackOutcome>> {
+        let topics: Vec<&Topic> = items.iter().map(|it| &it.topic).collect();
+        verbs::leases::nack_batch(self, &topics, items, now_ms).await
     }
 
-    async fn touch_batch(&self, items: &[HeldTouch<'_>], now_ms: u64) -> Vec<StoreResult<u64>> {
-        verbs::leases::touch_batch(self, items, now_ms).await
+    async fn touch_batch(&self, items: &[TouchItem], now_ms: u64) -> Vec<StoreResult<u64>> {
+        let topics: Vec<&Topic> = items.iter().map(|it| &it.topic).collect();
+        verbs::leases::touch_batch(self, &topics, items, now_ms).await
     }
 
     async fn nack(

@@ -729,13 +729,9 @@ async fn ack_batch_runs_one_script_per_topic_and_batch_bound() {
         leases.extend(s.reserve(&t, 1000, Some(60_000), T0).await.unwrap().leases);
     }
     leases.extend(s.reserve(&u, 1, Some(60_000), T0).await.unwrap().leases);
-    let items: Vec<Held<'_>> = leases
+    let items: Vec<AckItem> = leases
         .iter()
-        .map(|l| Held {
-            topic: &l.topic,
-            id: &l.id,
-            token: &l.token,
-        })
+        .map(|l| AckItem::new(&l.topic, &l.id, &l.token))
         .collect();
     let mut conn = server.connection();
     let before = script_calls(&mut conn);
@@ -798,14 +794,9 @@ async fn nack_and_touch_batches_run_one_script_per_topic_and_batch_bound() {
     leases.extend(s.reserve(&u, 1, Some(60_000), T0).await.unwrap().leases);
     let mut conn = server.connection();
 
-    let touches: Vec<HeldTouch<'_>> = leases
+    let touches: Vec<TouchItem> = leases
         .iter()
-        .map(|l| HeldTouch {
-            topic: &l.topic,
-            id: &l.id,
-            token: &l.token,
-            lease_ms: Some(90_000),
-        })
+        .map(|l| TouchItem::new(&l.topic, &l.id, &l.token, Some(90_000)))
         .collect();
     let before = script_calls(&mut conn);
     let done = s.touch_batch(&touches, T0 + 10).await;
@@ -828,13 +819,9 @@ async fn nack_and_touch_batches_run_one_script_per_topic_and_batch_bound() {
     }
     assert_eq!(conn.zcard::<_, usize>("dq:{nb}:lease").unwrap(), n);
 
-    let nacks: Vec<HeldNack<'_>> = leases
+    let nacks: Vec<NackItem> = leases
         .iter()
-        .map(|l| HeldNack {
-            topic: &l.topic,
-            id: &l.id,
-            nack: Nack::retry(&l.token, "boom"),
-        })
+        .map(|l| NackItem::new(&l.topic, &l.id, Nack::retry(&l.token, "boom")))
         .collect();
     let (before, published) = (script_calls(&mut conn), publishes(&mut conn));
     let now = T0 + 20;

@@ -29,12 +29,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dq_core::forward::{AckWrite, Write};
-use dq_core::{Delivery, ForwardConn, ForwardSink, Lease, Nack, NackOutcome, StoreError, Topic};
+use dq_core::{
+    AckItem, Delivery, ForwardConn, ForwardSink, Lease, Nack, NackOutcome, StoreError, Topic,
+};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::metrics::Metrics;
-use crate::service::{AckItem, Error, Service};
+use crate::service::{Error, Service};
 
 /// Most jobs reserved and written at once.
 pub const BATCH: usize = 100;

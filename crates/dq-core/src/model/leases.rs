@@ -33,42 +33,102 @@ pub struct Reservation {
     pub next_due_ms: Option<u64>,
 }
 
-/// One held job of a batch verb ([`crate::Store::ack_batch`]): which job,
-/// and the lease token its holder got.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Held<'a> {
+/// One ack of a batch ([`crate::Store::ack_batch`]): which job, and the
+/// lease token its holder got. The one shape of an ack item, from the
+/// front-ends through the service to every store (the wire's
+/// `dq_api::AckItem` is mapped to it by the HTTP front-end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckItem {
     /// The job's topic.
-    pub topic: &'a Topic,
+    pub topic: Topic,
     /// The job.
-    pub id: &'a JobId,
+    pub id: JobId,
     /// The lease token the reserve handed out.
-    pub token: &'a str,
+    pub token: String,
 }
 
 /// One nack of a batch ([`crate::Store::nack_batch`]): which job, and the
-/// failed attempt as [`crate::Store::nack`] takes it (its token included).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeldNack<'a> {
+/// failed attempt as [`crate::Store::nack`] takes it ([`NackItem::nack`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NackItem {
     /// The job's topic.
-    pub topic: &'a Topic,
+    pub topic: Topic,
     /// The job.
-    pub id: &'a JobId,
-    /// The failed attempt.
-    pub nack: Nack<'a>,
+    pub id: JobId,
+    /// The lease token the reserve handed out.
+    pub token: String,
+    /// Why: kept (clipped by the store) as the job's `last_error`.
+    pub error: String,
+    /// Retry after this long instead of the retry policy's wait.
+    pub retry_in_ms: Option<u64>,
+    /// Dead at once, whatever attempts are left.
+    pub dead: bool,
+    /// The job's new priority, kept from here on; `None` keeps it.
+    pub priority: Option<u32>,
+}
+
+impl AckItem {
+    /// The ack of job `id` of `topic` under the lease `token`.
+    pub fn new(topic: &Topic, id: &JobId, token: &str) -> Self {
+        Self {
+            topic: topic.clone(),
+            id: id.clone(),
+            token: token.to_owned(),
+        }
+    }
+}
+
+impl NackItem {
+    /// The nack of job `id` of `topic`: the failed attempt `nack`.
+    pub fn new(topic: &Topic, id: &JobId, nack: Nack<'_>) -> Self {
+        Self {
+            topic: topic.clone(),
+            id: id.clone(),
+            token: nack.token.to_owned(),
+            error: nack.error.to_owned(),
+            retry_in_ms: nack.retry_in_ms,
+            dead: nack.dead,
+            priority: nack.priority,
+        }
+    }
+
+    /// The failed attempt, as [`crate::Store::nack`] takes it.
+    pub fn nack(&self) -> Nack<'_> {
+        Nack {
+            token: &self.token,
+            error: &self.error,
+            retry_in_ms: self.retry_in_ms,
+            dead: self.dead,
+            priority: self.priority,
+        }
+    }
 }
 
 /// One lease extension of a batch ([`crate::Store::touch_batch`]): which
 /// job, and the lease length [`crate::Store::touch`] takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeldTouch<'a> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TouchItem {
     /// The job's topic.
-    pub topic: &'a Topic,
+    pub topic: Topic,
     /// The job.
-    pub id: &'a JobId,
+    pub id: JobId,
     /// The lease token the reserve handed out.
-    pub token: &'a str,
+    pub token: String,
     /// New lease from now; `None` is the job's, else the topic's.
     pub lease_ms: Option<u64>,
+}
+
+impl TouchItem {
+    /// The extension of job `id`'s lease `token` in `topic` by `lease_ms`
+    /// (`None`: the job's, else the topic's).
+    pub fn new(topic: &Topic, id: &JobId, token: &str, lease_ms: Option<u64>) -> Self {
+        Self {
+            topic: topic.clone(),
+            id: id.clone(),
+            token: token.to_owned(),
+            lease_ms,
+        }
+    }
 }
 
 /// A failed attempt as its holder reports it ([`crate::Store::nack`]).

@@ -176,13 +176,13 @@ fn acked(cx: &Ctx, tid: i64, n: i64) -> OpResult<()> {
 /// the whole operation, and each item answers that error.
 pub(crate) fn ack_batch(
     cx: &mut Ctx,
-    items: &[(Topic, JobId, String)],
+    items: &[AckItem],
     now: u64,
 ) -> OpResult<Vec<StoreResult<()>>> {
     let mut out = Vec::with_capacity(items.len());
     // Acks per topic id, in the order the topics first appear.
     let mut per_topic: Vec<(i64, i64)> = Vec::new();
-    for (topic, id, token) in items {
+    for AckItem { topic, id, token } in items {
         match end_lease(cx, topic, id, token, now) {
             Ok(tid) => {
                 match per_topic.iter_mut().find(|(t, _)| *t == tid) {
@@ -237,32 +237,16 @@ fn per_item<T, R>(
     Ok(out)
 }
 
-/// One nack of [`nack_batch`], owned to cross to the writer thread.
-#[derive(Debug, Clone)]
-pub(crate) struct OwnedNack {
-    pub(crate) topic: Topic,
-    pub(crate) id: JobId,
-    pub(crate) token: String,
-    /// Already clipped.
-    pub(crate) error: String,
-    pub(crate) retry_in_ms: Option<u64>,
-    pub(crate) dead: bool,
-    pub(crate) priority: Option<u32>,
-}
-
 /// Nacks each item as [`nack`] does (see [`per_item`]).
 pub(crate) fn nack_batch(
     cx: &mut Ctx,
-    items: &[OwnedNack],
+    items: &[NackItem],
     now: u64,
 ) -> OpResult<Vec<StoreResult<NackOutcome>>> {
     per_item(cx, items, |cx, it| {
         let n = Nack {
-            token: &it.token,
-            error: &it.error,
-            retry_in_ms: it.retry_in_ms,
-            dead: it.dead,
-            priority: it.priority,
+            error: limits::clip_error(&it.error),
+            ..it.nack()
         };
         nack(cx, &it.topic, &it.id, n, now)
     })
@@ -272,11 +256,11 @@ pub(crate) fn nack_batch(
 /// topic, id, token and lease length.
 pub(crate) fn touch_batch(
     cx: &mut Ctx,
-    items: &[(Topic, JobId, String, Option<u64>)],
+    items: &[TouchItem],
     now: u64,
 ) -> OpResult<Vec<StoreResult<u64>>> {
-    per_item(cx, items, |cx, (topic, id, token, lease)| {
-        touch(cx, topic, id, token, *lease, now)
+    per_item(cx, items, |cx, it| {
+        touch(cx, &it.topic, &it.id, &it.token, it.lease_ms, now)
     })
 }
 

@@ -62,7 +62,7 @@ pub(crate) use enqueue::enqueue;
 pub(crate) use import::import_jobs;
 pub(crate) use jobs::{get, list_dead, list_jobs, list_ready, list_scheduled};
 pub(crate) use leases::{
-    OwnedNack, ack, ack_batch, nack, nack_batch, release, requeue_expired, touch, touch_batch,
+    ack, ack_batch, nack, nack_batch, release, requeue_expired, touch, touch_batch,
 };
 pub(crate) use ping::ping;
 pub(crate) use promote::promote_due;

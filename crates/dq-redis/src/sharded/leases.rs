@@ -14,6 +14,7 @@ use futures::future::join_all;
 use super::ShardedStore;
 use super::fanout::{min_opt, scatter};
 use super::routing::partition_of;
+use crate::{RedisStore, verbs};
 
 pub(super) async fn reserve(
     store: &ShardedStore,
@@ -154,83 +155,93 @@ pub(super) async fn release(
 
 pub(super) async fn ack_batch(
     store: &ShardedStore,
-    items: &[Held<'_>],
+    items: &[AckItem],
     now_ms: u64,
 ) -> Vec<StoreResult<()>> {
-    let keys: Vec<_> = items.iter().map(|it| (it.topic, it.id)).collect();
+    let keys: Vec<_> = items.iter().map(|it| (&it.topic, &it.id)).collect();
     let (parts, groups) = store.shard_groups(&keys).await;
-    let calls = groups.into_iter().map(|(shard, idx)| {
-        let parts = &parts;
-        async move {
-            let batch: Vec<Held<'_>> = idx
-                .iter()
-                .filter_map(|&i| {
-                    let topic = parts[i].as_ref().ok()?;
-                    Some(Held { topic, ..items[i] })
-                })
-                .collect();
-            let done = store.shards[shard].store.ack_batch(&batch, now_ms).await;
-            for (b, r) in batch.iter().zip(&done) {
-                store.note(b.topic, r);
-            }
-            (idx, done)
-        }
+    let calls = ShardBatch::all(store, &parts, groups, items).map(|b| async move {
+        let done = verbs::leases::ack_batch(b.shard, &b.topics, &b.items, now_ms).await;
+        b.done(store, done)
     });
     scatter(&parts, join_all(calls).await)
 }
 
 pub(super) async fn nack_batch(
     store: &ShardedStore,
-    items: &[HeldNack<'_>],
+    items: &[NackItem],
     now_ms: u64,
 ) -> Vec<StoreResult<NackOutcome>> {
-    let keys: Vec<_> = items.iter().map(|it| (it.topic, it.id)).collect();
+    let keys: Vec<_> = items.iter().map(|it| (&it.topic, &it.id)).collect();
     let (parts, groups) = store.shard_groups(&keys).await;
-    let calls = groups.into_iter().map(|(shard, idx)| {
-        let parts = &parts;
-        async move {
-            let batch: Vec<HeldNack<'_>> = idx
-                .iter()
-                .filter_map(|&i| {
-                    let topic = parts[i].as_ref().ok()?;
-                    Some(HeldNack { topic, ..items[i] })
-                })
-                .collect();
-            let done = store.shards[shard].store.nack_batch(&batch, now_ms).await;
-            for (b, r) in batch.iter().zip(&done) {
-                store.note(b.topic, r);
-            }
-            (idx, done)
-        }
+    let calls = ShardBatch::all(store, &parts, groups, items).map(|b| async move {
+        let done = verbs::leases::nack_batch(b.shard, &b.topics, &b.items, now_ms).await;
+        b.done(store, done)
     });
     scatter(&parts, join_all(calls).await)
 }
 
 pub(super) async fn touch_batch(
     store: &ShardedStore,
-    items: &[HeldTouch<'_>],
+    items: &[TouchItem],
     now_ms: u64,
 ) -> Vec<StoreResult<u64>> {
-    let keys: Vec<_> = items.iter().map(|it| (it.topic, it.id)).collect();
+    let keys: Vec<_> = items.iter().map(|it| (&it.topic, &it.id)).collect();
     let (parts, groups) = store.shard_groups(&keys).await;
-    let calls = groups.into_iter().map(|(shard, idx)| {
-        let parts = &parts;
-        async move {
-            let batch: Vec<HeldTouch<'_>> = idx
-                .iter()
-                .filter_map(|&i| {
-                    let topic = parts[i].as_ref().ok()?;
-                    Some(HeldTouch { topic, ..items[i] })
-                })
-                .collect();
-            let done = store.shards[shard].store.touch_batch(&batch, now_ms).await;
-            for (b, r) in batch.iter().zip(&done) {
-                store.note(b.topic, r);
-            }
-            (idx, done)
-        }
+    let calls = ShardBatch::all(store, &parts, groups, items).map(|b| async move {
+        let done = verbs::leases::touch_batch(b.shard, &b.topics, &b.items, now_ms).await;
+        b.done(store, done)
     });
     scatter(&parts, join_all(calls).await)
+}
+
+/// The items of a batch verb that go to one shard, each with its
+/// partition's name beside it (the shard's verb takes the topics apart
+/// from the items, so nothing is copied).
+struct ShardBatch<'a, T> {
+    shard: &'a RedisStore,
+    /// The items' places in the whole batch.
+    idx: Vec<usize>,
+    topics: Vec<&'a Topic>,
+    items: Vec<&'a T>,
+}
+
+impl<'a, T> ShardBatch<'a, T> {
+    /// A batch per shard: `groups` maps a shard to the places of its items,
+    /// `parts` is each item's partition (an item without one is left out:
+    /// [`scatter`] answers it).
+    fn all(
+        store: &'a ShardedStore,
+        parts: &'a [StoreResult<Topic>],
+        groups: HashMap<usize, Vec<usize>>,
+        items: &'a [T],
+    ) -> impl Iterator<Item = Self> {
+        groups.into_iter().map(move |(shard, idx)| {
+            let (topics, batch) = idx
+                .iter()
+                .filter_map(|&i| Some((parts[i].as_ref().ok()?, &items[i])))
+                .unzip();
+            Self {
+                shard: &store.shards[shard].store,
+                idx,
+                topics,
+                items: batch,
+            }
+        })
+    }
+
+    /// Notes each result for the shard's health; the results with their
+    /// places, for [`scatter`].
+    fn done<R>(
+        self,
+        store: &ShardedStore,
+        done: Vec<StoreResult<R>>,
+    ) -> (Vec<usize>, Vec<StoreResult<R>>) {
+        for (t, r) in self.topics.iter().zip(&done) {
+            store.note(t, r);
+        }
+        (self.idx, done)
+    }
 }
 
 pub(super) async fn ack_and_write(

@@ -187,19 +187,15 @@ impl Store for ShardedStore {
         leases::ack(self, topic, id, token, now_ms).await
     }
 
-    async fn ack_batch(&self, items: &[Held<'_>], now_ms: u64) -> Vec<StoreResult<()>> {
+    async fn ack_batch(&self, items: &[AckItem], now_ms: u64) -> Vec<StoreResult<()>> {
         leases::ack_batch(self, items, now_ms).await
     }
 
-    async fn nack_batch(
-        &self,
-        items: &[HeldNack<'_>],
-        now_ms: u64,
-    ) -> Vec<StoreResult<NackOutcome>> {
+    async fn nack_batch(&self, items: &[NackItem], now_ms: u64) -> Vec<StoreResult<NackOutcome>> {
         leases::nack_batch(self, items, now_ms).await
     }
 
-    async fn touch_batch(&self, items: &[HeldTouch<'_>], now_ms: u64) -> Vec<StoreResult<u64>> {
+    async fn touch_batch(&self, items: &[TouchItem], now_ms: u64) -> Vec<StoreResult<u64>> {
         leases::touch_batch(self, items, now_ms).await
     }
 

@@ -4,6 +4,8 @@
 //! ack_and_write (`lua/forward.lua`: ack and write to a stream or list of
 //! the same server in one step).
 
+use std::borrow::Borrow;
+
 use dq_core::limits::clip_error;
 use dq_core::store::StoreResult;
 use dq_core::*;
@@ -54,35 +56,36 @@ pub(crate) async fn ack(
     status(&v).map(|_| ())
 }
 
-pub(crate) async fn ack_batch(
+/// The batch verbs take each item's topic apart from the item: the sharded
+/// store runs a partition's items under the partition's name
+/// (`sharded/leases.rs`) without copying them.
+pub(crate) async fn ack_batch<I: Borrow<AckItem>>(
     store: &RedisStore,
-    items: &[Held<'_>],
+    topics: &[&Topic],
+    items: &[I],
     now_ms: u64,
 ) -> Vec<StoreResult<()>> {
-    let topics: Vec<&Topic> = items.iter().map(|it| it.topic).collect();
     let now = store.now_arg(now_ms);
     store
         .run_batches(
             &store.scripts.ack_batch,
-            &topics,
+            topics,
             &[&now],
             |i| {
-                vec![
-                    items[i].id.as_str().as_bytes().into(),
-                    items[i].token.as_bytes().into(),
-                ]
+                let it = items[i].borrow();
+                vec![it.id.as_str().as_bytes().into(), it.token.as_bytes().into()]
             },
             ack_status,
         )
         .await
 }
 
-pub(crate) async fn nack_batch(
+pub(crate) async fn nack_batch<I: Borrow<NackItem>>(
     store: &RedisStore,
-    items: &[HeldNack<'_>],
+    topics: &[&Topic],
+    items: &[I],
     now_ms: u64,
 ) -> Vec<StoreResult<NackOutcome>> {
-    let topics: Vec<&Topic> = items.iter().map(|it| it.topic).collect();
     let now = store.now_arg(now_ms);
     // One seed per call (scripts may not call a random source); each
     // item's jitter is drawn from it by its place in the call.
@@ -90,17 +93,17 @@ pub(crate) async fn nack_batch(
     store
         .run_batches(
             &store.scripts.nack_batch,
-            &topics,
+            topics,
             &[&now, seed.as_bytes()],
             |i| {
-                let (id, nack) = (items[i].id, items[i].nack);
+                let it = items[i].borrow();
                 vec![
-                    id.as_str().as_bytes().into(),
-                    nack.token.as_bytes().into(),
-                    clip_error(nack.error).as_bytes().into(),
-                    opt(nack.retry_in_ms).into(),
-                    (if nack.dead { b"1" } else { b"0" })[..].into(),
-                    opt(nack.priority).into(),
+                    it.id.as_str().as_bytes().into(),
+                    it.token.as_bytes().into(),
+                    clip_error(&it.error).as_bytes().into(),
+                    opt(it.retry_in_ms).into(),
+                    (if it.dead { b"1" } else { b"0" })[..].into(),
+                    opt(it.priority).into(),
                 ]
             },
             |v| decode_nacked(&status(v)?),
@@ -108,23 +111,24 @@ pub(crate) async fn nack_batch(
         .await
 }
 
-pub(crate) async fn touch_batch(
+pub(crate) async fn touch_batch<I: Borrow<TouchItem>>(
     store: &RedisStore,
-    items: &[HeldTouch<'_>],
+    topics: &[&Topic],
+    items: &[I],
     now_ms: u64,
 ) -> Vec<StoreResult<u64>> {
-    let topics: Vec<&Topic> = items.iter().map(|it| it.topic).collect();
     let now = store.now_arg(now_ms);
     store
         .run_batches(
             &store.scripts.touch_batch,
-            &topics,
+            topics,
             &[&now],
             |i| {
+                let it = items[i].borrow();
                 vec![
-                    items[i].id.as_str().as_bytes().into(),
-                    items[i].token.as_bytes().into(),
-                    opt(items[i].lease_ms).into(),
+                    it.id.as_str().as_bytes().into(),
+                    it.token.as_bytes().into(),
+                    opt(it.lease_ms).into(),
                 ]
             },
             status_time,

@@ -12,7 +12,6 @@ use crate::auth::Access;
 use crate::error::ApiError;
 use crate::extract::{ApiPath as Path, JsonBody};
 use crate::keys::Action;
-use crate::service::{AckItem, NackItem, TouchItem};
 
 fn leased(l: &Lease) -> wire::Leased {
     let (body, body_base64) = wire_body(&l.body);

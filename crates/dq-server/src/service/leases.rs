@@ -3,58 +3,16 @@
 //! and forwarder's own hand-outs and acks. Lateness is recorded here, for
 //! every job handed out.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use dq_core::limits;
 use dq_core::{
-    ForwardSink, Held, HeldNack, HeldTouch, JobId, Lease, Nack, NackOutcome, ReserveParams,
-    StoreError, StoreResult, Topic,
+    AckItem, ForwardSink, JobId, Lease, Nack, NackItem, NackOutcome, ReserveParams, StoreError,
+    StoreResult, Topic, TouchItem,
 };
 
 use super::{Error, Result, Service};
-
-/// One ack of a batch.
-#[derive(Debug, Clone)]
-pub struct AckItem {
-    /// The job's topic.
-    pub topic: Topic,
-    /// The job.
-    pub id: JobId,
-    /// The lease token the reserve handed out.
-    pub token: String,
-}
-
-/// One nack of a batch ([`Service::nack_batch`]).
-#[derive(Debug, Clone)]
-pub struct NackItem {
-    /// The job's topic.
-    pub topic: Topic,
-    /// The job.
-    pub id: JobId,
-    /// The lease token the reserve handed out.
-    pub token: String,
-    /// Why (kept, clipped, as the job's `last_error`).
-    pub error: String,
-    /// Retry after this long instead of the retry policy's wait.
-    pub retry_in_ms: Option<u64>,
-    /// Dead at once, whatever attempts are left.
-    pub dead: bool,
-    /// The job's new priority; `None` keeps it.
-    pub priority: Option<u32>,
-}
-
-/// One lease extension of a batch ([`Service::touch_batch`]).
-#[derive(Debug, Clone)]
-pub struct TouchItem {
-    /// The job's topic.
-    pub topic: Topic,
-    /// The job.
-    pub id: JobId,
-    /// The lease token the reserve handed out.
-    pub token: String,
-    /// New lease from now; `None` is the job's, else the topic's.
-    pub lease_ms: Option<u64>,
-}
 
 impl Service {
     /// Checks what a consumer's reserve asks ([`ReserveParams::check`])
@@ -176,15 +134,7 @@ impl Service {
     /// per topic on Redis, one transaction on the embedded store); a result
     /// per item, in order, each as [`Service::ack`] answers it.
     pub async fn ack_batch(&self, acks: &[AckItem]) -> Vec<Result<()>> {
-        let items: Vec<Held<'_>> = acks
-            .iter()
-            .map(|a| Held {
-                topic: &a.topic,
-                id: &a.id,
-                token: &a.token,
-            })
-            .collect();
-        let done = self.store.ack_batch(&items, self.now()).await;
+        let done = self.store.ack_batch(acks, self.now()).await;
         acks.iter()
             .zip(done)
             .map(|(a, r)| {
@@ -217,46 +167,28 @@ impl Service {
     /// whose `retry_in_ms` is out of bounds is refused alone, before the
     /// store sees it).
     pub async fn nack_batch(&self, items: &[NackItem]) -> Vec<Result<NackOutcome>> {
-        let mut out: Vec<Option<Result<NackOutcome>>> = Vec::with_capacity(items.len());
-        let mut held: Vec<HeldNack<'_>> = Vec::with_capacity(items.len());
-        let mut slots: Vec<usize> = Vec::with_capacity(items.len());
-        for it in items {
-            if let Some(ms) = it.retry_in_ms
-                && let Err(e) = self.limits.check_delay(ms)
-            {
-                out.push(Some(Err(StoreError::from(e).into())));
-                continue;
-            }
-            slots.push(out.len());
-            out.push(None);
-            held.push(HeldNack {
-                topic: &it.topic,
-                id: &it.id,
-                nack: Nack {
-                    token: &it.token,
-                    error: &it.error,
-                    retry_in_ms: it.retry_in_ms,
-                    dead: it.dead,
-                    priority: it.priority,
-                },
-            });
-        }
-        let done = self.store.nack_batch(&held, self.now()).await;
-        let mut topics: Vec<&Topic> = held.iter().map(|h| h.topic).collect();
+        let refused: Vec<Option<Error>> = items
+            .iter()
+            .map(|it| {
+                let ms = it.retry_in_ms?;
+                let e = self.limits.check_delay(ms).err()?;
+                Some(StoreError::from(e).into())
+            })
+            .collect();
+        let valid = valid(items, &refused);
+        let done = self.store.nack_batch(&valid, self.now()).await;
+        let mut topics: Vec<&Topic> = valid.iter().map(|it| &it.topic).collect();
         topics.sort();
         topics.dedup();
         for t in topics {
             self.changed(t);
         }
-        for ((slot, h), r) in slots.into_iter().zip(&held).zip(done) {
-            if let Ok(o) = &r {
-                self.nacked(h.topic, h.id, &h.nack, o);
+        for (it, r) in valid.iter().zip(&done) {
+            if let Ok(o) = r {
+                self.nacked(&it.topic, &it.id, &it.nack(), o);
             }
-            out[slot] = Some(r.map_err(Error::from));
         }
-        out.into_iter()
-            .map(|r| r.expect("every item answered"))
-            .collect()
+        answers(refused, done)
     }
 
     /// What a nack did, for the dispatcher and the log.
@@ -320,37 +252,23 @@ impl Service {
     /// answers it (an item whose `lease_ms` is out of bounds is refused
     /// alone, before the store sees it).
     pub async fn touch_batch(&self, items: &[TouchItem]) -> Vec<Result<u64>> {
-        let mut out: Vec<Option<Result<u64>>> = Vec::with_capacity(items.len());
-        let mut held: Vec<HeldTouch<'_>> = Vec::with_capacity(items.len());
-        let mut slots: Vec<usize> = Vec::with_capacity(items.len());
-        for it in items {
-            if let Some(ms) = it.lease_ms
-                && let Err(e) = limits::check_lease(ms)
-            {
-                out.push(Some(Err(StoreError::from(e).into())));
-                continue;
-            }
-            slots.push(out.len());
-            out.push(None);
-            held.push(HeldTouch {
-                topic: &it.topic,
-                id: &it.id,
-                token: &it.token,
-                lease_ms: it.lease_ms,
-            });
-        }
-        let done = self.store.touch_batch(&held, self.now()).await;
-        for ((slot, h), r) in slots.into_iter().zip(&held).zip(done) {
-            if let Ok(deadline) = r {
+        let refused: Vec<Option<Error>> = items
+            .iter()
+            .map(|it| {
+                let e = limits::check_lease(it.lease_ms?).err()?;
+                Some(StoreError::from(e).into())
+            })
+            .collect();
+        let valid = valid(items, &refused);
+        let done = self.store.touch_batch(&valid, self.now()).await;
+        for (it, r) in valid.iter().zip(&done) {
+            if let Ok(deadline) = *r {
                 // A shorter lease than before ends before the dispatcher's plan says.
-                self.wakers.lease_ends(h.topic.as_str(), deadline);
-                tracing::debug!(topic = %h.topic, id = %h.id, lease_deadline_ms = deadline, "lease extended");
+                self.wakers.lease_ends(it.topic.as_str(), deadline);
+                tracing::debug!(topic = %it.topic, id = %it.id, lease_deadline_ms = deadline, "lease extended");
             }
-            out[slot] = Some(r.map_err(Error::from));
         }
-        out.into_iter()
-            .map(|r| r.expect("every item answered"))
-            .collect()
+        answers(refused, done)
     }
 
     /// Leases the job `id` of `t` whether it is scheduled, ready or dead
@@ -418,4 +336,32 @@ impl Service {
     ) -> Result<Vec<Option<StoreResult<()>>>> {
         Ok(sink.ack_and_write(t, url, items, self.now()).await?)
     }
+}
+
+/// The items of a batch the service lets through to the store: the batch
+/// itself when nothing was refused (no copy, the usual case), else a copy
+/// of the others.
+fn valid<'a, T: Clone>(items: &'a [T], refused: &[Option<Error>]) -> Cow<'a, [T]> {
+    if refused.iter().all(Option::is_none) {
+        Cow::Borrowed(items)
+    } else {
+        let kept = items.iter().zip(refused).filter(|(_, r)| r.is_none());
+        Cow::Owned(kept.map(|(it, _)| it.clone()).collect())
+    }
+}
+
+/// A result per item of a batch, in order: its refusal, or what the store
+/// answered for it (`done` has one result per item not refused).
+fn answers<R>(refused: Vec<Option<Error>>, done: Vec<StoreResult<R>>) -> Vec<Result<R>> {
+    let mut done = done.into_iter();
+    refused
+        .into_iter()
+        .map(|r| match r {
+            Some(e) => Err(e),
+            None => done
+                .next()
+                .expect("a store answers every item")
+                .map_err(Error::from),
+        })
+        .collect()
 }

@@ -44,7 +44,6 @@ mod topics;
 
 pub use drain::DrainState;
 pub(crate) use jobs::MAX_WAITING_OFFSET;
-pub use leases::{AckItem, NackItem, TouchItem};
 pub use schedules::{Pass, PassMemory};
 pub(crate) use topics::READS_IN_FLIGHT;
 

@@ -54,66 +54,18 @@ pub async fn ack_batch_results_per_job(s: &dyn Store) {
 
     let never = id("never");
     let items = [
-        Held {
-            topic: &a,
-            id: &l1.id,
-            token: &l1.token,
-        },
-        Held {
-            topic: &a,
-            id: &second.id,
-            token: &first.token,
-        },
-        Held {
-            topic: &a,
-            id: &never,
-            token: "tok",
-        },
-        Held {
-            topic: &b,
-            id: &l3.id,
-            token: &l3.token,
-        },
-        Held {
-            topic: &a,
-            id: &lg.id,
-            token: &lg.token,
-        },
-        Held {
-            topic: &a,
-            id: &l1.id,
-            token: &l1.token,
-        },
-        Held {
-            topic: &a,
-            id: &ld.id,
-            token: &ld.token,
-        },
-        Held {
-            topic: &a,
-            id: &id("waiting"),
-            token: &l2.token,
-        },
-        Held {
-            topic: &a,
-            id: &l2.id,
-            token: &l2.token,
-        },
-        Held {
-            topic: &a,
-            id: &ldd.id,
-            token: &ldd.token,
-        },
-        Held {
-            topic: &c,
-            id: &lk.id,
-            token: &lk.token,
-        },
-        Held {
-            topic: &nowhere,
-            id: &never,
-            token: "tok",
-        },
+        AckItem::new(&a, &l1.id, &l1.token),
+        AckItem::new(&a, &second.id, &first.token),
+        AckItem::new(&a, &never, "tok"),
+        AckItem::new(&b, &l3.id, &l3.token),
+        AckItem::new(&a, &lg.id, &lg.token),
+        AckItem::new(&a, &l1.id, &l1.token),
+        AckItem::new(&a, &ld.id, &ld.token),
+        AckItem::new(&a, &id("waiting"), &l2.token),
+        AckItem::new(&a, &l2.id, &l2.token),
+        AckItem::new(&a, &ldd.id, &ldd.token),
+        AckItem::new(&c, &lk.id, &lk.token),
+        AckItem::new(&nowhere, &never, "tok"),
     ];
     let got: Vec<String> = s
         .ack_batch(&items, now + 10)
@@ -239,7 +191,7 @@ pub async fn nack_batch_results_per_job(s: &dyn Store) {
 
     let never = id("never");
     let waiting = id("waiting");
-    let item = |topic, id, nack| HeldNack { topic, id, nack };
+    let item = NackItem::new;
     let items = [
         item(&a, &l1.id, Nack::retry(&l1.token, "e1")),
         item(&a, &second.id, Nack::retry(&first.token, "old")),
@@ -361,12 +313,7 @@ pub async fn touch_batch_results_per_job(s: &dyn Store) {
     let l3 = one(s, &b, Some(1000), now).await;
 
     let (never, waiting) = (id("never"), id("waiting"));
-    let item = |topic, id, token, lease_ms| HeldTouch {
-        topic,
-        id,
-        token,
-        lease_ms,
-    };
+    let item = TouchItem::new;
     let items = [
         item(&a, &l1.id, &l1.token, Some(5000)),
         item(&a, &second.id, &first.token, Some(5000)),
@@ -451,16 +398,11 @@ pub async fn batch_verbs_over_max_batch(s: &dyn Store) {
         leases.extend(r.leases);
     }
     let now = T0 + 10;
-    let mut touches: Vec<HeldTouch<'_>> = leases
+    let mut touches: Vec<TouchItem> = leases
         .iter()
-        .map(|l| HeldTouch {
-            topic: &t,
-            id: &l.id,
-            token: &l.token,
-            lease_ms: Some(60_000),
-        })
+        .map(|l| TouchItem::new(&t, &l.id, &l.token, Some(60_000)))
         .collect();
-    touches.push(touches[0]);
+    touches.push(touches[0].clone());
     let done = s.touch_batch(&touches, now).await;
     assert_eq!(done.len(), n + 1);
     assert!(
@@ -468,15 +410,11 @@ pub async fn batch_verbs_over_max_batch(s: &dyn Store) {
             .all(|r| matches!(r, Ok(d) if *d == now + 60_000)),
         "every touch answered, in order"
     );
-    let mut nacks: Vec<HeldNack<'_>> = leases
+    let mut nacks: Vec<NackItem> = leases
         .iter()
-        .map(|l| HeldNack {
-            topic: &t,
-            id: &l.id,
-            nack: Nack::retry(&l.token, "big").retry_in(1000),
-        })
+        .map(|l| NackItem::new(&t, &l.id, Nack::retry(&l.token, "big").retry_in(1000)))
         .collect();
-    nacks.push(nacks[0]);
+    nacks.push(nacks[0].clone());
     let done = s.nack_batch(&nacks, now).await;
     assert_eq!(done.len(), n + 1);
     for r in &done[..n] {

@@ -517,13 +517,9 @@ mod tests {
             assert_eq!(l.attempt, 1);
             assert_eq!(l.lease_deadline_ms, T0 + TopicConfig::default().lease_ms);
         }
-        let held: Vec<Held> = leases
+        let held: Vec<AckItem> = leases
             .iter()
-            .map(|l| Held {
-                topic: &topic,
-                id: &l.id,
-                token: &l.token,
-            })
+            .map(|l| AckItem::new(&topic, &l.id, &l.token))
             .collect();
         let acked = s.ack_batch(&held, T0).await;
         assert!(acked.iter().all(Result::is_ok), "{acked:?}");
