@@ -55,8 +55,15 @@ func TestWorkerThousandJobsDueOverTwoSeconds(t *testing.T) {
 		var mu sync.Mutex
 		seen := map[string]int{}
 		var early []string
+		// Handlers running at once, and the most seen: never above the limit.
+		var running, most atomic.Int32
 		w := dq.NewWorker(c, dq.WorkerOptions{Concurrency: 4, Logger: testLogger(t)})
 		w.Handle(topic, func(ctx context.Context, job *dq.Job) error {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(2 * time.Millisecond)
 			now := time.Now().UnixMilli()
 			mu.Lock()
 			defer mu.Unlock()
@@ -114,6 +121,9 @@ func TestWorkerThousandJobsDueOverTwoSeconds(t *testing.T) {
 		}
 		if ws := w.Stats(); ws.Done != total {
 			t.Errorf("worker stats: %+v", ws)
+		}
+		if m := most.Load(); m > 4 {
+			t.Errorf("%d handlers ran at once with a concurrency of 4", m)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import * as http from "node:http";
 import { tmpdir } from "node:os";
 import * as path from "node:path";
+import * as net from "node:net";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, test } from "node:test";
 
@@ -409,6 +410,39 @@ for (const store of stores) {
       await client.enqueue(topic, 1, { id: id2 });
       assert.equal((await client.get(topic, id2)).id, id2);
       assert.equal((await client.get(topic, id2)).topic, topic);
+    });
+
+    test("calls one after the other share one kept-alive connection", async () => {
+      // A proxy in front of dq that counts the connections made to it.
+      const target = new URL(dq.url);
+      let connections = 0;
+      const sockets: net.Socket[] = [];
+      const proxy = net.createServer((down) => {
+        connections += 1;
+        const up = net.connect(Number(target.port), target.hostname);
+        sockets.push(down, up);
+        down.pipe(up).pipe(down);
+        const end = () => {
+          down.destroy();
+          up.destroy();
+        };
+        down.on("error", end).on("close", end);
+        up.on("error", end).on("close", end);
+      });
+      await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+      const port = (proxy.address() as AddressInfo).port;
+      const viaProxy = new Client(`http://127.0.0.1:${port}`, { timeoutMs: 10_000 });
+      try {
+        const topic = unique("c.keepalive");
+        for (let i = 0; i < 5; i++) {
+          await viaProxy.enqueue(topic, i, { delayMs: 3_600_000 });
+        }
+        assert.equal(connections, 1, "five calls over one connection");
+      } finally {
+        viaProxy.close();
+        for (const s of sockets) s.destroy();
+        await new Promise<void>((resolve) => proxy.close(() => resolve()));
+      }
     });
   });
 }

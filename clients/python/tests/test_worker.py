@@ -46,6 +46,9 @@ def test_thousand_jobs_none_early_twice_or_lost(client: Client, topic: str, form
     all_done = threading.Event()
     slack = clock_slack_ms(client)
 
+    # Handlers running at once, and the most seen: never above the limit.
+    running = [0, 0]
+
     def record(job: Job) -> None:
         now = int(time.time() * 1000)
         with lock:
@@ -55,14 +58,36 @@ def test_thousand_jobs_none_early_twice_or_lost(client: Client, topic: str, form
             if len(seen) == n:
                 all_done.set()
 
+    def begin() -> None:
+        with lock:
+            running[0] += 1
+            running[1] = max(running[1], running[0])
+
+    def end() -> None:
+        with lock:
+            running[0] -= 1
+
     worker = Worker(client, concurrency=4)
     if form == "threads":
-        worker.handle(topic, record)
+
+        def sync_handler(job: Job) -> None:
+            begin()
+            try:
+                time.sleep(0.002)
+                record(job)
+            finally:
+                end()
+
+        worker.handle(topic, sync_handler)
     else:
 
         async def handler(job: Job) -> None:
-            record(job)
-            await asyncio.sleep(0)
+            begin()
+            try:
+                await asyncio.sleep(0.002)
+                record(job)
+            finally:
+                end()
 
         worker.handle(topic, handler)
     enqueue_spread(client, topic, n, over_ms=2000)
@@ -75,6 +100,7 @@ def test_thousand_jobs_none_early_twice_or_lost(client: Client, topic: str, form
     s = stats(client, topic)
     assert s == {"scheduled": 0, "ready": 0, "reserved": 0, "dead": 0, "acked": n}
     assert worker.stats.done == n and worker.stats.report_errors == 0
+    assert running[1] <= 4, f"{running[1]} handlers ran at once with a concurrency of 4"
 
 
 def test_failing_handler_retried_then_dead(client: Client, topic: str) -> None:

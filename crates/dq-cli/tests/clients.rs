@@ -8,9 +8,10 @@
 //! The runners are installed when missing, as the rest of the suite does:
 //! Debian's `phpunit`, `php-curl` and `golang-go` with apt-get (as root),
 //! pytest from PyPI into a venv under the target directory, the TypeScript
-//! compiler from the npm registry (`npm ci`). One suite runs at a time:
-//! each is timing-heavy (jobs due over 2 s, leases, a server restart) and
-//! the machine may have two cores.
+//! compiler from the npm registry (`npm ci`). One suite runs at a time,
+//! also when a runner starts each test in its own process (nextest): a lock
+//! on a file in the temp directory. Each is timing-heavy (jobs due over 2 s,
+//! leases, a server restart) and the machine may have two cores.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -19,6 +20,17 @@ use std::sync::Mutex;
 use dq_testkit::{RedisServer, ensure_package, ensure_package_for};
 
 static ONE_SUITE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// This process's turn among the processes running these suites: an
+/// exclusive lock on one file, held until the value is dropped.
+fn turn_among_processes() -> std::fs::File {
+    let path = std::env::temp_dir().join("dq-client-suites.lock");
+    let file =
+        std::fs::File::create(&path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    file.lock()
+        .unwrap_or_else(|e| panic!("lock {}: {e}", path.display()));
+    file
+}
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -30,6 +42,7 @@ fn run_suite(name: &str, mut cmd: Command) {
     let _turn = ONE_SUITE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _process_turn = turn_among_processes();
     let redis = RedisServer::start();
     let out = cmd
         .env("DQ_BIN", env!("CARGO_BIN_EXE_dq"))

@@ -139,6 +139,36 @@ abstract class WorkerCases extends ServerTestCase
         $this->assertSame(['acked' => 1, 'failed' => 6, 'dead' => 1, 'retried' => 1, 'released' => 0], $w->stats());
     }
 
+    public function testPoolHandlerThatThrowsIsRetriedThenDead(): void
+    {
+        $c = $this->client();
+        $t = self::topic('pool-throws');
+        $c->configureTopic($t, ['max_attempts' => 3, 'retry' => ['fixed_ms' => 100]]);
+        $c->enqueue($t, ['x' => 1], ['id' => 'fails-1']);
+        $c->enqueue($t, ['x' => 2], ['id' => 'fails-2']);
+        $p = $this->pool($t, ['DQ_PROCESSES' => 2, 'DQ_BATCH' => 1, 'DQ_FAIL' => 1]);
+        self::waitFor(
+            fn () => $c->getTopic($t)['stats']['dead'] === 2,
+            30,
+            'both jobs dead after three attempts; stderr: ' . $p->stderr(),
+        );
+        $this->stopPool($p);
+        $attempts = [];
+        foreach ($p->lines('start') as $f) {
+            $attempts[$f[1]][] = (int) $f[5];
+        }
+        ksort($attempts);
+        $this->assertSame(['fails-1' => [1, 2, 3], 'fails-2' => [1, 2, 3]], $attempts);
+        $this->assertSame([], $p->lines('done'), 'no handler returned');
+        foreach ($c->listDead($t) as $j) {
+            $this->assertSame('handler failed on purpose', $j->lastError);
+            $this->assertSame(3, $j->attempts);
+        }
+        $s = $this->stats($t);
+        $this->assertSame([0, 0, 0, 2], [$s['scheduled'], $s['ready'], $s['reserved'], $s['dead']]);
+        $this->assertSame(6, $s['counters']['failed']);
+    }
+
     public function testHandlerSlowerThanTheLeaseKeepsItsLease(): void
     {
         $t = self::topic('slow');
