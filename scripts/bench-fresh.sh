@@ -12,7 +12,8 @@
 #
 #   scripts/bench-fresh.sh embedded exec scripts/wrk-enqueue.sh
 #     (`exec CMD ARGS…` runs CMD instead of `dq bench`, with DQ_SERVER set
-#     to the fresh server's address: scripts/bench-http.sh uses it)
+#     to the fresh server's address and DQ_PID to its process: scripts/bench-http.sh
+#     and scripts/bench-churn.sh use them)
 #
 # Uses target/release/dq (cargo build --release -p dq-cli) unless DQ_BIN is set;
 # the server logs at DQ_LOG_LEVEL (default warn: no access log);
@@ -136,7 +137,7 @@ for a in "$@"; do
   esac
 done
 if [ "$scenario" = exec ]; then
-  DQ_SERVER="http://$listen" "${args[@]:1}"
+  DQ_SERVER="http://$listen" DQ_PID="$dq_pid" "${args[@]:1}"
 else
   "${DQ_BENCH_BIN:-$bin}" bench --server "http://$listen" "${args[@]}" "${extra[@]}"
 fi
