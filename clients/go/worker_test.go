@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -125,7 +129,43 @@ func TestWorkerThousandJobsDueOverTwoSeconds(t *testing.T) {
 		if m := most.Load(); m > 4 {
 			t.Errorf("%d handlers ran at once with a concurrency of 4", m)
 		}
+		// The acks went in batches (of what was done while the call before
+		// was in flight: at this rate a few each), none one by one; this
+		// server, the test's own, counts the calls of each route.
+		batches, singles := ackCalls(t, s.URL)
+		if singles != 0 || batches == 0 || batches >= total {
+			t.Errorf("%d jobs acked with %d ack:batch calls and %d single acks", total, batches, singles)
+		}
 	})
+}
+
+// ackCalls reads dq's /metrics: the ack:batch calls and the single acks it
+// has answered 200.
+func ackCalls(t *testing.T, url string) (batches, singles int) {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	text, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(route string) int {
+		prefix := `dq_http_request_duration_seconds_count{method="POST",route="` + route + `",status="200"} `
+		for _, line := range strings.Split(string(text), "\n") {
+			if strings.HasPrefix(line, prefix) {
+				n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, prefix)))
+				if err != nil {
+					t.Fatalf("metrics line %q: %v", line, err)
+				}
+				return n
+			}
+		}
+		return 0
+	}
+	return count("/v1/ack:batch"), count("/v1/topics/{topic}/jobs/{id}/ack")
 }
 
 func TestWorkerFailingHandlerRetriedThenDead(t *testing.T) {
