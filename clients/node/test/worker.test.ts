@@ -21,6 +21,17 @@ for (const store of stores) {
       await dq?.stop();
     });
 
+    /** The ack:batch calls and single acks this server has answered 200 (its /metrics). */
+    async function ackCalls(): Promise<{ batches: number; singles: number }> {
+      const text = await (await fetch(`${dq.url}/metrics`)).text();
+      const count = (route: string): number => {
+        const prefix = `dq_http_request_duration_seconds_count{method="POST",route="${route}",status="200"} `;
+        const line = text.split("\n").find((l) => l.startsWith(prefix));
+        return line === undefined ? 0 : Number(line.slice(prefix.length));
+      };
+      return { batches: count("/v1/ack:batch"), singles: count("/v1/topics/{topic}/jobs/{id}/ack") };
+    }
+
     async function gone(topic: string, id: string): Promise<boolean> {
       try {
         await client.get(topic, id);
@@ -44,6 +55,7 @@ for (const store of stores) {
       const early: string[] = [];
       let running = 0;
       let maxRunning = 0;
+      const callsBefore = await ackCalls();
       const worker = new Worker(client, { concurrency: 4, leaseMs: 10_000, ...quiet });
       worker.handle(topic, async (job: Lease) => {
         running++;
@@ -67,6 +79,12 @@ for (const store of stores) {
       const info = await client.getTopic(topic);
       assert.equal(info.stats.counters.acked, 1000);
       assert.equal(info.stats.reserved + info.stats.ready + info.stats.scheduled, 0);
+      // The acks went in batches (of what was done while the call before was
+      // in flight), none one by one.
+      const calls = await ackCalls();
+      const batches = calls.batches - callsBefore.batches;
+      const singles = calls.singles - callsBefore.singles;
+      assert.ok(batches > 0 && batches < 1000 && singles === 0, `1000 acks in ${batches} ack:batch calls and ${singles} single acks`);
     });
 
     test("a throwing handler: retried per the topic's policy, then dead; Dead and RetryLater", async () => {

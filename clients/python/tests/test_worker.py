@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,21 @@ def clock_slack_ms(client: Client) -> int:
     """How far dq's clock runs ahead of this host's (0 when behind)."""
     r = client.request("GET", "/readyz")
     return max(0, int(r.get("clock_offset_ms", 0)))
+
+
+def ack_calls(client: Client) -> tuple[int, int]:
+    """The ack:batch calls and single acks the server has answered 200 (its /metrics)."""
+    with urllib.request.urlopen(client.url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+
+    def count(route: str) -> int:
+        prefix = f'dq_http_request_duration_seconds_count{{method="POST",route="{route}",status="200"}} '
+        for line in text.splitlines():
+            if line.startswith(prefix):
+                return int(line[len(prefix) :])
+        return 0
+
+    return count("/v1/ack:batch"), count("/v1/topics/{topic}/jobs/{id}/ack")
 
 
 @pytest.mark.parametrize("form", ["threads", "asyncio"])
@@ -91,6 +107,7 @@ def test_thousand_jobs_none_early_twice_or_lost(client: Client, topic: str, form
 
         worker.handle(topic, handler)
     enqueue_spread(client, topic, n, over_ms=2000)
+    batches_before, singles_before = ack_calls(client)
     with RunningWorker(worker) as rw:
         assert all_done.wait(60), f"only {len(seen)} of {n} jobs handled"
         wait_for(lambda: stats(client, topic)["acked"] == n, 30, "every ack")
@@ -101,6 +118,11 @@ def test_thousand_jobs_none_early_twice_or_lost(client: Client, topic: str, form
     assert s == {"scheduled": 0, "ready": 0, "reserved": 0, "dead": 0, "acked": n}
     assert worker.stats.done == n and worker.stats.report_errors == 0
     assert running[1] <= 4, f"{running[1]} handlers ran at once with a concurrency of 4"
+    # The acks went in batches (of what was done while the call before was in
+    # flight), none one by one.
+    batches, singles = ack_calls(client)
+    batches, singles = batches - batches_before, singles - singles_before
+    assert 0 < batches < n and singles == 0, f"{n} acks in {batches} ack:batch calls, {singles} single"
 
 
 def test_failing_handler_retried_then_dead(client: Client, topic: str) -> None:
