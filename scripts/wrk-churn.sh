@@ -3,14 +3,7 @@
 # fresh server at $DQ_SERVER (process $DQ_PID). Argument: the store's name.
 set -euo pipefail
 store=$1
-lua=$(mktemp --suffix .lua)
-trap 'rm -f "$lua"' EXIT
-cat >"$lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = '{"body":{"order":42},"delay_ms":3600000}'
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Connection"] = "close"
-LUA
+lua=$(dirname "$0")/wrk-enqueue.lua
 state() { # prints "<fds> fds, <rss> MB resident"
   local fds rss
   fds=$(ls "/proc/$DQ_PID/fd" | wc -l)
@@ -19,7 +12,8 @@ state() { # prints "<fds> fds, <rss> MB resident"
 }
 slice() { # slice <duration>: runs wrk, prints "<requests> <req/s>", fails on errors
   local out
-  out=$(wrk -t "$THREADS" -c "$CONNECTIONS" -d "$1" -s "$lua" "$DQ_SERVER/v1/topics/bench/jobs")
+  out=$(wrk -t "$THREADS" -c "$CONNECTIONS" -d "$1" -H "Connection: close" -s "$lua" \
+    "$DQ_SERVER/v1/topics/bench/jobs")
   if grep -q "Non-2xx" <<<"$out" || grep -q "Socket errors" <<<"$out"; then
     echo "$out" >&2
     echo "$store: errors (above)" >&2

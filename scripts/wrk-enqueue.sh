@@ -4,13 +4,7 @@
 # medians, ranges and ratio. Argument: the store's name (for the printout).
 set -euo pipefail
 store=$1
-lua=$(mktemp --suffix .lua)
-trap 'rm -f "$lua"' EXIT
-cat >"$lua" <<'LUA'
-wrk.method = "POST"
-wrk.body = '{"body":{"order":42},"delay_ms":3600000}'
-wrk.headers["Content-Type"] = "application/json"
-LUA
+lua=$(dirname "$0")/wrk-enqueue.lua
 close=()
 [ -n "${WRK_CLOSE:-}" ] && close=(-H "Connection: close")
 run() { # run <name> <wrk args…>: prints "<name> <req/s>", fails on non-2xx
