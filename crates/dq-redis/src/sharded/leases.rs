@@ -207,9 +207,11 @@ struct ShardBatch<'a, T> {
 }
 
 impl<'a, T> ShardBatch<'a, T> {
-    /// A batch per shard: `groups` maps a shard to the places of its items,
-    /// `parts` is each item's partition (an item without one is left out:
-    /// [`scatter`] answers it).
+    /// A batch per shard, as [`ShardedStore::shard_groups`] answers:
+    /// `groups` maps a shard to the places of its items, `parts` is each
+    /// item's partition. Only items with a partition are in a group (the
+    /// others [`scatter`] answers with their error), so every place of `idx`
+    /// has its item here and its result in [`ShardBatch::done`].
     fn all(
         store: &'a ShardedStore,
         parts: &'a [StoreResult<Topic>],
@@ -219,7 +221,10 @@ impl<'a, T> ShardBatch<'a, T> {
         groups.into_iter().map(move |(shard, idx)| {
             let (topics, batch) = idx
                 .iter()
-                .filter_map(|&i| Some((parts[i].as_ref().ok()?, &items[i])))
+                .map(|&i| {
+                    let part = parts[i].as_ref().expect("grouped items have a partition");
+                    (part, &items[i])
+                })
                 .unzip();
             Self {
                 shard: &store.shards[shard].store,
