@@ -336,36 +336,15 @@ async fn run(script: &str, server: &dyn Server) -> Transcript {
     out
 }
 
-/// A scenario: its name, its script, and — for a difference dq cannot
-/// remove today — why (the test then checks that the difference is still
-/// there, so the mark goes when it is fixed).
+/// A scenario: its name and its script.
 struct Scenario {
     name: &'static str,
     script: &'static str,
-    known: Option<&'static str>,
 }
 
 const fn s(name: &'static str, script: &'static str) -> Scenario {
-    Scenario {
-        name,
-        script,
-        known: None,
-    }
+    Scenario { name, script }
 }
-
-/// A scenario whose difference dq cannot remove today, and why.
-const fn known(name: &'static str, script: &'static str, why: &'static str) -> Scenario {
-    Scenario {
-        name,
-        script,
-        known: Some(why),
-    }
-}
-
-/// Why the per-job counters differ (#55 item 3).
-const COUNTERS: &str = "stats-job's reserves, releases, kicks and delay are the store's counts: \
-    it has no count of reserves (dq's attempts is reset by a replay), counts a give-back \
-    at disconnect as a release and a kick of a delayed job not at all, and keeps no delay";
 
 fn scenarios() -> Vec<Scenario> {
     vec![
@@ -385,7 +364,7 @@ fn scenarios() -> Vec<Scenario> {
              A: list-tubes
              A: stats",
         ),
-        known(
+        s(
             "release, bury, kick, counters of a job",
             "A: put 1 0 10 1 | a
              A: reserve
@@ -412,7 +391,6 @@ fn scenarios() -> Vec<Scenario> {
              A: stats-job {2}
              A: kick-job {2}
              A: stats",
-            COUNTERS,
         ),
         s(
             "kick of buried and delayed jobs, kick-job",
@@ -527,13 +505,14 @@ fn scenarios() -> Vec<Scenario> {
              B: watch p
              B: ignore default
              B: reserve-with-timeout 1
+             A: stats-tube p
              A: pause-tube p 0
              B: reserve-with-timeout 2
              A: stats-tube p
              A: stats",
         ),
         // The holder speaks after the sleep, as in "TTR runs out" above.
-        known(
+        s(
             "TTR runs out; a closed connection gives its jobs back unchanged",
             "A: put 0 0 1 1 | t
              A: reserve
@@ -548,7 +527,6 @@ fn scenarios() -> Vec<Scenario> {
              B: quit
              C: stats-job {1}
              C: stats",
-            COUNTERS,
         ),
         s(
             "DEADLINE_SOON for a held job, and for a waiting reserve",
@@ -575,7 +553,7 @@ fn scenarios() -> Vec<Scenario> {
              A< 2000
              A: stats",
         ),
-        known(
+        s(
             "ready order is priority, then id, after a release or kick",
             "A: put 5 0 10 1 | a
              A: put 5 0 10 1 | b
@@ -590,9 +568,21 @@ fn scenarios() -> Vec<Scenario> {
              A: reserve-with-timeout 0
              A: reserve-with-timeout 0
              A: reserve-with-timeout 0",
-            "the stores order ready jobs by (priority, due time, id) and a release \
-             or kick moves the due time to now (#55 item 1: needs the Store to keep \
-             the id order)",
+        ),
+        s(
+            "delayed and released jobs come back in id order, keeping their delay",
+            "A: put 5 1 10 1 | a
+             A: put 5 0 10 1 | b
+             A: reserve
+             A: release {2} 5 1
+             A: put 5 0 10 1 | c
+             A: stats-job {1}
+             sleep 1300
+             A: reserve-with-timeout 0
+             A: reserve-with-timeout 0
+             A: reserve-with-timeout 0
+             A: stats-job {2}
+             A: stats-job {3}",
         ),
         s(
             "command lines as the reference parses them",
@@ -691,16 +681,8 @@ async fn compare_with_the_reference(store: Store) {
         let (want, got) = tokio::join!(run(sc.script, &reference), run(sc.script, &dq));
         drop((reference, dq));
         let diff = diff(&want, &got);
-        match (sc.known, diff.is_empty()) {
-            (None, true) => {}
-            (None, false) => failures.push(format!("{}:\n{}", sc.name, diff.join("\n"))),
-            (Some(why), false) => {
-                eprintln!("known difference in {:?} ({why}):\n{}", sc.name, diff.join("\n"));
-            }
-            (Some(_), true) => failures.push(format!(
-                "{}: marked as a known difference, but dq now answers as the reference: remove the mark",
-                sc.name
-            )),
+        if !diff.is_empty() {
+            failures.push(format!("{}:\n{}", sc.name, diff.join("\n")));
         }
     }
     eprintln!("{} scenarios in {:?}", scenarios().len(), start.elapsed());

@@ -119,7 +119,9 @@ pub trait Store: Send + Sync + 'static {
     async fn cancel(&self, topic: &Topic, id: &JobId, now_ms: u64)
     -> StoreResult<Option<JobState>>;
 
-    /// Moves a waiting (scheduled or ready) job to a new due time.
+    /// Moves a waiting (scheduled or ready) job to a new due time; with
+    /// `kick` (beanstalkd's `kick` of a delayed job) it counts in the
+    /// job's `kicks`.
     ///
     /// # Errors
     /// [`StoreError::NotFound`], or [`StoreError::NotInState`] when reserved or dead.
@@ -128,11 +130,14 @@ pub trait Store: Send + Sync + 'static {
         topic: &Topic,
         id: &JobId,
         due_at_ms: u64,
+        kick: bool,
         now_ms: u64,
     ) -> StoreResult<()>;
 
     /// Hands out up to `max` due jobs of one topic under leases, most urgent
-    /// first (priority, then due time, then enqueue order). `lease_ms`
+    /// first (priority, then due time — put time for a job ranked in put
+    /// order, [`NewJob::put_order`](crate::NewJob::put_order) — then
+    /// enqueue order). `lease_ms`
     /// overrides the job's and the topic's lease length. A job whose expiry
     /// is at or before `now_ms` is not handed out: in the same atomic step
     /// it goes dead with the last error
@@ -241,8 +246,12 @@ pub trait Store: Send + Sync + 'static {
         out
     }
 
-    /// Gives a reserved job back without counting the attempt (beanstalkd's
-    /// `release`): it is due again after `delay_ms`. Returns the new due time.
+    /// Gives a reserved job back without counting the attempt: it is due
+    /// again after `delay_ms`, its attempts as before the lease (its
+    /// `reserves` keep the hand-out). [`GiveBack::Released`] counts in its
+    /// `releases` (and sets a put-order job's `put_delay_ms` to
+    /// `delay_ms`); [`GiveBack::Dropped`] counts nothing. Returns the new
+    /// due time.
     ///
     /// # Errors
     /// As [`Store::touch`].
@@ -252,6 +261,7 @@ pub trait Store: Send + Sync + 'static {
         id: &JobId,
         token: &str,
         delay_ms: u64,
+        how: GiveBack,
         now_ms: u64,
     ) -> StoreResult<u64>;
 

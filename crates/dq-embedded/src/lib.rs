@@ -29,6 +29,16 @@
 //! store, and a second process opening the same directory gets
 //! [`OpenError::Locked`].
 
+/// A ready job's place among those of its priority, as SQL over a `jobs`
+/// row: its due time, or its put time for a job in put order
+/// (`NewJob::put_order`: it keeps a delay). The memory's ready order is
+/// `(priority, place, seq)`.
+macro_rules! place_sql {
+    () => {
+        "CASE WHEN put_delay_ms IS NULL THEN due_ms ELSE created_ms END"
+    };
+}
+
 pub mod backup;
 mod file;
 mod leases;
@@ -322,11 +332,12 @@ impl Store for EmbeddedStore {
         topic: &Topic,
         id: &JobId,
         due_at_ms: u64,
+        kick: bool,
         now_ms: u64,
     ) -> StoreResult<()> {
         let (topic, id) = (topic.clone(), id.clone());
         self.writer
-            .exec(move |cx| ops::reschedule(cx, &topic, &id, due_at_ms, now_ms))
+            .exec(move |cx| ops::reschedule(cx, &topic, &id, due_at_ms, kick, now_ms))
             .await
     }
 
@@ -422,11 +433,12 @@ impl Store for EmbeddedStore {
         id: &JobId,
         token: &str,
         delay_ms: u64,
+        how: GiveBack,
         now_ms: u64,
     ) -> StoreResult<u64> {
         let (topic, id, token) = (topic.clone(), id.clone(), token.to_string());
         self.writer
-            .exec(move |cx| ops::release(cx, &topic, &id, &token, delay_ms, now_ms))
+            .exec(move |cx| ops::release(cx, &topic, &id, &token, delay_ms, how, now_ms))
             .await
     }
 

@@ -51,18 +51,18 @@ impl Memory {
     }
 
     /// Job `seq` of topic `tid`, with key `key` (or none), is ready at
-    /// `priority` and `due`.
+    /// `priority` and `place`.
     pub(crate) fn add_ready(
         &mut self,
         tid: i64,
         key: Option<&str>,
         priority: i64,
-        due: i64,
+        place: i64,
         seq: i64,
     ) {
         match key {
-            None => self.ready.add((tid, priority, due, seq)),
-            Some(k) => self.lanes.add(tid, k, (priority, due, seq)),
+            None => self.ready.add((tid, priority, place, seq)),
+            Some(k) => self.lanes.add(tid, k, (priority, place, seq)),
         }
     }
 
@@ -72,17 +72,17 @@ impl Memory {
         tid: i64,
         key: Option<&str>,
         priority: i64,
-        due: i64,
+        place: i64,
         seq: i64,
     ) {
         match key {
-            None => self.ready.remove((tid, priority, due, seq)),
-            Some(k) => self.lanes.remove(tid, k, (priority, due, seq)),
+            None => self.ready.remove((tid, priority, place, seq)),
+            Some(k) => self.lanes.remove(tid, k, (priority, place, seq)),
         }
     }
 
     /// The job lane `key` of topic `tid` (`None`: the jobs without a key)
-    /// hands out next: `(priority, due, seq)`.
+    /// hands out next: `(priority, place, seq)`.
     pub(crate) fn ready_head(&self, tid: i64, key: Option<&str>) -> Option<(i64, i64, i64)> {
         match key {
             None => self.ready.head(tid),
@@ -93,7 +93,7 @@ impl Memory {
     /// Puts a job's row where its state says (nowhere for a scheduled job).
     fn place(&mut self, r: &Row) {
         match r.state {
-            1 => self.add_ready(r.tid, r.key.as_deref(), r.priority, r.due, r.seq),
+            1 => self.add_ready(r.tid, r.key.as_deref(), r.priority, r.place, r.seq),
             2 => self.leases.add(r.tid, r.seq, r.deadline),
             3 => self.dead.add((r.tid, died_place(r.died), r.seq)),
             _ => {}
@@ -193,11 +193,13 @@ impl Memory {
 }
 
 /// The columns of a job's row that place it in memory.
-/// `fkey` is stored after the body (a column added by a migration), so it
-/// is read only for a ready job, whose lane needs it: reading it reads
-/// the row's overflow pages too.
-const ROWS: &str = "SELECT seq, tid, state, priority, due_ms, coalesce(deadline_ms, 0),
-    CASE WHEN state = 1 THEN fkey END, died_ms FROM jobs";
+/// `fkey` and `put_delay_ms` are stored after the body (columns added by
+/// migrations), so they are read only for a ready job, whose place and lane
+/// need them: reading them reads the row's overflow pages too. A ready
+/// job's `due` is its place: its put time when it is in put order.
+const ROWS: &str = "SELECT seq, tid, state, priority,
+    CASE WHEN state = 1 AND put_delay_ms IS NOT NULL THEN created_ms ELSE due_ms END,
+    coalesce(deadline_ms, 0), CASE WHEN state = 1 THEN fkey END, died_ms FROM jobs";
 
 /// A job's row as [`ROWS`] reads it.
 struct Row {
@@ -205,7 +207,7 @@ struct Row {
     tid: i64,
     state: i64,
     priority: i64,
-    due: i64,
+    place: i64,
     deadline: i64,
     key: Option<String>,
     died: Option<i64>,
@@ -218,7 +220,7 @@ impl Row {
             tid: r.get(1)?,
             state: r.get(2)?,
             priority: r.get(3)?,
-            due: r.get(4)?,
+            place: r.get(4)?,
             deadline: r.get(5)?,
             key: r.get(6)?,
             died: r.get(7)?,

@@ -173,6 +173,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         what: "a job's last failed attempts (JSON: attempt, at_ms, error)",
         sql: "ALTER TABLE jobs ADD COLUMN errors TEXT;",
     },
+    // → 10
+    Migration {
+        what: "jobs in put order (beanstalkd's) with their last delay; hand-outs a replay or release took from the attempts",
+        sql: "ALTER TABLE jobs ADD COLUMN put_delay_ms INTEGER;
+              ALTER TABLE jobs ADD COLUMN reserves_extra INTEGER NOT NULL DEFAULT 0;",
+    },
 ];
 
 /// The SQL of every step from `version` to [`SCHEMA_VERSION`].

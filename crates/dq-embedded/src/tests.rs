@@ -169,7 +169,7 @@ async fn an_undone_operation_leaves_the_ready_jobs_as_they_were() {
             assert_eq!(got.leases[0].id.as_str(), "c", "priority 0 first");
             ops::enqueue(cx, &t, &[job("d")], T0)?;
             ops::cancel(cx, &t, &JobId::new("a").unwrap(), T0)?;
-            ops::reschedule(cx, &t, &JobId::new("b").unwrap(), T0 + 60_000, T0)?;
+            ops::reschedule(cx, &t, &JobId::new("b").unwrap(), T0 + 60_000, false, T0)?;
             assert_eq!(cx.mem.ready.len(), 1);
             Err(Failure(StoreError::Unavailable(
                 "the test's failure".into(),
@@ -256,10 +256,10 @@ async fn keyed_ready_jobs_follow_every_move() {
     .await
     .unwrap();
     s.cancel(&topic, &id("a"), T0).await.unwrap();
-    s.reschedule(&topic, &id("b"), T0 + 60_000, T0)
+    s.reschedule(&topic, &id("b"), T0 + 60_000, false, T0)
         .await
         .unwrap();
-    s.reschedule(&topic, &id("b"), T0, T0).await.unwrap();
+    s.reschedule(&topic, &id("b"), T0, false, T0).await.unwrap();
     let mut again = keyed("c", "k3", 1);
     again.replace = true;
     s.enqueue(&topic, &[again], T0).await.unwrap();
@@ -271,10 +271,12 @@ async fn keyed_ready_jobs_follow_every_move() {
     let got = s.reserve(&topic, 10, Some(1000), T0).await.unwrap().leases;
     assert_eq!(got.len(), 3);
     let c = got.iter().find(|l| l.id.as_str() == "c").unwrap();
-    s.release(&topic, &c.id, &c.token, 0, T0).await.unwrap();
+    s.release(&topic, &c.id, &c.token, 0, GiveBack::Released, T0)
+        .await
+        .unwrap();
     let c = s.reserve(&topic, 10, Some(1000), T0).await.unwrap().leases;
     assert_eq!(c.len(), 1);
-    s.release(&topic, &c[0].id, &c[0].token, 0, T0)
+    s.release(&topic, &c[0].id, &c[0].token, 0, GiveBack::Released, T0)
         .await
         .unwrap();
     assert_eq!(s.delete_topic(&topic, 100).await.unwrap(), (3, true));

@@ -79,13 +79,13 @@ impl HotSql {
     fn sql(self) -> &'static str {
         match self {
             HotSql::Insert => {
-                "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body, dedup_ms, fkey, expires_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+                "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body, dedup_ms, fkey, expires_ms, put_delay_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
                  ON CONFLICT (tid, id) DO NOTHING"
             }
-            // `Insert` of a job that sets none of the six columns most jobs
+            // `Insert` of a job that sets none of the seven columns most jobs
             // leave NULL (its own attempts, lease, retry, dedup window, key,
-            // expiry): six bindings fewer per job (`ops::enqueue`).
+            // expiry, put order): seven bindings fewer per job (`ops::enqueue`).
             HotSql::InsertPlain => {
                 "INSERT INTO jobs (tid, id, state, due_ms, priority, created_ms, is_json, body)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
@@ -104,12 +104,17 @@ impl HotSql {
             }
             HotSql::Delete => "DELETE FROM jobs WHERE seq = ?1",
             // A ready job of lane `?5` (a key, or NULL: the jobs without
-            // one), found in memory at `(priority, due_ms)` (`crate::memory`),
+            // one), found in memory at `(priority, place)` (`crate::memory`),
             // read to be leased: the columns of `ops::reserve::LEASABLE`.
             HotSql::ReadyRow => {
-                "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms
-                 FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1 AND fkey IS ?5
-                 AND priority = ?3 AND due_ms = ?4"
+                concat!(
+                    "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms, ",
+                    place_sql!(),
+                    " FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1 AND fkey IS ?5
+                     AND priority = ?3 AND ",
+                    place_sql!(),
+                    " = ?4"
+                )
             }
             // The same for the rows between two row ids, in row-id order
             // (`ops::reserve::ready_rows`): those up to the last place handed out
@@ -118,20 +123,29 @@ impl HotSql {
             // the topic's whole `(tid, id)` index, which the planner would
             // otherwise pick.
             HotSql::ReadySpan => {
-                "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms
-                 FROM jobs WHERE seq BETWEEN ?1 AND ?2 AND +tid = ?3 AND state = 1 AND fkey IS NULL
-                 AND (priority, due_ms, seq) <= (?4, ?5, ?6)
-                 ORDER BY seq"
+                concat!(
+                    "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms, ",
+                    place_sql!(),
+                    " FROM jobs WHERE seq BETWEEN ?1 AND ?2 AND +tid = ?3 AND state = 1 AND fkey IS NULL
+                     AND (priority, ",
+                    place_sql!(),
+                    ", seq) <= (?4, ?5, ?6)
+                     ORDER BY seq"
+                )
             }
             // `Lease` for every row `ReadySpan` read with the same first
             // six parameters (`ops::reserve::HandOut::lease_rows`): each row's token
             // is the call's prefix `?7` and its row id in lower-case hex,
             // as `ops::token::numbered` writes it.
             HotSql::LeaseSpan => {
-                "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?7 || printf('%x', seq),
+                concat!(
+                    "UPDATE jobs SET state = 2, attempts = attempts + 1, token = ?7 || printf('%x', seq),
                  deadline_ms = ?8, died_ms = NULL
                  WHERE seq BETWEEN ?1 AND ?2 AND +tid = ?3 AND state = 1 AND fkey IS NULL
-                 AND (priority, due_ms, seq) <= (?4, ?5, ?6)"
+                 AND (priority, ",
+                    place_sql!(),
+                    ", seq) <= (?4, ?5, ?6)"
+                )
             }
         }
     }

@@ -256,8 +256,11 @@ impl<'a> Cx<'a> {
     }
 
     /// Puts job `seq` (coming from state `from`) where its due time says:
-    /// ready if due, else scheduled. Wakes the topic's waiters, at commit,
-    /// when the job is due now or is the new head of the schedule.
+    /// ready if due, else scheduled. `put_delay`: the delay it is given back
+    /// with (a nack to retry, a release), which a job ranked in put order
+    /// keeps as its `put_delay_ms` (a job in due order keeps none); `None`
+    /// leaves it. Wakes the topic's waiters, at commit, when the job is due
+    /// now or is the new head of the schedule.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn place(
         &mut self,
@@ -266,6 +269,7 @@ impl<'a> Cx<'a> {
         seq: i64,
         from: Option<i16>,
         due: u64,
+        put_delay: Option<u64>,
         now: u64,
     ) -> OpResult<i16> {
         let (to, wake) = if due <= now {
@@ -275,8 +279,10 @@ impl<'a> Cx<'a> {
             (SCHEDULED, head.is_none_or(|h| due < h))
         };
         self.exec(
-            "UPDATE jobs SET state = $1, due_ms = $2 WHERE seq = $3",
-            &[&to, &(due as i64), &seq],
+            "UPDATE jobs SET state = $1, due_ms = $2,
+               put_delay_ms = CASE WHEN put_delay_ms IS NOT NULL THEN coalesce($4::int8, put_delay_ms) END
+             WHERE seq = $3",
+            &[&to, &(due as i64), &seq, &put_delay.map(|d| d as i64)],
         )
         .await?;
         self.counts(tid, delta(from, Some(to))).await?;

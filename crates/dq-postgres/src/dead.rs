@@ -64,10 +64,13 @@ pub(crate) async fn replay_dead(
     .map(|r| r.get(0))
     .collect();
     let mut replayed = 0;
+    // Its attempts start again; their hand-outs stay in its reserves
+    // (`carried`).
     for seq in seqs {
         let moved = cx
             .exec(
-                "UPDATE jobs SET attempts = 0, died_ms = NULL, kicks = kicks + 1
+                "UPDATE jobs SET attempts = 0, carried = carried + attempts, died_ms = NULL,
+                   kicks = kicks + 1
                  WHERE seq = $1 AND state = 3",
                 &[&seq],
             )
@@ -75,7 +78,8 @@ pub(crate) async fn replay_dead(
         if moved == 0 {
             continue;
         }
-        cx.place(topic, tid, seq, Some(DEAD), now, now).await?;
+        cx.place(topic, tid, seq, Some(DEAD), now, None, now)
+            .await?;
         replayed += 1;
     }
     cx.bump(tid, "replayed", replayed).await?;

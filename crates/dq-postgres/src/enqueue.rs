@@ -229,6 +229,7 @@ async fn insert<'r>(
     let mut bodies: Vec<&[u8]> = Vec::new();
     let mut dedups: Vec<Option<i64>> = Vec::new();
     let mut keys: Vec<Option<&str>> = Vec::new();
+    let mut put_delays: Vec<Option<i64>> = Vec::new();
     for r in rows {
         ids.push(r.id.as_str());
         states.push(r.state);
@@ -241,6 +242,9 @@ async fn insert<'r>(
         bodies.push(r.job.body.as_bytes());
         dedups.push(r.dedup_ms);
         keys.push(r.job.key.as_ref().map(JobKey::as_str));
+        // A job ranked in put order keeps the delay it was put with (its
+        // place is its put time, `created_ms`); NULL: in due order.
+        put_delays.push(r.job.put_order.then(|| (r.due - now) as i64));
     }
     if ids.is_empty() {
         return Ok(());
@@ -248,15 +252,17 @@ async fn insert<'r>(
     let now = now as i64;
     cx.exec(
         "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry,
-           created_ms, is_json, body, dedup_ms, fkey)
-         SELECT $1, u.id, u.state, u.due, u.prio, u.maxa, u.lease, u.retry, $2, u.js, u.body, u.dedup, u.fkey
+           created_ms, is_json, body, dedup_ms, fkey, put_delay_ms)
+         SELECT $1, u.id, u.state, u.due, u.prio, u.maxa, u.lease, u.retry, $2, u.js, u.body, u.dedup,
+           u.fkey, u.put_delay
          FROM unnest($3::text[], $4::int2[], $5::int8[], $6::int8[], $7::int8[], $8::int8[],
-                     $9::text[], $10::bool[], $11::bytea[], $12::int8[], $13::text[])
-              WITH ORDINALITY AS u(id, state, due, prio, maxa, lease, retry, js, body, dedup, fkey, n)
+                     $9::text[], $10::bool[], $11::bytea[], $12::int8[], $13::text[], $14::int8[])
+              WITH ORDINALITY AS u(id, state, due, prio, maxa, lease, retry, js, body, dedup, fkey,
+                put_delay, n)
          ORDER BY u.n",
         &[
             &tid, &now, &ids, &states, &dues, &prios, &maxes, &leases, &retries, &jsons, &bodies,
-            &dedups, &keys,
+            &dedups, &keys, &put_delays,
         ],
     )
     .await?;

@@ -11,8 +11,10 @@ use crate::cx::{BATCH, Cx, DEAD, READY, RESERVED, SCHEDULED, code_of, delta, job
 use crate::dead::trim_dead;
 use crate::enqueue::mark_keyed;
 use crate::leases::{open_window, unlease};
+use crate::schema::PLACE_MS;
 
-const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body, timeouts, releases, buries, kicks, fkey, dedup_ms, errors::text";
+/// What [`info`] reads; counts.reserves is `attempts + carried`.
+const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body, timeouts, releases, buries, kicks, fkey, dedup_ms, errors::text, put_delay_ms, attempts + carried";
 
 fn info(r: &Row, cfg: &TopicConfig) -> OpResult<JobInfo> {
     let u = |i: usize| r.get::<_, i64>(i) as u64;
@@ -32,7 +34,9 @@ fn info(r: &Row, cfg: &TopicConfig) -> OpResult<JobInfo> {
         lease_deadline_ms: ou(12),
         died_at_ms: ou(13),
         body: Body::from_stored(r.get(15), r.get(14)),
+        put_delay_ms: ou(23),
         counts: JobCounts {
+            reserves: u(24) as u32,
             timeouts: u(16) as u32,
             releases: u(17) as u32,
             buries: u(18) as u32,
@@ -123,7 +127,7 @@ pub(crate) async fn list_ready(
         .q(
             &format!(
                 "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = $1 AND state = 1 AND fkey IS NULL
-                 ORDER BY priority, due_ms, seq LIMIT $2 OFFSET $3"
+                 ORDER BY priority, {PLACE_MS}, seq LIMIT $2 OFFSET $3"
             ),
             &[&tid, &(limit as i64), &(offset as i64)],
         )
@@ -147,7 +151,7 @@ pub(crate) async fn list_ready(
             cx.q(
                 &format!(
                     "SELECT {JOB_COLUMNS} FROM jobs WHERE tid = $1 AND state = 1 AND fkey IS NOT NULL
-                     ORDER BY fkey, priority, due_ms, seq LIMIT $2 OFFSET $3"
+                     ORDER BY fkey, priority, {PLACE_MS}, seq LIMIT $2 OFFSET $3"
                 ),
                 &[
                     &tid,
@@ -254,6 +258,7 @@ pub(crate) async fn reschedule(
     topic: &Topic,
     id: &JobId,
     due: u64,
+    kick: bool,
     now: u64,
 ) -> OpResult<()> {
     let not_found = || crate::Failure(StoreError::NotFound);
@@ -269,7 +274,11 @@ pub(crate) async fn reschedule(
     if state != SCHEDULED && state != READY {
         return Err(StoreError::NotInState(state_of(state)).into());
     }
-    cx.place(topic, tid, seq, Some(state), due.max(now), now)
+    if kick {
+        cx.exec("UPDATE jobs SET kicks = kicks + 1 WHERE seq = $1", &[&seq])
+            .await?;
+    }
+    cx.place(topic, tid, seq, Some(state), due.max(now), None, now)
         .await?;
     Ok(())
 }
@@ -325,7 +334,9 @@ pub(crate) async fn import_jobs(
             _ if j.due_at_ms <= now => READY,
             _ => SCHEDULED,
         };
-        // Written scheduled (or dead), then placed as any job arriving.
+        // Written scheduled (or dead), then placed as any job arriving; in
+        // due order, its counts zero (an export carries neither) but its
+        // reserves, which are its attempts (hand-outs), as the other stores.
         let first = if state == DEAD { DEAD } else { SCHEDULED };
         let seq: i64 = cx
             .one(
@@ -361,7 +372,8 @@ pub(crate) async fn import_jobs(
             dead += 1;
             cx.counts(tid, [0, 0, 0, 1]).await?;
         } else {
-            cx.place(topic, tid, seq, None, j.due_at_ms, now).await?;
+            cx.place(topic, tid, seq, None, j.due_at_ms, None, now)
+                .await?;
         }
         out.push(Imported {
             id: j.id.clone(),

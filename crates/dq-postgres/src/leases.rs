@@ -315,7 +315,10 @@ async fn fail(
             .delay_ms(attempts, rand),
     };
     let due = now + wait;
-    cx.place(topic, tid, seq, Some(RESERVED), due, now).await?;
+    // A nack's wait is a put-order job's new delay; a lease expiry leaves it.
+    let put_delay = (how == Failed::GivenBack).then_some(wait);
+    cx.place(topic, tid, seq, Some(RESERVED), due, put_delay, now)
+        .await?;
     Ok(NackOutcome::Retry {
         due_at_ms: due,
         attempt: attempts,
@@ -359,26 +362,34 @@ pub(crate) async fn nack(
     .await
 }
 
+/// Gives the attempt back: its hand-out moves from `attempts` to
+/// `carried` (counts.reserves = attempts + carried keeps it). Released:
+/// counted in `releases`, and the delay is a put-order job's new
+/// `put_delay_ms`; dropped (its holder went away): neither.
 pub(crate) async fn release(
     cx: &mut Cx<'_>,
     topic: &Topic,
     id: &JobId,
     token: &str,
     delay_ms: u64,
+    how: GiveBack,
     now: u64,
 ) -> OpResult<u64> {
     let (tid, seq) = held(cx, topic, id, token).await?;
+    let released = how == GiveBack::Released;
     let fkey: Option<String> = cx
         .one(
-            "UPDATE jobs SET attempts = attempts - 1, token = NULL, deadline_ms = NULL,
-               releases = releases + 1 WHERE seq = $1 RETURNING fkey",
-            &[&seq],
+            "UPDATE jobs SET attempts = attempts - 1, carried = carried + 1, token = NULL,
+               deadline_ms = NULL, releases = releases + $2 WHERE seq = $1 RETURNING fkey",
+            &[&seq, &i64::from(released)],
         )
         .await?
         .get(0);
     unlease(cx, topic, tid, fkey).await?;
     let due = now + delay_ms;
-    cx.place(topic, tid, seq, Some(RESERVED), due, now).await?;
+    let put_delay = released.then_some(delay_ms);
+    cx.place(topic, tid, seq, Some(RESERVED), due, put_delay, now)
+        .await?;
     Ok(due)
 }
 

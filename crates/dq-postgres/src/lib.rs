@@ -388,11 +388,12 @@ impl Store for PgStore {
         topic: &Topic,
         id: &JobId,
         due_at_ms: u64,
+        kick: bool,
         now_ms: u64,
     ) -> StoreResult<()> {
         in_tx!(self, cx, {
             let now = self.now(&cx, now_ms).await?;
-            jobs::reschedule(&mut cx, topic, id, due_at_ms, now).await
+            jobs::reschedule(&mut cx, topic, id, due_at_ms, kick, now).await
         })
     }
 
@@ -486,12 +487,13 @@ impl Store for PgStore {
         id: &JobId,
         token: &str,
         delay_ms: u64,
+        how: GiveBack,
         now_ms: u64,
     ) -> StoreResult<u64> {
         in_tx!(lazy self, cx, {
             let now = self.now(&cx, now_ms).await?;
             cx.lock_topics(&[topic]).await?;
-            leases::release(&mut cx, topic, id, token, delay_ms, now).await
+            leases::release(&mut cx, topic, id, token, delay_ms, how, now).await
         })
     }
 

@@ -12,6 +12,7 @@ use tokio_postgres::Row;
 
 use crate::OpResult;
 use crate::cx::{BATCH, Cx, RESERVED, delta, job_id, new_token};
+use crate::schema::PLACE_MS;
 
 /// Moves up to `max` due jobs of topic `tid` to ready; returns how many.
 pub(crate) async fn promote(cx: &Cx<'_>, tid: i64, now: u64, max: i64) -> OpResult<i64> {
@@ -205,7 +206,7 @@ pub(crate) async fn reserve(
             cx.q(
                 &format!(
                     "SELECT {LEASABLE} FROM jobs WHERE tid = $1 AND state = 1 AND fkey IS NULL
-                     ORDER BY priority, due_ms, seq LIMIT $2 FOR UPDATE SKIP LOCKED"
+                     ORDER BY priority, {PLACE_MS}, seq LIMIT $2 FOR UPDATE SKIP LOCKED"
                 ),
                 &[&tid, &take_i],
             )
@@ -271,7 +272,7 @@ async fn lane_head(cx: &Cx<'_>, tid: i64, key: Option<&str>) -> OpResult<Option<
             cx.opt(
                 &format!(
                     "SELECT {LEASABLE} FROM jobs WHERE tid = $1 AND state = 1 AND fkey IS NULL
-                     ORDER BY priority, due_ms, seq LIMIT 1 FOR UPDATE SKIP LOCKED"
+                     ORDER BY priority, {PLACE_MS}, seq LIMIT 1 FOR UPDATE SKIP LOCKED"
                 ),
                 &[&tid],
             )
@@ -281,7 +282,7 @@ async fn lane_head(cx: &Cx<'_>, tid: i64, key: Option<&str>) -> OpResult<Option<
             cx.opt(
                 &format!(
                     "SELECT {LEASABLE} FROM jobs WHERE tid = $1 AND state = 1 AND fkey = $2
-                     ORDER BY priority, due_ms, seq LIMIT 1 FOR UPDATE SKIP LOCKED"
+                     ORDER BY priority, {PLACE_MS}, seq LIMIT 1 FOR UPDATE SKIP LOCKED"
                 ),
                 &[&tid, &k],
             )

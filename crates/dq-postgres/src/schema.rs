@@ -9,17 +9,35 @@
 //! | state | meaning | index |
 //! | --- | --- | --- |
 //! | 0 | scheduled | `(tid, due_ms, seq)` |
-//! | 1 | ready | `(tid, priority, due_ms, seq)` without a key, `(tid, fkey, priority, due_ms, seq)` with one |
+//! | 1 | ready | `(tid, priority, place, seq)` without a key, `(tid, fkey, priority, place, seq)` with one |
 //! | 2 | reserved | `(tid, deadline_ms)` |
 //! | 3 | dead | `(tid, died_ms, seq)` |
 //!
-//! `seq` is the enqueue order. Topics are interned as integers (`tid`) to
+//! `seq` is the enqueue order. A ready job's `place` (`place_ms!`) is its
+//! due time, or for a job ranked in put order (`put_delay_ms` not NULL,
+//! `NewJob::put_order`) its put time, `created_ms`: an expression of the
+//! row, indexed as such, so that it costs no column and adding it rewrote
+//! no table. Topics are interned as integers (`tid`) to
 //! keep rows and indexes small; the `topics` row also holds the per-state
 //! counts and counters, and is the lock every write of a topic takes first
 //! (`SELECT … FOR UPDATE`), so the writes of one topic are serialised as a
 //! Redis script's are and those of different topics run in parallel.
 
 use crate::Failure;
+
+/// A job's place among the ready jobs of its priority: its due time, or
+/// its put time (`created_ms`) when it is ranked in put order (it keeps a
+/// `put_delay_ms`). The ready indexes are on this expression: a query
+/// reads them in order only when it orders by the same expression, so
+/// every one writes it through this macro (or [`PLACE_MS`]).
+macro_rules! place_ms {
+    () => {
+        "(CASE WHEN put_delay_ms IS NULL THEN due_ms ELSE created_ms END)"
+    };
+}
+
+/// `place_ms!`, for `format!`.
+pub(crate) const PLACE_MS: &str = place_ms!();
 
 /// The first schema version: what [`BASE`] creates.
 pub(crate) const FIRST_VERSION: i64 = 1;
@@ -112,6 +130,29 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
         what: "a job's last failed attempts (errors: attempt, at_ms, error)",
         sql: "ALTER TABLE jobs ADD COLUMN errors jsonb;",
+    },
+    // → 4
+    Migration {
+        what: "jobs ranked in put order (put_delay_ms; the ready indexes on a job's place), a job's hand-outs in its whole life (carried)",
+        // Adding a column without a default, or with a constant one, writes
+        // no row; the ready indexes are built again (over the ready jobs).
+        // `carried` is a job's hand-outs not in its `attempts` (given back
+        // by a release, or before a replay): counts.reserves = attempts +
+        // carried, so that a reserve writes nothing more than before, and
+        // a job from before this version counts its attempts (an imported
+        // job starts at minus its attempts: its reserves at 0).
+        sql: concat!(
+            "ALTER TABLE jobs ADD COLUMN put_delay_ms bigint,
+               ADD COLUMN carried bigint NOT NULL DEFAULT 0;
+             DROP INDEX jobs_ready;
+             DROP INDEX jobs_kready;
+             CREATE INDEX jobs_ready ON jobs (tid, priority, ",
+            place_ms!(),
+            ", seq) WHERE state = 1 AND fkey IS NULL;
+             CREATE INDEX jobs_kready ON jobs (tid, fkey, priority, ",
+            place_ms!(),
+            ", seq) WHERE state = 1 AND fkey IS NOT NULL;"
+        ),
     },
 ];
 

@@ -7,6 +7,7 @@ use dq_core::*;
 use crate::OpResult;
 use crate::cx::Cx;
 use crate::leases::free_slot;
+use crate::schema::PLACE_MS;
 
 pub(crate) async fn topics(cx: &mut Cx<'_>) -> OpResult<Vec<Topic>> {
     Ok(cx
@@ -182,13 +183,14 @@ pub(crate) async fn stats(cx: &mut Cx<'_>, topic: &Topic, now: u64) -> OpResult<
     };
     let r = cx
         .one(
-            "SELECT n_scheduled + d.sc, n_ready + d.re, n_reserved + d.rs, n_dead + d.de,
+            &format!(
+                "SELECT n_scheduled + d.sc, n_ready + d.re, n_reserved + d.rs, n_dead + d.de,
                enqueued + d.en, acked + d.ac, failed, expired, dead,
                cancelled + d.ca, dead_dropped, replayed, paused_until_ms, rate_limited,
                least(
                  (SELECT due_ms FROM jobs WHERE tid = $1 AND state = 0 ORDER BY due_ms LIMIT 1),
                  (SELECT due_ms FROM jobs WHERE tid = $1 AND state = 1 AND fkey IS NULL
-                  ORDER BY priority, due_ms, seq LIMIT 1),
+                  ORDER BY priority, {PLACE_MS}, seq LIMIT 1),
                  (SELECT min(due_ms) FROM jobs WHERE tid = $1 AND state = 1 AND fkey IS NOT NULL))
              FROM topics,
                (SELECT coalesce(sum(d_scheduled), 0)::int8 AS sc, coalesce(sum(d_ready), 0)::int8 AS re,
@@ -196,7 +198,8 @@ pub(crate) async fn stats(cx: &mut Cx<'_>, topic: &Topic, now: u64) -> OpResult<
                   coalesce(sum(enqueued), 0)::int8 AS en, coalesce(sum(cancelled), 0)::int8 AS ca,
                   coalesce(sum(acked), 0)::int8 AS ac
                 FROM topic_deltas WHERE tid = $1) d
-             WHERE tid = $1",
+             WHERE tid = $1"
+            ),
             &[&tid],
         )
         .await?;

@@ -1,6 +1,7 @@
 //! What the PostgreSQL store does beyond the conformance suite: its schema
-//! created, reopened and refused when newer or foreign; its clock the
-//! database's.
+//! created, reopened, migrated from older versions and refused when newer
+//! or foreign; its clock the database's; a key's lane in put order; an ack
+//! batch answered item by item.
 
 use dq_core::*;
 use dq_postgres::{OpenError, PgConfig, PgStore, TimeSource};
@@ -50,14 +51,14 @@ async fn schema_is_reopened_and_newer_or_foreign_ones_refused() {
             e,
             OpenError::NewerSchema {
                 found: 99,
-                supported: 3,
+                supported: 4,
                 ..
             }
         ),
         "{e}"
     );
     assert!(
-        e.to_string().contains("version 99, newer than this dq's 3"),
+        e.to_string().contains("version 99, newer than this dq's 4"),
         "{e}"
     );
     assert_eq!(
@@ -151,6 +152,7 @@ async fn a_version_1_schema_is_migrated() {
          ALTER TABLE dq.jobs DROP COLUMN errors;
          UPDATE dq.meta SET value = 1 WHERE key = 'schema_version'",
     );
+    to_version_3(pg, &db);
     let s = PgStore::open(&config(url.clone())).await.unwrap();
     assert_eq!(
         pg.psql(
@@ -158,7 +160,7 @@ async fn a_version_1_schema_is_migrated() {
             "SELECT value FROM dq.meta WHERE key = 'schema_version'"
         )
         .trim(),
-        "3"
+        "4"
     );
     assert!(
         s.get(&t, &JobId::new("a").unwrap())
@@ -172,6 +174,179 @@ async fn a_version_1_schema_is_migrated() {
         "ready"
     );
     assert_eq!(s.stats(&t, 0).await.unwrap().ready, 2);
+}
+
+/// Takes the `dq` schema of `db` from version 4 back to what version 3
+/// was: no put order, no `carried`, the ready indexes on the due time.
+fn to_version_3(pg: &PgServer, db: &str) {
+    pg.psql(
+        db,
+        "DROP INDEX dq.jobs_ready, dq.jobs_kready;
+         ALTER TABLE dq.jobs DROP COLUMN put_delay_ms, DROP COLUMN carried;
+         CREATE INDEX jobs_ready ON dq.jobs (tid, priority, due_ms, seq) WHERE state = 1 AND fkey IS NULL;
+         CREATE INDEX jobs_kready ON dq.jobs (tid, fkey, priority, due_ms, seq)
+           WHERE state = 1 AND fkey IS NOT NULL;
+         UPDATE dq.meta SET value = least(value, 3) WHERE key = 'schema_version'",
+    );
+}
+
+/// A schema at version 3 (before put order and a job's reserves) is
+/// migrated to version 4 when opened: its jobs kept in due order, each
+/// counting its attempts as its reserves (a lower bound: version 3 kept
+/// no more), its ready indexes rebuilt on a job's place; put-order jobs
+/// enqueued after it keep their place, and the SQL front door still makes
+/// jobs in due order.
+#[tokio::test]
+async fn a_version_3_schema_is_migrated() {
+    let pg = PgServer::shared();
+    let url = pg.fresh_database("migrate3");
+    let db = url.rsplit('/').next().unwrap().to_string();
+    let caller = |url: String| PgConfig {
+        clock: TimeSource::Caller,
+        ..config(url)
+    };
+    let s = PgStore::open(&caller(url.clone())).await.unwrap();
+    let t = Topic::new("kept").unwrap();
+    let job = |id: &str, delay: u64| {
+        NewJob::new(
+            JobId::new(id).unwrap(),
+            Body::Json("1".into()),
+            When::DelayMs(delay),
+        )
+    };
+    s.enqueue(&t, &[job("old", 0), job("tried", 0)], 1_000)
+        .await
+        .unwrap();
+    // "tried": handed out once and failed (attempts 1), due again at 1_500.
+    let c = s.reserve(&t, 2, None, 1_000).await.unwrap();
+    let tried = c.leases.iter().find(|l| l.id.as_str() == "tried").unwrap();
+    s.nack(
+        &t,
+        &tried.id,
+        Nack::retry(&tried.token, "x").retry_in(500),
+        1_000,
+    )
+    .await
+    .unwrap();
+    let old = c.leases.iter().find(|l| l.id.as_str() == "old").unwrap();
+    s.release(&t, &old.id, &old.token, 0, GiveBack::Released, 1_000)
+        .await
+        .unwrap();
+    drop(s);
+    to_version_3(pg, &db);
+    assert_eq!(
+        pg.psql(
+            &db,
+            "SELECT value FROM dq.meta WHERE key = 'schema_version'"
+        )
+        .trim(),
+        "3"
+    );
+
+    let s = PgStore::open(&caller(url.clone())).await.unwrap();
+    assert_eq!(
+        pg.psql(
+            &db,
+            "SELECT value FROM dq.meta WHERE key = 'schema_version'"
+        )
+        .trim(),
+        "4"
+    );
+    let indexes = pg.psql(
+        &db,
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = 'dq' AND indexname LIKE 'jobs_%ready'
+         ORDER BY indexname",
+    );
+    assert_eq!(
+        indexes.matches("put_delay_ms IS NULL").count(),
+        2,
+        "the ready indexes are on a job's place: {indexes}"
+    );
+    let get = |id: &'static str| {
+        let (s, t) = (&s, &t);
+        async move { s.get(t, &JobId::new(id).unwrap()).await.unwrap().unwrap() }
+    };
+    let tried = get("tried").await;
+    assert_eq!((tried.attempts, tried.counts.reserves), (1, 1));
+    assert_eq!(tried.put_delay_ms, None);
+    // Released: its attempt given back, its hand-out not counted by
+    // version 3.
+    let old = get("old").await;
+    assert_eq!((old.attempts, old.counts.reserves), (0, 0));
+    assert_eq!((old.counts.releases, old.put_delay_ms), (1, None));
+
+    // A job in put order, put at 1_200 and due at 1_600, comes before
+    // "tried" (due at 1_500, in due order) and after "old" (due at 1_000).
+    let put = NewJob {
+        put_order: true,
+        ..job("put", 400)
+    };
+    s.enqueue(&t, &[put], 1_200).await.unwrap();
+    assert_eq!(get("put").await.put_delay_ms, Some(400));
+    let c = s.reserve(&t, 3, None, 1_600).await.unwrap();
+    let ids: Vec<&str> = c.leases.iter().map(|l| l.id.as_str()).collect();
+    assert_eq!(ids, ["old", "put", "tried"]);
+    let tried = get("tried").await;
+    assert_eq!((tried.attempts, tried.counts.reserves), (2, 2));
+    let old = get("old").await;
+    assert_eq!((old.attempts, old.counts.reserves), (1, 1));
+
+    assert_eq!(
+        pg.psql(&db, "SELECT state FROM dq.enqueue('kept', 'sql', '2', '0')")
+            .trim(),
+        "ready"
+    );
+    let sql = get("sql").await;
+    assert_eq!((sql.put_delay_ms, sql.counts), (None, JobCounts::default()));
+}
+
+/// A flow-control key's lane hands out and lists its jobs in the order
+/// of the jobs without a key: a job ranked in put order by its put time,
+/// whatever its due time.
+#[tokio::test]
+async fn a_key_lane_keeps_put_order() {
+    let url = PgServer::shared().fresh_database("keyput");
+    let s = PgStore::open(&PgConfig {
+        clock: TimeSource::Caller,
+        ..config(url)
+    })
+    .await
+    .unwrap();
+    let t = Topic::new("lane").unwrap();
+    let job = |id: &str, delay: u64, put_order: bool| NewJob {
+        put_order,
+        key: Some(JobKey::new("k").unwrap()),
+        ..NewJob::new(
+            JobId::new(id).unwrap(),
+            Body::Json("1".into()),
+            When::DelayMs(delay),
+        )
+    };
+    // "late" is put first and due last; "now" and "due" after it, due at
+    // once ("due" in due order).
+    s.enqueue(&t, &[job("late", 1_000, true)], 1_000)
+        .await
+        .unwrap();
+    s.enqueue(&t, &[job("now", 0, true)], 1_001).await.unwrap();
+    s.enqueue(&t, &[job("due", 0, false)], 1_002).await.unwrap();
+    s.promote_due(&t, 10, 2_000).await.unwrap();
+    let listed: Vec<String> = s
+        .list_ready(&t, 0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| j.id.to_string())
+        .collect();
+    assert_eq!(listed, ["late", "now", "due"]);
+    let c = s.reserve(&t, 1, None, 2_000).await.unwrap();
+    assert_eq!(c.leases[0].id.as_str(), "late");
+    let l = &c.leases[0];
+    s.release(&t, &l.id, &l.token, 0, GiveBack::Released, 2_000)
+        .await
+        .unwrap();
+    let c = s.reserve(&t, 3, None, 2_000).await.unwrap();
+    let ids: Vec<&str> = c.leases.iter().map(|l| l.id.as_str()).collect();
+    assert_eq!(ids, ["late", "now", "due"], "released: first again");
 }
 
 /// One statement acks a batch, yet each item answers what acking the

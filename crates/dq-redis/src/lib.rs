@@ -187,9 +187,10 @@ impl Store for RedisStore {
         topic: &Topic,
         id: &JobId,
         due_at_ms: u64,
+        kick: bool,
         now_ms: u64,
     ) -> StoreResult<()> {
-        verbs::jobs::reschedule(self, topic, id, due_at_ms, now_ms).await
+        verbs::jobs::reschedule(self, topic, id, due_at_ms, kick, now_ms).await
     }
 
     async fn reserve(
@@ -258,9 +259,10 @@ impl Store for RedisStore {
         id: &JobId,
         token: &str,
         delay_ms: u64,
+        how: GiveBack,
         now_ms: u64,
     ) -> StoreResult<u64> {
-        verbs::leases::release(self, topic, id, token, delay_ms, now_ms).await
+        verbs::leases::release(self, topic, id, token, delay_ms, how, now_ms).await
     }
 
     async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted> {

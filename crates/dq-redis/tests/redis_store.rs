@@ -1379,3 +1379,191 @@ async fn compact_records_are_what_cmsgpack_writes() {
         assert_eq!(info.body, body(32, false), "{c}: left as it was");
     }
 }
+
+/// A job in put order (`NewJob::put_order`, beanstalkd's) keeps its put
+/// delay as record value 23 (so it is never an 8-value record, which
+/// promote flips in place) and is ranked by its put time in every ready
+/// member: the ready set's and its key's lane's, made when it gets ready
+/// and rebuilt to leave them (cancel, reschedule, reserve by id, a
+/// replace, delete), so no member is left behind. Hand-outs a release
+/// gives back are kept as value 24; a job in due order that was never
+/// released keeps its 8 values.
+#[tokio::test]
+async fn put_order_ranks_by_put_time_in_every_ready_member() {
+    let server = RedisServer::start();
+    let s = store(server.url());
+    let mut conn = server.connection();
+    let t = Topic::new("po").unwrap();
+    let po = |id: &str, delay: u64| NewJob {
+        put_order: true,
+        ..job(id, delay)
+    };
+    let get = |id: &'static str| {
+        let (s, t) = (&s, &t);
+        async move { s.get(t, &JobId::new(id).unwrap()).await.unwrap().unwrap() }
+    };
+    let mut keyed = po("keyed", 100);
+    keyed.key = Some(JobKey::new("g").unwrap());
+    // Put at T0 (seq 1 to 5), due at T0 + 100; a job in due order due at
+    // T0 + 50 (seq 6).
+    s.enqueue(
+        &t,
+        &[
+            po("cancelled", 100),
+            po("moved", 100),
+            po("by-id", 100),
+            po("replaced", 100),
+            keyed,
+        ],
+        T0,
+    )
+    .await
+    .unwrap();
+    s.enqueue(&t, &[job("plain", 0)], T0 + 50).await.unwrap();
+    for id in ["cancelled", "moved", "by-id", "replaced", "keyed"] {
+        assert_eq!(record_values(&mut conn, "po", id), 23, "{id}");
+        assert!(record_is_canonical(&mut conn, "po", id), "{id}");
+        assert_eq!(get(id).await.put_delay_ms, Some(100), "{id}");
+    }
+    assert_eq!(record_values(&mut conn, "po", "plain"), 8);
+    assert_eq!(get("plain").await.put_delay_ms, None);
+
+    s.promote_due(&t, 100, T0 + 100).await.unwrap();
+    let member = |at: u64, seq: u64, id: &str| format!("{at:011x}{seq:012x}{id}");
+    let ready = |conn: &mut redis::Connection| -> Vec<String> {
+        conn.zrange("dq:{po}:ready", 0, -1).unwrap()
+    };
+    assert_eq!(
+        ready(&mut conn),
+        [
+            member(T0, 1, "cancelled"),
+            member(T0, 2, "moved"),
+            member(T0, 3, "by-id"),
+            member(T0, 4, "replaced"),
+            member(T0 + 50, 6, "plain"),
+        ],
+        "by put time, not due"
+    );
+    let lane: Vec<String> = conn.zrange("dq:{po}:k:q:g", 0, -1).unwrap();
+    assert_eq!(lane, [member(T0, 5, "keyed")]);
+
+    // Each way out of the ready set takes its member.
+    let now = T0 + 200;
+    let id = |i: &str| JobId::new(i).unwrap();
+    s.cancel(&t, &id("cancelled"), now).await.unwrap();
+    s.cancel(&t, &id("keyed"), now).await.unwrap();
+    s.reschedule(&t, &id("moved"), now + 5000, false, now)
+        .await
+        .unwrap();
+    let by_id = s
+        .reserve_job(&t, &id("by-id"), None, now)
+        .await
+        .unwrap()
+        .unwrap();
+    // A replace is put anew: its put time is now's (seq 7).
+    s.enqueue(
+        &t,
+        &[NewJob {
+            replace: true,
+            ..po("replaced", 0)
+        }],
+        now,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        ready(&mut conn),
+        [member(T0 + 50, 6, "plain"), member(now, 7, "replaced")]
+    );
+    let lanes: Vec<String> = conn.keys("dq:{po}:k:*").unwrap();
+    assert!(lanes.is_empty(), "{lanes:?}");
+    let kready: Option<i64> = conn.hget("dq:{po}:ctr", "kready").unwrap();
+    assert_eq!(kready.unwrap_or(0), 0);
+    assert_eq!(get("replaced").await.put_delay_ms, Some(0));
+
+    // Kicked out of the schedule: back at its put time, counted.
+    s.reschedule(&t, &id("moved"), now, true, now)
+        .await
+        .unwrap();
+    assert_eq!(ready(&mut conn)[0], member(T0, 2, "moved"));
+    let moved = get("moved").await;
+    assert_eq!((moved.counts.kicks, moved.put_delay_ms), (1, Some(100)));
+
+    // Released (a job in due order, then one in put order) and dropped.
+    let leases = s.reserve(&t, 10, None, now).await.unwrap().leases;
+    let order: Vec<&str> = leases.iter().map(|l| l.id.as_str()).collect();
+    assert_eq!(order, ["moved", "plain", "replaced"]);
+    let lease = |i: &str| leases.iter().find(|l| l.id.as_str() == i).unwrap();
+    let (plain, moved, replaced) = (lease("plain"), lease("moved"), lease("replaced"));
+    s.release(&t, &plain.id, &plain.token, 0, GiveBack::Released, now)
+        .await
+        .unwrap();
+    s.release(&t, &moved.id, &moved.token, 0, GiveBack::Dropped, now)
+        .await
+        .unwrap();
+    s.release(
+        &t,
+        &replaced.id,
+        &replaced.token,
+        30,
+        GiveBack::Released,
+        now,
+    )
+    .await
+    .unwrap();
+    assert_eq!(record_values(&mut conn, "po", "plain"), 24, "rv set");
+    let counted = |j: &JobInfo| {
+        (
+            j.attempts,
+            j.counts.reserves,
+            j.counts.releases,
+            j.put_delay_ms,
+        )
+    };
+    assert_eq!(counted(&get("plain").await), (0, 1, 1, None));
+    assert_eq!(counted(&get("moved").await), (0, 1, 0, Some(100)));
+    assert_eq!(counted(&get("replaced").await), (0, 1, 1, Some(30)));
+    assert_eq!(counted(&get("by-id").await), (1, 1, 0, Some(100)));
+    for i in ["plain", "moved", "replaced", "by-id"] {
+        assert!(record_is_canonical(&mut conn, "po", i), "{i}");
+    }
+    assert_eq!(
+        ready(&mut conn),
+        [member(T0, 2, "moved"), member(now, 6, "plain")],
+        "the job in due order by its new due"
+    );
+    s.ack(&t, &by_id.id, &by_id.token, now).await.unwrap();
+    s.promote_due(&t, 100, now + 30).await.unwrap();
+    assert_eq!(ready(&mut conn)[2], member(now, 7, "replaced"));
+
+    // Nacked in a batch: to retry, the wait is the put delay; dead, it is
+    // left.
+    let leases = s.reserve(&t, 10, None, now + 30).await.unwrap().leases;
+    let items: Vec<NackItem> = leases
+        .iter()
+        .filter(|l| l.id.as_str() != "plain")
+        .map(|l| {
+            let nack = if l.id.as_str() == "moved" {
+                Nack::retry(&l.token, "x").retry_in(70)
+            } else {
+                Nack::dead(&l.token, "x")
+            };
+            NackItem::new(&t, &l.id, nack)
+        })
+        .collect();
+    assert_eq!(items.len(), 2);
+    for r in s.nack_batch(&items, now + 30).await {
+        r.unwrap();
+    }
+    assert_eq!(get("moved").await.put_delay_ms, Some(70));
+    let replaced = get("replaced").await;
+    assert_eq!(
+        (replaced.state, replaced.put_delay_ms),
+        (JobState::Dead, Some(30))
+    );
+
+    // Deleted whole.
+    while !s.delete_topic(&t, 2).await.unwrap().1 {}
+    let left: Vec<String> = conn.keys("dq:{po}:*").unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -696,3 +696,49 @@ async fn a_partitioned_topic_pages_its_waiting_jobs_whole() {
         assert_eq!(u, scheduled, "scheduled pages of {size}");
     }
 }
+
+/// The ready jobs of a partitioned topic are listed in hand-out order
+/// across partitions when some are in put order: a job in put order by
+/// its put time (it was put before the others, due after them), one in
+/// due order by its due, page after page.
+#[tokio::test]
+async fn a_partitioned_topic_lists_put_order_jobs_by_put_time() {
+    let (s, _servers) = fresh().await;
+    let t = Topic::new("put-order").unwrap();
+    partitioned(&s, &t, 4).await;
+    // Put at T0 + i, due at T0 + 1000 (i < 12) or T0 + i (12 ≤ i < 24);
+    // then jobs in due order, due at T0 + 500 + i.
+    for i in 0..24u64 {
+        let delay = if i < 12 { 1000 - i } else { 0 };
+        let j = NewJob {
+            put_order: true,
+            priority: (i % 2) as u32,
+            ..job(&format!("p{i:02}"), When::DelayMs(delay))
+        };
+        s.enqueue(&t, &[j], T0 + i).await.unwrap();
+    }
+    for i in 0..12u64 {
+        let j = NewJob {
+            priority: (i % 2) as u32,
+            ..job(&format!("d{i:02}"), When::DueAtMs(T0 + 500 + i))
+        };
+        s.enqueue(&t, &[j], T0 + 30).await.unwrap();
+    }
+    s.promote_due(&t, 100, T0 + 1000).await.unwrap();
+    let ids = |v: Vec<JobInfo>| v.into_iter().map(|j| j.id.to_string()).collect::<Vec<_>>();
+    let all = ids(s.list_ready(&t, 0, 100).await.unwrap());
+    let mut want: Vec<(u64, u64, String)> = (0..24u64)
+        .map(|i| (i % 2, T0 + i, format!("p{i:02}")))
+        .chain((0..12u64).map(|i| (i % 2, T0 + 500 + i, format!("d{i:02}"))))
+        .collect();
+    want.sort();
+    let want: Vec<String> = want.into_iter().map(|w| w.2).collect();
+    assert_eq!(all, want);
+    for size in [1, 5] {
+        let mut r = Vec::new();
+        for offset in (0..40).step_by(size) {
+            r.extend(ids(s.list_ready(&t, offset, size).await.unwrap()));
+        }
+        assert_eq!(r, want, "pages of {size}");
+    }
+}

@@ -127,6 +127,14 @@ pub struct NewJob {
     /// When it expires; `None`: its topic's `expires_ms` after it is due
     /// (none when that is 0).
     pub expires: Option<Expiry>,
+    /// Ranked in put order: among the ready jobs of its priority it comes
+    /// by when it was put (then by enqueue order), not by its due time, for
+    /// its whole life (releases, lease expiries, kicks and replays leave
+    /// its place) — beanstalkd's ready order, (priority, id). Such a job
+    /// also keeps the delay it was last put or given back with
+    /// ([`JobInfo::put_delay_ms`]). The beanstalkd listener's jobs; `false`
+    /// for every other.
+    pub put_order: bool,
 }
 
 /// The default priority.
@@ -155,6 +163,7 @@ impl NewJob {
             dedup_ms: None,
             key: None,
             expires: None,
+            put_order: false,
         }
     }
 }
@@ -251,6 +260,11 @@ pub struct JobInfo {
     /// When it expires (Unix ms), if it does: a hand-out due at or after
     /// this time does not happen.
     pub expires_at_ms: Option<u64>,
+    /// For a job ranked in put order ([`NewJob::put_order`], else `None`):
+    /// the delay it was put with, or given back with by its last nack to
+    /// retry or release (beanstalkd's `delay`); a lease expiry, a
+    /// reschedule or a replay leaves it.
+    pub put_delay_ms: Option<u64>,
 }
 
 /// One failed attempt of a job ([`JobInfo::errors`]).
@@ -294,6 +308,9 @@ pub fn errors_with(kept: Option<&str>, failed: AttemptError) -> String {
 /// A job's history in counts (beanstalkd's `stats-job` shows them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct JobCounts {
+    /// Hand-outs in its whole life: unlike its attempts, not reset by a
+    /// replay nor taken back by a release (beanstalkd's `reserves`).
+    pub reserves: u32,
     /// Leases that expired (the holder neither acked nor failed it in time).
     pub timeouts: u32,
     /// Attempts its holder gave back to be tried again: nacks that did not
@@ -301,7 +318,8 @@ pub struct JobCounts {
     pub releases: u32,
     /// Times it went dead (out of attempts, or a nack asking for it).
     pub buries: u32,
-    /// Times it was replayed out of the dead letters.
+    /// Times it was replayed out of the dead letters, or kicked out of
+    /// the schedule ([`crate::Store::reschedule`] with `kick`).
     pub kicks: u32,
 }
 

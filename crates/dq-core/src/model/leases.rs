@@ -131,6 +131,16 @@ impl TouchItem {
     }
 }
 
+/// How a job given back by [`Store::release`](crate::Store::release) is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveBack {
+    /// Its holder released it (HTTP `release`): counted in its `releases`.
+    Released,
+    /// It went back because its holder went away (a beanstalkd connection
+    /// closed while holding it): no count changes, as in beanstalkd.
+    Dropped,
+}
+
 /// A failed attempt as its holder reports it ([`crate::Store::nack`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Nack<'a> {

@@ -35,9 +35,11 @@ pub(crate) fn cancel(
         Option<i64>,
     ) = cx
         .conn
-        .prepare_cached(
-            "DELETE FROM jobs WHERE seq = ?1 RETURNING dedup_ms, fkey, priority, due_ms, died_ms",
-        )?
+        .prepare_cached(concat!(
+            "DELETE FROM jobs WHERE seq = ?1 RETURNING dedup_ms, fkey, priority, ",
+            place_sql!(),
+            ", died_ms"
+        ))?
         .query_row([seq], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?;
@@ -63,6 +65,7 @@ pub(crate) fn reschedule(
     topic: &Topic,
     id: &JobId,
     due: u64,
+    kick: bool,
     now: u64,
 ) -> OpResult<()> {
     let tid = tid(cx, topic)?.ok_or(Failure(StoreError::NotFound))?;
@@ -77,5 +80,10 @@ pub(crate) fn reschedule(
     }
     // A due time in the past is now: lateness counts from the reschedule.
     place(cx, topic, tid, seq, Some(state), due.max(now), now)?;
+    if kick {
+        cx.conn
+            .prepare_cached("UPDATE jobs SET kicks = kicks + 1 WHERE seq = ?1")?
+            .execute([seq])?;
+    }
     Ok(())
 }

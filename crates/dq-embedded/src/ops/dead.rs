@@ -86,7 +86,8 @@ pub(crate) fn replay_dead(
         let moved = cx
             .conn
             .prepare_cached(
-                "UPDATE jobs SET attempts = 0, died_ms = NULL, kicks = kicks + 1, expires_ms = NULL
+                "UPDATE jobs SET attempts = 0, reserves_extra = reserves_extra + attempts,
+                 died_ms = NULL, kicks = kicks + 1, expires_ms = NULL
                  WHERE seq = ?1 AND tid = ?2 AND state = 3",
             )?
             .execute(params![seq, tid])?;

@@ -101,7 +101,11 @@ pub(crate) fn enqueue(
             && j.retry.is_none()
             && dedup_ms.is_none()
             && j.key.is_none()
-            && expires_ms.is_none();
+            && expires_ms.is_none()
+            && !j.put_order;
+        // A job in put order keeps its delay, and its place is its put time.
+        let put_delay = j.put_order.then(|| (due - now) as i64);
+        let place = if j.put_order { now } else { due };
         let insert = |cx: &Ctx| -> OpResult<usize> {
             if plain {
                 return Ok(cx.conn.with(HotSql::InsertPlain, |st| {
@@ -133,19 +137,36 @@ pub(crate) fn enqueue(
                     dedup_ms,
                     j.key.as_ref().map(JobKey::as_str),
                     expires_ms,
+                    put_delay,
                 ])
             })?)
         };
         let mut replaced = false;
         if insert(cx)? == 0 {
             #[allow(clippy::type_complexity)]
-            let (seq, old, old_due, old_priority, old_key): (i64, i64, u64, i64, Option<String>) = cx
+            let (seq, old, old_due, old_priority, old_key, old_place): (
+                i64,
+                i64,
+                u64,
+                i64,
+                Option<String>,
+                i64,
+            ) = cx
                 .conn
-                .prepare_cached(
-                    "SELECT seq, state, due_ms, priority, fkey FROM jobs WHERE tid = ?1 AND id = ?2",
-                )?
+                .prepare_cached(concat!(
+                    "SELECT seq, state, due_ms, priority, fkey, ",
+                    place_sql!(),
+                    " FROM jobs WHERE tid = ?1 AND id = ?2"
+                ))?
                 .query_row(params![tid, id.as_str()], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                    ))
                 })?;
             if !(j.replace && (old == SCHEDULED || old == READY)) {
                 out.push(Enqueued {
@@ -161,7 +182,7 @@ pub(crate) fn enqueue(
             cx.conn.with(HotSql::Delete, |st| st.execute([seq]))?;
             if old == READY {
                 cx.mem
-                    .remove_ready(tid, old_key.as_deref(), old_priority, old_due as i64, seq);
+                    .remove_ready(tid, old_key.as_deref(), old_priority, old_place, seq);
             }
             d[old as usize] -= 1;
             if old == SCHEDULED && head == Some(old_due) {
@@ -180,7 +201,7 @@ pub(crate) fn enqueue(
                 tid,
                 j.key.as_ref().map(JobKey::as_str),
                 i64::from(j.priority),
-                due as i64,
+                place as i64,
                 seq,
             );
             wake = true;

@@ -315,20 +315,33 @@ fn fail(
     cx.mem.leases.remove(seq);
     unlease(cx, topic, tid, fkey)?;
     let max = max.unwrap_or(cfg.max_attempts);
+    let dead = how == Failed::Dead || attempts >= max;
+    let wait = match retry_in {
+        Some(w) => w,
+        None => retry
+            .and_then(|r| RetryPolicy::decode(&r))
+            .unwrap_or_else(|| cfg.retry.clone())
+            .delay_ms(attempts, rand),
+    };
+    // A job in put order keeps the delay a nack gave it back with.
+    let put_delay = (how == Failed::GivenBack && !dead).then_some(wait as i64);
     cx.conn
         .prepare_cached(
             "UPDATE jobs SET token = NULL, deadline_ms = NULL, last_error = ?1,
-             releases = releases + ?3, timeouts = timeouts + ?4, errors = ?5 WHERE seq = ?2",
+             releases = releases + ?3, timeouts = timeouts + ?4, errors = ?5,
+             put_delay_ms = CASE WHEN put_delay_ms IS NOT NULL THEN coalesce(?6, put_delay_ms) END
+             WHERE seq = ?2",
         )?
         .execute(params![
             error,
             seq,
             i64::from(how == Failed::GivenBack),
             i64::from(how == Failed::Expired),
-            errors
+            errors,
+            put_delay
         ])?;
     bump(cx, tid, "failed", 1)?;
-    if how == Failed::Dead || attempts >= max {
+    if dead {
         let (id, dedup_ms): (String, Option<i64>) = cx
             .conn
             .prepare_cached(
@@ -343,13 +356,6 @@ fn fail(
         trim_dead(cx, tid, cfg.dead_cap)?;
         return Ok(NackOutcome::Dead { attempt: attempts });
     }
-    let wait = match retry_in {
-        Some(w) => w,
-        None => retry
-            .and_then(|r| RetryPolicy::decode(&r))
-            .unwrap_or_else(|| cfg.retry.clone())
-            .delay_ms(attempts, rand),
-    };
     let due = now + wait;
     place(cx, topic, tid, seq, Some(RESERVED), due, now)?;
     Ok(NackOutcome::Retry {
@@ -398,16 +404,29 @@ pub(crate) fn release(
     id: &JobId,
     token: &str,
     delay_ms: u64,
+    how: GiveBack,
     now: u64,
 ) -> OpResult<u64> {
     let (tid, seq) = held(cx, topic, id, token)?;
-    let fkey: Option<String> = cx
-        .conn
-        .prepare_cached(
-            "UPDATE jobs SET attempts = attempts - 1, token = NULL, deadline_ms = NULL,
-             releases = releases + 1 WHERE seq = ?1 RETURNING fkey",
-        )?
-        .query_row([seq], |r| r.get(0))?;
+    // The attempt given back; the hand-out kept in `reserves`.
+    let fkey: Option<String> = match how {
+        GiveBack::Released => cx
+            .conn
+            .prepare_cached(
+                "UPDATE jobs SET attempts = attempts - 1, reserves_extra = reserves_extra + 1,
+                 token = NULL, deadline_ms = NULL, releases = releases + 1,
+                 put_delay_ms = CASE WHEN put_delay_ms IS NOT NULL THEN ?2 END
+                 WHERE seq = ?1 RETURNING fkey",
+            )?
+            .query_row(params![seq, delay_ms as i64], |r| r.get(0))?,
+        GiveBack::Dropped => cx
+            .conn
+            .prepare_cached(
+                "UPDATE jobs SET attempts = attempts - 1, reserves_extra = reserves_extra + 1,
+                 token = NULL, deadline_ms = NULL WHERE seq = ?1 RETURNING fkey",
+            )?
+            .query_row([seq], |r| r.get(0))?,
+    };
     cx.mem.leases.remove(seq);
     unlease(cx, topic, tid, fkey)?;
     let due = now + delay_ms;

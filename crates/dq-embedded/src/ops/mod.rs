@@ -223,18 +223,32 @@ fn place(
         (SCHEDULED, head.is_none_or(|h| due < h))
     };
     if from == Some(READY) || to == READY {
-        // The ready jobs are in memory, by key, priority and due time.
-        let (priority, old_due, key): (i64, i64, Option<String>) = cx
+        // The ready jobs are in memory, by key, priority and place (the
+        // due time, or the put time of a job in put order).
+        let (priority, old_due, key, put_at): (i64, i64, Option<String>, Option<i64>) = cx
             .conn
-            .prepare_cached("SELECT priority, due_ms, fkey FROM jobs WHERE seq = ?1")?
-            .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+            .prepare_cached(
+                "SELECT priority, due_ms, fkey, CASE WHEN put_delay_ms IS NOT NULL THEN created_ms END
+                 FROM jobs WHERE seq = ?1",
+            )?
+            .query_row([seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
         if from == Some(READY) {
-            cx.mem
-                .remove_ready(tid, key.as_deref(), priority, old_due, seq);
+            cx.mem.remove_ready(
+                tid,
+                key.as_deref(),
+                priority,
+                put_at.unwrap_or(old_due),
+                seq,
+            );
         }
         if to == READY {
-            cx.mem
-                .add_ready(tid, key.as_deref(), priority, due as i64, seq);
+            cx.mem.add_ready(
+                tid,
+                key.as_deref(),
+                priority,
+                put_at.unwrap_or(due as i64),
+                seq,
+            );
         }
     }
     cx.conn

@@ -15,20 +15,22 @@ pub(super) fn promote(cx: &mut Ctx, tid: i64, now: u64, max: i64) -> OpResult<i6
     #[allow(clippy::type_complexity)]
     let due: Vec<(i64, i64, i64, Option<String>)> = cx
         .conn
-        .prepare_cached(
-            "SELECT seq, priority, due_ms, fkey FROM jobs
-             WHERE tid = ?1 AND state = 0 AND due_ms <= ?2 ORDER BY due_ms LIMIT ?3",
-        )?
+        .prepare_cached(concat!(
+            "SELECT seq, priority, ",
+            place_sql!(),
+            ", fkey FROM jobs
+                 WHERE tid = ?1 AND state = 0 AND due_ms <= ?2 ORDER BY due_ms LIMIT ?3"
+        ))?
         .query_map(params![tid, now as i64, max], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })?
         .collect::<Result<_, _>>()?;
-    for (seq, priority, due_ms, key) in &due {
+    for (seq, priority, place, key) in &due {
         cx.conn
             .prepare_cached("UPDATE jobs SET state = 1 WHERE seq = ?1")?
             .execute([seq])?;
         cx.mem
-            .add_ready(tid, key.as_deref(), *priority, *due_ms, *seq);
+            .add_ready(tid, key.as_deref(), *priority, *place, *seq);
     }
     let moved = due.len() as i64;
     counts(cx, tid, [-moved, moved, 0, 0])?;

@@ -2,7 +2,7 @@
 //! changed, a pause, and their stats.
 
 use dq_core::*;
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
 
 use super::{config, ensure_tid, sched_head, tid};
 use crate::writer::{Ctx, OpResult};
@@ -209,7 +209,17 @@ pub(crate) fn stats(cx: &mut Ctx, topic: &Topic, now: u64) -> OpResult<TopicStat
                 ..TopicStats::default()
             })
         })?;
-    let ready_head = cx.mem.ready.head(tid).map(|(_, due, _)| due.max(0) as u64);
+    // The head's place is its put time for a job in put order: its due
+    // time is read from its row.
+    let ready_head = match cx.mem.ready.head(tid) {
+        Some((_, _, seq)) => cx
+            .conn
+            .prepare_cached("SELECT due_ms FROM jobs WHERE seq = ?1")?
+            .query_row([seq], |r| r.get::<_, i64>(0))
+            .optional()?
+            .map(|due| due.max(0) as u64),
+        None => None,
+    };
     // The head of each key's lane.
     let key_heads = cx
         .mem

@@ -21,14 +21,14 @@ fn held_statements_match_the_schema_run_clean_and_are_reused() {
     assert_eq!(
         shapes,
         [
-            (14, 0, false),
+            (15, 0, false),
             (8, 0, false),
             (3, 0, false),
             (4, 0, false),
             (3, 3, true),
             (1, 0, false),
-            (5, 11, true),
-            (6, 11, true),
+            (5, 12, true),
+            (6, 12, true),
             (8, 0, false)
         ]
     );
@@ -96,6 +96,7 @@ fn held_statements_match_the_schema_run_clean_and_are_reused() {
                 b"x".as_slice(),
                 dedup_ms,
                 key,
+                None::<i64>,
                 None::<i64>
             ])
         })

@@ -8,7 +8,9 @@
 -- Keys (all in one hash tag, passed in KEYS by every script in this order):
 --   K.sched  ZSET  score = due ms,        member = id (the score is always
 --                  the record's d: promote() reads d, not the score)
---   K.ready  ZSET  score = priority,      member = ready_member(due, seq, id)
+--   K.ready  ZSET  score = priority,      member = ready_member(rank, seq, id)
+--                  (rank: the due, or the put time of a job in put order,
+--                  see rank())
 --   K.lease  ZSET  score = lease deadline, member = id
 --   K.dead   ZSET  score = died-at ms,    member = id
 --   K.ctr    HASH  counters and the enqueue sequence (field "seq")
@@ -32,10 +34,11 @@
 -- or moved jobs leave stale list entries, skipped when rolled (an entry is
 -- live when its record is scheduled, in the wheel, and due in that bucket).
 -- ctr.far counts the jobs in the wheel.
--- A job record is one MessagePack string of up to 22 values in this order,
+-- A job record is one MessagePack string of up to 24 values in this order,
 -- ending with the last one set (8 for a job just enqueued or leased,
 -- 16 in the wheel or dead, 20 once one of the job's counts is set, 21 with
--- a dedup window, 22 with a flow-control key; a value left off or nil is
+-- a dedup window, 22 with a flow-control key, 23 for a job in put order,
+-- 24 once it was released or replayed; a value left off or nil is
 -- absent), read by load() into a table with these fields:
 --   d due ms, p priority, q seq, a attempts handed out,
 --   s state (s scheduled | y ready | r reserved | d dead), c created ms,
@@ -45,7 +48,20 @@
 --   sets them), x died-at ms, w true while in the wheel,
 --   and the job's counts: to leases expired, rl attempts given back by the
 --   holder (nack to retry, release), bu times dead, ki times replayed,
---   dd its dedup window in ms (nil: none), and g its flow-control key.
+--   dd its dedup window in ms (nil: none), g its flow-control key,
+--   pd its put delay in ms, set only for (and on every) job in put order
+--   (dq-core's NewJob::put_order, beanstalkd's jobs): the delay it was put
+--   with, then that of its last nack to retry or release (a lease expiry,
+--   a reschedule, a replay or a dropped release leave it); such a job is
+--   ranked among the ready ones of its priority by its put time c, not
+--   its due (see rank()), and
+--   rv hand-outs that no longer count in a (nil: 0): a release gives the
+--   attempt back (a - 1, rv + 1) and a replay starts the attempts again
+--   (rv + a, a = 0), so the job's hand-outs in its whole life (its count
+--   of reserves) are a + rv and a hand-out writes nothing more.
+-- Values 23 and 24 come last so that a job in due order that was never
+-- released nor replayed (nearly every job) keeps the bytes it had, and
+-- promote's 8-value fast path never meets a job in put order.
 -- One string per job in one hash per topic keeps a job at ~150 bytes of
 -- Redis memory (a hash per job with a 64-byte body is several times that).
 -- Time: every script takes "now" from clock_ms(ARGV[...]): the Redis server's
@@ -122,15 +138,24 @@ local function topic_cfg(K)
   }
 end
 
--- Ready members sort by (due, seq) within one priority: fixed-width lower-case
--- hex compares like the numbers. 11 hex digits of ms reach the year 2527.
--- (The due part is kept for the next call: a batch's jobs mostly share one.)
+-- Ready members sort by (rank, seq) within one priority: fixed-width
+-- lower-case hex compares like the numbers. 11 hex digits of ms reach the
+-- year 2527. (The rank part is kept for the next call: a batch's jobs
+-- mostly share one.)
 local rm_due, rm_hex = nil, nil
 local function ready_member(due, seq, id)
   if due ~= rm_due then rm_due, rm_hex = due, string.format('%011x', due) end
   return rm_hex .. string.format('%012x', seq) .. id
 end
 local READY_PREFIX = 23
+
+-- The time a ready job (put delay `pd`, created `c`, due `due`) is ranked
+-- by among those of its priority: its put time when it is in put order,
+-- else its due. Every ready member (and its removal) is made with it.
+local function rank(pd, c, due)
+  if pd then return c end
+  return due
+end
 
 -- Wait after failed attempt `attempt` under an encoded retry policy (see
 -- RetryPolicy::encode and RetryPolicy::delay_ms in dq-core; they must agree).
@@ -168,10 +193,10 @@ end
 -- The record stored as `raw` (nil: none).
 local function decode(raw)
   if not raw then return nil end
-  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g = cmsgpack.unpack(raw)
+  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv = cmsgpack.unpack(raw)
   return {d = d, p = p, q = q, a = a, s = s, c = c, k = k, b = b,
           m = m, L = L, r = r, e = e, t = t, u = u, x = x, w = w,
-          to = to, rl = rl, bu = bu, ki = ki, dd = dd, g = g}
+          to = to, rl = rl, bu = bu, ki = ki, dd = dd, g = g, pd = pd, rv = rv}
 end
 
 -- Leases (layout 2). Handing a job out does not rewrite its record: the
@@ -238,7 +263,13 @@ end
 -- it packs, nil included). The hot paths (promote, reserve, ack_batch,
 -- enqueue) unpack a record into locals and pack them back with this: a
 -- record as a table costs more to build than to encode.
-local function pack_values(d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g)
+local function pack_values(d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv)
+  if rv ~= nil then
+    return cmsgpack.pack(d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv)
+  end
+  if pd ~= nil then
+    return cmsgpack.pack(d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd)
+  end
   if g ~= nil then
     return cmsgpack.pack(d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g)
   end
@@ -263,7 +294,7 @@ end
 -- The stored form of record `j`.
 local function pack(j)
   return pack_values(j.d, j.p, j.q, j.a, j.s, j.c, j.k, j.b, j.m, j.L, j.r, j.e,
-    j.t, j.u, j.x, j.w, j.to, j.rl, j.bu, j.ki, j.dd, j.g)
+    j.t, j.u, j.x, j.w, j.to, j.rl, j.bu, j.ki, j.dd, j.g, j.pd, j.rv)
 end
 
 -- Writes the job record of `id`: a reserved one as its lease token and the
@@ -276,7 +307,7 @@ local function save(id, j)
     redis.call('HSET', K.tokens, id, j.t)
     j.held = true
     raw = pack_values(j.d, j.p, j.q, (j.a or 1) - 1, READY, j.c, j.k,
-      j.b, j.m, j.L, j.r, j.e, nil, nil, j.x, j.w, j.to, j.rl, j.bu, j.ki, j.dd, j.g)
+      j.b, j.m, j.L, j.r, j.e, nil, nil, j.x, j.w, j.to, j.rl, j.bu, j.ki, j.dd, j.g, j.pd, j.rv)
   else
     if j.held then
       tokens_drop(id)
@@ -319,7 +350,7 @@ local function with_error(e, attempt, now, err)
   return joined_errors(cjson.encode(list), err)
 end
 
--- Appends job `id` (record `j` as loaded) to `out` as the 20 values of
+-- Appends job `id` (record `j` as loaded) to `out` as the 22 values of
 -- get.lua's reply (`cfg`: the topic's config, for the defaults in effect).
 local function job_info(out, id, j, cfg)
   local n = #out
@@ -344,6 +375,8 @@ local function job_info(out, id, j, cfg)
   out[n + 18] = j.ki or 0
   out[n + 19] = j.g or ''
   out[n + 20] = errors or ''
+  out[n + 21] = (j.a or 0) + (j.rv or 0)
+  out[n + 22] = j.pd or NONE
 end
 
 -- Deletes the record of `id` (`j` as loaded) and its lease token.
@@ -462,11 +495,11 @@ local function key_unlease(g)
   return true
 end
 
--- Job `id` (priority `p`, seq `q`, key `g`, due `due`) into its key's lane
--- now, or, without a key, into `pending` as (priority, member) for one
--- ZADD of a batch into the ready set later. `ps`, when given, is `p` as a
--- string (as the caller got it): Redis turns a number argument into one
--- on every call.
+-- Job `id` (priority `p`, seq `q`, key `g`, ranked by `due`: see rank())
+-- into its key's lane now, or, without a key, into `pending` as (priority,
+-- member) for one ZADD of a batch into the ready set later. `ps`, when
+-- given, is `p` as a string (as the caller got it): Redis turns a number
+-- argument into one on every call.
 local rl_p, rl_ps = nil, nil
 local function ready_later(pending, id, p, q, g, due, ps)
   local m = ready_member(due, q, id)
@@ -487,7 +520,7 @@ end
 -- Job `id` (record `j`, due `due`) into the ready set, or its key's lane.
 local function ready_add(id, j, due)
   local pending = {}
-  ready_later(pending, id, j.p, j.q, j.g, due)
+  ready_later(pending, id, j.p, j.q, j.g, rank(j.pd, j.c, due))
   if #pending > 0 then redis.call('ZADD', K.ready, unpack(pending)) end
 end
 
@@ -552,10 +585,11 @@ local function unplace(K, id, j)
       redis.call('ZREM', K.sched, id)
     end
   elseif j.s == READY then
+    local m = ready_member(rank(j.pd, j.c, j.d), j.q, id)
     if j.g then
-      key_unready(j.g, ready_member(j.d, j.q, id))
+      key_unready(j.g, m)
     else
-      redis.call('ZREM', K.ready, ready_member(j.d, j.q, id))
+      redis.call('ZREM', K.ready, m)
     end
   end
 end
@@ -616,19 +650,22 @@ local function promote(K, now, max)
       -- body, and its state is one letter right after the first four, so
       -- the ready record is the same bytes with that letter changed (a
       -- one-letter string both: 0xa1 and the letter), not unpacked and
-      -- packed again (~900 instructions a value). Any other record is.
+      -- packed again (~900 instructions a value). Any other record is (a
+      -- job in put order among them: it has at least 23 values).
       local off, d, p, q, a = cmsgpack.unpack_limit(raw, 4)
       local rest, s = cmsgpack.unpack_limit(raw, 4, off)
       if s == SCHEDULED then
         local record, g
+        local at = d
         if rest == -1 and string.byte(raw, off + 1) == 0xa1 then
           record = string.sub(raw, 1, off + 1) .. READY .. string.sub(raw, off + 3)
         else
-          local c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd
-          d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g = cmsgpack.unpack(raw)
-          record = pack_values(d, p, q, a, READY, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g)
+          local c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, pd, rv
+          d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv = cmsgpack.unpack(raw)
+          record = pack_values(d, p, q, a, READY, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv)
+          at = rank(pd, c, d)
         end
-        ready_later(ready, id, p, q, g, d)
+        ready_later(ready, id, p, q, g, at)
         records[#records + 1] = id
         records[#records + 1] = record
         moved = moved + 1
@@ -659,10 +696,12 @@ end
 
 -- A failed attempt of reserved job `id` (record `j`): retry after a wait, or
 -- dead when it was the last attempt (or `bury` is true). `retry_in` (ms)
--- overrides the policy when given. Saves the record (which drops the lease
--- token). Returns due ms of the retry (or NONE when dead), whether to wake,
--- and the failed attempt's number.
-local function fail(K, cfg, id, j, now, err, retry_in, rand, bury)
+-- overrides the policy when given. `nacked`: its holder failed it (not a
+-- lease expiry), so a job in put order retried keeps the wait as its put
+-- delay. Saves the record (which drops the lease token). Returns due ms of
+-- the retry (or NONE when dead), whether to wake, and the failed attempt's
+-- number.
+local function fail(K, cfg, id, j, now, err, retry_in, rand, bury, nacked)
   local attempts = j.a or 0
   local max = j.m or cfg.max_attempts
   redis.call('ZREM', K.lease, id)
@@ -681,6 +720,7 @@ local function fail(K, cfg, id, j, now, err, retry_in, rand, bury)
   end
   local wait = retry_in
   if wait == nil then wait = backoff(j.r or cfg.retry, attempts, rand) end
+  if nacked and j.pd then j.pd = wait end
   local due = now + wait
   local woke = place(K, id, j, due, now)
   save(id, j)

@@ -3,13 +3,17 @@
 -- ARGV: topic, now, the form of the jobs (f | c), then per job:
 --   f (full), 12 values: id, when-kind (d delay | a absolute | t topic
 --   default), when-value (ms), priority, max_attempts or '', lease_ms or '',
---   retry (encoded) or '', kind (j | b), body, replace (1 | 0), dedup
---   window ms or '' (the topic's), flow-control key or '';
+--   retry (encoded) or '', kind (j | b), body, flags (the sum of 1
+--   replace and 2 put order: 0 | 1 | 2 | 3), dedup window ms or '' (the
+--   topic's), flow-control key or ''. A job in put order (dq-core's
+--   NewJob::put_order) keeps its delay (due - now) as pd and is ranked
+--   among the ready jobs by its put time (see common.lua);
 --   c (compact, when no job of the call sets any of the six after
---   priority but kind and body), 5 values: id, when-kind, when-value,
---   priority, kind-and-body: kind and body as the record stores them, two
---   MessagePack strings packed by the caller (`packed_kind_body` in
---   verbs/enqueue.rs, byte for byte what cmsgpack.pack writes). (Every
+--   priority but kind and body, nor put order), 5 values: id, when-kind,
+--   when-value, priority, kind-and-body: kind and body as the record
+--   stores them, two MessagePack strings packed by the caller
+--   (`packed_kind_body` in verbs/enqueue.rs, byte for byte what
+--   cmsgpack.pack writes). (Every
 --   value is a string Redis reads and Lua interns: the compact form passes
 --   seven fewer per job.) A compact call writes its new records with one HMGET (which ids
 --   exist) and one HSET instead of a command per job, and builds each
@@ -97,7 +101,11 @@ for i = 4, #ARGV, stride do
   else
     wv = tonumber(wvs)
   end
-  local replace = not compact and ARGV[i + 9] == '1'
+  local replace, put_order = false, false
+  if not compact then
+    local f = ARGV[i + 9]
+    replace, put_order = f == '1' or f == '3', f == '2' or f == '3'
+  end
   local outcome = 1
   -- In its dedup window and not a job now: nothing written. (A job of the
   -- same id earlier in a compact call was deduplicated too: neither exists.)
@@ -136,7 +144,7 @@ for i = 4, #ARGV, stride do
     end
     seq = seq + 1
     -- The record's values as locals (see pack_values), not a table.
-    local p, k, b, m, L, r, g, dd
+    local p, k, b, m, L, r, g, dd, pd
     if compact then
       local ps = ARGV[i + 3]
       if ps ~= last_ps then last_ps, last_p = ps, tonumber(ps) end
@@ -148,6 +156,7 @@ for i = 4, #ARGV, stride do
       if r == '' then r = nil end
       if g == '' then g = nil end
       dd = tonumber(ARGV[i + 10])
+      if put_order then pd = due - now end
     end
     if dd == nil then
       if topic_dd == nil then topic_dd = num(redis.call('HGET', K.cfg, 'dedup_ms'), 0) end
@@ -203,10 +212,10 @@ for i = 4, #ARGV, stride do
       end
     elseif replace then
       redis.call('HSET', K.jobs, id,
-        pack_values(due, p, seq, 0, st, now, k, b, m, L, r, nil, nil, nil, nil, w, nil, nil, nil, nil, dd, g))
+        pack_values(due, p, seq, 0, st, now, k, b, m, L, r, nil, nil, nil, nil, w, nil, nil, nil, nil, dd, g, pd))
     else
       local record = pack_values(due, p, seq, 0, st, now, k, b, m, L, r, nil, nil, nil, nil, w,
-        nil, nil, nil, nil, dd, g)
+        nil, nil, nil, nil, dd, g, pd)
       -- One hash lookup for the common case of a new id; an existing job
       -- is left as it is and reported.
       written = redis.call('HSETNX', K.jobs, id, record) == 1
@@ -219,7 +228,8 @@ for i = 4, #ARGV, stride do
     end
     if written then
       if st == READY then
-        ready_later(ready, id, p, seq, g, due, ARGV[i + 3])
+        -- Ranked by its put time (now) when in put order (rank()).
+        ready_later(ready, id, p, seq, g, pd and now or due, ARGV[i + 3])
         woke = true
       else
         local event = due

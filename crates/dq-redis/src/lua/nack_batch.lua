@@ -32,7 +32,7 @@ for a = 4, #ARGV, 6 do
     if not bury then j.rl = (j.rl or 0) + 1 end
     cfg = cfg or topic_cfg(K)
     local due, w, attempt = fail(K, cfg, id, j, now, ARGV[a + 2],
-      tonumber(ARGV[a + 3]), rand_at(seed, i), bury)
+      tonumber(ARGV[a + 3]), rand_at(seed, i), bury, true)
     if w then woke = true end
     if due < 0 then out[#out + 1] = {2, attempt} else out[#out + 1] = {1, due, attempt} end
   end

@@ -15,7 +15,7 @@ for i, id in ipairs(ids) do
   if j and j.s == RESERVED then
     if cfg == nil then cfg = topic_cfg(K) end
     j.to = (j.to or 0) + 1
-    local due, w, attempt = fail(K, cfg, id, j, now, 'lease expired', nil, rand_at(seed, i), false)
+    local due, w, attempt = fail(K, cfg, id, j, now, 'lease expired', nil, rand_at(seed, i), false, false)
     if due < 0 then dead = dead + 1 else retried = retried + 1 end
     if w then woke = true end
     jobs[#jobs + 1] = id

@@ -158,11 +158,12 @@ pub(super) async fn reschedule(
     topic: &Topic,
     id: &JobId,
     due_at_ms: u64,
+    kick: bool,
     now_ms: u64,
 ) -> StoreResult<()> {
     store
         .on_job(topic, id, |s, p| async move {
-            s.reschedule(&p, id, due_at_ms, now_ms).await
+            s.reschedule(&p, id, due_at_ms, kick, now_ms).await
         })
         .await
 }
@@ -187,8 +188,10 @@ pub(super) async fn list_ready(
         // then its keys' lanes: the merge orders by what every partition's
         // list already follows (a stable sort, partitions in turn on ties),
         // so a page is the same whatever offset each partition was cut at.
+        // A job in put order is ranked by its put time (common.lua's rank()).
         |a, b| {
             let rank = |j: &JobInfo| match j.key {
+                None if j.put_delay_ms.is_some() => (0, j.priority, j.created_at_ms),
                 None => (0, j.priority, j.due_at_ms),
                 Some(_) => (1, 0, 0),
             };

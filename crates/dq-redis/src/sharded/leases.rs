@@ -144,11 +144,12 @@ pub(super) async fn release(
     id: &JobId,
     token: &str,
     delay_ms: u64,
+    how: GiveBack,
     now_ms: u64,
 ) -> StoreResult<u64> {
     store
         .on_job(topic, id, |s, p| async move {
-            s.release(&p, id, token, delay_ms, now_ms).await
+            s.release(&p, id, token, delay_ms, how, now_ms).await
         })
         .await
 }

@@ -157,9 +157,10 @@ impl Store for ShardedStore {
         topic: &Topic,
         id: &JobId,
         due_at_ms: u64,
+        kick: bool,
         now_ms: u64,
     ) -> StoreResult<()> {
-        jobs::reschedule(self, topic, id, due_at_ms, now_ms).await
+        jobs::reschedule(self, topic, id, due_at_ms, kick, now_ms).await
     }
 
     async fn reserve(
@@ -215,9 +216,10 @@ impl Store for ShardedStore {
         id: &JobId,
         token: &str,
         delay_ms: u64,
+        how: GiveBack,
         now_ms: u64,
     ) -> StoreResult<u64> {
-        leases::release(self, topic, id, token, delay_ms, now_ms).await
+        leases::release(self, topic, id, token, delay_ms, how, now_ms).await
     }
 
     async fn promote_due(&self, topic: &Topic, max: usize, now_ms: u64) -> StoreResult<Promoted> {

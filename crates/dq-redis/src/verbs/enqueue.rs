@@ -29,13 +29,14 @@ pub(crate) async fn enqueue(
         .map(|j| j.id.clone().unwrap_or_else(JobId::generate))
         .collect();
     // The compact form (see enqueue.lua) when no job sets an override,
-    // a dedup window, a key or replace, and every body is below 4 GiB
-    // (`packed_kind_body`).
+    // a dedup window, a key, replace or put order, and every body is below
+    // 4 GiB (`packed_kind_body`).
     let compact = jobs.iter().all(|j| {
         j.max_attempts.is_none()
             && j.lease_ms.is_none()
             && j.retry.is_none()
             && !j.replace
+            && !j.put_order
             && j.dedup_ms.is_none()
             && j.key.is_none()
             && u32::try_from(j.body.as_bytes().len()).is_ok()
@@ -70,10 +71,12 @@ pub(crate) async fn enqueue(
             b"b".to_vec()
         });
         args.push(j.body.as_bytes().to_vec());
-        args.push(if j.replace {
-            b"1".to_vec()
-        } else {
-            b"0".to_vec()
+        // The flags: 1 replace + 2 put order.
+        args.push(match (j.replace, j.put_order) {
+            (false, false) => b"0".to_vec(),
+            (true, false) => b"1".to_vec(),
+            (false, true) => b"2".to_vec(),
+            (true, true) => b"3".to_vec(),
         });
         args.push(opt(j.dedup_ms));
         args.push(opt(j.key.as_ref().map(JobKey::as_str)));

@@ -46,6 +46,7 @@ pub(crate) async fn reschedule(
     topic: &Topic,
     id: &JobId,
     due_at_ms: u64,
+    kick: bool,
     now_ms: u64,
 ) -> StoreResult<()> {
     let v = store
@@ -56,6 +57,7 @@ pub(crate) async fn reschedule(
                 id.as_str().as_bytes(),
                 &n(due_at_ms),
                 &store.now_arg(now_ms),
+                if kick { b"1" } else { b"0" },
             ],
         )
         .await?;
@@ -120,7 +122,7 @@ pub(crate) async fn list_jobs(
 }
 
 /// Values per job in the `get` script's reply (common.lua's `job_info`).
-const JOB_VALUES: usize = 20;
+const JOB_VALUES: usize = 22;
 
 /// The `get` script's reply ([`JOB_VALUES`] per job) to [`JobInfo`]s.
 pub(crate) fn decode_jobs(v: Value) -> StoreResult<Vec<JobInfo>> {
@@ -155,6 +157,7 @@ fn job_info(c: &[Value]) -> StoreResult<JobInfo> {
         },
         expires_at_ms: None,
         counts: JobCounts {
+            reserves: int(&c[20])? as u32,
             timeouts: int(&c[14])? as u32,
             releases: int(&c[15])? as u32,
             buries: int(&c[16])? as u32,
@@ -165,6 +168,7 @@ fn job_info(c: &[Value]) -> StoreResult<JobInfo> {
             k => Some(JobKey::new(k).map_err(|_| protocol("bad key"))?),
         },
         errors: dq_core::errors_from_json(Some(&String::from_utf8_lossy(&bytes(c[19].clone())?))),
+        put_delay_ms: opt(&c[21])?,
     })
 }
 

@@ -204,22 +204,30 @@ pub(crate) async fn release(
     id: &JobId,
     token: &str,
     delay_ms: u64,
+    how: GiveBack,
     now_ms: u64,
 ) -> StoreResult<u64> {
-    held_call(
-        store,
-        &store.scripts.release,
-        topic,
-        id,
-        token,
-        &n(delay_ms),
-        now_ms,
-    )
-    .await
+    let v = store
+        .run(
+            &store.scripts.release,
+            topic,
+            &[
+                id.as_str().as_bytes(),
+                token.as_bytes(),
+                &n(delay_ms),
+                &store.now_arg(now_ms),
+                match how {
+                    GiveBack::Released => b"r",
+                    GiveBack::Dropped => b"d",
+                },
+            ],
+        )
+        .await?;
+    status_time(&v)
 }
 
-/// Runs `script` (touch or release) on a held job: its arguments
-/// are the id, the token, one value and now; it answers a status or a time.
+/// Runs `script` (touch) on a held job: its arguments are the id, the
+/// token, one value and now; it answers a status or a time.
 async fn held_call(
     store: &RedisStore,
     script: &redis::Script,

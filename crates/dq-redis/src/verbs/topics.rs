@@ -273,13 +273,19 @@ pub(crate) async fn stats(
         oldest_due = Some(*due as u64);
     }
     let key_head = key_head.first().map(|(_, due)| *due as u64);
-    for due in [
-        ready_head.first().and_then(|m| ready_member_due(m)),
-        key_head,
-    ]
-    .into_iter()
-    .flatten()
+    // A ready member starts with the job's due time, or its put time for a
+    // job in put order (beanstalkd's), which may be long before it was
+    // due: a head that looks overdue is read for its due time.
+    let mut ready_due = ready_head.first().and_then(|m| ready_member_due(m));
+    if let (Some(due), Some(m)) = (ready_due, ready_head.first())
+        && now_ms.saturating_sub(due) > OVERDUE_READ_MS
+        && let Some(id) = m.get(READY_PREFIX..).and_then(|i| JobId::new(i).ok())
+        && let Some(j) = super::jobs::get(store, topic, &id).await?
+        && j.put_delay_ms.is_some()
     {
+        ready_due = Some(j.due_at_ms);
+    }
+    for due in [ready_due, key_head].into_iter().flatten() {
         oldest_due = Some(oldest_due.map_or(due, |d| d.min(due)));
     }
     let c = |name: &str| {
@@ -379,6 +385,14 @@ fn decode_config(fields: &[(String, String)]) -> TopicConfig {
 }
 
 /// The due time encoded at the front of a ready-set member.
+/// How overdue a ready head must look before its due time is read from
+/// its record ([`stats`]).
+const OVERDUE_READ_MS: u64 = 1000;
+
+/// Where a ready member's job id starts (after 11 hex digits of time and
+/// 12 of sequence: `ready_member` in common.lua).
+const READY_PREFIX: usize = 23;
+
 fn ready_member_due(member: &str) -> Option<u64> {
     u64::from_str_radix(member.get(..11)?, 16).ok()
 }

@@ -46,6 +46,7 @@ fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<Ne
         dedup_ms: req.dedup_ms,
         key: None,
         expires: None,
+        put_order: false,
     };
     // The first mistake is answered, in the order the API always took:
     // the body's checks, the form of the due time, the form of the expiry,

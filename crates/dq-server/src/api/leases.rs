@@ -137,7 +137,9 @@ pub(crate) async fn release(
     let (t, id) = (topic(t)?, job_id(id)?);
     let svc = &st.service;
     let delay = delay(svc.limits(), "delay_ms", req.delay_ms.unwrap_or(0))?;
-    let due = svc.release(&t, &id, &req.token, delay).await?;
+    let due = svc
+        .release(&t, &id, &req.token, delay, dq_core::GiveBack::Released)
+        .await?;
     reply(wire::Released {
         id: id.to_string(),
         state: if delay == 0 {

@@ -127,7 +127,10 @@ impl Conn {
         }
         // What this connection holds goes back at once.
         for (_, h) in self.held.drain() {
-            let _ = self.svc.release(&h.topic, &h.id, &h.token, 0).await;
+            let _ = self
+                .svc
+                .release(&h.topic, &h.id, &h.token, 0, dq_core::GiveBack::Dropped)
+                .await;
         }
         self.shared
             .tube(&self.used, |u| u.using = u.using.saturating_sub(1));

@@ -75,6 +75,9 @@ impl Conn {
         let mut job = NewJob::with_generated_id(Body::Bytes(data), When::DelayMs(delay_ms));
         job.priority = pri;
         job.lease_ms = Some(ttr_ms);
+        // Handed out by (priority, id) as in the reference, and keeping
+        // its delay for `stats-job`.
+        job.put_order = true;
         // beanstalkd jobs never run out of attempts; a passed TTR makes the
         // job ready again at once.
         job.max_attempts = Some(dq_core::limits::MAX_ATTEMPTS);
@@ -326,10 +329,11 @@ impl Conn {
         }
     }
 
-    /// Gives a held job back with priority `pri`, due after the delay.
-    /// Counted as an attempt (a dq nack), because beanstalkd's `reserves`
-    /// counts every reserve and clients read their attempts from it
-    /// (Laravel's `$tries` does).
+    /// Gives a held job back with priority `pri`, due after the delay: a
+    /// dq nack, so the attempt stays counted toward dq's bound (the 1,000th
+    /// release buries it); `releases` counts it and the job keeps the
+    /// delay. `reserves` (`stats-job`) is the store's count of hand-outs,
+    /// which clients read their attempts from (Laravel's `$tries` does).
     pub(super) async fn release(&mut self, id: u64, pri: u32, delay_s: u32) -> Reply {
         let delay_ms = u64::from(delay_s) * 1000;
         self.on_held(id, |svc, t, jid, token| async move {
@@ -434,10 +438,9 @@ impl Conn {
             Ok(d) => d,
             Err(e) => return failed(&e),
         };
-        let now = self.svc.clock().now_ms();
         let mut kicked = 0;
         for j in delayed {
-            if self.svc.reschedule(&self.used, &j.id, now).await.is_ok() {
+            if self.svc.kick(&self.used, &j.id).await.is_ok() {
                 kicked += 1;
             }
         }
@@ -450,10 +453,7 @@ impl Conn {
         };
         let r = match job.state {
             JobState::Dead => self.svc.replay_dead(&t, Some(&[job.id])).await.map(|_| ()),
-            JobState::Scheduled => {
-                let now = self.svc.clock().now_ms();
-                self.svc.reschedule(&t, &job.id, now).await
-            }
+            JobState::Scheduled => self.svc.kick(&t, &job.id).await,
             _ => return not_found(),
         };
         match r {

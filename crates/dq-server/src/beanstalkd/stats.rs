@@ -136,7 +136,12 @@ impl Conn {
             ),
             _ => 0,
         };
-        let delay = job.due_at_ms.saturating_sub(job.created_at_ms) / 1000;
+        // The delay it was put or last released with (a job put over HTTP
+        // keeps none: the time from its enqueue to its due time).
+        let delay = job
+            .put_delay_ms
+            .unwrap_or_else(|| job.due_at_ms.saturating_sub(job.created_at_ms))
+            / 1000;
         ok_yaml(yaml(&[
             ("id", id.to_string()),
             ("tube", t.to_string()),
@@ -150,7 +155,7 @@ impl Conn {
             ("ttr", ttr_s.to_string()),
             ("time-left", time_left.to_string()),
             ("file", "0".into()),
-            ("reserves", job.attempts.to_string()),
+            ("reserves", job.counts.reserves.to_string()),
             ("timeouts", job.counts.timeouts.to_string()),
             ("releases", job.counts.releases.to_string()),
             ("buries", job.counts.buries.to_string()),
@@ -201,6 +206,14 @@ impl Conn {
         };
         let used = self.shared.tube_use(&t);
         let paused_left = s.paused_until_ms.saturating_sub(now);
+        // The delay asked while the pause lasts, as the reference shows it
+        // (the seconds still paused, rounded up, for a pause whose length
+        // is not known).
+        let pause_s = match self.svc.paused_for(&t, s.paused_until_ms).await {
+            Ok(Some(ms)) if paused_left > 0 => ms / 1000,
+            Ok(_) => paused_left.div_ceil(1000),
+            Err(e) => return failed(&e),
+        };
         ok_yaml(yaml(&[
             ("name", t.to_string()),
             ("current-jobs-urgent", urgent.to_string()),
@@ -217,8 +230,7 @@ impl Conn {
                 (s.counters.acked + s.counters.cancelled).to_string(),
             ),
             ("cmd-pause-tube", used.pauses.to_string()),
-            // The seconds still paused, rounded up (the delay asked is not kept).
-            ("pause", paused_left.div_ceil(1000).to_string()),
+            ("pause", pause_s.to_string()),
             ("pause-time-left", secs_left(paused_left).to_string()),
         ]))
     }

@@ -108,10 +108,24 @@ impl Service {
     pub async fn reschedule(&self, t: &Topic, id: &JobId, due_at_ms: u64) -> Result<()> {
         let now = self.now();
         self.limits.check_due_at(due_at_ms, now)?;
-        let done = self.store.reschedule(t, id, due_at_ms, now).await;
+        let done = self.store.reschedule(t, id, due_at_ms, false, now).await;
         self.changed(t);
         done?;
         tracing::info!(topic = %t, id = %id, due_at_ms, "job rescheduled");
+        Ok(())
+    }
+
+    /// Makes a scheduled job due now and counts it in the job's `kicks`
+    /// (beanstalkd's `kick` of a delayed job).
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], [`StoreError::NotInState`] when reserved or dead.
+    pub async fn kick(&self, t: &Topic, id: &JobId) -> Result<()> {
+        let now = self.now();
+        let done = self.store.reschedule(t, id, now, true, now).await;
+        self.changed(t);
+        done?;
+        tracing::debug!(topic = %t, id = %id, "job kicked");
         Ok(())
     }
 

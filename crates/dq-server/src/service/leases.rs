@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use dq_core::limits;
 use dq_core::{
-    AckItem, ForwardSink, JobId, Lease, Nack, NackItem, NackOutcome, ReserveParams, StoreError,
-    StoreResult, Topic, TouchItem,
+    AckItem, ForwardSink, GiveBack, JobId, Lease, Nack, NackItem, NackOutcome, ReserveParams,
+    StoreError, StoreResult, Topic, TouchItem,
 };
 
 use super::{Error, Result, Service};
@@ -211,13 +211,23 @@ impl Service {
     }
 
     /// Gives a reserved job back without counting the attempt, due after
-    /// `delay_ms`; returns the new due time.
+    /// `delay_ms`, counted as `how` says; returns the new due time.
     ///
     /// # Errors
     /// `invalid_delay`; as [`Service::ack`].
-    pub async fn release(&self, t: &Topic, id: &JobId, token: &str, delay_ms: u64) -> Result<u64> {
+    pub async fn release(
+        &self,
+        t: &Topic,
+        id: &JobId,
+        token: &str,
+        delay_ms: u64,
+        how: GiveBack,
+    ) -> Result<u64> {
         self.limits.check_delay(delay_ms)?;
-        let due = self.store.release(t, id, token, delay_ms, self.now()).await;
+        let due = self
+            .store
+            .release(t, id, token, delay_ms, how, self.now())
+            .await;
         self.changed(t);
         let due = due?;
         tracing::debug!(topic = %t, id = %id, due_at_ms = due, "job released");
@@ -313,7 +323,10 @@ impl Service {
     /// one that cannot be given back returns after its lease.
     pub(crate) async fn give_back(&self, leases: &[Lease]) {
         for l in leases {
-            if let Err(e) = self.release(&l.topic, &l.id, &l.token, 0).await {
+            if let Err(e) = self
+                .release(&l.topic, &l.id, &l.token, 0, GiveBack::Released)
+                .await
+            {
                 tracing::debug!(topic = %l.topic, id = %l.id, error = %e, "cannot give a lease back; the job returns after its lease");
             }
         }

@@ -16,6 +16,10 @@ use dq_core::{
 
 use super::{Error, Result, Service};
 
+/// The record kind that keeps the length asked of a topic's pause, named
+/// by the topic, marked with the pause's end ([`Service::pause_topic`]).
+const PAUSE_KIND: &str = "pause";
+
 /// How long a topic's delivery mode, as [`Service::reserve`] checks it, may
 /// be stale when another dq instance changed it (changes through this
 /// instance take effect at once).
@@ -251,7 +255,8 @@ impl Service {
     }
 
     /// Pauses `t` for `for_ms` (0: resumes it now): nothing is handed out of
-    /// it meanwhile, through any front-end. Waiters here are woken.
+    /// it meanwhile, through any front-end. Waiters here are woken. The
+    /// length asked is kept beside the pause's end ([`Service::paused_for`]).
     ///
     /// # Errors
     /// `invalid_delay` beyond the largest delay; a store error.
@@ -261,8 +266,30 @@ impl Service {
         let done = self.store.pause_topic(t, until).await;
         self.changed(t);
         done?;
+        if until > 0 {
+            self.store
+                .put_record(PAUSE_KIND, t.as_str(), &for_ms.to_string(), until)
+                .await?;
+        } else {
+            self.store.delete_record(PAUSE_KIND, t.as_str()).await?;
+        }
         tracing::info!(topic = %t, for_ms, "topic paused");
         Ok(())
+    }
+
+    /// The length asked (ms) of `t`'s pause that ends at `until_ms`
+    /// ([`dq_core::TopicStats::paused_until_ms`]): `None` when it is not
+    /// known (a pause kept by an older dq, or none).
+    ///
+    /// # Errors
+    /// A store error.
+    pub async fn paused_for(&self, t: &Topic, until_ms: u64) -> Result<Option<u64>> {
+        if until_ms == 0 {
+            return Ok(None);
+        }
+        let r = self.store.get_record(PAUSE_KIND, t.as_str()).await?;
+        Ok(r.filter(|r| r.mark == until_ms)
+            .and_then(|r| r.value.parse().ok()))
     }
 
     /// Every known topic.
@@ -467,6 +494,7 @@ impl Service {
         }
         self.forget_mode(t);
         self.topics_changed_now();
+        self.store.delete_record(PAUSE_KIND, t.as_str()).await?;
         tracing::warn!(topic = %t, deleted, "topic deleted");
         Ok(deleted)
     }

@@ -69,7 +69,9 @@ pub async fn cancel_in_every_state(s: &dyn Store) {
 pub async fn reschedule_only_while_waiting(s: &dyn Store) {
     let t = topic("resched");
     put(s, &t, job("a", When::DelayMs(10_000)), T0).await;
-    s.reschedule(&t, &id("a"), T0 + 500, T0).await.unwrap();
+    s.reschedule(&t, &id("a"), T0 + 500, false, T0)
+        .await
+        .unwrap();
     assert!(
         s.reserve(&t, 1, None, T0 + 499)
             .await
@@ -81,19 +83,21 @@ pub async fn reschedule_only_while_waiting(s: &dyn Store) {
         s.get(&t, &id("a")).await.unwrap().unwrap().due_at_ms,
         T0 + 500
     );
-    s.reschedule(&t, &id("a"), T0 + 20_000, T0).await.unwrap();
+    s.reschedule(&t, &id("a"), T0 + 20_000, false, T0)
+        .await
+        .unwrap();
     let c = s.reserve(&t, 1, None, T0 + 10_000).await.unwrap();
     assert!(c.leases.is_empty(), "moved later");
     assert_eq!(c.next_due_ms, Some(T0 + 20_000));
     // Into the past: due now, stored as the reschedule's time.
-    s.reschedule(&t, &id("a"), T0 - 86_400_000, T0 + 1)
+    s.reschedule(&t, &id("a"), T0 - 86_400_000, false, T0 + 1)
         .await
         .unwrap();
     assert_eq!(
         s.get(&t, &id("a")).await.unwrap().unwrap().due_at_ms,
         T0 + 1
     );
-    s.reschedule(&t, &id("a"), T0 + 20_000, T0 + 1)
+    s.reschedule(&t, &id("a"), T0 + 20_000, false, T0 + 1)
         .await
         .unwrap();
 
@@ -102,19 +106,21 @@ pub async fn reschedule_only_while_waiting(s: &dyn Store) {
         s.get(&t, &id("b")).await.unwrap().unwrap().state,
         JobState::Ready
     );
-    s.reschedule(&t, &id("b"), T0 + 3000, T0 + 1).await.unwrap();
+    s.reschedule(&t, &id("b"), T0 + 3000, false, T0 + 1)
+        .await
+        .unwrap();
     assert_eq!(
         s.get(&t, &id("b")).await.unwrap().unwrap().state,
         JobState::Scheduled
     );
     let l = one(s, &t, None, T0 + 3000).await;
     assert!(matches!(
-        s.reschedule(&t, &id("b"), T0, T0 + 3000).await,
+        s.reschedule(&t, &id("b"), T0, false, T0 + 3000).await,
         Err(StoreError::NotInState(JobState::Reserved))
     ));
     s.ack(&t, &id("b"), &l.token, 0).await.unwrap();
     assert!(matches!(
-        s.reschedule(&t, &id("b"), T0, T0).await,
+        s.reschedule(&t, &id("b"), T0, false, T0).await,
         Err(StoreError::NotFound)
     ));
 }

@@ -162,7 +162,7 @@ pub async fn enqueue_far_future(s: &dyn Store) {
         s.cancel(&t, &id("gone"), 0).await.unwrap(),
         Some(JobState::Scheduled)
     );
-    s.reschedule(&t, &id("moved"), T0 + 3 * DAY + 2, T0)
+    s.reschedule(&t, &id("moved"), T0 + 3 * DAY + 2, false, T0)
         .await
         .unwrap();
     assert_eq!(s.stats(&t, T0).await.unwrap().scheduled, 3);

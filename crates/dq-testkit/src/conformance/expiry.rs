@@ -229,7 +229,9 @@ pub async fn expiry_holds_for_retries_reserve_by_id_and_reschedule(s: &dyn Store
         T0,
     )
     .await;
-    s.reschedule(&t, &id("r"), T0 + 5000, T0).await.unwrap();
+    s.reschedule(&t, &id("r"), T0 + 5000, false, T0)
+        .await
+        .unwrap();
     assert!(
         reserved_ids(s, &t, T0 + 1500).await.is_empty(),
         "not due yet"

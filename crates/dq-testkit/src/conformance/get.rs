@@ -4,7 +4,7 @@
 use dq_core::*;
 
 use super::T0;
-use super::support::{id, job, one, put, strict_topic, topic};
+use super::support::{id, ids, job, one, put, strict_topic, topic};
 
 /// Get reports state, due, priority, attempts, body (JSON or bytes).
 pub async fn get_reports_job_and_bodies_round_trip(s: &dyn Store) {
@@ -55,8 +55,10 @@ pub async fn get_reports_job_and_bodies_round_trip(s: &dyn Store) {
     );
 }
 
-/// A job's counts: leases that expired, attempts given back (nack to
-/// retry, release), times dead, times replayed — each exactly once per event.
+/// A job's counts: hand-outs in its whole life, leases that expired,
+/// attempts given back (nack to retry, release), times dead, times replayed
+/// or kicked — each exactly once per event; a job given back because its
+/// holder went away ([`GiveBack::Dropped`]) counts nothing.
 pub async fn get_counts_what_happened_to_a_job(s: &dyn Store) {
     let t = topic("counts");
     strict_topic(s, &t).await;
@@ -75,8 +77,29 @@ pub async fn get_counts_what_happened_to_a_job(s: &dyn Store) {
         .await
         .unwrap();
     let l = one(s, &t, None, now).await;
-    s.release(&t, &l.id, &l.token, 0, now).await.unwrap();
-    // Dead at once, then replayed.
+    s.release(&t, &l.id, &l.token, 0, GiveBack::Released, now)
+        .await
+        .unwrap();
+    // Given back by a holder that went away: nothing counted, the attempt
+    // given back, the hand-out kept in `reserves`.
+    let before = s.get(&t, &id("j")).await.unwrap().unwrap();
+    let l = one(s, &t, None, now).await;
+    s.release(&t, &l.id, &l.token, 0, GiveBack::Dropped, now)
+        .await
+        .unwrap();
+    let after = s.get(&t, &id("j")).await.unwrap().unwrap();
+    assert_eq!(after.attempts, before.attempts, "the attempt given back");
+    assert_eq!(
+        after.counts,
+        JobCounts {
+            reserves: before.counts.reserves + 1,
+            ..before.counts
+        },
+        "a dropped lease counts its hand-out only"
+    );
+    assert!(after.errors.len() == before.errors.len());
+    // Dead at once, then replayed: the attempts start again, the
+    // reserves go on.
     let l = one(s, &t, None, now).await;
     s.nack(&t, &l.id, Nack::dead(&l.token, "x"), now)
         .await
@@ -84,13 +107,145 @@ pub async fn get_counts_what_happened_to_a_job(s: &dyn Store) {
     now += 1;
     assert_eq!(s.replay_dead(&t, None, 10, now).await.unwrap(), 1);
     let j = s.get(&t, &id("j")).await.unwrap().unwrap();
+    assert_eq!(j.attempts, 0);
     assert_eq!(
         j.counts,
         JobCounts {
+            reserves: 5,
             timeouts: 1,
             releases: 2,
             buries: 1,
             kicks: 1
         }
     );
+    // Handed out again after the replay; a reschedule moves it without a
+    // count, a kick out of the schedule counts one.
+    let l = one(s, &t, None, now).await;
+    s.nack(&t, &l.id, Nack::retry(&l.token, "x").retry_in(5000), now)
+        .await
+        .unwrap();
+    s.reschedule(&t, &id("j"), now + 9000, false, now)
+        .await
+        .unwrap();
+    s.reschedule(&t, &id("j"), now, true, now).await.unwrap();
+    let j = s.get(&t, &id("j")).await.unwrap().unwrap();
+    assert_eq!((j.attempts, j.state), (1, JobState::Ready));
+    assert_eq!(
+        j.counts,
+        JobCounts {
+            reserves: 6,
+            timeouts: 1,
+            releases: 3,
+            buries: 1,
+            kicks: 2
+        }
+    );
+    assert_eq!(j.put_delay_ms, None, "a job in due order keeps no delay");
+}
+
+/// A job ranked in put order ([`NewJob::put_order`], beanstalkd's) keeps
+/// its place among the ready jobs of its priority by when it was put, not
+/// its due time, through a delay, a release, a nack, a lease expiry and a
+/// replay; it keeps the delay it was last put or given back with; jobs in
+/// due order beside it keep theirs; priority comes first.
+pub async fn put_order_jobs_keep_their_place(s: &dyn Store) {
+    let t = topic("put-order");
+    // As the beanstalkd listener puts them: a lease that runs out makes
+    // the job ready again at once.
+    let put_ordered = |i: &str, when: When, priority: u32| NewJob {
+        put_order: true,
+        priority,
+        retry: Some(RetryPolicy::FixedMs(0)),
+        ..job(i, when)
+    };
+    // a is put first but due last; b and c after it, due at once.
+    put(s, &t, put_ordered("a", When::DelayMs(1000), 5), T0).await;
+    put(s, &t, put_ordered("b", When::DelayMs(0), 5), T0 + 1).await;
+    put(s, &t, put_ordered("c", When::DelayMs(0), 5), T0 + 2).await;
+    // A job in due order, due between a's put and its due time, and an
+    // urgent one put last.
+    let due_order = NewJob {
+        priority: 5,
+        ..job("due-order", When::DelayMs(0))
+    };
+    put(s, &t, due_order, T0 + 3).await;
+    put(s, &t, put_ordered("urgent", When::DelayMs(0), 1), T0 + 4).await;
+    let tr = &t;
+    let get = |i: &'static str| async move { s.get(tr, &id(i)).await.unwrap().unwrap() };
+    assert_eq!(get("a").await.put_delay_ms, Some(1000));
+    assert_eq!(get("b").await.put_delay_ms, Some(0));
+    assert_eq!(get("due-order").await.put_delay_ms, None);
+
+    let mut now = T0 + 1000;
+    assert_eq!(s.promote_due(&t, 10, now).await.unwrap().moved, 1);
+    let listed: Vec<String> = s
+        .list_ready(&t, 0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| j.id.to_string())
+        .collect();
+    let order = ["urgent", "a", "b", "c", "due-order"];
+    assert_eq!(listed, order, "listed in hand-out order");
+    // Each way of giving `a` back leaves it first among priority 5.
+    let next = |now: u64| async move {
+        let l = one(s, tr, None, now).await;
+        assert_eq!(l.id.as_str(), "urgent", "priority first");
+        s.release(tr, &l.id, &l.token, 60_000, GiveBack::Released, now)
+            .await
+            .unwrap();
+    };
+    next(now).await;
+    let l = one(s, &t, None, now).await;
+    assert_eq!(l.id.as_str(), "a", "put first, due last: first");
+    s.release(&t, &l.id, &l.token, 0, GiveBack::Released, now)
+        .await
+        .unwrap();
+    assert_eq!(
+        get("a").await.put_delay_ms,
+        Some(0),
+        "released with no delay"
+    );
+    now += 10;
+    let l = one(s, &t, None, now).await;
+    assert_eq!(l.id.as_str(), "a", "released: still first");
+    s.nack(&t, &l.id, Nack::retry(&l.token, "x").retry_in(20), now)
+        .await
+        .unwrap();
+    assert_eq!(get("a").await.put_delay_ms, Some(20));
+    now += 20;
+    let l = one(s, &t, Some(1000), now).await;
+    assert_eq!(l.id.as_str(), "a", "nacked: first again once due");
+    now += 1001;
+    assert_eq!(s.requeue_expired(&t, 10, now).await.unwrap().retried, 1);
+    assert_eq!(
+        get("a").await.put_delay_ms,
+        Some(20),
+        "a lease expiry leaves the delay"
+    );
+    let l = one(s, &t, None, now).await;
+    assert_eq!(l.id.as_str(), "a", "after its lease expired: first");
+    s.release(&t, &l.id, &l.token, 0, GiveBack::Dropped, now)
+        .await
+        .unwrap();
+    assert_eq!(get("a").await.put_delay_ms, Some(20), "a drop keeps it too");
+    let l = one(s, &t, None, now).await;
+    assert_eq!(l.id.as_str(), "a", "dropped: first");
+    s.nack(&t, &l.id, Nack::dead(&l.token, "x"), now)
+        .await
+        .unwrap();
+    now += 1;
+    assert_eq!(s.replay_dead(&t, None, 10, now).await.unwrap(), 1);
+    let c = s.reserve(&t, 4, None, now).await.unwrap();
+    assert_eq!(
+        ids(&c),
+        ["a", "b", "c", "due-order"],
+        "replayed: first; the due-order job by its due time"
+    );
+    // How overdue a topic is counts from the due time, not the put time.
+    let late = topic("put-order-late");
+    put(s, &late, put_ordered("d", When::DelayMs(5000), 5), T0).await;
+    assert_eq!(s.promote_due(&late, 10, T0 + 5000).await.unwrap().moved, 1);
+    let st = s.stats(&late, T0 + 5010).await.unwrap();
+    assert_eq!((st.ready, st.oldest_overdue_ms), (1, 10));
 }

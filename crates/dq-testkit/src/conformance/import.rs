@@ -123,6 +123,16 @@ pub async fn import_jobs_keeps_due_attempts_and_dead_letters(s: &dyn Store) {
             Some(1_000)
         )
     );
+    // An import carries no counts; its attempts were hand-outs.
+    assert_eq!(
+        own.info.counts,
+        JobCounts {
+            reserves: own.info.attempts,
+            ..JobCounts::default()
+        }
+    );
+    assert!(own.info.attempts > 0);
+    assert_eq!(own.info.put_delay_ms, None, "an import is in due order");
 
     // Idempotent by id: nothing changes the second time.
     let before: Vec<JobInfo> = {

@@ -85,7 +85,9 @@ pub async fn key_concurrency_holds_per_key_without_blocking_others(s: &dyn Store
     assert_eq!(ids(&r), vec!["big-03"]);
     // A release frees one.
     let l = &r.leases[0];
-    s.release(&t, &l.id, &l.token, 0, T0 + 5).await.unwrap();
+    s.release(&t, &l.id, &l.token, 0, GiveBack::Released, T0 + 5)
+        .await
+        .unwrap();
     let r = s.reserve(&t, 100, None, T0 + 5).await.unwrap();
     assert_eq!(r.leases.len(), 1);
     // A cancel of a reserved job frees one.

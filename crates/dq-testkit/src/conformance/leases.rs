@@ -194,7 +194,7 @@ pub async fn release_does_not_count_the_attempt(s: &dyn Store) {
         let l = one(s, &t, None, now).await;
         assert_eq!(l.attempt, 1, "released attempts are not counted");
         let due = s
-            .release(&t, &id("j"), &l.token, 500, now + 10)
+            .release(&t, &id("j"), &l.token, 500, GiveBack::Released, now + 10)
             .await
             .unwrap();
         assert_eq!(due, now + 510);
@@ -214,7 +214,7 @@ pub async fn release_does_not_count_the_attempt(s: &dyn Store) {
     assert_eq!((st.scheduled, st.reserved, st.counters.failed), (1, 0, 0));
     let l = one(s, &t, None, T0 + 5000).await;
     let now_due = s
-        .release(&t, &id("j"), &l.token, 0, T0 + 5000)
+        .release(&t, &id("j"), &l.token, 0, GiveBack::Released, T0 + 5000)
         .await
         .unwrap();
     assert_eq!(now_due, T0 + 5000);

@@ -57,9 +57,13 @@ pub async fn list_scheduled_earliest_first(s: &dyn Store) {
         vec!["d1b", "d2", "d3"]
     );
     // A far job moved near (and a near one far) is listed once, in its new place.
-    s.reschedule(&t, &id("d3"), T0 + 500, T0).await.unwrap();
-    s.reschedule(&t, &id("s5"), T0 + 4 * DAY, T0).await.unwrap();
-    s.reschedule(&t, &id("d1b"), T0 + 4 * DAY + 1, T0)
+    s.reschedule(&t, &id("d3"), T0 + 500, false, T0)
+        .await
+        .unwrap();
+    s.reschedule(&t, &id("s5"), T0 + 4 * DAY, false, T0)
+        .await
+        .unwrap();
+    s.reschedule(&t, &id("d1b"), T0 + 4 * DAY + 1, false, T0)
         .await
         .unwrap();
     assert_eq!(

@@ -34,7 +34,8 @@
 //!   counted; retries, reserve by id, reschedule, replay, rate limits and
 //!   keys). Run by [`expiry_conformance_tests!`](crate::expiry_conformance_tests)
 //!   on the stores that keep expiry so far (the embedded store).
-//! - `get.rs`: what `get` reports, a job's counts.
+//! - `get.rs`: what `get` reports, a job's counts, jobs ranked in put
+//!   order (beanstalkd's).
 //! - `topics.rs`: settings, deletion, listing topics, stats, pause, the
 //!   settings version.
 //! - `rate_limit.rs`: a topic's rate limit.
@@ -170,6 +171,7 @@ macro_rules! conformance_tests {
             watch_wakes_announces_what_became_due,
             nack_with_a_priority_keeps_it,
             get_counts_what_happened_to_a_job,
+            put_order_jobs_keep_their_place,
             dedup_window_refuses_ended_ids,
             records_keep_values_and_raise_marks,
             list_jobs_pages_every_state_once,

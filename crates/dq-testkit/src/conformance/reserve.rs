@@ -130,7 +130,9 @@ pub async fn reserve_job_in_any_waiting_or_dead_state(s: &dyn Store) {
         .unwrap();
     // Released: ready again, the attempt not counted.
     let ready = c.leases.iter().find(|l| l.id.as_str() == "ready").unwrap();
-    s.release(&t, &ready.id, &ready.token, 0, T0).await.unwrap();
+    s.release(&t, &ready.id, &ready.token, 0, GiveBack::Released, T0)
+        .await
+        .unwrap();
     let st = s.stats(&t, T0).await.unwrap();
     assert_eq!((st.scheduled, st.ready, st.reserved, st.dead), (2, 1, 0, 1));
 

@@ -65,13 +65,20 @@ pub async fn watch_wakes_announces_what_became_due(s: &dyn Store) {
         let later = topic("wk2");
         strict_topic(s, &later).await;
         put(s, &later, job("a", When::DelayMs(60_000)), T0).await;
-        s.reschedule(&later, &id("a"), T0, T0).await.unwrap();
+        s.reschedule(&later, &id("a"), T0, false, T0).await.unwrap();
         assert!(waited("wk2").await, "reschedule to now");
 
         let c = s.reserve(&later, 1, None, T0).await.unwrap();
-        s.release(&later, &id("a"), &c.leases[0].token, 0, T0)
-            .await
-            .unwrap();
+        s.release(
+            &later,
+            &id("a"),
+            &c.leases[0].token,
+            0,
+            GiveBack::Released,
+            T0,
+        )
+        .await
+        .unwrap();
         assert!(waited("wk2").await, "release");
 
         let c = s.reserve(&later, 1, None, T0).await.unwrap();

@@ -34,7 +34,7 @@ pub(super) fn expire(cx: &mut Ctx, tid: i64, j: &Leasable, now: u64) -> OpResult
             tid,
             j.fkey.as_deref(),
             i64::from(j.priority),
-            j.due as i64,
+            j.place,
             j.seq,
         );
     }

@@ -302,7 +302,7 @@ fn ready_rows(cx: &mut Ctx, tid: i64, places: &[(i64, i64, i64)]) -> OpResult<Re
     for &place in places {
         let (priority, due, seq) = place;
         let row = seqs.binary_search(&seq).ok().and_then(|i| rows[i].take());
-        match row.filter(|j| i64::from(j.priority) == priority && j.due as i64 == due) {
+        match row.filter(|j| i64::from(j.priority) == priority && j.place == due) {
             Some(j) => out.push(j),
             None => stale_ready(cx, tid, None, place),
         }
@@ -350,8 +350,10 @@ struct Span {
 }
 
 /// The columns a lease is made of.
-const LEASABLE: &str =
-    "seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms";
+const LEASABLE: &str = concat!(
+    "seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms, ",
+    place_sql!()
+);
 
 /// A job about to be leased.
 struct Leasable {
@@ -367,6 +369,8 @@ struct Leasable {
     fkey: Option<String>,
     /// When it expires, if it does.
     expires: Option<u64>,
+    /// Its place among the ready jobs of its priority (`place_sql!`).
+    place: i64,
 }
 
 impl Leasable {
@@ -383,6 +387,7 @@ impl Leasable {
             state: r.get(8)?,
             fkey: r.get(9)?,
             expires: r.get(10)?,
+            place: r.get(11)?,
         })
     }
 }
@@ -420,7 +425,7 @@ fn note_lease(
             tid,
             j.fkey.as_deref(),
             i64::from(j.priority),
-            j.due as i64,
+            j.place,
             j.seq,
         );
     }

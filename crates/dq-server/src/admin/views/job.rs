@@ -233,6 +233,7 @@ mod tests {
     #[test]
     fn a_jobs_history_reads_in_words() {
         let c = |timeouts, releases, buries, kicks| JobCounts {
+            reserves: 0,
             timeouts,
             releases,
             buries,
