@@ -94,6 +94,21 @@ pub struct JobRecord {
         deserialize_with = "not_null"
     )]
     pub key: Option<String>,
+    /// The W3C trace context it was enqueued with (an import keeps a well
+    /// formed one and drops any other, as an enqueue does).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
+    pub traceparent: Option<String>,
+    /// The `tracestate` that came with `traceparent`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
+    pub tracestate: Option<String>,
     /// A JSON body, as sent.
     #[serde(
         default,

@@ -107,6 +107,23 @@ pub struct EnqueueRequest {
         deserialize_with = "not_null"
     )]
     pub expires_at_ms: Option<i64>,
+    /// The W3C `traceparent` of the work that enqueues the job (default:
+    /// the request's `traceparent` header): kept with the job and handed
+    /// back with it. A malformed one is dropped (logged), never refused.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
+    pub traceparent: Option<String>,
+    /// The W3C `tracestate` that goes with `traceparent` (default: the
+    /// request's header, when `traceparent` came from it).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "not_null"
+    )]
+    pub tracestate: Option<String>,
 }
 
 /// What an enqueue did (the answer to one job).
@@ -228,6 +245,12 @@ pub struct Job {
     /// happen. Left out: it does not expire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
+    /// The W3C trace context it was enqueued with (left out: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The `tracestate` that came with `traceparent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
     /// A JSON body, as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<RawJson>,

@@ -41,6 +41,13 @@ pub struct Leased {
     pub lease_deadline_ms: u64,
     /// Lower first.
     pub priority: u32,
+    /// The W3C `traceparent` the job was enqueued with (left out: none):
+    /// the work it starts continues that trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The `tracestate` that came with `traceparent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracestate: Option<String>,
     /// A JSON body, as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<RawJson>,

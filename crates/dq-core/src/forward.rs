@@ -6,14 +6,17 @@
 //! step, or a pipeline to another Redis followed by the ack):
 //!
 //! - a stream entry ([`StreamFields::Flat`]): fields `id`, `topic`,
-//!   `attempt`, `due_at_ms`, `body` (the body's bytes as sent); with
-//!   [`StreamFields::Json`] one field `job` holding the [envelope](envelope);
+//!   `attempt`, `due_at_ms`, `body` (the body's bytes as sent), and
+//!   `traceparent` and `tracestate` when the job carries a trace context;
+//!   with [`StreamFields::Json`] one field `job` holding the
+//!   [envelope](envelope);
 //! - a list element: the body's bytes ([`ListPayload::Body`]) or the
 //!   envelope ([`ListPayload::Envelope`]).
 //!
 //! The envelope is a JSON object `{"id", "topic", "attempt", "due_at_ms",
-//! "body"}`, where `body` is the JSON body itself, or `"body_base64"` for a
-//! body of bytes.
+//! "traceparent", "tracestate", "body"}` (the two trace fields only when the
+//! job carries them), where `body` is the JSON body itself, or
+//! `"body_base64"` for a body of bytes.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -159,13 +162,22 @@ impl Target<'_> {
                 key: s.stream.clone(),
                 maxlen: s.maxlen,
                 fields: match s.fields {
-                    StreamFields::Flat => vec![
-                        ("id", lease.id.as_str().as_bytes().to_vec()),
-                        ("topic", lease.topic.as_str().as_bytes().to_vec()),
-                        ("attempt", lease.attempt.to_string().into_bytes()),
-                        ("due_at_ms", lease.due_at_ms.to_string().into_bytes()),
-                        ("body", lease.body.as_bytes().to_vec()),
-                    ],
+                    StreamFields::Flat => {
+                        let mut f = vec![
+                            ("id", lease.id.as_str().as_bytes().to_vec()),
+                            ("topic", lease.topic.as_str().as_bytes().to_vec()),
+                            ("attempt", lease.attempt.to_string().into_bytes()),
+                            ("due_at_ms", lease.due_at_ms.to_string().into_bytes()),
+                            ("body", lease.body.as_bytes().to_vec()),
+                        ];
+                        if let Some(t) = &lease.trace {
+                            f.push(("traceparent", t.traceparent().as_bytes().to_vec()));
+                            if let Some(state) = t.tracestate() {
+                                f.push(("tracestate", state.as_bytes().to_vec()));
+                            }
+                        }
+                        f
+                    }
                     StreamFields::Json => vec![("job", envelope(lease))],
                 },
             },
@@ -193,6 +205,12 @@ pub fn envelope(lease: &Lease) -> Vec<u8> {
         lease.due_at_ms
     )
     .into_bytes();
+    if let Some(t) = &lease.trace {
+        out.extend_from_slice(format!("\"traceparent\":{},", text(t.traceparent())).as_bytes());
+        if let Some(state) = t.tracestate() {
+            out.extend_from_slice(format!("\"tracestate\":{},", text(state)).as_bytes());
+        }
+    }
     match &lease.body {
         Body::Json(json) => {
             out.extend_from_slice(b"\"body\":");
@@ -389,6 +407,7 @@ mod tests {
             lease_deadline_ms: 0,
             priority: 0,
             body,
+            trace: None,
         }
     }
 
@@ -484,6 +503,33 @@ mod tests {
         let bytes = lease(Body::Bytes(vec![0, 255]));
         let env: serde_json::Value = serde_json::from_slice(&envelope(&bytes)).unwrap();
         assert_eq!(env["body_base64"], "AP8=");
+        // A job's trace context goes with it, in both forms.
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let traced = Lease {
+            trace: Some(crate::TraceContext::parse(tp, Some("rojo=1")).unwrap().0),
+            ..json.clone()
+        };
+        let env: serde_json::Value = serde_json::from_slice(&envelope(&traced)).unwrap();
+        assert_eq!(
+            (env["traceparent"].as_str(), env["tracestate"].as_str()),
+            (Some(tp), Some("rojo=1"))
+        );
+        let Write::Xadd { fields, .. } = Target::Stream(&flat).write_for(&traced) else {
+            panic!("a stream write")
+        };
+        let names: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            names,
+            [
+                "id",
+                "topic",
+                "attempt",
+                "due_at_ms",
+                "body",
+                "traceparent",
+                "tracestate"
+            ]
+        );
         let list = ListTarget {
             url: "redis://h".into(),
             list: "l".into(),

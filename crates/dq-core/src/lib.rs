@@ -29,6 +29,7 @@ pub mod retry;
 pub mod sink;
 pub mod store;
 pub mod topic;
+pub mod trace;
 
 pub use check::{MAX_RESERVE_TOPICS, ReserveParams};
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
@@ -44,3 +45,4 @@ pub use store::{
 pub use topic::{
     Delivery, OnExpiry, PushConfig, PushMethod, SettingSource, TopicConfig, TopicConfigPatch,
 };
+pub use trace::TraceContext;

@@ -101,7 +101,10 @@ pub trait Store: Send + Sync + 'static {
     /// ([`NewJob::expires`](crate::NewJob::expires)) is made absolute at
     /// `now_ms`; a job without one gets its topic's `expires_ms` after its
     /// due time (none when 0). A store that does not keep expiry refuses a
-    /// job with one ([`StoreError::Invalid`], `expiry_unsupported`).
+    /// job with one ([`StoreError::Invalid`], `expiry_unsupported`). A
+    /// job's trace context ([`NewJob::trace`](crate::NewJob::trace)) is
+    /// kept with it for its whole life and handed back in every
+    /// [`Lease`] and [`JobInfo`] of it (an import keeps one too).
     async fn enqueue(
         &self,
         topic: &Topic,

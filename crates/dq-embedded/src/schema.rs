@@ -179,6 +179,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sql: "ALTER TABLE jobs ADD COLUMN put_delay_ms INTEGER;
               ALTER TABLE jobs ADD COLUMN reserves_extra INTEGER NOT NULL DEFAULT 0;",
     },
+    // → 11
+    Migration {
+        what: "a job's W3C trace context (traceparent, then a space and the tracestate)",
+        sql: "ALTER TABLE jobs ADD COLUMN trace TEXT;",
+    },
 ];
 
 /// The SQL of every step from `version` to [`SCHEMA_VERSION`].

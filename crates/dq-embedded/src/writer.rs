@@ -79,13 +79,14 @@ impl HotSql {
     fn sql(self) -> &'static str {
         match self {
             HotSql::Insert => {
-                "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body, dedup_ms, fkey, expires_ms, put_delay_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry, created_ms, is_json, body, dedup_ms, fkey, expires_ms, put_delay_ms, trace)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
                  ON CONFLICT (tid, id) DO NOTHING"
             }
-            // `Insert` of a job that sets none of the seven columns most jobs
+            // `Insert` of a job that sets none of the eight columns most jobs
             // leave NULL (its own attempts, lease, retry, dedup window, key,
-            // expiry, put order): seven bindings fewer per job (`ops::enqueue`).
+            // expiry, put order, trace context): eight bindings fewer per
+            // job (`ops::enqueue`).
             HotSql::InsertPlain => {
                 "INSERT INTO jobs (tid, id, state, due_ms, priority, created_ms, is_json, body)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
@@ -108,7 +109,7 @@ impl HotSql {
             // read to be leased: the columns of `ops::reserve::LEASABLE`.
             HotSql::ReadyRow => {
                 concat!(
-                    "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms, ",
+                    "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms, trace, ",
                     place_sql!(),
                     " FROM jobs WHERE seq = ?1 AND tid = ?2 AND state = 1 AND fkey IS ?5
                      AND priority = ?3 AND ",
@@ -124,7 +125,7 @@ impl HotSql {
             // otherwise pick.
             HotSql::ReadySpan => {
                 concat!(
-                    "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms, ",
+                    "SELECT seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms, trace, ",
                     place_sql!(),
                     " FROM jobs WHERE seq BETWEEN ?1 AND ?2 AND +tid = ?3 AND state = 1 AND fkey IS NULL
                      AND (priority, ",

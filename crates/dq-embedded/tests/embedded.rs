@@ -370,7 +370,8 @@ async fn a_version_1_file_is_migrated_and_a_newer_one_refused() {
     // The store's writer may still be closing: wait for the lock first.
     drop(open_when_free(dir.path()).await);
     downgrade(
-        "ALTER TABLE jobs DROP COLUMN reserves_extra;
+        "ALTER TABLE jobs DROP COLUMN trace;
+         ALTER TABLE jobs DROP COLUMN reserves_extra;
          ALTER TABLE jobs DROP COLUMN put_delay_ms;
          ALTER TABLE jobs DROP COLUMN errors;
          ALTER TABLE jobs DROP COLUMN expires_ms;

@@ -230,6 +230,7 @@ async fn insert<'r>(
     let mut dedups: Vec<Option<i64>> = Vec::new();
     let mut keys: Vec<Option<&str>> = Vec::new();
     let mut put_delays: Vec<Option<i64>> = Vec::new();
+    let mut traces: Vec<Option<String>> = Vec::new();
     for r in rows {
         ids.push(r.id.as_str());
         states.push(r.state);
@@ -245,6 +246,7 @@ async fn insert<'r>(
         // A job ranked in put order keeps the delay it was put with (its
         // place is its put time, `created_ms`); NULL: in due order.
         put_delays.push(r.job.put_order.then(|| (r.due - now) as i64));
+        traces.push(r.job.trace.as_ref().map(TraceContext::to_stored));
     }
     if ids.is_empty() {
         return Ok(());
@@ -252,17 +254,18 @@ async fn insert<'r>(
     let now = now as i64;
     cx.exec(
         "INSERT INTO jobs (tid, id, state, due_ms, priority, max_attempts, lease_ms, retry,
-           created_ms, is_json, body, dedup_ms, fkey, put_delay_ms)
+           created_ms, is_json, body, dedup_ms, fkey, put_delay_ms, trace)
          SELECT $1, u.id, u.state, u.due, u.prio, u.maxa, u.lease, u.retry, $2, u.js, u.body, u.dedup,
-           u.fkey, u.put_delay
+           u.fkey, u.put_delay, u.trace
          FROM unnest($3::text[], $4::int2[], $5::int8[], $6::int8[], $7::int8[], $8::int8[],
-                     $9::text[], $10::bool[], $11::bytea[], $12::int8[], $13::text[], $14::int8[])
+                     $9::text[], $10::bool[], $11::bytea[], $12::int8[], $13::text[], $14::int8[],
+                     $15::text[])
               WITH ORDINALITY AS u(id, state, due, prio, maxa, lease, retry, js, body, dedup, fkey,
-                put_delay, n)
+                put_delay, trace, n)
          ORDER BY u.n",
         &[
             &tid, &now, &ids, &states, &dues, &prios, &maxes, &leases, &retries, &jsons, &bodies,
-            &dedups, &keys, &put_delays,
+            &dedups, &keys, &put_delays, &traces,
         ],
     )
     .await?;

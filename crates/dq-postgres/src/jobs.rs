@@ -14,7 +14,7 @@ use crate::leases::{open_window, unlease};
 use crate::schema::PLACE_MS;
 
 /// What [`info`] reads; counts.reserves is `attempts + carried`.
-const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body, timeouts, releases, buries, kicks, fkey, dedup_ms, errors::text, put_delay_ms, attempts + carried";
+const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body, timeouts, releases, buries, kicks, fkey, dedup_ms, errors::text, put_delay_ms, attempts + carried, trace";
 
 fn info(r: &Row, cfg: &TopicConfig) -> OpResult<JobInfo> {
     let u = |i: usize| r.get::<_, i64>(i) as u64;
@@ -35,6 +35,9 @@ fn info(r: &Row, cfg: &TopicConfig) -> OpResult<JobInfo> {
         died_at_ms: ou(13),
         body: Body::from_stored(r.get(15), r.get(14)),
         put_delay_ms: ou(23),
+        trace: r
+            .get::<_, Option<&str>>(25)
+            .and_then(TraceContext::from_stored),
         counts: JobCounts {
             reserves: u(24) as u32,
             timeouts: u(16) as u32,
@@ -341,9 +344,9 @@ pub(crate) async fn import_jobs(
         let seq: i64 = cx
             .one(
                 "INSERT INTO jobs (tid, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry,
-                   last_error, created_ms, died_ms, is_json, body, dedup_ms, fkey, errors)
+                   last_error, created_ms, died_ms, is_json, body, dedup_ms, fkey, errors, trace)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                   $17::text::jsonb)
+                   $17::text::jsonb, $18)
                  RETURNING seq",
                 &[
                     &tid,
@@ -363,6 +366,7 @@ pub(crate) async fn import_jobs(
                     &j.dedup_ms.filter(|ms| *ms > 0).map(|v| v as i64),
                     &j.key.as_ref().map(JobKey::as_str),
                     &dq_core::errors_to_json(&j.errors),
+                    &j.trace.as_ref().map(TraceContext::to_stored),
                 ],
             )
             .await?

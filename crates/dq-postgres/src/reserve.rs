@@ -48,7 +48,8 @@ pub(crate) async fn promote_due(
 }
 
 /// The columns a lease is made of.
-const LEASABLE: &str = "seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey";
+const LEASABLE: &str =
+    "seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, trace";
 
 /// A job about to be leased.
 struct Leasable {
@@ -62,6 +63,8 @@ struct Leasable {
     attempts: u32,
     state: i16,
     fkey: Option<String>,
+    /// As [`TraceContext::to_stored`] wrote it.
+    trace: Option<String>,
 }
 
 impl Leasable {
@@ -77,6 +80,7 @@ impl Leasable {
             attempts: r.get::<_, i64>(7) as u32,
             state: r.get(8),
             fkey: r.get(9),
+            trace: r.get(10),
         }
     }
 }
@@ -107,6 +111,7 @@ impl HandOut<'_> {
             lease_deadline_ms: deadline,
             priority: j.priority,
             body: Body::from_stored(j.body, j.is_json),
+            trace: j.trace.as_deref().and_then(TraceContext::from_stored),
         });
         Ok(())
     }

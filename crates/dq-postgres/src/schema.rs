@@ -154,6 +154,13 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
             ", seq) WHERE state = 1 AND fkey IS NOT NULL;"
         ),
     },
+    // → 5
+    Migration {
+        what: "a job's W3C trace context (trace: the traceparent, then a space and the tracestate)",
+        // A nullable column without a default writes no row and rebuilds
+        // no index: a change of the catalogue only.
+        sql: "ALTER TABLE jobs ADD COLUMN trace text;",
+    },
 ];
 
 /// Why a store did not open.

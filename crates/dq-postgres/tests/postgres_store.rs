@@ -1,7 +1,7 @@
 //! What the PostgreSQL store does beyond the conformance suite: its schema
 //! created, reopened, migrated from older versions and refused when newer
 //! or foreign; its clock the database's; a key's lane in put order; an ack
-//! batch answered item by item.
+//! batch answered item by item; a job's trace context kept as one text.
 
 use dq_core::*;
 use dq_postgres::{OpenError, PgConfig, PgStore, TimeSource};
@@ -51,14 +51,14 @@ async fn schema_is_reopened_and_newer_or_foreign_ones_refused() {
             e,
             OpenError::NewerSchema {
                 found: 99,
-                supported: 4,
+                supported: 5,
                 ..
             }
         ),
         "{e}"
     );
     assert!(
-        e.to_string().contains("version 99, newer than this dq's 4"),
+        e.to_string().contains("version 99, newer than this dq's 5"),
         "{e}"
     );
     assert_eq!(
@@ -153,6 +153,10 @@ async fn a_version_1_schema_is_migrated() {
          UPDATE dq.meta SET value = 1 WHERE key = 'schema_version'",
     );
     to_version_3(pg, &db);
+    assert!(
+        !columns(pg, &db).contains("trace"),
+        "no version-5 column is left"
+    );
     let s = PgStore::open(&config(url.clone())).await.unwrap();
     assert_eq!(
         pg.psql(
@@ -160,7 +164,7 @@ async fn a_version_1_schema_is_migrated() {
             "SELECT value FROM dq.meta WHERE key = 'schema_version'"
         )
         .trim(),
-        "4"
+        "5"
     );
     assert!(
         s.get(&t, &JobId::new("a").unwrap())
@@ -176,9 +180,30 @@ async fn a_version_1_schema_is_migrated() {
     assert_eq!(s.stats(&t, 0).await.unwrap().ready, 2);
 }
 
-/// Takes the `dq` schema of `db` from version 4 back to what version 3
-/// was: no put order, no `carried`, the ready indexes on the due time.
+/// The columns of `dq.jobs` in `db`, one a line.
+fn columns(pg: &PgServer, db: &str) -> String {
+    pg.psql(
+        db,
+        "SELECT column_name || ' ' || data_type || ' ' || is_nullable FROM information_schema.columns
+         WHERE table_schema = 'dq' AND table_name = 'jobs' ORDER BY ordinal_position",
+    )
+}
+
+/// Takes the `dq` schema of `db` from version 5 back to what version 4
+/// was: no trace context.
+fn to_version_4(pg: &PgServer, db: &str) {
+    pg.psql(
+        db,
+        "ALTER TABLE dq.jobs DROP COLUMN trace;
+         UPDATE dq.meta SET value = least(value, 4) WHERE key = 'schema_version'",
+    );
+}
+
+/// Takes the `dq` schema of `db` back to what version 3 was (through
+/// [`to_version_4`]): no put order, no `carried`, the ready indexes on the
+/// due time.
 fn to_version_3(pg: &PgServer, db: &str) {
+    to_version_4(pg, db);
     pg.psql(
         db,
         "DROP INDEX dq.jobs_ready, dq.jobs_kready;
@@ -250,7 +275,7 @@ async fn a_version_3_schema_is_migrated() {
             "SELECT value FROM dq.meta WHERE key = 'schema_version'"
         )
         .trim(),
-        "4"
+        "5"
     );
     let indexes = pg.psql(
         &db,
@@ -298,6 +323,104 @@ async fn a_version_3_schema_is_migrated() {
     );
     let sql = get("sql").await;
     assert_eq!((sql.put_delay_ms, sql.counts), (None, JobCounts::default()));
+}
+
+/// A schema at version 4 (before trace contexts) is migrated to version 5
+/// when opened by adding one nullable column, without writing the table or
+/// an index again (their files are the same after): its jobs, one of them
+/// leased, have no trace context and go on as before; a job enqueued after
+/// keeps its own, and one from the SQL front door has none.
+#[tokio::test]
+async fn a_version_4_schema_is_migrated() {
+    let pg = PgServer::shared();
+    let url = pg.fresh_database("migrate4");
+    let db = url.rsplit('/').next().unwrap().to_string();
+    let caller = |url: String| PgConfig {
+        clock: TimeSource::Caller,
+        ..config(url)
+    };
+    let s = PgStore::open(&caller(url.clone())).await.unwrap();
+    let t = Topic::new("kept").unwrap();
+    let job = |id: &str| {
+        NewJob::new(
+            JobId::new(id).unwrap(),
+            Body::Json("1".into()),
+            When::DelayMs(0),
+        )
+    };
+    s.enqueue(&t, &[job("held"), job("waiting")], 1_000)
+        .await
+        .unwrap();
+    let held = s.reserve(&t, 1, None, 1_000).await.unwrap().leases;
+    assert_eq!(held[0].id.as_str(), "held");
+    drop(s);
+    to_version_4(pg, &db);
+    assert!(!columns(pg, &db).contains("trace"));
+    let files = || {
+        pg.psql(
+            &db,
+            "SELECT c.relname || ' ' || pg_relation_filenode(c.oid) FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = 'dq' AND (c.relname = 'jobs' OR c.relname LIKE 'jobs\\_%')
+             ORDER BY c.relname",
+        )
+    };
+    let before = files();
+    assert!(before.contains("jobs_ready "), "{before}");
+
+    let s = PgStore::open(&caller(url.clone())).await.unwrap();
+    assert_eq!(
+        pg.psql(
+            &db,
+            "SELECT value FROM dq.meta WHERE key = 'schema_version'"
+        )
+        .trim(),
+        "5"
+    );
+    assert!(
+        columns(pg, &db).contains("trace text YES"),
+        "{}",
+        columns(pg, &db)
+    );
+    assert_eq!(files(), before, "no table or index written again");
+    let get = |id: &'static str| {
+        let (s, t) = (&s, &t);
+        async move { s.get(t, &JobId::new(id).unwrap()).await.unwrap().unwrap() }
+    };
+    assert_eq!(get("held").await.trace, None);
+    s.ack(&t, &held[0].id, &held[0].token, 1_000).await.unwrap();
+
+    let (ctx, _) = TraceContext::parse(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        Some("rojo=00f067aa0ba902b7"),
+    )
+    .unwrap();
+    let traced = NewJob {
+        trace: Some(ctx.clone()),
+        ..job("traced")
+    };
+    s.enqueue(&t, &[traced], 1_001).await.unwrap();
+    assert_eq!(
+        pg.psql(&db, "SELECT trace FROM dq.jobs WHERE id = 'traced'")
+            .trim(),
+        ctx.to_stored(),
+        "kept as one text"
+    );
+    assert_eq!(
+        pg.psql(&db, "SELECT state FROM dq.enqueue('kept', 'sql', '2', '0')")
+            .trim(),
+        "ready"
+    );
+    let c = s.reserve(&t, 3, None, 1_002).await.unwrap();
+    let got: Vec<(&str, Option<TraceContext>)> = c
+        .leases
+        .iter()
+        .map(|l| (l.id.as_str(), l.trace.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        [("waiting", None), ("traced", Some(ctx)), ("sql", None)]
+    );
 }
 
 /// A flow-control key's lane hands out and lists its jobs in the order

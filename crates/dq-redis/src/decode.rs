@@ -36,6 +36,18 @@ pub(crate) fn string(v: &Value) -> StoreResult<String> {
     String::from_utf8(bytes(v.clone())?).map_err(|_| protocol("not UTF-8"))
 }
 
+/// A job's trace context as its record keeps it (common.lua's `tc`, and
+/// get's reply: empty for none). A text that is not one dq wrote is none
+/// too: tracing never costs a job.
+pub(crate) fn stored_trace(raw: &[u8]) -> Option<TraceContext> {
+    if raw.is_empty() {
+        return None;
+    }
+    std::str::from_utf8(raw)
+        .ok()
+        .and_then(TraceContext::from_stored)
+}
+
 pub(crate) fn array(v: Value) -> StoreResult<Vec<Value>> {
     match v {
         Value::Array(a) => Ok(a),

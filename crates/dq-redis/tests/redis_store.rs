@@ -444,6 +444,7 @@ fn imported(id: &str, state: JobState, due: u64) -> ImportJob {
         created_at_ms: T0,
         died_at_ms: None,
         key: None,
+        trace: None,
     }
 }
 
@@ -1566,4 +1567,156 @@ async fn put_order_ranks_by_put_time_in_every_ready_member() {
     while !s.delete_topic(&t, 2).await.unwrap().1 {}
     let left: Vec<String> = conn.keys("dq:{po}:*").unwrap();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// Value 25 of the record of `id` in topic `t` (the trace context), if it
+/// has 25 values.
+fn record_trace(conn: &mut redis::Connection, t: &str, id: &str) -> Option<String> {
+    on_record(conn, t, id, "select(25, cmsgpack.unpack(raw))")
+}
+
+/// A job's trace context is record value 25, written only for a job that
+/// has one: a job without one keeps exactly the bytes it had (8 values as
+/// enqueued, 16 in the wheel; the same bytes whether its call was compact
+/// or, because another job of the call has a trace context, full), and
+/// one with it has 25 values whatever it goes through (the wheel, promote's
+/// slow path, a reserve, a nack, death, a replay, a reserve by id, a
+/// release, an import), handed back each time.
+#[tokio::test]
+async fn a_trace_context_is_value_25_and_a_job_without_one_keeps_its_bytes() {
+    let server = RedisServer::start();
+    let s = store(server.url());
+    let mut conn = server.connection();
+    let ctx = TraceContext::parse(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"),
+    )
+    .unwrap()
+    .0;
+    let stored = ctx.to_stored();
+    let traced = |id: &str, delay: u64| NewJob {
+        trace: Some(ctx.clone()),
+        ..job(id, delay)
+    };
+    let (compact, full) = (Topic::new("plain").unwrap(), Topic::new("tr").unwrap());
+    let plain = [job("now", 0), job("soon", 5_000), job("far", 3_600_000)];
+    s.enqueue(&compact, &plain, T0).await.unwrap();
+    let mut mixed = plain.to_vec();
+    mixed.extend([
+        traced("t-now", 0),
+        traced("t-soon", 5_000),
+        traced("t-far", 3_600_000),
+    ]);
+    s.enqueue(&full, &mixed, T0).await.unwrap();
+    for (id, values) in [("now", 8), ("soon", 8), ("far", 16)] {
+        let raw = raw_record(&mut conn, "tr", id);
+        assert_eq!(raw, raw_record(&mut conn, "plain", id), "{id}: same bytes");
+        assert_eq!(record_values(&mut conn, "tr", id), values, "{id}");
+        assert_eq!(record_trace(&mut conn, "tr", id), None, "{id}");
+    }
+    let ids = ["t-now", "t-soon", "t-far"];
+    let check = |conn: &mut redis::Connection, when: &str| {
+        for id in ids {
+            assert_eq!(record_values(conn, "tr", id), 25, "{when}: {id}");
+            assert!(record_is_canonical(conn, "tr", id), "{when}: {id}");
+            assert_eq!(
+                record_trace(conn, "tr", id).as_deref(),
+                Some(stored.as_str()),
+                "{when}: {id}"
+            );
+        }
+    };
+    check(&mut conn, "enqueued");
+    let get = |id: &'static str| {
+        let (s, t) = (&s, &full);
+        async move { s.get(t, &JobId::new(id).unwrap()).await.unwrap().unwrap() }
+    };
+    for id in ids {
+        assert_eq!(get(id).await.trace.as_ref(), Some(&ctx), "{id}");
+    }
+    assert_eq!(get("far").await.trace, None);
+
+    // Rolled out of the wheel and promoted (not the 8-value fast path),
+    // then leased: the reply's records carry it.
+    let now = T0 + 3_600_000;
+    let leases = s.reserve(&full, 10, None, now).await.unwrap().leases;
+    assert_eq!(leases.len(), 6);
+    for l in &leases {
+        let want = l.id.as_str().starts_with("t-").then(|| ctx.clone());
+        assert_eq!(l.trace, want, "{}", l.id);
+    }
+    check(&mut conn, "leased");
+    for (id, values) in [("now", 8), ("soon", 8), ("far", 8)] {
+        assert_eq!(record_values(&mut conn, "tr", id), values, "{id} leased");
+    }
+    // Failed to retry, then dead, replayed, reserved by id, released.
+    for l in &leases {
+        let nack = Nack::retry(&l.token, "again").retry_in(0);
+        s.nack(&full, &l.id, nack, now).await.unwrap();
+    }
+    check(&mut conn, "retried");
+    let again = s.reserve(&full, 10, None, now + 1).await.unwrap().leases;
+    for l in &again {
+        s.nack(&full, &l.id, Nack::dead(&l.token, "x"), now + 1)
+            .await
+            .unwrap();
+    }
+    check(&mut conn, "dead");
+    assert_eq!(s.replay_dead(&full, None, 10, now + 2).await.unwrap(), 6);
+    check(&mut conn, "replayed");
+    let by_id = s
+        .reserve_job(&full, &JobId::new("t-far").unwrap(), None, now + 2)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(by_id.trace.as_ref(), Some(&ctx));
+    s.release(
+        &full,
+        &by_id.id,
+        &by_id.token,
+        0,
+        GiveBack::Released,
+        now + 3,
+    )
+    .await
+    .unwrap();
+    check(&mut conn, "released");
+    let released = s
+        .reserve_job(&full, &by_id.id, None, now + 3)
+        .await
+        .unwrap();
+    assert_eq!(released.unwrap().trace.as_ref(), Some(&ctx));
+    for id in ["now", "soon", "far"] {
+        assert!(record_values(&mut conn, "tr", id) < 25, "{id}");
+        assert_eq!(get(id).await.trace, None, "{id}");
+    }
+
+    // An import keeps one and writes none for a job without.
+    let imp = Topic::new("imp").unwrap();
+    let with = ImportJob {
+        trace: Some(ctx.clone()),
+        ..imported("with", JobState::Scheduled, now + 5_000)
+    };
+    let without = imported("without", JobState::Scheduled, now + 5_000);
+    s.import_jobs(&imp, &[with, without], now).await.unwrap();
+    assert_eq!(
+        record_trace(&mut conn, "imp", "with").as_deref(),
+        Some(stored.as_str())
+    );
+    assert_eq!(record_values(&mut conn, "imp", "with"), 25);
+    assert!(record_values(&mut conn, "imp", "without") < 25);
+    let page = s.list_jobs(&imp, None, None, 10).await.unwrap();
+    let mut listed: Vec<(String, Option<TraceContext>)> = page
+        .jobs
+        .into_iter()
+        .map(|j| (j.info.id.to_string(), j.info.trace))
+        .collect();
+    listed.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        listed,
+        [
+            ("with".to_string(), Some(ctx.clone())),
+            ("without".to_string(), None)
+        ]
+    );
 }

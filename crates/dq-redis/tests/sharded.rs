@@ -435,6 +435,7 @@ async fn list_and_import_cross_every_partition() {
             created_at_ms: T0 - 1,
             key: None,
             died_at_ms: (i % 10 == 0).then_some(T0),
+            trace: None,
         })
         .collect();
     let out = s.import_jobs(&t, &jobs, T0).await.unwrap();
@@ -740,5 +741,65 @@ async fn a_partitioned_topic_lists_put_order_jobs_by_put_time() {
             r.extend(ids(s.list_ready(&t, offset, size).await.unwrap()));
         }
         assert_eq!(r, want, "pages of {size}");
+    }
+}
+
+/// A partitioned topic hands each job's trace context back whichever
+/// partition and shard holds it: in a reserve across partitions, in a
+/// reserve by id, in get and in the listing of every partition; a job
+/// without one has none.
+#[tokio::test]
+async fn a_partitioned_topic_hands_trace_contexts_back() {
+    let (s, _servers) = fresh().await;
+    let t = Topic::new("traced-hot").unwrap();
+    partitioned(&s, &t, 4).await;
+    let ctx = |i: usize| {
+        let parent = format!("00-{:032x}-{:016x}-01", i + 1, i + 100);
+        TraceContext::parse(&parent, Some("vendor=v1")).unwrap().0
+    };
+    // Even jobs traced, odd ones plain: one call of both, another plain.
+    let jobs: Vec<NewJob> = (0..40usize)
+        .map(|i| NewJob {
+            trace: i.is_multiple_of(2).then(|| ctx(i)),
+            ..job(&format!("t{i}"), When::DelayMs(0))
+        })
+        .collect();
+    s.enqueue(&t, &jobs, T0).await.unwrap();
+    let plain: Vec<NewJob> = (40..50)
+        .map(|i| job(&format!("t{i}"), When::DelayMs(0)))
+        .collect();
+    s.enqueue(&t, &plain, T0).await.unwrap();
+    let want = |id: &JobId| {
+        let i: usize = id.as_str()[1..].parse().unwrap();
+        (i < 40 && i.is_multiple_of(2)).then(|| ctx(i))
+    };
+    let r = s.reserve(&t, 30, None, T0).await.unwrap();
+    assert_eq!(r.leases.len(), 30);
+    for l in &r.leases {
+        assert_eq!(l.trace, want(&l.id), "{}", l.id);
+        assert_eq!(l.topic, t, "the lease names the topic");
+    }
+    let mut listed = 0;
+    let mut cursor: Option<String> = None;
+    loop {
+        let p = s.list_jobs(&t, None, cursor.as_deref(), 7).await.unwrap();
+        for j in &p.jobs {
+            assert_eq!(j.info.trace, want(&j.info.id), "listed: {}", j.info.id);
+        }
+        listed += p.jobs.len();
+        cursor = p.cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert_eq!(listed, 50);
+    let leased: HashSet<String> = r.leases.iter().map(|l| l.id.to_string()).collect();
+    for i in 0..50 {
+        let id = JobId::new(format!("t{i}")).unwrap();
+        assert_eq!(s.get(&t, &id).await.unwrap().unwrap().trace, want(&id));
+        if !leased.contains(id.as_str()) {
+            let l = s.reserve_job(&t, &id, None, T0).await.unwrap().unwrap();
+            assert_eq!(l.trace, want(&id), "by id: {id}");
+        }
     }
 }

@@ -267,6 +267,13 @@ impl TopicDelivery {
             .header("dq-due-at", lease.due_at_ms.to_string())
             .header("webhook-id", &msg_id)
             .header("webhook-timestamp", ts.to_string());
+        // The trace the job was enqueued in goes on in the callee.
+        if let Some(trace) = &lease.trace {
+            req = req.header("traceparent", trace.traceparent());
+            if let Some(state) = trace.tracestate() {
+                req = req.header("tracestate", state);
+            }
+        }
         if !self.cfg.secrets.is_empty() {
             req = req.header(
                 "webhook-signature",

@@ -506,3 +506,47 @@ async fn settings_are_checked_and_the_password_never_shown() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A job enqueued with a W3C trace context is forwarded with it: the
+/// envelope's `traceparent` and `tracestate`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_envelope_carries_the_jobs_trace_context() {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let (store, _dir) = support::embedded_store();
+    let target = RedisServer::start();
+    let d = dq(store, RedisSink::new()).await;
+    let (s, v) = d
+        .topic(
+            "traced",
+            json!({"delivery": {"mode": "redis_list", "url": target.url(), "list": "traced:ready", "payload": "envelope"}}),
+        )
+        .await;
+    assert!(s == 200 || s == 201, "{v}");
+    let res = reqwest::Client::new()
+        .post(format!("{}/v1/topics/traced/jobs", d.base))
+        .header("traceparent", TP)
+        .header("tracestate", "rojo=1")
+        .json(&json!({"id": "t1", "body": {"n": 1}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+    let mut c = conn(&target.url()).await;
+    let popped: Option<(String, Vec<u8>)> = redis::cmd("BRPOP")
+        .arg("traced:ready")
+        .arg(10)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let (_, raw) = popped.expect("the job is forwarded");
+    let env: Value = serde_json::from_slice(&raw).unwrap();
+    assert_eq!(
+        (
+            env["id"].clone(),
+            env["traceparent"].clone(),
+            env["tracestate"].clone()
+        ),
+        (json!("t1"), json!(TP), json!("rojo=1"))
+    );
+    assert_eq!(env["body"], json!({"n": 1}));
+}

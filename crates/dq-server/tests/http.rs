@@ -46,6 +46,7 @@ dq_testkit::router_tests! {
         flow_control_through_the_api,
         topics_page_by_cursor_and_prefix,
         single_enqueues_at_once_each_get_their_own_answer,
+        trace_context_goes_from_the_enqueue_to_the_consumer,
     ],
 }
 
@@ -2440,5 +2441,130 @@ async fn single_enqueues_at_once_each_get_their_own_answer(fresh: FreshApi) {
     assert_eq!(
         a.stats("together").await["scheduled"],
         json!(41 + expiring_kept)
+    );
+}
+
+/// A job's W3C trace context: taken from the request's headers (one
+/// enqueue, or the default of a batch's items) or an item's own fields,
+/// handed back by reserve, GET and the export; a malformed one is dropped
+/// and the job written all the same.
+async fn trace_context_goes_from_the_enqueue_to_the_consumer(fresh: FreshApi) {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const OWN: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+    let a = fresh.api();
+    let send = |uri: &str, headers: &[(&str, &str)], body: Value| {
+        let mut b = Request::builder()
+            .method("POST")
+            .uri(uri)
+            .header(header::CONTENT_TYPE, "application/json");
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(Body::from(body.to_string())).unwrap()
+    };
+    let (s, v) = a
+        .raw(send(
+            "/v1/topics/traced/jobs",
+            &[
+                ("traceparent", TP),
+                ("tracestate", "rojo=1"),
+                ("tracestate", "congo=2"),
+            ],
+            json!({"id": "one"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (s, v) = a
+        .raw(send(
+            "/v1/topics/traced/jobs:batch",
+            &[("traceparent", TP)],
+            json!({"jobs": [
+                {"id": "default"},
+                {"id": "own", "traceparent": OWN, "tracestate": "x=y"},
+                {"id": "bad", "traceparent": "00-nonsense"},
+                {"id": "bad-state", "traceparent": OWN, "tracestate": "Not Valid"}
+            ]}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert!(
+        v["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["created"] == json!(true)),
+        "a malformed trace context refuses nothing: {v}"
+    );
+    let (s, v) = a
+        .raw(send(
+            "/v1/topics/traced/jobs",
+            &[("traceparent", "garbage")],
+            json!({"id": "garbage"}),
+        ))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    let (_, v) = a
+        .call(
+            "POST",
+            "/v1/reserve",
+            Some(json!({"topics": ["traced"], "max": 10})),
+        )
+        .await;
+    let got: Vec<(String, Value, Value)> = v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (
+                j["id"].as_str().unwrap().to_string(),
+                j["traceparent"].clone(),
+                j["tracestate"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("one".to_string(), json!(TP), json!("rojo=1,congo=2")),
+            ("default".to_string(), json!(TP), Value::Null),
+            ("own".to_string(), json!(OWN), json!("x=y")),
+            ("bad".to_string(), Value::Null, Value::Null),
+            ("bad-state".to_string(), json!(OWN), Value::Null),
+            ("garbage".to_string(), Value::Null, Value::Null),
+        ]
+    );
+    let (s, v) = a.call("GET", "/v1/topics/traced/jobs/own", None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        (v["traceparent"].clone(), v["tracestate"].clone()),
+        (json!(OWN), json!("x=y"))
+    );
+    let (_, v) = a.call("GET", "/v1/topics/traced/jobs/garbage", None).await;
+    assert!(v.get("traceparent").is_none(), "none is left out: {v}");
+    // The export carries it, and an import into another topic keeps it.
+    let (_, page) = a.call("GET", "/v1/topics/traced/jobs?limit=10", None).await;
+    let own = page["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["id"] == "own")
+        .unwrap()
+        .clone();
+    assert_eq!(own["traceparent"], json!(OWN));
+    let mut moved = own.clone();
+    moved["state"] = json!("ready");
+    moved.as_object_mut().unwrap().remove("lease_deadline_ms");
+    let (s, v) = a
+        .call(
+            "POST",
+            "/v1/topics/traced-copy/jobs:import",
+            Some(json!({"jobs": [moved]})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let (_, v) = a.call("GET", "/v1/topics/traced-copy/jobs/own", None).await;
+    assert_eq!(
+        (v["traceparent"].clone(), v["tracestate"].clone()),
+        (json!(OWN), json!("x=y"))
     );
 }

@@ -71,6 +71,8 @@ fn enqueue_request() -> EnqueueRequest {
         key: Some("customer-17".into()),
         expires_in_ms: Some(1),
         expires_at_ms: Some(1),
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        tracestate: Some("rojo=1".into()),
     }
 }
 
@@ -106,6 +108,8 @@ fn job() -> Job {
         died_at_ms: Some(1),
         key: Some("customer-17".into()),
         expires_at_ms: Some(1),
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        tracestate: Some("rojo=1".into()),
         body: Some(raw(json!(1))),
         body_base64: Some("AA==".into()),
     }
@@ -132,6 +136,8 @@ fn job_record() -> JobRecord {
         lease_deadline_ms: Some(1),
         died_at_ms: Some(1),
         key: Some("customer-17".into()),
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        tracestate: Some("rojo=1".into()),
         body: Some(raw(json!(1))),
         body_base64: Some("AA==".into()),
     }
@@ -228,6 +234,8 @@ fn leased() -> Leased {
         due_at_ms: 1,
         lease_deadline_ms: 1,
         priority: 1,
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        tracestate: Some("rojo=1".into()),
         body: Some(raw(json!(1))),
         body_base64: Some("AA==".into()),
     }

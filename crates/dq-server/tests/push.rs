@@ -728,3 +728,40 @@ async fn a_drain_waits_for_the_delivery_in_flight_and_claims_no_more() {
     let (s, v) = d.call(reqwest::Method::GET, "/readyz", Value::Null).await;
     assert_eq!((s, v["status"].clone()), (503, json!("draining")));
 }
+
+/// A job enqueued with a W3C trace context takes it to its callee: every
+/// delivery attempt (here one refused with a 500, then one acked, after the
+/// job's delay) carries the `traceparent` and `tracestate` it was enqueued with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_callee_gets_the_trace_context_the_job_was_enqueued_with() {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let r = Receiver::default();
+    r.answers.lock().unwrap().push_back((500, None));
+    let url = r.start().await;
+    let d = dq(false).await;
+    let (s, v) = d
+        .push_topic(
+            "traced",
+            json!({"mode": "push", "url": url}),
+            json!({"retry": {"fixed_ms": 50}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let res = reqwest::Client::new()
+        .post(format!("{}/v1/topics/traced/jobs", d.base))
+        .header("traceparent", TP)
+        .header("tracestate", "rojo=00f067aa0ba902b7")
+        .json(&json!({"id": "t1", "delay_ms": 200}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+    d.wait_for("traced", "the ack", |s| s["counters"]["acked"] == json!(1))
+        .await;
+    let got = r.got();
+    assert_eq!(got.len(), 2, "refused once, then acked");
+    for g in &got {
+        assert_eq!(g.headers["traceparent"], TP);
+        assert_eq!(g.headers["tracestate"], "rojo=00f067aa0ba902b7");
+    }
+}

@@ -133,6 +133,17 @@ impl NewJob {
         self
     }
 
+    /// The W3C trace context of the work that enqueues the job
+    /// (`traceparent`, and a `tracestate` or none): kept with the job and
+    /// handed back with it ([`dq_api::Leased::traceparent`]), so the work
+    /// done at its due time continues this trace. A malformed one is
+    /// dropped by the server (logged), never refused.
+    pub fn trace(mut self, traceparent: impl Into<String>, tracestate: Option<String>) -> Self {
+        self.0.traceparent = Some(traceparent.into());
+        self.0.tracestate = tracestate;
+        self
+    }
+
     /// The request as it goes on the wire.
     pub fn request(&self) -> &wire::EnqueueRequest {
         &self.0

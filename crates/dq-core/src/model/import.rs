@@ -41,6 +41,8 @@ pub struct ImportJob {
     pub died_at_ms: Option<u64>,
     /// Its flow-control key.
     pub key: Option<JobKey>,
+    /// The trace context it was enqueued with.
+    pub trace: Option<crate::TraceContext>,
 }
 
 impl ImportJob {

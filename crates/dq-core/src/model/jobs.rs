@@ -135,6 +135,9 @@ pub struct NewJob {
     /// ([`JobInfo::put_delay_ms`]). The beanstalkd listener's jobs; `false`
     /// for every other.
     pub put_order: bool,
+    /// The W3C trace context of the request that enqueued it, handed back
+    /// with the job ([`JobInfo::trace`], [`crate::Lease::trace`]).
+    pub trace: Option<crate::TraceContext>,
 }
 
 /// The default priority.
@@ -164,6 +167,7 @@ impl NewJob {
             key: None,
             expires: None,
             put_order: false,
+            trace: None,
         }
     }
 }
@@ -265,6 +269,8 @@ pub struct JobInfo {
     /// retry or release (beanstalkd's `delay`); a lease expiry, a
     /// reschedule or a replay leaves it.
     pub put_delay_ms: Option<u64>,
+    /// The trace context it was enqueued with ([`NewJob::trace`]).
+    pub trace: Option<crate::TraceContext>,
 }
 
 /// One failed attempt of a job ([`JobInfo::errors`]).

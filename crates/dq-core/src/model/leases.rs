@@ -22,6 +22,9 @@ pub struct Lease {
     pub priority: u32,
     /// The payload.
     pub body: Body,
+    /// The trace context the job was enqueued with ([`crate::NewJob::trace`]):
+    /// the work it starts continues that trace.
+    pub trace: Option<crate::TraceContext>,
 }
 
 /// The result of a reserve on one topic.

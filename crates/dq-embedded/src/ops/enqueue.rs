@@ -102,7 +102,8 @@ pub(crate) fn enqueue(
             && dedup_ms.is_none()
             && j.key.is_none()
             && expires_ms.is_none()
-            && !j.put_order;
+            && !j.put_order
+            && j.trace.is_none();
         // A job in put order keeps its delay, and its place is its put time.
         let put_delay = j.put_order.then(|| (due - now) as i64);
         let place = if j.put_order { now } else { due };
@@ -138,6 +139,7 @@ pub(crate) fn enqueue(
                     j.key.as_ref().map(JobKey::as_str),
                     expires_ms,
                     put_delay,
+                    j.trace.as_ref().map(TraceContext::to_stored),
                 ])
             })?)
         };

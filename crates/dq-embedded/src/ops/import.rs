@@ -52,8 +52,8 @@ pub(crate) fn import_jobs(
             .conn
             .prepare_cached(
                 "INSERT INTO jobs (tid, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry,
-                   last_error, created_ms, died_ms, is_json, body, dedup_ms, fkey, errors)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+                   last_error, created_ms, died_ms, is_json, body, dedup_ms, fkey, errors, trace)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
                  ON CONFLICT (tid, id) DO NOTHING",
             )?
             .execute(params![
@@ -74,6 +74,7 @@ pub(crate) fn import_jobs(
                 j.dedup_ms.filter(|ms| *ms > 0).map(|v| v as i64),
                 j.key.as_ref().map(JobKey::as_str),
                 dq_core::errors_to_json(&j.errors),
+                j.trace.as_ref().map(TraceContext::to_stored),
             ])?
             == 1;
         if !written {

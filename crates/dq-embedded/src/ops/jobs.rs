@@ -60,11 +60,15 @@ fn job_row(r: &rusqlite::Row<'_>, cfg: &TopicConfig) -> rusqlite::Result<Row> {
                 .transpose()?,
             expires_at_ms: r.get(21)?,
             put_delay_ms: r.get(24)?,
+            trace: r
+                .get::<_, Option<String>>(25)?
+                .as_deref()
+                .and_then(TraceContext::from_stored),
         },
     ))
 }
 
-const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body, timeouts, releases, buries, kicks, fkey, expires_ms, errors, reserves_extra, put_delay_ms";
+const JOB_COLUMNS: &str = "seq, id, state, due_ms, priority, attempts, max_attempts, lease_ms, retry, last_error, created_ms, token, deadline_ms, died_ms, is_json, body, timeouts, releases, buries, kicks, fkey, expires_ms, errors, reserves_extra, put_delay_ms, trace";
 
 pub(crate) fn get(cx: &mut Ctx, topic: &Topic, id: &JobId) -> OpResult<Option<JobInfo>> {
     let Some(tid) = tid(cx, topic)? else {
@@ -224,7 +228,7 @@ pub(crate) fn list_jobs(
                 retry: r
                     .get::<_, Option<String>>(8)?
                     .and_then(|s| RetryPolicy::decode(&s)),
-                dedup_ms: r.get::<_, Option<u64>>(25)?.filter(|ms| *ms > 0),
+                dedup_ms: r.get::<_, Option<u64>>(26)?.filter(|ms| *ms > 0),
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;

@@ -21,14 +21,14 @@ fn held_statements_match_the_schema_run_clean_and_are_reused() {
     assert_eq!(
         shapes,
         [
-            (15, 0, false),
+            (16, 0, false),
             (8, 0, false),
             (3, 0, false),
             (4, 0, false),
             (3, 3, true),
             (1, 0, false),
-            (5, 12, true),
-            (6, 12, true),
+            (5, 13, true),
+            (6, 13, true),
             (8, 0, false)
         ]
     );
@@ -97,7 +97,8 @@ fn held_statements_match_the_schema_run_clean_and_are_reused() {
                 dedup_ms,
                 key,
                 None::<i64>,
-                None::<i64>
+                None::<i64>,
+                None::<String>
             ])
         })
     };

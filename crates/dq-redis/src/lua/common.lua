@@ -34,12 +34,13 @@
 -- or moved jobs leave stale list entries, skipped when rolled (an entry is
 -- live when its record is scheduled, in the wheel, and due in that bucket).
 -- ctr.far counts the jobs in the wheel.
--- A job record is one MessagePack string of up to 24 values in this order,
+-- A job record is one MessagePack string of up to 25 values in this order,
 -- ending with the last one set (8 for a job just enqueued or leased,
 -- 16 in the wheel or dead, 20 once one of the job's counts is set, 21 with
 -- a dedup window, 22 with a flow-control key, 23 for a job in put order,
--- 24 once it was released or replayed; a value left off or nil is
--- absent), read by load() into a table with these fields:
+-- 24 once it was released or replayed, 25 with a trace context; a value
+-- left off or nil is absent), read by load() into a table with these
+-- fields:
 --   d due ms, p priority, q seq, a attempts handed out,
 --   s state (s scheduled | y ready | r reserved | d dead), c created ms,
 --   k kind (j json | b bytes), b body, m max_attempts override,
@@ -58,10 +59,16 @@
 --   rv hand-outs that no longer count in a (nil: 0): a release gives the
 --   attempt back (a - 1, rv + 1) and a replay starts the attempts again
 --   (rv + a, a = 0), so the job's hand-outs in its whole life (its count
---   of reserves) are a + rv and a hand-out writes nothing more.
--- Values 23 and 24 come last so that a job in due order that was never
--- released nor replayed (nearly every job) keeps the bytes it had, and
--- promote's 8-value fast path never meets a job in put order.
+--   of reserves) are a + rv and a hand-out writes nothing more, and
+--   tc its W3C trace context as dq-core's TraceContext::to_stored writes
+--   it (the traceparent, then a space and the tracestate when there is
+--   one; at most 568 bytes), set only for a job enqueued (or imported)
+--   with one and kept for its whole life; reserve hands it back inside
+--   the record it answers (verbs/reserve/record.rs reads it there).
+-- Values 23, 24 and 25 come last so that a job in due order that was never
+-- released nor replayed and has no trace context (nearly every job) keeps
+-- the bytes it had, and promote's 8-value fast path never meets a job in
+-- put order or with a trace context.
 -- One string per job in one hash per topic keeps a job at ~150 bytes of
 -- Redis memory (a hash per job with a 64-byte body is several times that).
 -- Time: every script takes "now" from clock_ms(ARGV[...]): the Redis server's
@@ -193,10 +200,11 @@ end
 -- The record stored as `raw` (nil: none).
 local function decode(raw)
   if not raw then return nil end
-  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv = cmsgpack.unpack(raw)
+  local d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv, tc = cmsgpack.unpack(raw)
   return {d = d, p = p, q = q, a = a, s = s, c = c, k = k, b = b,
           m = m, L = L, r = r, e = e, t = t, u = u, x = x, w = w,
-          to = to, rl = rl, bu = bu, ki = ki, dd = dd, g = g, pd = pd, rv = rv}
+          to = to, rl = rl, bu = bu, ki = ki, dd = dd, g = g, pd = pd, rv = rv,
+          tc = tc}
 end
 
 -- Leases (layout 2). Handing a job out does not rewrite its record: the
@@ -263,7 +271,10 @@ end
 -- it packs, nil included). The hot paths (promote, reserve, ack_batch,
 -- enqueue) unpack a record into locals and pack them back with this: a
 -- record as a table costs more to build than to encode.
-local function pack_values(d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv)
+local function pack_values(d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv, tc)
+  if tc ~= nil then
+    return cmsgpack.pack(d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv, tc)
+  end
   if rv ~= nil then
     return cmsgpack.pack(d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv)
   end
@@ -294,7 +305,7 @@ end
 -- The stored form of record `j`.
 local function pack(j)
   return pack_values(j.d, j.p, j.q, j.a, j.s, j.c, j.k, j.b, j.m, j.L, j.r, j.e,
-    j.t, j.u, j.x, j.w, j.to, j.rl, j.bu, j.ki, j.dd, j.g, j.pd, j.rv)
+    j.t, j.u, j.x, j.w, j.to, j.rl, j.bu, j.ki, j.dd, j.g, j.pd, j.rv, j.tc)
 end
 
 -- Writes the job record of `id`: a reserved one as its lease token and the
@@ -307,7 +318,7 @@ local function save(id, j)
     redis.call('HSET', K.tokens, id, j.t)
     j.held = true
     raw = pack_values(j.d, j.p, j.q, (j.a or 1) - 1, READY, j.c, j.k,
-      j.b, j.m, j.L, j.r, j.e, nil, nil, j.x, j.w, j.to, j.rl, j.bu, j.ki, j.dd, j.g, j.pd, j.rv)
+      j.b, j.m, j.L, j.r, j.e, nil, nil, j.x, j.w, j.to, j.rl, j.bu, j.ki, j.dd, j.g, j.pd, j.rv, j.tc)
   else
     if j.held then
       tokens_drop(id)
@@ -350,7 +361,7 @@ local function with_error(e, attempt, now, err)
   return joined_errors(cjson.encode(list), err)
 end
 
--- Appends job `id` (record `j` as loaded) to `out` as the 22 values of
+-- Appends job `id` (record `j` as loaded) to `out` as the 23 values of
 -- get.lua's reply (`cfg`: the topic's config, for the defaults in effect).
 local function job_info(out, id, j, cfg)
   local n = #out
@@ -377,6 +388,7 @@ local function job_info(out, id, j, cfg)
   out[n + 20] = errors or ''
   out[n + 21] = (j.a or 0) + (j.rv or 0)
   out[n + 22] = j.pd or NONE
+  out[n + 23] = j.tc or ''
 end
 
 -- Deletes the record of `id` (`j` as loaded) and its lease token.
@@ -651,7 +663,8 @@ local function promote(K, now, max)
       -- the ready record is the same bytes with that letter changed (a
       -- one-letter string both: 0xa1 and the letter), not unpacked and
       -- packed again (~900 instructions a value). Any other record is (a
-      -- job in put order among them: it has at least 23 values).
+      -- job in put order or with a trace context among them: it has at
+      -- least 23 values).
       local off, d, p, q, a = cmsgpack.unpack_limit(raw, 4)
       local rest, s = cmsgpack.unpack_limit(raw, 4, off)
       if s == SCHEDULED then
@@ -660,9 +673,9 @@ local function promote(K, now, max)
         if rest == -1 and string.byte(raw, off + 1) == 0xa1 then
           record = string.sub(raw, 1, off + 1) .. READY .. string.sub(raw, off + 3)
         else
-          local c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, pd, rv
-          d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv = cmsgpack.unpack(raw)
-          record = pack_values(d, p, q, a, READY, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv)
+          local c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, pd, rv, tc
+          d, p, q, a, s, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv, tc = cmsgpack.unpack(raw)
+          record = pack_values(d, p, q, a, READY, c, k, b, m, L, r, e, t, u, x, w, to, rl, bu, ki, dd, g, pd, rv, tc)
           at = rank(pd, c, d)
         end
         ready_later(ready, id, p, q, g, at)

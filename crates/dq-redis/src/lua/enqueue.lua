@@ -1,21 +1,22 @@
 -- enqueue: writes up to MAX_BATCH new jobs of one topic.
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, now, the form of the jobs (f | c), then per job:
---   f (full), 12 values: id, when-kind (d delay | a absolute | t topic
+--   f (full), 13 values: id, when-kind (d delay | a absolute | t topic
 --   default), when-value (ms), priority, max_attempts or '', lease_ms or '',
 --   retry (encoded) or '', kind (j | b), body, flags (the sum of 1
 --   replace and 2 put order: 0 | 1 | 2 | 3), dedup window ms or '' (the
---   topic's), flow-control key or ''. A job in put order (dq-core's
+--   topic's), flow-control key or '', trace context (as stored: tc in
+--   common.lua) or ''. A job in put order (dq-core's
 --   NewJob::put_order) keeps its delay (due - now) as pd and is ranked
 --   among the ready jobs by its put time (see common.lua);
---   c (compact, when no job of the call sets any of the six after
+--   c (compact, when no job of the call sets any of the seven after
 --   priority but kind and body, nor put order), 5 values: id, when-kind,
 --   when-value, priority, kind-and-body: kind and body as the record
 --   stores them, two MessagePack strings packed by the caller
 --   (`packed_kind_body` in verbs/enqueue.rs, byte for byte what
 --   cmsgpack.pack writes). (Every
 --   value is a string Redis reads and Lua interns: the compact form passes
---   seven fewer per job.) A compact call writes its new records with one HMGET (which ids
+--   eight fewer per job.) A compact call writes its new records with one HMGET (which ids
 --   exist) and one HSET instead of a command per job, and builds each
 --   record from pieces: cmsgpack.pack(due, priority, seq), the call's
 --   (attempts 0, state, created) packed once per state, the caller's
@@ -71,7 +72,7 @@ if dedup then
   dedup = redis.call('EXISTS', K.dedup) == 1
 end
 local compact = ARGV[3] == 'c'
-local stride = compact and 5 or 12
+local stride = compact and 5 or 13
 -- The compact form: which ids exist (one HMGET), the jobs written earlier
 -- in this call (id -> its place n in the call: a later one of the same id
 -- exists),
@@ -144,7 +145,7 @@ for i = 4, #ARGV, stride do
     end
     seq = seq + 1
     -- The record's values as locals (see pack_values), not a table.
-    local p, k, b, m, L, r, g, dd, pd
+    local p, k, b, m, L, r, g, dd, pd, tc
     if compact then
       local ps = ARGV[i + 3]
       if ps ~= last_ps then last_ps, last_p = ps, tonumber(ps) end
@@ -152,9 +153,10 @@ for i = 4, #ARGV, stride do
     else
       p, k, b = tonumber(ARGV[i + 3]), ARGV[i + 7], ARGV[i + 8]
       m, L = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
-      r, g = ARGV[i + 6], ARGV[i + 11]
+      r, g, tc = ARGV[i + 6], ARGV[i + 11], ARGV[i + 12]
       if r == '' then r = nil end
       if g == '' then g = nil end
+      if tc == '' then tc = nil end
       dd = tonumber(ARGV[i + 10])
       if put_order then pd = due - now end
     end
@@ -212,10 +214,11 @@ for i = 4, #ARGV, stride do
       end
     elseif replace then
       redis.call('HSET', K.jobs, id,
-        pack_values(due, p, seq, 0, st, now, k, b, m, L, r, nil, nil, nil, nil, w, nil, nil, nil, nil, dd, g, pd))
+        pack_values(due, p, seq, 0, st, now, k, b, m, L, r, nil, nil, nil, nil, w, nil, nil, nil, nil, dd, g, pd,
+          nil, tc))
     else
       local record = pack_values(due, p, seq, 0, st, now, k, b, m, L, r, nil, nil, nil, nil, w,
-        nil, nil, nil, nil, dd, g, pd)
+        nil, nil, nil, nil, dd, g, pd, nil, tc)
       -- One hash lookup for the common case of a new id; an existing job
       -- is left as it is and reported.
       written = redis.call('HSETNX', K.jobs, id, record) == 1

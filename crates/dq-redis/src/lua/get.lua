@@ -6,14 +6,15 @@
 --   (the first offset + limit ids are found, the first offset dropped; u:
 --   the schedule first, then the wheel's buckets in order; at most 10000
 --   entries of one bucket are looked at)
--- Returns: 22 per job found: id, state, due, priority, attempts, created,
+-- Returns: 23 per job found: id, state, due, priority, attempts, created,
 --   kind, body, max_attempts and lease_ms in effect (the job's override, else
 --   the topic's), lease deadline or NONE,
 --   died-at or NONE, has-error (1 | 0), error or '', then its counts:
 --   leases expired, given back, times dead, times replayed or kicked, then
 --   its flow-control key or '', then its last failed attempts as JSON or
---   '', then its hand-outs in its whole life (a + rv) and its put delay
---   (a job in put order) or NONE (22 in all; common.lua's job_info)
+--   '', then its hand-outs in its whole life (a + rv), its put delay
+--   (a job in put order) or NONE, and its trace context (as stored) or ''
+--   (23 in all; common.lua's job_info)
 -- Side effects: none.
 local ids
 if ARGV[2] == 'd' then

@@ -2,12 +2,13 @@
 -- (an import): due time, attempts, overrides, last error, failed attempts
 -- and dead letters kept. Idempotent by id: an existing job is left as it is.
 -- KEYS: the topic's keys (see common.lua).
--- ARGV: topic, now, then 17 per job:
+-- ARGV: topic, now, then 18 per job:
 --   id, state (w waiting | d dead), due ms, priority, attempts,
 --   max_attempts or '', lease_ms or '', retry (encoded) or '',
 --   dedup window ms or '', kind (j | b), body, last error or '',
 --   created ms, died-at ms or '' (dead jobs), has-error (1 | 0),
---   flow-control key or '', its last failed attempts as JSON or ''.
+--   flow-control key or '', its last failed attempts as JSON or '',
+--   its trace context (as stored: tc in common.lua) or ''.
 -- Returns: 2 per job: outcome (1 created | 0 exists | 3 deduplicated: the
 --   id is in its dedup window, nothing written), state letter (s | y | r | d).
 -- Side effects: job records (HSETNX), sched/ready/wheel (place()) or dead,
@@ -25,7 +26,7 @@ if dedup then
   redis.call('ZREMRANGEBYSCORE', K.dedup, '-inf', now)
   dedup = redis.call('EXISTS', K.dedup) == 1
 end
-for i = 3, #ARGV, 17 do
+for i = 3, #ARGV, 18 do
   local id = ARGV[i]
   -- A live job first (a replayed dead letter may still be in its window).
   local old = load(id)
@@ -46,6 +47,7 @@ for i = 3, #ARGV, 17 do
     if ARGV[i + 14] == '1' then j.e = ARGV[i + 11] end
     if ARGV[i + 16] ~= '' then j.e = joined_errors(ARGV[i + 16], j.e) end
     if ARGV[i + 15] ~= '' then j.g = ARGV[i + 15] end
+    if ARGV[i + 17] ~= '' then j.tc = ARGV[i + 17] end
     local due = tonumber(ARGV[i + 2])
     if ARGV[i + 1] == 'd' then
       j.d, j.s, j.x = due, DEAD, tonumber(ARGV[i + 13])

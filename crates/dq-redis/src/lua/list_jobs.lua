@@ -6,11 +6,12 @@
 -- KEYS: the topic's keys (see common.lua).
 -- ARGV: topic, cursor (HSCAN's; '0' to start), count (jobs looked at, about),
 --   state letter (s | y | r | d) or '' for every state.
--- Returns: the next cursor ('0': done), then 26 per job: the 22 of get.lua
+-- Returns: the next cursor ('0': done), then 27 per job: the 23 of get.lua
 --   (id, state, due, priority, attempts, created, kind, body, max_attempts
 --   and lease_ms in effect, lease deadline or NONE, died-at or NONE, has-error,
 --   error or '', leases expired, given back, times dead, times replayed,
---   key or '', failed attempts as JSON or '', hand-outs, put delay or NONE),
+--   key or '', failed attempts as JSON or '', hand-outs, put delay or NONE,
+--   trace context or ''),
 --   then the job's own overrides: max_attempts or NONE, lease_ms or NONE,
 --   retry (encoded) or '', dedup window ms or NONE.
 -- Side effects: none.

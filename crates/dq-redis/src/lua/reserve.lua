@@ -12,7 +12,9 @@
 --   token's time if they wait for one), then 4 per job:
 --   id, token, lease deadline, the record as stored (verbs/reserve/record.rs reads the
 --   due, priority, attempts before this lease, kind and body from it: four
---   values fewer per job than sending them apart, ~2,700 instructions)}
+--   values fewer per job than sending them apart, ~2,700 instructions; and
+--   the trace context, value 25, when the record has one: nothing more in
+--   the reply for it)}
 -- Side effects: sched -> ready (at most MAX_BATCH), ready -> lease and a
 --   lease token per job (K.tokens; the records are not rewritten, see
 --   "Leases" in common.lua); with a rate limit, ctr.rl_credit and ctr.rl_at (the

@@ -29,8 +29,8 @@ pub(crate) async fn enqueue(
         .map(|j| j.id.clone().unwrap_or_else(JobId::generate))
         .collect();
     // The compact form (see enqueue.lua) when no job sets an override,
-    // a dedup window, a key, replace or put order, and every body is below
-    // 4 GiB (`packed_kind_body`).
+    // a dedup window, a key, replace, put order or a trace context, and
+    // every body is below 4 GiB (`packed_kind_body`).
     let compact = jobs.iter().all(|j| {
         j.max_attempts.is_none()
             && j.lease_ms.is_none()
@@ -39,9 +39,10 @@ pub(crate) async fn enqueue(
             && !j.put_order
             && j.dedup_ms.is_none()
             && j.key.is_none()
+            && j.trace.is_none()
             && u32::try_from(j.body.as_bytes().len()).is_ok()
     });
-    let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + jobs.len() * if compact { 5 } else { 12 });
+    let mut args: Vec<Vec<u8>> = Vec::with_capacity(2 + jobs.len() * if compact { 5 } else { 13 });
     args.push(store.now_arg(now_ms));
     args.push(if compact {
         b"c".to_vec()
@@ -80,6 +81,7 @@ pub(crate) async fn enqueue(
         });
         args.push(opt(j.dedup_ms));
         args.push(opt(j.key.as_ref().map(JobKey::as_str)));
+        args.push(stored_trace(j.trace.as_ref()));
     }
     let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
     let v = store.enqueue_durably(topic, &refs).await?;
@@ -110,6 +112,15 @@ fn packed_kind_body(json: bool, body: &[u8]) -> Vec<u8> {
     }
     out.extend_from_slice(body);
     out
+}
+
+/// A job's trace context as its record keeps it (value 25, `tc` in
+/// common.lua), or empty for none.
+fn stored_trace(trace: Option<&TraceContext>) -> Vec<u8> {
+    trace
+        .map(TraceContext::to_stored)
+        .unwrap_or_default()
+        .into_bytes()
 }
 
 fn decode_enqueued(v: Value, ids: Vec<JobId>) -> StoreResult<Vec<Enqueued>> {
@@ -144,7 +155,7 @@ pub(crate) async fn import_jobs(
         return Ok(Vec::new());
     }
     store.register(topic).await?;
-    let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 17);
+    let mut args: Vec<Vec<u8>> = Vec::with_capacity(1 + jobs.len() * 18);
     args.push(store.now_arg(now_ms));
     for j in jobs {
         let dead = j.state == JobState::Dead;
@@ -178,6 +189,7 @@ pub(crate) async fn import_jobs(
         });
         args.push(opt(j.key.as_ref().map(JobKey::as_str)));
         args.push(opt(dq_core::errors_to_json(&j.errors)));
+        args.push(stored_trace(j.trace.as_ref()));
     }
     let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
     let v = store

@@ -9,7 +9,9 @@ use redis::Value;
 
 use super::n;
 use crate::RedisStore;
-use crate::decode::{array, bytes, int, opt_time, protocol, state_of, status, string};
+use crate::decode::{
+    array, bytes, int, opt_time, protocol, state_of, status, stored_trace, string,
+};
 
 pub(crate) async fn get(
     store: &RedisStore,
@@ -122,7 +124,7 @@ pub(crate) async fn list_jobs(
 }
 
 /// Values per job in the `get` script's reply (common.lua's `job_info`).
-const JOB_VALUES: usize = 22;
+const JOB_VALUES: usize = 23;
 
 /// The `get` script's reply ([`JOB_VALUES`] per job) to [`JobInfo`]s.
 pub(crate) fn decode_jobs(v: Value) -> StoreResult<Vec<JobInfo>> {
@@ -169,6 +171,7 @@ fn job_info(c: &[Value]) -> StoreResult<JobInfo> {
         },
         errors: dq_core::errors_from_json(Some(&String::from_utf8_lossy(&bytes(c[19].clone())?))),
         put_delay_ms: opt(&c[21])?,
+        trace: stored_trace(&bytes(c[22].clone())?),
     })
 }
 

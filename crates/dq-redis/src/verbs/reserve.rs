@@ -11,7 +11,7 @@ use redis::Value;
 
 use super::{n, opt};
 use crate::RedisStore;
-use crate::decode::{array, bytes, int, opt_time, protocol, string};
+use crate::decode::{array, bytes, int, opt_time, protocol, stored_trace, string};
 use record::RecordHead;
 
 pub(crate) async fn reserve(
@@ -68,7 +68,8 @@ fn token_prefix() -> String {
 /// values per lease: id, token, lease deadline, and the job's record as
 /// stored (its due time, priority, attempts before this lease, kind and
 /// body are read from it here: 4 reply values per job fewer for Redis to
-/// turn into RESP).
+/// turn into RESP; so is its trace context, value 25 when it has one, at
+/// no cost to the reply).
 fn decode_reserved(topic: &Topic, v: Value) -> StoreResult<Reservation> {
     let mut items = array(v)?.into_iter();
     let next = int(&items.next().ok_or_else(|| protocol("empty reserve"))?)?;
@@ -84,6 +85,7 @@ fn decode_reserved(topic: &Topic, v: Value) -> StoreResult<Reservation> {
         let deadline = int(&next_val()?)? as u64;
         let mut raw = bytes(next_val()?)?;
         let head = RecordHead::read(&raw)?;
+        let trace = head.trace.clone().and_then(|r| stored_trace(&raw[r]));
         // The body cut out of the record in place (no second buffer).
         raw.truncate(head.body.end);
         raw.drain(..head.body.start);
@@ -97,6 +99,7 @@ fn decode_reserved(topic: &Topic, v: Value) -> StoreResult<Reservation> {
             lease_deadline_ms: deadline,
             priority: head.priority,
             body: Body::from_stored(raw, head.json),
+            trace,
         });
     }
     Ok(Reservation {

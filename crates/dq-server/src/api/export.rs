@@ -8,7 +8,7 @@ use dq_core::limits::{self, MAX_BATCH};
 use dq_core::*;
 use serde::Deserialize;
 
-use super::{ApiResult, B64_IN, reply, topic, wire_body};
+use super::{ApiResult, B64_IN, reply, topic, trace_sent, wire_body, wire_trace};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{ApiPath as Path, ApiQuery as Query, JsonBody};
@@ -17,6 +17,7 @@ use crate::extract::{ApiPath as Path, ApiQuery as Query, JsonBody};
 fn record(j: &ListedJob) -> wire::JobRecord {
     let i = &j.info;
     let (body, body_base64) = wire_body(&i.body);
+    let (traceparent, tracestate) = wire_trace(i.trace.as_ref());
     wire::JobRecord {
         id: i.id.to_string(),
         state: i.state,
@@ -33,6 +34,8 @@ fn record(j: &ListedJob) -> wire::JobRecord {
         lease_deadline_ms: i.lease_deadline_ms,
         died_at_ms: i.died_at_ms,
         key: i.key.as_ref().map(ToString::to_string),
+        traceparent,
+        tracestate,
         body,
         body_base64,
     }
@@ -45,6 +48,7 @@ fn import_job(
     i: usize,
     now_ms: u64,
     limits: &dq_core::Limits,
+    topic: &Topic,
 ) -> Result<ImportJob, ApiError> {
     let at = |code: &'static str, what: String| {
         ApiError::bad_request(code, format!("jobs[{i}] ({}): {what}", r.id))
@@ -120,6 +124,12 @@ fn import_job(
         // state has none; one sent anyway is not kept).
         died_at_ms: r.died_at_ms.filter(|_| state == JobState::Dead),
         key,
+        trace: trace_sent(
+            r.traceparent.as_deref(),
+            r.tracestate.as_deref(),
+            topic,
+            Some(&r.id),
+        ),
     })
 }
 
@@ -172,7 +182,7 @@ pub(crate) async fn import_jobs(
         .jobs
         .into_iter()
         .enumerate()
-        .map(|(i, r)| import_job(r, i, now, svc.limits()))
+        .map(|(i, r)| import_job(r, i, now, svc.limits(), &t))
         .collect::<Result<Vec<_>, _>>()?;
     let out = svc.import_jobs(&t, jobs).await?;
     reply(wire::ImportResponse {

@@ -9,14 +9,66 @@ use dq_api as wire;
 use dq_core::limits::MAX_BATCH;
 use dq_core::*;
 
-use super::{ApiResult, B64_IN, expiry_sent, job, job_id, reply, topic, when, when_sent};
+use super::{
+    ApiResult, B64_IN, expiry_sent, job, job_id, reply, topic, trace_sent, when, when_sent,
+};
 use crate::error::ApiError;
 use crate::extract::{ApiPath as Path, JsonBody, parse};
 use crate::{AppState, Service};
 
+/// The W3C trace context headers of an enqueue request: the default of
+/// each job's `traceparent` and `tracestate`.
+#[derive(Default)]
+struct TraceHeaders {
+    traceparent: Option<String>,
+    tracestate: Option<String>,
+}
+
+impl TraceHeaders {
+    /// Reads them: one `traceparent` (more than one is none, as the
+    /// recommendation says), the `tracestate` headers joined by commas.
+    fn read(headers: &axum::http::HeaderMap) -> Self {
+        let mut parents = headers.get_all("traceparent").iter();
+        let traceparent = match (parents.next(), parents.next()) {
+            (Some(v), None) => v.to_str().ok().map(str::to_string),
+            _ => None,
+        };
+        let states: Vec<&str> = headers
+            .get_all("tracestate")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        Self {
+            traceparent,
+            tracestate: (!states.is_empty()).then(|| states.join(",")),
+        }
+    }
+}
+
 /// A job as a client sent it, validated ([`NewJob::check`]); nothing is
-/// written before this passes.
-fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<NewJob, ApiError> {
+/// written before this passes. Its trace context is its own fields', else
+/// the request's headers' (a malformed one is dropped, not refused).
+fn new_job(
+    req: wire::EnqueueRequest,
+    headers: &TraceHeaders,
+    t: &Topic,
+    limits: &Limits,
+    now_ms: u64,
+) -> Result<NewJob, ApiError> {
+    let trace = match &req.traceparent {
+        Some(parent) => trace_sent(
+            Some(parent),
+            req.tracestate.as_deref(),
+            t,
+            req.id.as_deref(),
+        ),
+        None => trace_sent(
+            headers.traceparent.as_deref(),
+            headers.tracestate.as_deref(),
+            t,
+            req.id.as_deref(),
+        ),
+    };
     let id = req.id.map(job_id).transpose()?;
     let body = match (req.body, req.body_base64) {
         (Some(_), Some(_)) => {
@@ -47,6 +99,7 @@ fn new_job(req: wire::EnqueueRequest, limits: &Limits, now_ms: u64) -> Result<Ne
         key: None,
         expires: None,
         put_order: false,
+        trace,
     };
     // The first mistake is answered, in the order the API always took:
     // the body's checks, the form of the due time, the form of the expiry,
@@ -84,12 +137,14 @@ async fn created_or_creating(svc: &Service, t: &Topic) -> Result<(), ApiError> {
 pub(crate) async fn enqueue(
     State(st): State<AppState>,
     Path(t): Path<String>,
+    headers: axum::http::HeaderMap,
     JsonBody(req): JsonBody<wire::EnqueueRequest>,
 ) -> ApiResult {
     let t = topic(t)?;
     let svc = &st.service;
     created_or_creating(svc, &t).await?;
-    let job = new_job(req, svc.limits(), svc.clock().now_ms())?;
+    let trace = TraceHeaders::read(&headers);
+    let job = new_job(req, &trace, &t, svc.limits(), svc.clock().now_ms())?;
     let e = svc.enqueue(&t, job).await?;
     let status = if e.created {
         StatusCode::CREATED
@@ -104,8 +159,10 @@ pub(crate) async fn enqueue(
 pub(crate) async fn enqueue_batch(
     State(st): State<AppState>,
     Path(t): Path<String>,
+    headers: axum::http::HeaderMap,
     JsonBody(req): JsonBody<wire::BatchRequest>,
 ) -> ApiResult {
+    let trace = TraceHeaders::read(&headers);
     let t = topic(t)?;
     if req.jobs.is_empty() || req.jobs.len() > MAX_BATCH {
         return Err(ApiError::bad_request(
@@ -124,7 +181,7 @@ pub(crate) async fn enqueue_batch(
     let mut slots: Vec<usize> = Vec::new();
     for raw in &req.jobs {
         match parse::<wire::EnqueueRequest>(raw.get().as_bytes())
-            .and_then(|r| new_job(r, svc.limits(), now))
+            .and_then(|r| new_job(r, &trace, &t, svc.limits(), now))
         {
             Ok(job) => {
                 slots.push(results.len());

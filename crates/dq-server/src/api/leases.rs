@@ -6,7 +6,7 @@ use dq_api as wire;
 use dq_core::limits::MAX_BATCH;
 use dq_core::*;
 
-use super::{ApiResult, delay, job_id, reply, topic, wire_body};
+use super::{ApiResult, delay, job_id, reply, topic, wire_body, wire_trace};
 use crate::AppState;
 use crate::auth::Access;
 use crate::error::ApiError;
@@ -15,6 +15,7 @@ use crate::keys::Action;
 
 fn leased(l: &Lease) -> wire::Leased {
     let (body, body_base64) = wire_body(&l.body);
+    let (traceparent, tracestate) = wire_trace(l.trace.as_ref());
     wire::Leased {
         topic: l.topic.to_string(),
         id: l.id.to_string(),
@@ -23,6 +24,8 @@ fn leased(l: &Lease) -> wire::Leased {
         due_at_ms: l.due_at_ms,
         lease_deadline_ms: l.lease_deadline_ms,
         priority: l.priority,
+        traceparent,
+        tracestate,
         body,
         body_base64,
     }

@@ -135,9 +135,44 @@ fn wire_body(body: &Body) -> (Option<wire::RawJson>, Option<String>) {
     }
 }
 
+/// A job's trace context as the wire carries it: `traceparent`, `tracestate`.
+fn wire_trace(t: Option<&TraceContext>) -> (Option<String>, Option<String>) {
+    match t {
+        Some(t) => (
+            Some(t.traceparent().to_string()),
+            t.tracestate().map(str::to_string),
+        ),
+        None => (None, None),
+    }
+}
+
+/// The trace context a client sent with job `id` of `topic`: kept when
+/// well formed; a malformed one is dropped with a log line (tracing never
+/// costs a job), as is a `tracestate` that is malformed alone.
+fn trace_sent(
+    traceparent: Option<&str>,
+    tracestate: Option<&str>,
+    topic: &Topic,
+    id: Option<&str>,
+) -> Option<TraceContext> {
+    let parent = traceparent?;
+    match TraceContext::parse(parent, tracestate) {
+        Ok((ctx, None)) => Some(ctx),
+        Ok((ctx, Some(bad))) => {
+            tracing::info!(topic = %topic, id, reason = %bad, "tracestate dropped");
+            Some(ctx)
+        }
+        Err(bad) => {
+            tracing::info!(topic = %topic, id, reason = %bad, "trace context dropped");
+            None
+        }
+    }
+}
+
 fn job(view: &JobView) -> wire::Job {
     let j = &view.job;
     let (body, body_base64) = wire_body(&j.body);
+    let (traceparent, tracestate) = wire_trace(j.trace.as_ref());
     wire::Job {
         topic: view.topic.to_string(),
         id: j.id.to_string(),
@@ -154,6 +189,8 @@ fn job(view: &JobView) -> wire::Job {
         died_at_ms: j.died_at_ms,
         key: j.key.as_ref().map(ToString::to_string),
         expires_at_ms: j.expires_at_ms,
+        traceparent,
+        tracestate,
         body,
         body_base64,
     }

@@ -249,3 +249,92 @@ pub async fn put_order_jobs_keep_their_place(s: &dyn Store) {
     let st = s.stats(&late, T0 + 5010).await.unwrap();
     assert_eq!((st.ready, st.oldest_overdue_ms), (1, 10));
 }
+
+/// A job's trace context ([`NewJob::trace`]) stays with it: handed back by
+/// every hand-out (a retry, a reserve by id, a replay too), by `get` and
+/// the listings, and kept by an import; a job without one has none.
+pub async fn trace_context_goes_with_the_job(s: &dyn Store) {
+    let t = topic("traced");
+    let ctx = |parent: &str, state: Option<&str>| TraceContext::parse(parent, state).unwrap().0;
+    let a = ctx(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"),
+    );
+    let b = ctx(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+        None,
+    );
+    let traced = |i: &str, c: &TraceContext| NewJob {
+        trace: Some(c.clone()),
+        retry: Some(RetryPolicy::FixedMs(0)),
+        ..job(i, When::DelayMs(0))
+    };
+    s.enqueue(
+        &t,
+        &[
+            traced("a", &a),
+            traced("b", &b),
+            job("plain", When::DelayMs(0)),
+        ],
+        T0,
+    )
+    .await
+    .unwrap();
+    let c = s.reserve(&t, 3, None, T0).await.unwrap();
+    let got: Vec<(String, Option<TraceContext>)> = c
+        .leases
+        .iter()
+        .map(|l| (l.id.to_string(), l.trace.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("a".to_string(), Some(a.clone())),
+            ("b".to_string(), Some(b.clone())),
+            ("plain".to_string(), None)
+        ]
+    );
+    for l in &c.leases {
+        s.nack(&t, &l.id, Nack::retry(&l.token, "again").retry_in(0), T0)
+            .await
+            .unwrap();
+    }
+    let again = s.reserve(&t, 1, None, T0 + 1).await.unwrap();
+    assert_eq!(again.leases[0].trace, Some(a.clone()), "a retry keeps it");
+    let l = &again.leases[0];
+    s.nack(&t, &l.id, Nack::dead(&l.token, "x"), T0 + 1)
+        .await
+        .unwrap();
+    assert_eq!(s.replay_dead(&t, None, 10, T0 + 2).await.unwrap(), 1);
+    let by_id = s.reserve_job(&t, &id("a"), None, T0 + 2).await.unwrap();
+    assert_eq!(
+        by_id.unwrap().trace,
+        Some(a.clone()),
+        "by id, after a replay"
+    );
+    assert_eq!(
+        s.get(&t, &id("b")).await.unwrap().unwrap().trace,
+        Some(b.clone())
+    );
+    assert_eq!(s.get(&t, &id("plain")).await.unwrap().unwrap().trace, None);
+    // (A page's order is the store's own: sorted here by id.)
+    let mut page = s.list_jobs(&t, None, None, 10).await.unwrap();
+    page.jobs
+        .sort_by(|x, y| x.info.id.as_str().cmp(y.info.id.as_str()));
+    let listed: Vec<Option<TraceContext>> =
+        page.jobs.iter().map(|j| j.info.trace.clone()).collect();
+    assert_eq!(listed, [Some(a.clone()), Some(b.clone()), None]);
+    let ready = s.list_ready(&t, 0, 10).await.unwrap();
+    assert!(ready.iter().any(|j| j.trace == Some(b.clone())));
+    // An import keeps it.
+    let into = topic("traced-import");
+    let imported = ImportJob {
+        trace: Some(a.clone()),
+        ..super::import::import("b", JobState::Scheduled, T0 + 60_000)
+    };
+    s.import_jobs(&into, &[imported], T0 + 3).await.unwrap();
+    assert_eq!(
+        s.get(&into, &id("b")).await.unwrap().unwrap().trace,
+        Some(a)
+    );
+}

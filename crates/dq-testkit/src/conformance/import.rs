@@ -6,7 +6,7 @@ use dq_core::*;
 use super::T0;
 use super::support::{id, ids, one, strict_topic, topic};
 
-fn import(i: &str, state: JobState, due: u64) -> ImportJob {
+pub(super) fn import(i: &str, state: JobState, due: u64) -> ImportJob {
     ImportJob {
         id: id(i),
         state,
@@ -23,6 +23,7 @@ fn import(i: &str, state: JobState, due: u64) -> ImportJob {
         created_at_ms: T0 - 1000,
         died_at_ms: None,
         key: None,
+        trace: None,
     }
 }
 

@@ -244,6 +244,7 @@ pub async fn key_concurrency_is_shared_and_changes_take_effect(s: &dyn Store) {
             created_at_ms: T0,
             died_at_ms: None,
             key: Some(JobKey::new("imp").unwrap()),
+            trace: None,
         })
         .collect();
     s.import_jobs(&t2, &imported, T0).await.unwrap();

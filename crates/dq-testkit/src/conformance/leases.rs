@@ -343,6 +343,7 @@ pub async fn errors_keep_the_last_failed_attempts(s: &dyn Store) {
         created_at_ms: T0,
         died_at_ms: Some(T0 + 1),
         key: None,
+        trace: None,
     };
     let without_last = ImportJob {
         id: id("k2"),
@@ -387,5 +388,6 @@ fn dead_with_one_error(i: &str) -> ImportJob {
         created_at_ms: T0,
         died_at_ms: Some(T0 + 1),
         key: None,
+        trace: None,
     }
 }

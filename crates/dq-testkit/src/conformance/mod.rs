@@ -35,7 +35,7 @@
 //!   keys). Run by [`expiry_conformance_tests!`](crate::expiry_conformance_tests)
 //!   on the stores that keep expiry so far (the embedded store).
 //! - `get.rs`: what `get` reports, a job's counts, jobs ranked in put
-//!   order (beanstalkd's).
+//!   order (beanstalkd's), a job's trace context.
 //! - `topics.rs`: settings, deletion, listing topics, stats, pause, the
 //!   settings version.
 //! - `rate_limit.rs`: a topic's rate limit.
@@ -172,6 +172,7 @@ macro_rules! conformance_tests {
             nack_with_a_priority_keeps_it,
             get_counts_what_happened_to_a_job,
             put_order_jobs_keep_their_place,
+            trace_context_goes_with_the_job,
             dedup_window_refuses_ended_ids,
             records_keep_values_and_raise_marks,
             list_jobs_pages_every_state_once,

@@ -351,7 +351,7 @@ struct Span {
 
 /// The columns a lease is made of.
 const LEASABLE: &str = concat!(
-    "seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms, ",
+    "seq, id, lease_ms, due_ms, priority, is_json, body, attempts, state, fkey, expires_ms, trace, ",
     place_sql!()
 );
 
@@ -369,6 +369,8 @@ struct Leasable {
     fkey: Option<String>,
     /// When it expires, if it does.
     expires: Option<u64>,
+    /// Its trace context as stored.
+    trace: Option<String>,
     /// Its place among the ready jobs of its priority (`place_sql!`).
     place: i64,
 }
@@ -387,7 +389,8 @@ impl Leasable {
             state: r.get(8)?,
             fkey: r.get(9)?,
             expires: r.get(10)?,
-            place: r.get(11)?,
+            trace: r.get(11)?,
+            place: r.get(12)?,
         })
     }
 }
@@ -439,6 +442,7 @@ fn note_lease(
         lease_deadline_ms: deadline,
         priority: j.priority,
         body: Body::from_stored(j.body, j.is_json),
+        trace: j.trace.as_deref().and_then(TraceContext::from_stored),
     })
 }
 

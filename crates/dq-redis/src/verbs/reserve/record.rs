@@ -1,13 +1,14 @@
 //! Reading a job record as cmsgpack wrote it (common.lua's layout): the
-//! first eight values, which a lease needs, without unpacking the rest.
+//! first eight values, which a lease needs, without unpacking the rest but
+//! to find the trace context (value 25) of a record longer than eight.
 
 use dq_core::store::StoreResult;
 
 use crate::decode::protocol;
 
 /// The first eight values of a job record (common.lua: due, priority, seq,
-/// attempts, state, created, kind, body), as cmsgpack writes them: what a
-/// lease needs. Every value a record can hold is read (integers of each
+/// attempts, state, created, kind, body), as cmsgpack writes them, and
+/// where its trace context is: what a lease needs. Every value a record can hold is read (integers of each
 /// width, floats, nil, booleans, strings and binaries). Numbers convert as
 /// Lua's did when it answered them one by one (a reply integer): a
 /// fraction is cut off, and a number out of range saturates (a due past
@@ -23,7 +24,14 @@ pub(crate) struct RecordHead {
     pub(crate) json: bool,
     /// Where the body's bytes are in the record.
     pub(crate) body: std::ops::Range<usize>,
+    /// Where the trace context's text (value 25, `tc`) is in the record,
+    /// when it has one.
+    pub(crate) trace: Option<std::ops::Range<usize>>,
 }
+
+/// The place of the trace context among a record's values (1-based, as
+/// common.lua counts them).
+const TRACE_VALUE: usize = 25;
 
 /// One MessagePack value of a record.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -58,7 +66,28 @@ impl RecordHead {
             attempts: u32::try_from(uint(&vals[3], "attempts")?).unwrap_or(u32::MAX),
             json,
             body,
+            trace: trace_at(raw, at),
         })
+    }
+}
+
+/// Where value 25 of a record is, read on from `at`, the end of value 8: a
+/// record ends with its last value set, so one of eight values (a job as
+/// enqueued, nearly every one) ends right there and costs one comparison;
+/// a longer one is read on value by value (at most 17, a string skipped by
+/// its length). A tail that
+/// cannot be read is no trace context: the script has unpacked the whole
+/// record already, and a lease already written is never failed for it.
+fn trace_at(raw: &[u8], mut at: usize) -> Option<std::ops::Range<usize>> {
+    for _ in 9..TRACE_VALUE {
+        if at >= raw.len() {
+            return None;
+        }
+        mp_value(raw, &mut at).ok()?;
+    }
+    match mp_value(raw, &mut at).ok()? {
+        Mp::Str(b) => Some(at - b.len()..at),
+        _ => None,
     }
 }
 
@@ -143,6 +172,33 @@ mod tests {
         r.extend_from_slice(&[0xa1, b'j', 0xa0 | body.len() as u8]);
         r.extend_from_slice(body);
         r.push(0xc0);
+        r
+    }
+
+    /// A record of `n` values (9 to 25) after the eight of `enqueued`:
+    /// values 9 to 24 as `tail` (nil when it runs out), and, for 25, the
+    /// text `tc`.
+    fn longer(body: &[u8], tail: &[&[u8]], tc: Option<&str>) -> Vec<u8> {
+        let mut r = enqueued(body);
+        r.pop(); // enqueued's own ninth value
+        let mut vals: Vec<Vec<u8>> = tail.iter().map(|v| v.to_vec()).collect();
+        if let Some(tc) = tc {
+            vals.resize(16, vec![0xc0]);
+            let mut s = if tc.len() < 32 {
+                vec![0xa0 | tc.len() as u8]
+            } else if tc.len() < 256 {
+                vec![0xd9, tc.len() as u8]
+            } else {
+                let mut h = vec![0xda];
+                h.extend_from_slice(&(tc.len() as u16).to_be_bytes());
+                h
+            };
+            s.extend_from_slice(tc.as_bytes());
+            vals.push(s);
+        }
+        for v in vals {
+            r.extend_from_slice(&v);
+        }
         r
     }
 
@@ -246,6 +302,51 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The trace context is value 25 when the record has 25 values, and
+    /// nothing before: a record of eight values ends at its body, one of 9
+    /// to 24 (wheel flag, counts, dedup window, key, put delay, hand-outs)
+    /// has none, and what follows the body is never taken for it.
+    #[test]
+    fn finds_the_trace_context_at_value_25() {
+        const TC: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let trace = |raw: &[u8]| {
+            RecordHead::read(raw)
+                .unwrap()
+                .trace
+                .map(|r| raw[r].to_vec())
+        };
+        let mut plain = enqueued(b"body");
+        plain.pop();
+        assert_eq!(trace(&plain), None, "8 values");
+        // Wheel flag (16), dedup window (21), key (22), put delay (23),
+        // hand-outs given back (24): the values a record may end with.
+        let mut tail: Vec<&[u8]> = vec![&[0xc0]; 7];
+        tail.push(&[0xc3]);
+        assert_eq!(trace(&longer(b"body", &tail, None)), None, "16 values");
+        tail.extend_from_slice(&[&[0x01], &[0x00], &[0x02], &[0x03]]);
+        tail.push(&[0xcd, 0x75, 0x30]);
+        tail.push(b"\xa3key");
+        tail.push(&[0xcb, 0x40, 0x59, 0, 0, 0, 0, 0, 0]);
+        tail.push(&[0x07]);
+        assert_eq!(tail.len(), 16);
+        assert_eq!(trace(&longer(b"body", &tail, None)), None, "24 values");
+        let state = format!("{TC} rojo=00f067aa0ba902b7,{}", "k=v,".repeat(60));
+        for tc in [TC, state.as_str()] {
+            let raw = longer(br#"{"a":1}"#, &tail, Some(tc));
+            assert_eq!(trace(&raw).as_deref(), Some(tc.as_bytes()), "25 values");
+            assert_eq!(lease_values(&raw).4, br#"{"a":1}"#);
+            let raw = longer(b"", &[], Some(tc));
+            assert_eq!(trace(&raw).as_deref(), Some(tc.as_bytes()), "9-24 nil");
+        }
+        // A tail that cannot be read is no trace, not an error.
+        let mut raw = longer(b"body", &[], Some(TC));
+        raw.truncate(raw.len() - 3);
+        assert_eq!(trace(&raw), None);
+        let mut raw = longer(b"body", &[], None);
+        raw.extend_from_slice(&[0xc1]);
+        assert_eq!(trace(&raw), None);
     }
 
     /// A record cut short anywhere, or holding what no record holds (a kind
