@@ -137,6 +137,9 @@ pub(crate) struct ServeArgs {
     /// Token /metrics wants as Authorization: Bearer (the admin token works too) [default: none, /metrics is open]
     #[arg(long, env = "DQ_METRICS_TOKEN", hide_env_values = true)]
     pub(crate) metrics_token: Option<String>,
+    /// Export the jobs' spans (enqueue, hand-outs, push attempts, ack, nack, dead) in their enqueue's trace over OTLP/HTTP (protobuf) to this receiver's base URL, e.g. http://localhost:4318 (spans go to <url>/v1/traces) [default: none, no export]
+    #[arg(long, env = "DQ_OTLP_ENDPOINT")]
+    pub(crate) otlp_endpoint: Option<String>,
     /// Topics that get dq_topic_* series in /metrics whatever their count: names or prefixes ending in `*`, comma-separated [default: none]
     #[arg(long, env = "DQ_METRICS_TOPICS", value_delimiter = ',')]
     pub(crate) metrics_topics: Vec<String>,
@@ -190,6 +193,7 @@ struct FileConfig {
     admin_token: Option<String>,
     auth: Option<String>,
     metrics_token: Option<String>,
+    otlp_endpoint: Option<String>,
     #[serde(default)]
     metrics_topics: Vec<String>,
     metrics_max_topics: Option<usize>,
@@ -430,6 +434,17 @@ impl ServeArgs {
                 );
             }
             server.metrics_token = Some(t);
+        }
+        if let Some(url) = self.otlp_endpoint.or(file.otlp_endpoint) {
+            let rest = url
+                .strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"));
+            if rest.is_none_or(|r| r.is_empty() || r.starts_with('/')) {
+                bail!(
+                    "otlp_endpoint: must be an http:// or https:// URL of an OTLP/HTTP receiver, e.g. http://localhost:4318, got {url:?}"
+                );
+            }
+            server.otlp_endpoint = Some(url);
         }
         let patterns = if self.metrics_topics.is_empty() {
             file.metrics_topics

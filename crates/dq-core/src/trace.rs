@@ -77,6 +77,30 @@ impl TraceContext {
         &self.traceparent[3..35]
     }
 
+    /// The parent id (16 lower-case hex digits): the span that enqueued.
+    pub fn parent_id(&self) -> &str {
+        &self.traceparent[36..52]
+    }
+
+    /// Whether the trace is sampled (flag `01`): its spans are recorded.
+    pub fn sampled(&self) -> bool {
+        u8::from_str_radix(&self.traceparent[53..55], 16).is_ok_and(|f| f & 1 == 1)
+    }
+
+    /// The same trace with span `span_id` (16 lower-case hex digits, not
+    /// all zeros) as the parent: the context a span of dq hands on.
+    pub fn child(&self, span_id: &str) -> Self {
+        debug_assert!(span_id.len() == 16 && is_lower_hex(span_id));
+        Self {
+            traceparent: format!(
+                "00-{}-{span_id}-{}",
+                self.trace_id(),
+                &self.traceparent[53..55]
+            ),
+            tracestate: self.tracestate.clone(),
+        }
+    }
+
     /// The context as the stores keep it: one text, the `traceparent`, then
     /// a space and the `tracestate` when there is one.
     pub fn to_stored(&self) -> String {
@@ -192,6 +216,14 @@ mod tests {
         assert_eq!(bad, None);
         assert_eq!(c.traceparent(), TP);
         assert_eq!(c.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(c.parent_id(), "00f067aa0ba902b7");
+        assert!(c.sampled());
+        let child = c.child("1111111111111111");
+        assert_eq!(
+            child.traceparent(),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-1111111111111111-01"
+        );
+        assert_eq!(child.tracestate(), c.tracestate());
         assert_eq!(
             c.tracestate(),
             Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE")

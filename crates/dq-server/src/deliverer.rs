@@ -267,8 +267,10 @@ impl TopicDelivery {
             .header("dq-due-at", lease.due_at_ms.to_string())
             .header("webhook-id", &msg_id)
             .header("webhook-timestamp", ts.to_string());
-        // The trace the job was enqueued in goes on in the callee.
-        if let Some(trace) = &lease.trace {
+        // The trace the job was enqueued in goes on in the callee: under
+        // this attempt's span when spans are exported.
+        let span = self.svc.spans().push_starts(&lease);
+        if let Some(trace) = span.as_ref().map(|s| &s.header).or(lease.trace.as_ref()) {
             req = req.header("traceparent", trace.traceparent());
             if let Some(state) = trace.tracestate() {
                 req = req.header("tracestate", state);
@@ -286,6 +288,13 @@ impl TopicDelivery {
         let result = self.guarded(req).await;
         let took = started.elapsed();
         let took_ms = took.as_millis() as u64;
+        if let Some(span) = span {
+            let (status, error) = match &result {
+                Ok((status, _)) => (Some(*status), None),
+                Err(e) => (None, Some(e.as_str())),
+            };
+            self.svc.spans().pushed(span, &lease, status, error);
+        }
         let (t, id, token) = (&lease.topic, &lease.id, lease.token.as_str());
         let svc = &self.svc;
         let outcome = match &result {

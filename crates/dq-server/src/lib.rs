@@ -48,6 +48,7 @@ pub mod schedule;
 pub mod scheduler;
 pub mod service;
 mod state;
+pub mod telemetry;
 pub mod tls;
 pub mod wakers;
 
@@ -190,6 +191,9 @@ pub struct ServerConfig {
     /// An HTTP enqueue to a topic nobody created creates it (default); off:
     /// such an enqueue or reserve answers 404 `topic_not_found`.
     pub auto_create_topics: bool,
+    /// The base URL of an OTLP/HTTP receiver that gets the jobs' spans
+    /// ([`telemetry`]); None: no export (default).
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -211,6 +215,7 @@ impl Default for ServerConfig {
             beanstalkd: None,
             tls: None,
             auto_create_topics: true,
+            otlp_endpoint: None,
         }
     }
 }
@@ -248,6 +253,17 @@ impl Server {
         state
             .service
             .set_auto_create_topics(config.auto_create_topics);
+        if let Some(endpoint) = &config.otlp_endpoint {
+            let instance = format!(
+                "{}-{}",
+                std::env::var("HOSTNAME").unwrap_or_else(|_| "dq".into()),
+                std::process::id()
+            );
+            match telemetry::Spans::start(endpoint, "dq", &instance) {
+                Ok(spans) => state.service.set_spans(spans),
+                Err(e) => tracing::error!(error = %e, "no span export"),
+            }
+        }
         Self {
             config,
             state,

@@ -46,8 +46,9 @@ impl Service {
     /// Single enqueues into one topic that arrive while another's store
     /// call is in flight share the next call (see `combine`); each gets its
     /// own outcome.
-    pub async fn enqueue(&self, t: &Topic, job: NewJob) -> Result<Enqueued> {
+    pub async fn enqueue(&self, t: &Topic, mut job: NewJob) -> Result<Enqueued> {
         job.check(&self.limits, self.now())?;
+        self.spans().enqueue(t, &mut job);
         self.enqueues.enqueue(&self.writer(), t, job).await
     }
 
@@ -59,11 +60,14 @@ impl Service {
     /// # Errors
     /// `invalid_batch` for an empty or oversized batch; the first rule a
     /// job breaks; a store error (nothing written).
-    pub async fn enqueue_batch(&self, t: &Topic, jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
+    pub async fn enqueue_batch(&self, t: &Topic, mut jobs: Vec<NewJob>) -> Result<Vec<Enqueued>> {
         check_len(&jobs)?;
         let now = self.now();
         for job in &jobs {
             job.check(&self.limits, now)?;
+        }
+        for job in &mut jobs {
+            self.spans().enqueue(t, job);
         }
         self.write_jobs(t, jobs).await
     }

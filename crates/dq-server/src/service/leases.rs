@@ -116,6 +116,7 @@ impl Service {
             let late = Duration::from_millis(now.saturating_sub(l.due_at_ms));
             self.metrics.observe_lateness(l.topic.as_str(), late);
         }
+        self.spans().handed_out(&leases, now);
         Ok(leases)
     }
 
@@ -126,6 +127,7 @@ impl Service {
     /// token, [`StoreError::NotInState`].
     pub async fn ack(&self, t: &Topic, id: &JobId, token: &str) -> Result<()> {
         self.store.ack(t, id, token, self.now()).await?;
+        self.spans().acked(t, token);
         tracing::debug!(topic = %t, id = %id, "job acked");
         Ok(())
     }
@@ -139,6 +141,7 @@ impl Service {
             .zip(done)
             .map(|(a, r)| {
                 r?;
+                self.spans().acked(&a.topic, &a.token);
                 tracing::debug!(topic = %a.topic, id = %a.id, "job acked");
                 Ok(())
             })
@@ -197,6 +200,7 @@ impl Service {
             self.wakers.died(t.as_str());
         }
         let error = limits::clip_error(nack.error);
+        self.spans().nacked(t, nack.token, error, out);
         match *out {
             NackOutcome::Retry { due_at_ms, attempt } => {
                 tracing::info!(topic = %t, id = %id, attempt, error = %error, retry_at_ms = due_at_ms, "job failed; will retry");
@@ -312,7 +316,8 @@ impl Service {
             self.wakers.lease_ends(t.as_str(), d);
         }
         let lease = lease?;
-        if lease.is_some() {
+        if let Some(l) = &lease {
+            self.spans().handed_out(std::slice::from_ref(l), now);
             tracing::debug!(topic = %t, id = %id, "job reserved by id");
         }
         Ok(lease)

@@ -146,7 +146,12 @@ pub struct Service {
     /// Single enqueues into a topic that arrive together, written in one
     /// store call.
     enqueues: Arc<combine::Combiner>,
+    /// Where the jobs' spans go (`--otlp-endpoint`; none until set).
+    spans: std::sync::OnceLock<crate::telemetry::Spans>,
 }
+
+/// No span export.
+static NO_SPANS: crate::telemetry::Spans = crate::telemetry::Spans::off();
 
 /// What a write of jobs needs, apart from the service (a combined
 /// enqueue's writer runs as a task of its own): the store call, then the
@@ -196,7 +201,19 @@ impl Service {
             keys: Arc::new(KeyRing::default()),
             auto_create_topics: std::sync::atomic::AtomicBool::new(true),
             enqueues: Arc::default(),
+            spans: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Exports the jobs' spans through `spans` from now on (once; a second
+    /// call is ignored).
+    pub fn set_spans(&self, spans: crate::telemetry::Spans) {
+        let _ = self.spans.set(spans);
+    }
+
+    /// Where the jobs' spans go.
+    pub fn spans(&self) -> &crate::telemetry::Spans {
+        self.spans.get().unwrap_or(&NO_SPANS)
     }
 
     fn writer(&self) -> Writer {
@@ -280,6 +297,13 @@ impl Service {
         }
         snap.bytes = self.size_bytes().await.ok().flatten();
         snap.work = self.work_counters();
+        if self.spans().is_on() {
+            snap.work.push(dq_core::WorkCounter {
+                name: "dq_otlp_spans_dropped_total",
+                help: "Spans of jobs not exported because the export queue was full (the collector down or slow).",
+                value: self.spans().dropped() as f64,
+            });
+        }
         snap.now_ms = self.clock.now_ms();
         self.metrics.render(&snap)
     }
