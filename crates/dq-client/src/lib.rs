@@ -12,6 +12,13 @@
 //!   panicking handler is a failed attempt; on
 //!   shutdown it stops reserving, gives back jobs not started and lets
 //!   running handlers finish within a grace period.
+//! - Traces: [`NewJob::trace`] enqueues a job in the producer's W3C trace
+//!   context; the Worker runs each handler in a `job` span carrying the
+//!   job's `trace_id` (so the handler's log lines join its trace), and with
+//!   the `otel` feature that span's OpenTelemetry parent is the job's trace
+//!   context (through `tracing-opentelemetry`: add its layer to your
+//!   subscriber), so the handler's spans continue the producer's trace
+//!   across the delay.
 //!
 //! ```no_run
 //! use std::time::Duration;

@@ -22,6 +22,58 @@ use tracing::Instrument;
 use crate::client::{Ack, Client, Leased, NackItem, Reserve, TouchItem};
 use crate::error::{Error, Result};
 
+/// The span a job's handler runs in: `job`, with its topic, id, attempt
+/// and — for a job enqueued in a trace — its `trace_id`, so every log line
+/// of the handler joins the trace. With the `otel` feature its
+/// OpenTelemetry parent is the job's trace context (the enqueue's span),
+/// so the handler's spans continue the producer's trace.
+fn job_span(leased: &Leased) -> tracing::Span {
+    let trace = leased
+        .traceparent
+        .as_deref()
+        .and_then(|p| dq_core::TraceContext::parse(p, leased.tracestate.as_deref()).ok())
+        .map(|(t, _)| t);
+    let span = tracing::info_span!(
+        "job",
+        topic = %leased.topic,
+        id = %leased.id,
+        attempt = leased.attempt,
+        trace_id = tracing::field::Empty
+    );
+    if let Some(t) = &trace {
+        span.record("trace_id", t.trace_id());
+        #[cfg(feature = "otel")]
+        otel_parent(&span, t);
+    }
+    span
+}
+
+/// Makes the job's trace context the OpenTelemetry parent of `span`.
+#[cfg(feature = "otel")]
+fn otel_parent(span: &tracing::Span, t: &dq_core::TraceContext) {
+    use opentelemetry::trace::{
+        SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+    };
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let (Ok(trace_id), Ok(span_id)) = (
+        TraceId::from_hex(t.trace_id()),
+        SpanId::from_hex(t.parent_id()),
+    ) else {
+        return;
+    };
+    let flags = if t.sampled() {
+        TraceFlags::SAMPLED
+    } else {
+        TraceFlags::default()
+    };
+    let state = t
+        .tracestate()
+        .and_then(|s| s.parse::<TraceState>().ok())
+        .unwrap_or_default();
+    let parent = SpanContext::new(trace_id, span_id, flags, true, state);
+    let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
+}
+
 /// What a handler decided about its job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -310,7 +362,7 @@ impl Worker {
                     nacks: nack_tx.clone(),
                     stats: self.stats.clone(),
                 };
-                let span = tracing::info_span!("job", topic = %leased.topic, id = %leased.id, attempt = leased.attempt);
+                let span = job_span(&leased);
                 tracker.spawn(
                     async move {
                         ctx.run(leased).await;

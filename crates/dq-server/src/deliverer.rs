@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
-use dq_core::{Body, Delivery, Lease, Nack, PushConfig, PushMethod, Topic};
+use dq_core::{Body, Delivery, Lease, Nack, PushConfig, PushMethod, Topic, TraceContext};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use tokio::sync::Semaphore;
@@ -324,12 +324,13 @@ impl TopicDelivery {
             "unrecorded"
         });
         self.metrics.observe_push(t.as_str(), outcome, took);
+        let trace_id = lease.trace.as_ref().map(TraceContext::trace_id);
         match &result {
             Ok((status, _)) => {
-                tracing::info!(target: "dq::delivery", topic = %t, id = %id, attempt = lease.attempt, status, took_ms, outcome)
+                tracing::info!(target: "dq::delivery", topic = %t, id = %id, attempt = lease.attempt, status, took_ms, outcome, trace_id)
             }
             Err(e) => {
-                tracing::info!(target: "dq::delivery", topic = %t, id = %id, attempt = lease.attempt, error = %e, took_ms, outcome)
+                tracing::info!(target: "dq::delivery", topic = %t, id = %id, attempt = lease.attempt, error = %e, took_ms, outcome, trace_id)
             }
         }
     }

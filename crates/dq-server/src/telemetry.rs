@@ -1,15 +1,17 @@
-//! OpenTelemetry export of a job's life as spans (`--otlp-endpoint`,
-//! OTLP over HTTP/protobuf), in the trace the job was enqueued in (its
-//! [`TraceContext`]): one span for its enqueue, one for each hand-out (with
-//! its lateness), one for each push delivery attempt (with the HTTP
-//! status), and one for its ack, nack or death.
+//! A job's life in its trace: the trace ids of traced jobs for the log
+//! lines of their ack or nack, and — with `--otlp-endpoint` — OpenTelemetry
+//! spans exported over OTLP/HTTP (protobuf), in the trace the job was
+//! enqueued in (its [`TraceContext`]): one span for its enqueue, one for
+//! each hand-out (with its lateness), one for each push delivery attempt
+//! (with the HTTP status), and one for its ack, nack or death.
 //!
-//! Off by default: [`Spans::off`] makes nothing and costs a branch per
-//! call. On, spans are made only for jobs whose trace is sampled (flag
-//! `01` of their `traceparent`), put on a bounded queue without waiting and
-//! sent in batches by one task: when the collector is down or slow the
-//! queue fills and further spans are dropped and counted
-//! (`dq_otlp_spans_dropped_total`), never holding a job up.
+//! Export is off by default ([`Spans::off`]): nothing is made but, for a
+//! job enqueued in a trace, the memory of its trace id by lease token.
+//! On, spans are made only for jobs whose trace is sampled (flag `01` of
+//! their `traceparent`), put on a bounded queue without waiting and sent in
+//! batches by one task: when the collector is down or slow the queue fills
+//! and further spans are dropped and counted (`dq_otlp_spans_dropped_total`),
+//! never holding a job up.
 //!
 //! The job's stored context becomes its enqueue span's, so everything dq
 //! and the job's consumers do later continues under it:
@@ -23,8 +25,9 @@
 //! ```
 //!
 //! An ack or nack is tied to its hand-out by the lease token, as this
-//! process remembers it (the last [`LEASES_KEPT`] hand-outs): one through
-//! another instance, or after a restart, makes no span.
+//! process remembers it (the last [`LEASES_KEPT`] traced hand-outs): one
+//! through another instance, or after a restart, makes no span and logs no
+//! trace id.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
@@ -47,29 +50,51 @@ const QUEUE: usize = 8192;
 const BATCH: usize = 512;
 /// How long an export call may take.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Hand-outs remembered for their ack or nack.
+/// Traced hand-outs remembered for their ack or nack.
 pub const LEASES_KEPT: usize = 100_000;
 
-/// Where spans go: nowhere ([`Spans::off`]), or an OTLP receiver.
+/// The traces of jobs handed out here, and where their spans go: nowhere
+/// ([`Spans::off`]), or an OTLP receiver ([`Spans::start`]).
 pub struct Spans {
     on: Option<On>,
+    /// Lease token → the traced job handed out under it. Made at the first
+    /// traced hand-out.
+    leases: Mutex<Option<Kept>>,
 }
 
 struct On {
     tx: mpsc::Sender<SpanData>,
     dropped: AtomicU64,
     scope: InstrumentationScope,
-    /// Lease token → its hand-out span, for the ack or nack.
-    leases: Mutex<Kept>,
+}
+
+/// A traced hand-out, remembered by its lease token: its trace id (for
+/// log lines) and, when spans are exported, its hand-out span.
+#[derive(Clone)]
+struct Handed {
+    trace_id: String,
+    span: Option<SpanContext>,
 }
 
 #[derive(Default)]
 struct Kept {
-    by_token: HashMap<String, SpanContext>,
+    by_token: HashMap<String, Handed>,
     order: VecDeque<String>,
 }
 
-/// One span's context from a job's trace context.
+/// A span to record: everything but its context and end.
+struct Made {
+    name: &'static str,
+    kind: SpanKind,
+    parent: SpanId,
+    parent_is_remote: bool,
+    start: SystemTime,
+    attributes: Vec<KeyValue>,
+    links: Vec<Link>,
+    status: Status,
+}
+
+/// The span a job's trace context names (its parent id), as a remote one.
 fn context_of(t: &TraceContext) -> Option<SpanContext> {
     let trace_id = TraceId::from_hex(t.trace_id()).ok()?;
     let span_id = SpanId::from_hex(t.parent_id()).ok()?;
@@ -95,10 +120,24 @@ fn new_span_id() -> SpanId {
     }
 }
 
+/// A new span of the trace `of`, whose context it takes (state included).
+fn sibling(of: &SpanContext, id: SpanId) -> SpanContext {
+    SpanContext::new(
+        of.trace_id(),
+        id,
+        TraceFlags::SAMPLED,
+        false,
+        of.trace_state().clone(),
+    )
+}
+
 impl Spans {
-    /// No export: every call does nothing.
+    /// No export.
     pub const fn off() -> Self {
-        Self { on: None }
+        Self {
+            on: None,
+            leases: Mutex::new(None),
+        }
     }
 
     /// Spans sent to the OTLP/HTTP receiver at `endpoint` (its base URL:
@@ -136,8 +175,8 @@ impl Spans {
                 scope: InstrumentationScope::builder("dq")
                     .with_version(env!("CARGO_PKG_VERSION"))
                     .build(),
-                leases: Mutex::default(),
             }),
+            leases: Mutex::new(None),
         })
     }
 
@@ -159,94 +198,79 @@ impl Spans {
         let (Some(on), Some(ctx)) = (&self.on, &job.trace) else {
             return;
         };
-        if !ctx.sampled() {
-            return;
-        }
-        let Some(parent) = context_of(ctx) else {
+        let Some(parent) = context_of(ctx).filter(|_| ctx.sampled()) else {
             return;
         };
-        let id = new_span_id();
-        let now = SystemTime::now();
-        let mut attrs = vec![
+        let mut attributes = vec![
             KeyValue::new("messaging.system", "dq"),
             KeyValue::new("messaging.operation.type", "send"),
             KeyValue::new("messaging.destination.name", t.to_string()),
         ];
         if let Some(i) = &job.id {
-            attrs.push(KeyValue::new("messaging.message.id", i.to_string()));
+            attributes.push(KeyValue::new("messaging.message.id", i.to_string()));
         }
-        on.record(SpanData {
-            span_context: SpanContext::new(
-                parent.trace_id(),
-                id,
-                TraceFlags::SAMPLED,
-                false,
-                parent.trace_state().clone(),
-            ),
-            parent_span_id: parent.span_id(),
-            parent_span_is_remote: true,
-            span_kind: SpanKind::Producer,
-            name: Cow::Borrowed("dq enqueue"),
-            start_time: now,
-            end_time: now,
-            attributes: attrs,
-            dropped_attributes_count: 0,
-            events: SpanEvents::default(),
-            links: SpanLinks::default(),
-            status: Status::Unset,
-            instrumentation_scope: on.scope.clone(),
-        });
+        let id = new_span_id();
+        on.record(
+            sibling(&parent, id),
+            Made {
+                name: "dq enqueue",
+                kind: SpanKind::Producer,
+                parent: parent.span_id(),
+                parent_is_remote: true,
+                start: SystemTime::now(),
+                attributes,
+                links: Vec::new(),
+                status: Status::Unset,
+            },
+        );
         job.trace = Some(ctx.child(&id.to_string()));
     }
 
     /// Records the hand-out of each lease whose job is traced, `now_ms`
-    /// being the store's time (its lateness: from its due time).
+    /// being the store's time (its lateness: from its due time), and
+    /// remembers its trace by lease token for its ack or nack.
     pub fn handed_out(&self, leases: &[Lease], now_ms: u64) {
-        let Some(on) = &self.on else {
-            return;
-        };
         for l in leases {
-            let Some(ctx) = l.trace.as_ref().filter(|c| c.sampled()) else {
+            let Some(ctx) = &l.trace else {
                 continue;
             };
-            let Some(enqueue) = context_of(ctx) else {
-                continue;
+            let span = match (&self.on, context_of(ctx).filter(|_| ctx.sampled())) {
+                (Some(on), Some(enqueue)) => {
+                    let span = sibling(&enqueue, new_span_id());
+                    on.record(
+                        span.clone(),
+                        Made {
+                            name: "dq hand-out",
+                            kind: SpanKind::Consumer,
+                            parent: enqueue.span_id(),
+                            parent_is_remote: false,
+                            start: SystemTime::now(),
+                            attributes: vec![
+                                KeyValue::new("messaging.system", "dq"),
+                                KeyValue::new("messaging.operation.type", "receive"),
+                                KeyValue::new("messaging.destination.name", l.topic.to_string()),
+                                KeyValue::new("messaging.message.id", l.id.to_string()),
+                                KeyValue::new("dq.attempt", i64::from(l.attempt)),
+                                KeyValue::new(
+                                    "dq.lateness_ms",
+                                    now_ms.saturating_sub(l.due_at_ms) as i64,
+                                ),
+                            ],
+                            links: vec![Link::with_context(enqueue)],
+                            status: Status::Unset,
+                        },
+                    );
+                    Some(span)
+                }
+                _ => None,
             };
-            let id = new_span_id();
-            let span = SpanContext::new(
-                enqueue.trace_id(),
-                id,
-                TraceFlags::SAMPLED,
-                false,
-                enqueue.trace_state().clone(),
+            self.keep(
+                &l.token,
+                Handed {
+                    trace_id: ctx.trace_id().to_string(),
+                    span,
+                },
             );
-            let now = SystemTime::now();
-            // (Non-exhaustive: filled, not built.)
-            let mut links = SpanLinks::default();
-            links.links.push(Link::with_context(enqueue.clone()));
-            on.record(SpanData {
-                span_context: span.clone(),
-                parent_span_id: enqueue.span_id(),
-                parent_span_is_remote: false,
-                span_kind: SpanKind::Consumer,
-                name: Cow::Borrowed("dq hand-out"),
-                start_time: now,
-                end_time: now,
-                attributes: vec![
-                    KeyValue::new("messaging.system", "dq"),
-                    KeyValue::new("messaging.operation.type", "receive"),
-                    KeyValue::new("messaging.destination.name", l.topic.to_string()),
-                    KeyValue::new("messaging.message.id", l.id.to_string()),
-                    KeyValue::new("dq.attempt", i64::from(l.attempt)),
-                    KeyValue::new("dq.lateness_ms", now_ms.saturating_sub(l.due_at_ms) as i64),
-                ],
-                dropped_attributes_count: 0,
-                events: SpanEvents::default(),
-                links,
-                status: Status::Unset,
-                instrumentation_scope: on.scope.clone(),
-            });
-            on.keep(&l.token, span);
         }
     }
 
@@ -254,9 +278,12 @@ impl Spans {
     /// (`traceparent`), and what [`Spans::pushed`] records when it ends:
     /// `None` when the job is not traced (or the export is off).
     pub fn push_starts(&self, lease: &Lease) -> Option<PushSpan> {
-        let on = self.on.as_ref()?;
+        self.on.as_ref()?;
         let ctx = lease.trace.as_ref().filter(|c| c.sampled())?;
-        let parent = on.kept(&lease.token).or_else(|| context_of(ctx))?;
+        let parent = self
+            .kept(&lease.token)
+            .and_then(|h| h.span)
+            .or_else(|| context_of(ctx))?;
         let id = new_span_id();
         Some(PushSpan {
             header: ctx.child(&id.to_string()),
@@ -272,62 +299,64 @@ impl Spans {
         let Some(on) = &self.on else {
             return;
         };
-        let mut attrs = vec![
+        let mut attributes = vec![
             KeyValue::new("messaging.destination.name", lease.topic.to_string()),
             KeyValue::new("messaging.message.id", lease.id.to_string()),
             KeyValue::new("dq.attempt", i64::from(lease.attempt)),
         ];
         if let Some(s) = status {
-            attrs.push(KeyValue::new("http.response.status_code", i64::from(s)));
+            attributes.push(KeyValue::new("http.response.status_code", i64::from(s)));
         }
         let ok = status.is_some_and(|s| (200..300).contains(&s));
-        on.record(SpanData {
-            span_context: SpanContext::new(
-                span.parent.trace_id(),
-                span.id,
-                TraceFlags::SAMPLED,
-                false,
-                span.parent.trace_state().clone(),
-            ),
-            parent_span_id: span.parent.span_id(),
-            parent_span_is_remote: false,
-            span_kind: SpanKind::Client,
-            name: Cow::Borrowed("dq push"),
-            start_time: span.start,
-            end_time: SystemTime::now(),
-            attributes: attrs,
-            dropped_attributes_count: 0,
-            events: SpanEvents::default(),
-            links: SpanLinks::default(),
-            status: if ok {
-                Status::Unset
-            } else {
-                Status::error(
-                    error.map_or_else(|| format!("HTTP {}", status.unwrap_or(0)), str::to_string),
-                )
+        on.record(
+            sibling(&span.parent, span.id),
+            Made {
+                name: "dq push",
+                kind: SpanKind::Client,
+                parent: span.parent.span_id(),
+                parent_is_remote: false,
+                start: span.start,
+                attributes,
+                links: Vec::new(),
+                status: if ok {
+                    Status::Unset
+                } else {
+                    Status::error(
+                        error.map_or_else(
+                            || format!("HTTP {}", status.unwrap_or(0)),
+                            str::to_string,
+                        ),
+                    )
+                },
             },
-            instrumentation_scope: on.scope.clone(),
-        });
+        );
     }
 
-    /// Records the ack of the lease `token` handed out here.
-    pub fn acked(&self, t: &Topic, token: &str) {
-        self.ended(t, token, "dq ack", Vec::new(), false);
+    /// Records the ack of the lease `token` handed out here; the job's
+    /// trace id, when it is traced, for the log line.
+    pub fn acked(&self, t: &Topic, token: &str) -> Option<String> {
+        self.ended(t, token, "dq ack", Vec::new(), Status::Unset)
     }
 
     /// Records the nack of the lease `token` handed out here: `dq nack`,
-    /// or `dq dead` when the job went dead.
-    pub fn nacked(&self, t: &Topic, token: &str, error: &str, out: &NackOutcome) {
-        let (name, attrs) = match out {
+    /// or `dq dead` when the job went dead; the job's trace id, when it is
+    /// traced, for the log line.
+    pub fn nacked(&self, t: &Topic, token: &str, error: &str, out: &NackOutcome) -> Option<String> {
+        let (name, mut attributes) = match out {
             NackOutcome::Retry { due_at_ms, .. } => (
                 "dq nack",
                 vec![KeyValue::new("dq.retry_at_ms", *due_at_ms as i64)],
             ),
             NackOutcome::Dead { .. } => ("dq dead", Vec::new()),
         };
-        let mut attrs = attrs;
-        attrs.push(KeyValue::new("dq.error", error.to_string()));
-        self.ended(t, token, name, attrs, true);
+        attributes.push(KeyValue::new("dq.error", error.to_string()));
+        self.ended(t, token, name, attributes, Status::error(name))
+    }
+
+    /// Forgets the lease `token` (given back: no span of its own); the
+    /// job's trace id when it is traced.
+    pub fn released(&self, token: &str) -> Option<String> {
+        self.forget(token).map(|h| h.trace_id)
     }
 
     fn ended(
@@ -335,42 +364,61 @@ impl Spans {
         t: &Topic,
         token: &str,
         name: &'static str,
-        mut attrs: Vec<KeyValue>,
-        failed: bool,
-    ) {
-        let Some(on) = &self.on else {
-            return;
-        };
-        let Some(parent) = on.forget(token) else {
-            return;
-        };
-        attrs.push(KeyValue::new("messaging.destination.name", t.to_string()));
-        let now = SystemTime::now();
-        on.record(SpanData {
-            span_context: SpanContext::new(
-                parent.trace_id(),
-                new_span_id(),
-                TraceFlags::SAMPLED,
-                false,
-                parent.trace_state().clone(),
-            ),
-            parent_span_id: parent.span_id(),
-            parent_span_is_remote: false,
-            span_kind: SpanKind::Internal,
-            name: Cow::Borrowed(name),
-            start_time: now,
-            end_time: now,
-            attributes: attrs,
-            dropped_attributes_count: 0,
-            events: SpanEvents::default(),
-            links: SpanLinks::default(),
-            status: if failed {
-                Status::error(name)
-            } else {
-                Status::Unset
-            },
-            instrumentation_scope: on.scope.clone(),
-        });
+        mut attributes: Vec<KeyValue>,
+        status: Status,
+    ) -> Option<String> {
+        let handed = self.forget(token)?;
+        if let (Some(on), Some(parent)) = (&self.on, &handed.span) {
+            attributes.push(KeyValue::new("messaging.destination.name", t.to_string()));
+            on.record(
+                sibling(parent, new_span_id()),
+                Made {
+                    name,
+                    kind: SpanKind::Internal,
+                    parent: parent.span_id(),
+                    parent_is_remote: false,
+                    start: SystemTime::now(),
+                    attributes,
+                    links: Vec::new(),
+                    status,
+                },
+            );
+        }
+        Some(handed.trace_id)
+    }
+
+    fn keep(&self, token: &str, handed: Handed) {
+        let mut k = self.leases.lock().expect("lease traces");
+        let k = k.get_or_insert_with(Kept::default);
+        if k.by_token.insert(token.to_string(), handed).is_none() {
+            k.order.push_back(token.to_string());
+        }
+        while k.order.len() > LEASES_KEPT {
+            if let Some(old) = k.order.pop_front() {
+                k.by_token.remove(&old);
+            }
+        }
+    }
+
+    fn kept(&self, token: &str) -> Option<Handed> {
+        self.leases
+            .lock()
+            .expect("lease traces")
+            .as_ref()?
+            .by_token
+            .get(token)
+            .cloned()
+    }
+
+    fn forget(&self, token: &str) -> Option<Handed> {
+        // The token stays in `order` until it comes up: cheaper than a
+        // search, and bounded all the same.
+        self.leases
+            .lock()
+            .expect("lease traces")
+            .as_mut()?
+            .by_token
+            .remove(token)
     }
 }
 
@@ -384,41 +432,30 @@ pub struct PushSpan {
 }
 
 impl On {
-    fn record(&self, span: SpanData) {
+    /// Queues span `context` as `made` says, ending now; counts it dropped
+    /// when the queue is full.
+    fn record(&self, context: SpanContext, made: Made) {
+        let mut links = SpanLinks::default();
+        // (Non-exhaustive: filled, not built.)
+        links.links = made.links;
+        let span = SpanData {
+            span_context: context,
+            parent_span_id: made.parent,
+            parent_span_is_remote: made.parent_is_remote,
+            span_kind: made.kind,
+            name: Cow::Borrowed(made.name),
+            start_time: made.start,
+            end_time: SystemTime::now(),
+            attributes: made.attributes,
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links,
+            status: made.status,
+            instrumentation_scope: self.scope.clone(),
+        };
         if self.tx.try_send(span).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
-    }
-
-    fn keep(&self, token: &str, span: SpanContext) {
-        let mut k = self.leases.lock().expect("lease spans");
-        if k.by_token.insert(token.to_string(), span).is_none() {
-            k.order.push_back(token.to_string());
-        }
-        while k.order.len() > LEASES_KEPT {
-            if let Some(old) = k.order.pop_front() {
-                k.by_token.remove(&old);
-            }
-        }
-    }
-
-    fn kept(&self, token: &str) -> Option<SpanContext> {
-        self.leases
-            .lock()
-            .expect("lease spans")
-            .by_token
-            .get(token)
-            .cloned()
-    }
-
-    fn forget(&self, token: &str) -> Option<SpanContext> {
-        // The token stays in `order` until it comes up: cheaper than a
-        // search, and bounded all the same.
-        self.leases
-            .lock()
-            .expect("lease spans")
-            .by_token
-            .remove(token)
     }
 }
 

@@ -10,87 +10,42 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use dq_server::ServerConfig;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
-use opentelemetry_proto::tonic::trace::v1::Span;
-use prost::Message;
+use dq_testkit::otlp::{AnyValue, Receiver, Span, attr, hex};
 use serde_json::json;
 
 /// The producer's trace: trace id, and the span that enqueues.
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PRODUCER: &str = "00f067aa0ba902b7";
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+/// The JSON log lines this test process writes (every test of the binary
+/// shares them).
+fn logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || Writer(sink.clone()))
+            .finish();
+        let _ = tracing::subscriber::set_global_default(subscriber);
+        buf
+    })
+    .clone()
 }
 
-/// An OTLP/HTTP receiver keeping every span it is sent, with its
-/// resource's `service.name`.
-#[derive(Clone, Default)]
-struct Receiver {
-    spans: Arc<Mutex<Vec<(String, Span)>>>,
-}
+struct Writer(Arc<Mutex<Vec<u8>>>);
 
-impl Receiver {
-    async fn start(&self) -> String {
-        let me = self.clone();
-        let app = Router::new().route(
-            "/v1/traces",
-            axum::routing::post(move |body: Bytes| {
-                let me = me.clone();
-                async move {
-                    let req = ExportTraceServiceRequest::decode(body).expect("OTLP protobuf");
-                    for rs in req.resource_spans {
-                        let service = rs
-                            .resource
-                            .iter()
-                            .flat_map(|r| &r.attributes)
-                            .find(|a| a.key == "service.name")
-                            .and_then(|a| a.value.as_ref()?.value.clone())
-                            .map(|v| match v {
-                                AnyValue::StringValue(s) => s,
-                                other => format!("{other:?}"),
-                            })
-                            .unwrap_or_default();
-                        for ss in rs.scope_spans {
-                            for s in ss.spans {
-                                me.spans.lock().unwrap().push((service.clone(), s));
-                            }
-                        }
-                    }
-                    (
-                        StatusCode::OK,
-                        [("content-type", "application/x-protobuf")],
-                        Vec::<u8>::new(),
-                    )
-                }
-            }),
-        );
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", l.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(l, app).await });
-        url
+impl std::io::Write for Writer {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
     }
-
-    /// The spans, once `n` arrived (within 20 s).
-    async fn wait_for(&self, n: usize) -> Vec<(String, Span)> {
-        let t0 = Instant::now();
-        loop {
-            let got = self.spans.lock().unwrap().clone();
-            if got.len() >= n {
-                return got;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "{} spans of {n}: {:?}",
-                got.len(),
-                got.iter().map(|(_, s)| &s.name).collect::<Vec<_>>()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -123,15 +78,9 @@ async fn callee(seen: Arc<Mutex<Vec<String>>>) -> String {
     url
 }
 
-fn attr(s: &Span, key: &str) -> Option<AnyValue> {
-    s.attributes
-        .iter()
-        .find(|a| a.key == key)
-        .and_then(|a| a.value.as_ref()?.value.clone())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pushed_job_is_one_trace_from_its_enqueue_to_its_ack() {
+    let logs = logs();
     let receiver = Receiver::default();
     let otlp = receiver.start().await;
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -221,6 +170,21 @@ async fn a_pushed_job_is_one_trace_from_its_enqueue_to_its_ack() {
     assert!(handout_ids.contains(&hex(&nack[0].parent_span_id)));
     assert!(handout_ids.contains(&hex(&ack[0].parent_span_id)));
     assert_ne!(nack[0].parent_span_id, ack[0].parent_span_id);
+    // Its log lines carry its trace id: the failed attempt, each delivery.
+    let lines: Vec<serde_json::Value> = String::from_utf8(logs.lock().unwrap().clone())
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let of = |msg: &str| -> Vec<serde_json::Value> {
+        lines
+            .iter()
+            .filter(|l| l["fields"]["message"] == msg || l["fields"]["outcome"] == msg)
+            .map(|l| l["fields"]["trace_id"].clone())
+            .collect()
+    };
+    assert_eq!(of("job failed; will retry"), [json!(TRACE)]);
+    assert_eq!(of("acked"), [json!(TRACE)], "the delivery that was acked");
     // A job's stored context is its enqueue span's: what a consumer gets.
     let res = reqwest::Client::new()
         .post(format!("{}/v1/topics/pulled/jobs", d.base))

@@ -18,6 +18,7 @@
 pub mod cluster;
 pub mod conformance;
 pub mod http;
+pub mod otlp;
 pub mod postgres;
 pub mod proxy;
 pub mod redis;

@@ -127,8 +127,8 @@ impl Service {
     /// token, [`StoreError::NotInState`].
     pub async fn ack(&self, t: &Topic, id: &JobId, token: &str) -> Result<()> {
         self.store.ack(t, id, token, self.now()).await?;
-        self.spans().acked(t, token);
-        tracing::debug!(topic = %t, id = %id, "job acked");
+        let trace_id = self.spans().acked(t, token);
+        tracing::debug!(topic = %t, id = %id, trace_id, "job acked");
         Ok(())
     }
 
@@ -141,8 +141,8 @@ impl Service {
             .zip(done)
             .map(|(a, r)| {
                 r?;
-                self.spans().acked(&a.topic, &a.token);
-                tracing::debug!(topic = %a.topic, id = %a.id, "job acked");
+                let trace_id = self.spans().acked(&a.topic, &a.token);
+                tracing::debug!(topic = %a.topic, id = %a.id, trace_id, "job acked");
                 Ok(())
             })
             .collect()
@@ -200,16 +200,16 @@ impl Service {
             self.wakers.died(t.as_str());
         }
         let error = limits::clip_error(nack.error);
-        self.spans().nacked(t, nack.token, error, out);
+        let trace_id = self.spans().nacked(t, nack.token, error, out);
         match *out {
             NackOutcome::Retry { due_at_ms, attempt } => {
-                tracing::info!(topic = %t, id = %id, attempt, error = %error, retry_at_ms = due_at_ms, "job failed; will retry");
+                tracing::info!(topic = %t, id = %id, attempt, error = %error, retry_at_ms = due_at_ms, trace_id, "job failed; will retry");
             }
             NackOutcome::Dead { attempt } if nack.dead => {
-                tracing::warn!(topic = %t, id = %id, attempt, error = %error, "job failed for good; dead");
+                tracing::warn!(topic = %t, id = %id, attempt, error = %error, trace_id, "job failed for good; dead");
             }
             NackOutcome::Dead { attempt } => {
-                tracing::warn!(topic = %t, id = %id, attempt, error = %error, "job failed for the last time; dead");
+                tracing::warn!(topic = %t, id = %id, attempt, error = %error, trace_id, "job failed for the last time; dead");
             }
         }
     }
@@ -234,7 +234,8 @@ impl Service {
             .await;
         self.changed(t);
         let due = due?;
-        tracing::debug!(topic = %t, id = %id, due_at_ms = due, "job released");
+        let trace_id = self.spans().released(token);
+        tracing::debug!(topic = %t, id = %id, due_at_ms = due, trace_id, "job released");
         Ok(due)
     }
 
