@@ -19,6 +19,20 @@ use serde_json::json;
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PRODUCER: &str = "00f067aa0ba902b7";
 
+/// A server on the embedded store exporting spans to `otlp`.
+async fn exporting_to(otlp: String) -> (support::Running, tempfile::TempDir) {
+    let (store, dir) = support::embedded_store();
+    let d = support::serve(
+        store,
+        ServerConfig {
+            otlp_endpoint: Some(otlp),
+            ..Default::default()
+        },
+    )
+    .await;
+    (d, dir)
+}
+
 /// The JSON log lines this test process writes (every test of the binary
 /// shares them).
 fn logs() -> Arc<Mutex<Vec<u8>>> {
@@ -85,15 +99,7 @@ async fn a_pushed_job_is_one_trace_from_its_enqueue_to_its_ack() {
     let otlp = receiver.start().await;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let hook = callee(seen.clone()).await;
-    let (store, _dir) = support::embedded_store();
-    let d = support::serve(
-        store,
-        ServerConfig {
-            otlp_endpoint: Some(otlp),
-            ..Default::default()
-        },
-    )
-    .await;
+    let (d, _dir) = exporting_to(otlp).await;
     let (s, v) = d
         .call(
             reqwest::Method::PUT,
@@ -241,15 +247,7 @@ async fn a_collector_that_hangs_drops_spans_and_holds_no_job_up() {
             held.push(c);
         }
     });
-    let (store, _dir) = support::embedded_store();
-    let d = support::serve(
-        store,
-        ServerConfig {
-            otlp_endpoint: Some(otlp),
-            ..Default::default()
-        },
-    )
-    .await;
+    let (d, _dir) = exporting_to(otlp).await;
     let tp = format!("00-{TRACE}-{PRODUCER}-01");
     let http = reqwest::Client::new();
     let t0 = Instant::now();
