@@ -124,7 +124,10 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     // → 2
     Migration {
         what: "the SQL front door: dq.enqueue, dq.cancel, dq.reschedule; topic counts moved by them in topic_deltas",
-        sql: include_str!("sql_api.sql"),
+        // dq.enqueue as version 6 left it (`CREATE OR REPLACE`: the same
+        // function either way; it reads a `trace` column, added by version
+        // 5, only when called).
+        sql: concat!(include_str!("sql_api.sql"), include_str!("sql_enqueue.sql")),
     },
     // → 3
     Migration {
@@ -160,6 +163,12 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         // A nullable column without a default writes no row and rebuilds
         // no index: a change of the catalogue only.
         sql: "ALTER TABLE jobs ADD COLUMN trace text;",
+    },
+    // → 6
+    Migration {
+        what: "dq.enqueue keeps the transaction's dq.traceparent and dq.tracestate as the job's trace context",
+        // The same signature: the GRANTs on it stay.
+        sql: include_str!("sql_enqueue.sql"),
     },
 ];
 

@@ -51,14 +51,14 @@ async fn schema_is_reopened_and_newer_or_foreign_ones_refused() {
             e,
             OpenError::NewerSchema {
                 found: 99,
-                supported: 5,
+                supported: 6,
                 ..
             }
         ),
         "{e}"
     );
     assert!(
-        e.to_string().contains("version 99, newer than this dq's 5"),
+        e.to_string().contains("version 99, newer than this dq's 6"),
         "{e}"
     );
     assert_eq!(
@@ -164,7 +164,7 @@ async fn a_version_1_schema_is_migrated() {
             "SELECT value FROM dq.meta WHERE key = 'schema_version'"
         )
         .trim(),
-        "5"
+        "6"
     );
     assert!(
         s.get(&t, &JobId::new("a").unwrap())
@@ -275,7 +275,7 @@ async fn a_version_3_schema_is_migrated() {
             "SELECT value FROM dq.meta WHERE key = 'schema_version'"
         )
         .trim(),
-        "5"
+        "6"
     );
     let indexes = pg.psql(
         &db,
@@ -325,7 +325,7 @@ async fn a_version_3_schema_is_migrated() {
     assert_eq!((sql.put_delay_ms, sql.counts), (None, JobCounts::default()));
 }
 
-/// A schema at version 4 (before trace contexts) is migrated to version 5
+/// A schema at version 4 (before trace contexts) is migrated to version 6
 /// when opened by adding one nullable column, without writing the table or
 /// an index again (their files are the same after): its jobs, one of them
 /// leased, have no trace context and go on as before; a job enqueued after
@@ -375,7 +375,7 @@ async fn a_version_4_schema_is_migrated() {
             "SELECT value FROM dq.meta WHERE key = 'schema_version'"
         )
         .trim(),
-        "5"
+        "6"
     );
     assert!(
         columns(pg, &db).contains("trace text YES"),

@@ -422,3 +422,43 @@ async fn the_enqueue_role_calls_the_functions_and_nothing_else() {
         );
     }
 }
+
+/// A transaction's `dq.traceparent` and `dq.tracestate` settings are the
+/// trace context of the jobs it enqueues, handed back at their hand-out; a
+/// malformed one is dropped (a NOTICE), never refused; `SET LOCAL` ends
+/// with the transaction.
+#[tokio::test]
+async fn the_transactions_trace_context_goes_with_its_jobs() {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let f = fixture("sqltrace").await;
+    f.app
+        .batch_execute(&format!(
+            "BEGIN;
+             SET LOCAL dq.traceparent = '{TP}';
+             SET LOCAL dq.tracestate = 'rojo=00f067aa0ba902b7';
+             SELECT dq.enqueue('traced', 'a', '1', '0');
+             COMMIT;
+             BEGIN;
+             SET LOCAL dq.traceparent = 'not-a-traceparent';
+             SELECT dq.enqueue('traced', 'bad', '1', '0');
+             COMMIT;
+             SELECT dq.enqueue('traced', 'after', '1', '0');"
+        ))
+        .await
+        .unwrap();
+    let a = f.get("traced", "a").await.unwrap();
+    let trace = a.trace.expect("kept");
+    assert_eq!(
+        (trace.traceparent(), trace.tracestate()),
+        (TP, Some("rojo=00f067aa0ba902b7"))
+    );
+    assert_eq!(f.get("traced", "bad").await.unwrap().trace, None, "dropped");
+    assert_eq!(
+        f.get("traced", "after").await.unwrap().trace,
+        None,
+        "SET LOCAL ended with its transaction"
+    );
+    let leased = f.reserve("traced").await;
+    let a = leased.iter().find(|l| l.id.as_str() == "a").unwrap();
+    assert_eq!(a.trace.as_ref().map(TraceContext::traceparent), Some(TP));
+}
