@@ -199,7 +199,10 @@ impl TopicForward {
         let mut rest: Vec<usize> = Vec::new();
         for (i, d) in done.into_iter().enumerate() {
             match d {
-                Some(Ok(())) => written += 1,
+                Some(Ok(())) => {
+                    written += 1;
+                    self.svc.spans().acked(t, &leases[i].token);
+                }
                 Some(Err(StoreError::Storage { code, message }))
                     if code == dq_core::forward::TARGET_REFUSED =>
                 {
