@@ -132,6 +132,9 @@ fn is_lower_hex(s: &str) -> bool {
 /// invalid; a later version read by its first four fields (kept as
 /// version `00` of them, the one version this dq writes).
 fn check_traceparent(s: &str) -> Result<String, BadTrace> {
+    if !s.is_ascii() {
+        return Err(BadTrace("traceparent is not ASCII"));
+    }
     let b = s.as_bytes();
     if b.len() < 55 {
         return Err(BadTrace("traceparent is shorter than 55 characters"));
@@ -247,6 +250,9 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
             "00_4bf92f3577b34da6a3ce929d0e0e4736_00f067aa0ba902b7_01",
             "00-4bf92f3577b34da6a3ce929d0e0e473x-00f067aa0ba902b7-01",
+            // Multi-byte characters where fields are cut: refused, no panic.
+            &format!("0é{}", "a".repeat(52)),
+            &format!("00-{}é", "a".repeat(50)),
         ] {
             assert!(TraceContext::parse(bad, None).is_err(), "{bad:?}");
         }

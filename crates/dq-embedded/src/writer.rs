@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dq_core::store::StoreResult;
-use dq_core::{StoreError, WakeFn, WorkCounter};
+use dq_core::{ExpiredJob, StoreError, WakeFn, WorkCounter};
 use rusqlite::{Connection, Statement};
 use tokio::sync::oneshot;
 
@@ -226,6 +226,9 @@ pub(crate) struct Ctx {
     /// The leases, ready jobs (without a key and in each key's lane) and
     /// dead letters, in step with the transaction.
     pub(crate) mem: Memory,
+    /// Traced jobs the current reserve ended because their expiry passed
+    /// (`ops::reserve::expire`), for its answer: emptied by each reserve.
+    pub(crate) expired: Vec<ExpiredJob>,
 }
 
 impl Ctx {
@@ -460,6 +463,7 @@ impl Writer {
                     unsynced: false,
                     probed: false,
                     mem,
+                    expired: Vec::new(),
                 };
                 let mut files = files;
                 run(&mut cx, &mut files, &rx, &wakes, &counted);

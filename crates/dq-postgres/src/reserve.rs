@@ -177,6 +177,7 @@ pub(crate) async fn reserve(
         return Ok(Reservation {
             leases: Vec::new(),
             next_due_ms: (paused_until > now).then_some(paused_until),
+            expired: Vec::new(),
         });
     }
     let rate = rate.as_deref().and_then(RateLimit::decode);
@@ -256,6 +257,7 @@ pub(crate) async fn reserve(
     Ok(Reservation {
         leases,
         next_due_ms,
+        expired: Vec::new(),
     })
 }
 

@@ -143,7 +143,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         // by a release, or before a replay): counts.reserves = attempts +
         // carried, so that a reserve writes nothing more than before, and
         // a job from before this version counts its attempts (an imported
-        // job starts at minus its attempts: its reserves at 0).
+        // job too: its attempts were hand-outs).
         sql: concat!(
             "ALTER TABLE jobs ADD COLUMN put_delay_ms bigint,
                ADD COLUMN carried bigint NOT NULL DEFAULT 0;

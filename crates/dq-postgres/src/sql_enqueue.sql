@@ -6,8 +6,8 @@
 -- body is stored as PostgreSQL's text of the jsonb value.
 -- The job's W3C trace context is the transaction's settings
 -- `dq.traceparent` and `dq.tracestate` (`SET LOCAL dq.traceparent = …`
--- before the call), as the HTTP API's headers: a version 00 traceparent
--- is kept with the job (and a tracestate of at most 512 printable
+-- before the call), as the HTTP API's headers: a traceparent (version 00,
+-- or a later one read as version 00) is kept with the job (and a tracestate of at most 512 printable
 -- characters with it); a malformed one is dropped with a NOTICE, never an
 -- error. (Schema version 6; version 2 created it without.)
 CREATE OR REPLACE FUNCTION enqueue(topic text, id text, body jsonb, delay interval DEFAULT NULL,
@@ -69,9 +69,12 @@ BEGIN
   END IF;
 
   IF v_tp IS NOT NULL THEN
-    IF v_tp ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+    -- Version 00 is 55 characters; a later one (not ff) is read by its
+    -- first four fields and kept as version 00, as the HTTP API does.
+    IF v_tp ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$'
+        AND left(v_tp, 2) <> 'ff' AND (left(v_tp, 2) <> '00' OR length(v_tp) = 55)
         AND substr(v_tp, 4, 32) <> repeat('0', 32) AND substr(v_tp, 37, 16) <> repeat('0', 16) THEN
-      v_trace := v_tp;
+      v_trace := '00-' || substr(v_tp, 4, 52);
       IF v_ts IS NOT NULL THEN
         IF octet_length(v_ts) <= 512 AND v_ts ~ '^[ -~]*$' THEN
           v_trace := v_tp || ' ' || v_ts;
@@ -137,3 +140,6 @@ BEGIN
     CASE WHEN v_state = 1 THEN 'ready' ELSE 'scheduled' END;
 END $$;
 
+-- Only roles granted it may call it (a new function is PUBLIC's to call;
+-- a replaced one keeps its rights, so this changes nothing there).
+REVOKE EXECUTE ON FUNCTION enqueue(text, text, jsonb, interval, timestamptz, bigint, text, interval) FROM PUBLIC;

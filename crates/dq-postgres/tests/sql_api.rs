@@ -421,6 +421,36 @@ async fn the_enqueue_role_calls_the_functions_and_nothing_else() {
             "{sql}: {e}"
         );
     }
+    // A role with the schema's USAGE and no grant calls none of them.
+    let other = format!("{role}_x");
+    f.app
+        .batch_execute(&format!(
+            "CREATE ROLE {other} LOGIN; GRANT USAGE ON SCHEMA dq TO {other};"
+        ))
+        .await
+        .unwrap();
+    let url = format!("{base}{other}@{}", f.url.rsplit_once('@').unwrap().1);
+    let stranger = connect(&url).await;
+    for sql in [
+        "SELECT dq.enqueue('r', 'b', '1', '0')",
+        "SELECT dq.cancel('r', 'b')",
+        "SELECT dq.reschedule('r', 'b', now())",
+    ] {
+        let e = stranger.batch_execute(sql).await.unwrap_err();
+        assert_eq!(
+            e.as_db_error().map(|d| d.code().code()),
+            Some("42501"),
+            "{sql}: {e}"
+        );
+    }
+    for sql in ["SELECT count(*) FROM dq.jobs"] {
+        let e = app.batch_execute(sql).await.unwrap_err();
+        assert_eq!(
+            e.as_db_error().map(|d| d.code().code()),
+            Some("42501"),
+            "{sql}: {e}"
+        );
+    }
 }
 
 /// A transaction's `dq.traceparent` and `dq.tracestate` settings are the
@@ -439,6 +469,10 @@ async fn the_transactions_trace_context_goes_with_its_jobs() {
              SELECT dq.enqueue('traced', 'a', '1', '0');
              COMMIT;
              BEGIN;
+             SET LOCAL dq.traceparent = 'cc-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-future';
+             SELECT dq.enqueue('traced', 'later', '1', '0');
+             COMMIT;
+             BEGIN;
              SET LOCAL dq.traceparent = 'not-a-traceparent';
              SELECT dq.enqueue('traced', 'bad', '1', '0');
              COMMIT;
@@ -453,6 +487,16 @@ async fn the_transactions_trace_context_goes_with_its_jobs() {
         (TP, Some("rojo=00f067aa0ba902b7"))
     );
     assert_eq!(f.get("traced", "bad").await.unwrap().trace, None, "dropped");
+    assert_eq!(
+        f.get("traced", "later")
+            .await
+            .unwrap()
+            .trace
+            .map(|t| t.traceparent().to_string())
+            .as_deref(),
+        Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        "a later version read as version 00"
+    );
     assert_eq!(
         f.get("traced", "after").await.unwrap().trace,
         None,

@@ -3,7 +3,9 @@
 //! spans exported over OTLP/HTTP (protobuf), in the trace the job was
 //! enqueued in (its [`TraceContext`]): one span for its enqueue, one for
 //! each hand-out (with its lateness), one for each push delivery attempt
-//! (with the HTTP status), and one for its ack, nack or death.
+//! (with the HTTP status), one for its ack, nack or death, and one for its
+//! expiry when it expired before a hand-out (a store that keeps expiry
+//! reports those of each reserve).
 //!
 //! Export is off by default ([`Spans::off`]): nothing is made but, for a
 //! job enqueued in a trace, the memory of its trace id by lease token.
@@ -19,9 +21,10 @@
 //! ```text
 //! producer span (the enqueue request's traceparent)
 //! └── dq enqueue
-//!     └── dq hand-out          (link → dq enqueue; dq.lateness_ms)
-//!         ├── dq push          (http.response.status_code; the callee's traceparent)
-//!         └── dq ack | dq nack | dq dead
+//!     ├── dq hand-out          (link → dq enqueue; dq.lateness_ms)
+//!     │   ├── dq push          (http.response.status_code; the callee's traceparent)
+//!     │   └── dq ack | dq nack | dq dead
+//!     └── dq expiry            (expired before a hand-out)
 //! ```
 //!
 //! An ack or nack is tied to its hand-out by the lease token, as this
@@ -35,7 +38,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use dq_core::{Lease, NackOutcome, NewJob, Topic, TraceContext};
+use dq_core::{ExpiredJob, Lease, NackOutcome, NewJob, Topic, TraceContext};
 use opentelemetry::trace::{
     Link, SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
@@ -269,6 +272,36 @@ impl Spans {
                 Handed {
                     trace_id: ctx.trace_id().to_string(),
                     span,
+                },
+            );
+        }
+    }
+
+    /// Records the jobs of `t` a reserve ended unhandled because their
+    /// expiry passed: a `dq expiry` span each (its parent the job's
+    /// context), and a log line with its trace id.
+    pub fn expired(&self, t: &Topic, jobs: &[ExpiredJob]) {
+        for j in jobs {
+            tracing::debug!(topic = %t, id = %j.id, trace_id = j.trace.trace_id(), "job expired before a hand-out");
+            let (Some(on), Some(parent)) =
+                (&self.on, context_of(&j.trace).filter(|_| j.trace.sampled()))
+            else {
+                continue;
+            };
+            on.record(
+                sibling(&parent, new_span_id()),
+                Made {
+                    name: "dq expiry",
+                    kind: SpanKind::Internal,
+                    parent: parent.span_id(),
+                    parent_is_remote: false,
+                    start: SystemTime::now(),
+                    attributes: vec![
+                        KeyValue::new("messaging.destination.name", t.to_string()),
+                        KeyValue::new("messaging.message.id", j.id.to_string()),
+                    ],
+                    links: Vec::new(),
+                    status: Status::error("expired before a hand-out"),
                 },
             );
         }

@@ -312,3 +312,59 @@ async fn a_collector_that_hangs_drops_spans_and_holds_no_job_up() {
         "9,000 spans, 8,192 + 513 held: {dropped} dropped"
     );
 }
+
+/// A traced job that expires before anyone takes it ends its trace with a
+/// `dq expiry` span under its enqueue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_job_ends_its_trace_with_an_expiry_span() {
+    let receiver = Receiver::default();
+    let otlp = receiver.start().await;
+    let (d, _dir) = exporting_to(otlp).await;
+    let res = reqwest::Client::new()
+        .post(format!("{}/v1/topics/late/jobs", d.base))
+        .header("traceparent", format!("00-{TRACE}-{PRODUCER}-01"))
+        .json(&json!({"id": "e1", "expires_in_ms": 50}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201);
+    // Reserves find it waiting until its expiry passes, then end it (one
+    // that takes it first gives it back).
+    let t0 = Instant::now();
+    loop {
+        let (_, r) = d
+            .call(
+                reqwest::Method::POST,
+                "/v1/reserve",
+                json!({"topics": ["late"]}),
+            )
+            .await;
+        if let Some(tok) = r["jobs"][0].get("token") {
+            d.call(
+                reqwest::Method::POST,
+                "/v1/topics/late/jobs/e1/release",
+                json!({"token": tok}),
+            )
+            .await;
+        }
+        if d.stats("late").await["counters"]["expired_unhandled"] == json!(1) {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "never expired");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let got = receiver.wait_for(2).await;
+    let span = |name: &str| {
+        got.iter()
+            .map(|(_, s)| s)
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no {name} span"))
+    };
+    let (enqueue, expiry) = (span("dq enqueue"), span("dq expiry"));
+    assert_eq!(hex(&expiry.trace_id), TRACE);
+    assert_eq!(expiry.parent_span_id, enqueue.span_id);
+    assert_eq!(
+        attr(expiry, "messaging.message.id"),
+        Some(AnyValue::StringValue("e1".into()))
+    );
+}

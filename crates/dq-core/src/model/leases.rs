@@ -34,6 +34,19 @@ pub struct Reservation {
     pub leases: Vec<Lease>,
     /// The due time of the next scheduled job, if any: when to try again.
     pub next_due_ms: Option<u64>,
+    /// The jobs with a trace context that this call ended because their
+    /// expiry had passed ([`crate::Store::reserve`]), for their trace (a
+    /// store that does not keep expiry leaves it empty).
+    pub expired: Vec<ExpiredJob>,
+}
+
+/// A job a reserve ended unhandled because its expiry had passed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpiredJob {
+    /// Its id.
+    pub id: crate::JobId,
+    /// The trace context it was enqueued with.
+    pub trace: crate::TraceContext,
 }
 
 /// One ack of a batch ([`crate::Store::ack_batch`]): which job, and the

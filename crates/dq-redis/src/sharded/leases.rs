@@ -38,6 +38,7 @@ pub(super) async fn reserve(
     let mut out = Reservation {
         leases: Vec::new(),
         next_due_ms: None,
+        expired: Vec::new(),
     };
     let mut failure = None;
     let mut answered = false;
@@ -56,6 +57,7 @@ pub(super) async fn reserve(
             Ok(c) => {
                 answered = true;
                 out.next_due_ms = min_opt(out.next_due_ms, c.next_due_ms);
+                out.expired.extend(c.expired);
                 out.leases.extend(c.leases.into_iter().map(|mut l| {
                     l.topic = topic.clone();
                     l

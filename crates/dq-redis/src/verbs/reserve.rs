@@ -105,5 +105,6 @@ fn decode_reserved(topic: &Topic, v: Value) -> StoreResult<Reservation> {
     Ok(Reservation {
         leases,
         next_due_ms: opt_time(next),
+        expired: Vec::new(),
     })
 }

@@ -324,13 +324,14 @@ impl Service {
         Ok(lease)
     }
 
-    /// Gives leases back at once without counting their attempts (the
-    /// deliverer or forwarder of a topic whose settings changed under it);
-    /// one that cannot be given back returns after its lease.
+    /// Gives leases back at once, counting nothing (the deliverer or
+    /// forwarder of a topic whose settings changed under it, or stopping:
+    /// no attempt was made); one that cannot be given back returns after
+    /// its lease.
     pub(crate) async fn give_back(&self, leases: &[Lease]) {
         for l in leases {
             if let Err(e) = self
-                .release(&l.topic, &l.id, &l.token, 0, GiveBack::Released)
+                .release(&l.topic, &l.id, &l.token, 0, GiveBack::Dropped)
                 .await
             {
                 tracing::debug!(topic = %l.topic, id = %l.id, error = %e, "cannot give a lease back; the job returns after its lease");

@@ -133,6 +133,7 @@ pub(super) async fn reserve(
                     if let Some(d) = c.leases.iter().map(|l| l.lease_deadline_ms).min() {
                         svc.wakers().lease_ends(t.as_str(), d);
                     }
+                    svc.spans().expired(t, &c.expired);
                     leases.extend(c.leases);
                     next_due = earliest(next_due, c.next_due_ms);
                 }

@@ -334,3 +334,50 @@ pub async fn expiry_holds_behind_a_rate_limit_and_in_keyed_lanes(s: &dyn Store) 
     let st = s.stats(&t, T0 + 600).await.unwrap();
     assert_eq!((st.ready, st.reserved, st.dead), (0, 1, 1));
 }
+
+/// A reserve that ends jobs whose expiry passed names those with a trace
+/// context in its answer ([`Reservation::expired`]), with their context,
+/// so their trace records the end; untraced ones are not named.
+pub async fn a_reserve_names_the_traced_jobs_it_ended(s: &dyn Store) {
+    let t = topic("expiry-traced");
+    let ctx = TraceContext::parse(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        None,
+    )
+    .unwrap()
+    .0;
+    let traced = NewJob {
+        trace: Some(ctx.clone()),
+        ..expiring("traced", When::DelayMs(0), Expiry::InMs(100))
+    };
+    s.enqueue(
+        &t,
+        &[
+            traced,
+            expiring("plain", When::DelayMs(0), Expiry::InMs(100)),
+            job("late", When::DelayMs(0)),
+        ],
+        T0,
+    )
+    .await
+    .unwrap();
+    let r = s.reserve(&t, 10, None, T0 + 100).await.unwrap();
+    assert_eq!(
+        r.leases.iter().map(|l| l.id.as_str()).collect::<Vec<_>>(),
+        ["late"]
+    );
+    assert_eq!(
+        r.expired,
+        [ExpiredJob {
+            id: id("traced"),
+            trace: ctx
+        }]
+    );
+    assert!(
+        s.reserve(&t, 10, None, T0 + 100)
+            .await
+            .unwrap()
+            .expired
+            .is_empty()
+    );
+}

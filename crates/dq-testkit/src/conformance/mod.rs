@@ -98,7 +98,8 @@ macro_rules! expiry_conformance_tests {
             topic_expiry_counts_from_the_due_time,
             expiry_holds_for_retries_reserve_by_id_and_reschedule,
             replay_clears_the_expiry,
-            expiry_holds_behind_a_rate_limit_and_in_keyed_lanes
+            expiry_holds_behind_a_rate_limit_and_in_keyed_lanes,
+            a_reserve_names_the_traced_jobs_it_ended
         );
     };
 }

@@ -61,6 +61,12 @@ pub(super) fn expire(cx: &mut Ctx, tid: i64, j: &Leasable, now: u64) -> OpResult
     };
     open_window(cx, tid, &j.id, dedup_ms, now)?;
     bump(cx, tid, "expired_unhandled", 1)?;
+    if let (Some(trace), Ok(id)) = (
+        j.trace.as_deref().and_then(TraceContext::from_stored),
+        JobId::new(j.id.clone()),
+    ) {
+        cx.expired.push(ExpiredJob { id, trace });
+    }
     if !drop {
         trim_dead(cx, tid, dead_cap.unwrap_or(TopicConfig::default().dead_cap))?;
     }

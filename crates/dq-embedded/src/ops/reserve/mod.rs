@@ -28,6 +28,20 @@ pub(crate) fn reserve(
     lease_override: Option<u64>,
     now: u64,
 ) -> OpResult<Reservation> {
+    // The traced jobs it ends unhandled (`expire::expire`) go in its answer.
+    cx.expired.clear();
+    let mut r = hand_out(cx, topic, max, lease_override, now)?;
+    r.expired = std::mem::take(&mut cx.expired);
+    Ok(r)
+}
+
+fn hand_out(
+    cx: &mut Ctx,
+    topic: &Topic,
+    max: usize,
+    lease_override: Option<u64>,
+    now: u64,
+) -> OpResult<Reservation> {
     let Some(tid) = tid(cx, topic)? else {
         return Ok(Reservation::default());
     };
@@ -67,6 +81,7 @@ pub(crate) fn reserve(
         return Ok(Reservation {
             leases: Vec::new(),
             next_due_ms: (paused_until > now).then_some(paused_until),
+            expired: Vec::new(),
         });
     }
     // The rate limit's bucket, taken from in this transaction (the one writer).
@@ -147,6 +162,7 @@ pub(crate) fn reserve(
     Ok(Reservation {
         leases,
         next_due_ms,
+        expired: Vec::new(),
     })
 }
 
