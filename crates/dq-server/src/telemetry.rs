@@ -22,7 +22,8 @@
 //! producer span (the enqueue request's traceparent)
 //! └── dq enqueue
 //!     ├── dq hand-out          (link → dq enqueue; dq.lateness_ms)
-//!     │   ├── dq push          (http.response.status_code; the callee's traceparent)
+//!     │   ├── dq push          (link → dq enqueue; http.response.status_code;
+//!     │   │                     the callee's traceparent)
 //!     │   └── dq ack | dq nack | dq dead
 //!     └── dq expiry            (expired before a hand-out)
 //! ```
@@ -313,14 +314,16 @@ impl Spans {
     pub fn push_starts(&self, lease: &Lease) -> Option<PushSpan> {
         self.on.as_ref()?;
         let ctx = lease.trace.as_ref().filter(|c| c.sampled())?;
+        let enqueue = context_of(ctx)?;
         let parent = self
             .kept(&lease.token)
             .and_then(|h| h.span)
-            .or_else(|| context_of(ctx))?;
+            .unwrap_or_else(|| enqueue.clone());
         let id = new_span_id();
         Some(PushSpan {
             header: ctx.child(&id.to_string()),
             parent,
+            enqueue,
             id,
             start: SystemTime::now(),
         })
@@ -350,7 +353,7 @@ impl Spans {
                 parent_is_remote: false,
                 start: span.start,
                 attributes,
-                links: Vec::new(),
+                links: vec![Link::with_context(span.enqueue.clone())],
                 status: if ok {
                     Status::Unset
                 } else {
@@ -460,6 +463,8 @@ pub struct PushSpan {
     /// The `traceparent` (and `tracestate`) to send the callee.
     pub header: TraceContext,
     parent: SpanContext,
+    /// The job's enqueue, which the attempt links to.
+    enqueue: SpanContext,
     id: SpanId,
     start: SystemTime,
 }

@@ -154,6 +154,14 @@ async fn a_pushed_job_is_one_trace_from_its_enqueue_to_its_ack() {
             handout_ids.contains(&hex(&p.parent_span_id)),
             "under a hand-out"
         );
+        assert_eq!(
+            p.links
+                .iter()
+                .map(|l| (hex(&l.trace_id), hex(&l.span_id)))
+                .collect::<Vec<_>>(),
+            [(TRACE.to_string(), e_id.clone())],
+            "each delivery attempt linked to the enqueue"
+        );
         match attr(p, "http.response.status_code") {
             Some(AnyValue::IntValue(code)) => statuses.push(code),
             other => panic!("status: {other:?}"),

@@ -120,11 +120,33 @@ impl RedisServer {
                 return Err(format!("redis-server exited at start: {status}"));
             }
             if self.ping() {
-                return Ok(());
+                // Another test's server may hold the port (it took it between
+                // free_port and this spawn, and this one failed to bind): the
+                // one answering must be this child.
+                let pid = self.child.as_ref().map(std::process::Child::id);
+                if self.process_id().is_some() && self.process_id() == pid {
+                    return Ok(());
+                }
+                if let Some(mut c) = self.child.take() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return Err(format!("port {} is another redis-server's", self.port));
             }
             std::thread::sleep(Duration::from_millis(5));
         }
         Err("redis-server did not answer PING within 10 s".into())
+    }
+
+    /// The `process_id` of the server answering on this port.
+    fn process_id(&self) -> Option<u32> {
+        let info: String = ::redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+            .and_then(|mut c| ::redis::cmd("INFO").arg("server").query(&mut c))
+            .ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .and_then(|v| v.trim().parse().ok())
     }
 
     fn ping(&self) -> bool {
