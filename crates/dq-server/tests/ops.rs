@@ -291,7 +291,19 @@ async fn a_backup_through_the_api_restores_and_each_refusal_has_its_code() {
 
     let restored = root.join("restored");
     dq_embedded::backup::restore(&out, &restored, false, &mut |_| {}).unwrap();
-    let s = EmbeddedStore::open(&restored).unwrap();
+    // A process another test spawns at that moment shares the restore's
+    // lock file until it execs (fork copies the descriptor): wait for it.
+    let t0 = std::time::Instant::now();
+    let s = loop {
+        match EmbeddedStore::open(&restored) {
+            Err(dq_embedded::OpenError::Locked { .. })
+                if t0.elapsed() < std::time::Duration::from_secs(5) =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            r => break r.unwrap(),
+        }
+    };
     let job = dq_core::Store::get(
         &s,
         &dq_core::Topic::new("t").unwrap(),
