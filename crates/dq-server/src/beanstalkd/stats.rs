@@ -125,7 +125,14 @@ impl Conn {
         };
         let ttr_s = job.lease_ms / 1000;
         let time_left = match job.state {
-            JobState::Scheduled => secs_left(job.due_at_ms.saturating_sub(now)),
+            // Never more than the delay it was put or released with: the
+            // due time is the store's clock, `now` this instance's (a
+            // millisecond behind would read a 1 s delay as 1 s left).
+            JobState::Scheduled => secs_left(
+                job.due_at_ms
+                    .saturating_sub(now)
+                    .min(job.put_delay_ms.unwrap_or(u64::MAX)),
+            ),
             // The deadline is the store's time, `now` this instance's: a
             // lease has never more left than its length.
             JobState::Reserved => secs_left(

@@ -126,7 +126,10 @@ impl Service {
     /// [`StoreError::NotFound`], [`StoreError::NotInState`] when reserved or dead.
     pub async fn kick(&self, t: &Topic, id: &JobId) -> Result<()> {
         let now = self.now();
-        let done = self.store.reschedule(t, id, now, true, now).await;
+        // Due at a time already past: the store makes it due at its own
+        // now (this instance's clock may run a little ahead of Redis's,
+        // which would leave the job delayed for that long).
+        let done = self.store.reschedule(t, id, 0, true, now).await;
         self.changed(t);
         done?;
         tracing::debug!(topic = %t, id = %id, "job kicked");
