@@ -36,7 +36,7 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use dq_core::{ExpiredJob, Lease, NackOutcome, NewJob, Topic, TraceContext};
@@ -64,6 +64,9 @@ pub struct Spans {
     /// Lease token → the traced job handed out under it. Made at the first
     /// traced hand-out.
     leases: Mutex<Option<Kept>>,
+    /// Whether a traced job was ever handed out here: until then an ack or
+    /// nack (every one, on a hot path) takes no lock to look.
+    any_kept: AtomicBool,
 }
 
 struct On {
@@ -141,6 +144,7 @@ impl Spans {
         Self {
             on: None,
             leases: Mutex::new(None),
+            any_kept: AtomicBool::new(false),
         }
     }
 
@@ -181,6 +185,7 @@ impl Spans {
                     .build(),
             }),
             leases: Mutex::new(None),
+            any_kept: AtomicBool::new(false),
         })
     }
 
@@ -424,6 +429,7 @@ impl Spans {
     }
 
     fn keep(&self, token: &str, handed: Handed) {
+        self.any_kept.store(true, Ordering::Release);
         let mut k = self.leases.lock().expect("lease traces");
         let k = k.get_or_insert_with(Kept::default);
         if k.by_token.insert(token.to_string(), handed).is_none() {
@@ -437,6 +443,9 @@ impl Spans {
     }
 
     fn kept(&self, token: &str) -> Option<Handed> {
+        if !self.any_kept.load(Ordering::Acquire) {
+            return None;
+        }
         self.leases
             .lock()
             .expect("lease traces")
@@ -447,6 +456,9 @@ impl Spans {
     }
 
     fn forget(&self, token: &str) -> Option<Handed> {
+        if !self.any_kept.load(Ordering::Acquire) {
+            return None;
+        }
         // The token stays in `order` until it comes up: cheaper than a
         // search, and bounded all the same.
         self.leases

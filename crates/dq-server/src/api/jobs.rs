@@ -18,7 +18,6 @@ use crate::{AppState, Service};
 
 /// The W3C trace context headers of an enqueue request: the default of
 /// each job's `traceparent` and `tracestate`.
-#[derive(Default)]
 struct TraceHeaders {
     traceparent: Option<String>,
     tracestate: Option<String>,
@@ -55,20 +54,15 @@ fn new_job(
     limits: &Limits,
     now_ms: u64,
 ) -> Result<NewJob, ApiError> {
-    let trace = match &req.traceparent {
-        Some(parent) => trace_sent(
-            Some(parent),
-            req.tracestate.as_deref(),
-            t,
-            req.id.as_deref(),
-        ),
-        None => trace_sent(
+    // Its own fields whole, else the headers' (never a mix of the two).
+    let (parent, state) = match &req.traceparent {
+        Some(p) => (Some(p.as_str()), req.tracestate.as_deref()),
+        None => (
             headers.traceparent.as_deref(),
             headers.tracestate.as_deref(),
-            t,
-            req.id.as_deref(),
         ),
     };
+    let trace = trace_sent(parent, state, t, req.id.as_deref());
     let id = req.id.map(job_id).transpose()?;
     let body = match (req.body, req.body_base64) {
         (Some(_), Some(_)) => {
